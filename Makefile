@@ -1,0 +1,46 @@
+# gpushare-operator — see README.md.
+SHELL := /bin/bash
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: help setup test test-unit test-integration lint fmt crds crds-check control-plane cluster cluster-down \
+        bench demo demo-down gpu-check e2e-kind image clean
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+$(BIN)/gpushare: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q -U pip
+	$(BIN)/pip install -q -e . --group dev
+	@touch $@
+
+setup: $(BIN)/gpushare ## Create .venv and install gpushare with its test and lint tools
+
+control-plane: ## Build (or reuse) kube-apiserver, kcm, scheduler, etcd and kwok in ~/.cache/gpushare
+	bash hack/build-control-plane.sh
+
+test: setup control-plane ## Run every test: unit, property and integration (real kube-apiserver)
+	$(BIN)/pytest tests
+
+test-unit: setup ## Run the tests that need no control plane
+	$(BIN)/pytest tests -m "not integration"
+
+lint: setup ## ruff, mypy --strict, and the CRD drift check
+	$(BIN)/ruff check operator tests
+	$(BIN)/ruff format --check operator tests
+	$(BIN)/mypy
+	$(BIN)/python -m gpushare.api.crd | diff -u crds/gpushare.io_gpusharepools.yaml - \
+	  || { echo "crds/ is stale: run 'make crds'"; exit 1; }
+
+fmt: setup ## Format the code
+	$(BIN)/ruff format operator tests
+	$(BIN)/ruff check --fix operator tests
+
+crds: setup ## Regenerate crds/ from the pydantic models
+	$(BIN)/python -m gpushare.api.crd > crds/gpushare.io_gpusharepools.yaml
+
+clean: ## Remove local build state
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,149 @@
+"""Generate the GPUSharePool CustomResourceDefinition from the pydantic models.
+
+pydantic's JSON schema is turned into a Kubernetes structural schema: ``$ref`` inlined, titles and
+``additionalProperties: false`` dropped, the int-or-string union rewritten, ``default`` kept.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import yaml
+
+from gpushare import constants as c
+from gpushare.api.v1alpha1 import GPUSharePoolSpec, GPUSharePoolStatus
+
+_DROP = {"title", "description_", "discriminator"}
+
+
+def _structural(node: Any, defs: dict[str, Any]) -> Any:
+    if isinstance(node, list):
+        return [_structural(n, defs) for n in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        target = copy.deepcopy(defs[node["$ref"].split("/")[-1]])
+        extra = {k: v for k, v in node.items() if k != "$ref"}
+        target.update(extra)
+        return _structural(target, defs)
+    out: dict[str, Any] = {}
+    if node.get("x-kubernetes-int-or-string"):
+        out["x-kubernetes-int-or-string"] = True
+        for key in ("default", "description", "x-kubernetes-validations"):
+            if key in node:
+                out[key] = node[key]
+        return out
+    if "anyOf" in node:
+        # Optional[X] comes out as anyOf [X, null]: keep X (absence means None in Kubernetes).
+        options = [o for o in node["anyOf"] if o.get("type") != "null"]
+        if len(options) == 1:
+            merged = {k: v for k, v in node.items() if k != "anyOf"}
+            merged.update(options[0])
+            if merged.get("default", 0) is None:
+                merged.pop("default")
+            return _structural(merged, defs)
+    for key, value in node.items():
+        if key in _DROP or key == "$defs":
+            continue
+        if key == "additionalProperties" and value is False:
+            continue
+        if key == "properties":
+            out[key] = {name: _structural(sub, defs) for name, sub in value.items()}
+        else:
+            out[key] = _structural(value, defs)
+    if out.get("type") == "object" and "properties" not in out and "additionalProperties" not in out:
+        out["x-kubernetes-preserve-unknown-fields"] = True
+    return out
+
+
+def _schema(model: type[Any]) -> dict[str, Any]:
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    defs = raw.get("$defs", {})
+    result: dict[str, Any] = _structural(raw, defs)
+    return result
+
+
+def _printer_columns() -> list[dict[str, Any]]:
+    return [
+        {"name": "Mode", "type": "string", "jsonPath": ".status.mode"},
+        {"name": "Placement", "type": "string", "jsonPath": ".spec.placement"},
+        {"name": "Ready-Nodes", "type": "integer", "jsonPath": ".status.nodes.ready"},
+        {"name": "Matched", "type": "integer", "jsonPath": ".status.nodes.matched"},
+        {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]
+
+
+def build_crd() -> dict[str, Any]:
+    """The CRD object for GPUSharePool, as a plain dict."""
+    spec_schema = _schema(GPUSharePoolSpec)
+    spec_schema["description"] = (
+        "Which nodes form the pool and how their GPUs are shared (memory isolation, compute allocation, "
+        "placement), plus how changes roll out."
+    )
+    spec_schema.setdefault("x-kubernetes-validations", []).append(
+        {
+            "rule": "!self.computeAllocation || self.memoryIsolation",
+            "message": "computeAllocation: true requires memoryIsolation: true "
+            "(ack.node.gpu.schedule=core_mem needs cGPU memory isolation)",
+        }
+    )
+    status_schema = _schema(GPUSharePoolStatus)
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": c.CRD_NAME},
+        "spec": {
+            "group": c.GROUP,
+            "scope": "Cluster",
+            "names": {
+                "kind": c.KIND,
+                "listKind": f"{c.KIND}List",
+                "plural": c.PLURAL,
+                "singular": c.SINGULAR,
+                "shortNames": [c.SHORT_NAME],
+                "categories": ["gpushare"],
+            },
+            "versions": [
+                {
+                    "name": c.VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": _printer_columns(),
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": "GPUSharePool declares GPU sharing for a set of nodes.",
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec_schema,
+                                "status": status_schema,
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+HEADER = "# Generated by `make crds` from operator/gpushare/api/v1alpha1.py. Do not edit.\n"
+
+
+def render_crd_yaml() -> str:
+    return HEADER + yaml.safe_dump(build_crd(), sort_keys=False, width=120)
+
+
+def main() -> None:
+    import sys
+
+    sys.stdout.write(render_crd_yaml())
+
+
+if __name__ == "__main__":
+    main()

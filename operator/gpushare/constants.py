@@ -1,0 +1,63 @@
+"""Names shared by every part of gpushare: API group, label keys, resources, annotations."""
+
+from __future__ import annotations
+
+from typing import Final
+
+GROUP: Final = "gpushare.io"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+KIND: Final = "GPUSharePool"
+PLURAL: Final = "gpusharepools"
+SINGULAR: Final = "gpusharepool"
+SHORT_NAME: Final = "gsp"
+CRD_NAME: Final = f"{PLURAL}.{GROUP}"
+
+# ACK node labels that select GPU sharing (see docs/ and ack-gpu-sharing.md).
+LABEL_CGPU: Final = "cgpu"
+LABEL_DISABLE_ISOLATION: Final = "cgpu.disable.isolation"
+LABEL_SCHEDULE: Final = "ack.node.gpu.schedule"
+LABEL_PLACEMENT: Final = "ack.node.gpu.placement"
+# Our own node labels.
+LABEL_POOL: Final = f"{GROUP}/pool"
+LABEL_SKIP: Final = f"{GROUP}/skip"
+
+#: Every node label the operator may write. Nothing else is ever touched.
+MANAGED_LABELS: Final = (LABEL_CGPU, LABEL_DISABLE_ISOLATION, LABEL_SCHEDULE, LABEL_PLACEMENT, LABEL_POOL)
+
+SCHEDULE_DEFAULT: Final = "default"
+SCHEDULE_CGPU: Final = "cgpu"
+SCHEDULE_SHARE: Final = "share"
+SCHEDULE_CORE_MEM: Final = "core_mem"
+
+# Node annotations written by the operator.
+#: JSON: {"pool": name, "prior": {label: value-or-null}} — what we replaced, for Restore.
+ANNOTATION_OWNED: Final = f"{GROUP}/owned-labels"
+#: Set when the operator cordoned a node for a mode switch; never uncordon without it.
+ANNOTATION_CORDONED_BY: Final = f"{GROUP}/cordoned-by"
+#: JSON: {"hash": labels-hash, "pod": uid} — the labels the running device plugin has seen.
+ANNOTATION_PLUGIN_RESTART: Final = f"{GROUP}/plugin-restart"
+#: JSON GPU inventory published by the node agent.
+ANNOTATION_INVENTORY: Final = f"{GROUP}/gpu-inventory"
+
+# Agent labels.
+LABEL_GPU_COUNT: Final = f"{GROUP}/gpu.count"
+LABEL_GPU_PRODUCT: Final = f"{GROUP}/gpu.product"
+LABEL_GPU_MEMORY_MIB: Final = f"{GROUP}/gpu.memory-mib"
+LABEL_CGPU_ISOLATION: Final = f"{GROUP}/cgpu.isolation"
+
+# Extended resources.
+RES_GPU_MEM: Final = "aliyun.com/gpu-mem"
+RES_GPU_CORE: Final = "aliyun.com/gpu-core.percentage"
+RES_GPU_COUNT: Final = "aliyun.com/gpu-count"
+GPU_RESOURCE_PREFIX: Final = "aliyun.com/gpu"
+
+# Webhook opt-out.
+LABEL_WEBHOOK: Final = f"{GROUP}/webhook"
+WEBHOOK_IGNORE: Final = "ignore"
+
+# Device plugin defaults.
+DEFAULT_PLUGIN_NAMESPACE: Final = "kube-system"
+DEFAULT_PLUGIN_LABELS: Final = {"name": "gpushare-device-plugin-ds"}
+
+FINALIZER: Final = f"{GROUP}/cleanup"
