@@ -1,0 +1,3 @@
+from gpushare.cli import run
+
+run()

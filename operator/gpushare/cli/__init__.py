@@ -1,0 +1,66 @@
+"""The ``gpushare`` command line: one sub-command per module in this package.
+
+Each sub-command module exposes ``register(subparsers)``, which adds its parser and sets
+``func`` to a callable taking the parsed ``argparse.Namespace`` and returning the exit code.
+Errors a user can fix are raised as ``CLIError`` and printed as one line, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from gpushare import __version__
+
+#: Sub-command modules, in the order `gpushare --help` lists them. Missing ones are skipped.
+SUBCOMMANDS = ("check", "plan", "inspect", "run", "agent", "quota")
+
+
+class CLIError(Exception):
+    """A problem with the user's input or environment; exit code 2 unless given."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def build_parser(prog: str = "gpushare") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Declare, check and observe GPU sharing (ACK cGPU / gpushare) on Kubernetes nodes.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in SUBCOMMANDS:
+        try:
+            module = importlib.import_module(f"gpushare.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"gpushare.cli.{name}":
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "gpushare") -> int:
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except CLIError as exc:
+        print(f"{prog} {args.command}: error: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+def kubectl_plugin_main() -> None:
+    """Entry point of ``kubectl-gpushare`` (so ``kubectl gpushare inspect`` works)."""
+    sys.exit(main(prog="kubectl gpushare"))
+
+
+def run() -> None:
+    sys.exit(main())
