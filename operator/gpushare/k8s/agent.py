@@ -1,0 +1,64 @@
+"""The node agent's only Kubernetes side effects: read its Node's metadata, merge-patch it.
+
+RBAC: ``nodes: get, patch``. The caller (``gpushare.cli.agent``) only ever passes patches
+built by :func:`gpushare.gpu.inventory.node_metadata_patch`, which touch the agent's own
+``gpushare.io/`` keys and nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+FIELD_MANAGER = "gpushare-agent"
+
+
+class NodeAccessError(Exception):
+    """The Node could not be read or patched (message names the node, the verb and the reason)."""
+
+
+@dataclass(frozen=True)
+class NodeMetadata:
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    resource_version: str = ""
+
+
+def _reason(exc: ApiException) -> str:
+    if exc.status == 404:
+        return "not found (is --node-name / NODE_NAME the Kubernetes node name?)"
+    if exc.status == 403:
+        return "forbidden (the agent's ServiceAccount needs nodes get and patch)"
+    return f"HTTP {exc.status} {exc.reason}"
+
+
+async def read_node_metadata(api: k8s_client.ApiClient, name: str) -> NodeMetadata:
+    try:
+        node = await k8s_client.CoreV1Api(api).read_node(name)
+    except ApiException as exc:
+        raise NodeAccessError(f"get node {name!r}: {_reason(exc)}") from None
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        raise NodeAccessError(f"get node {name!r}: API server unreachable: {exc!r}") from None
+    meta = node.metadata
+    return NodeMetadata(
+        labels=dict(meta.labels or {}),
+        annotations=dict(meta.annotations or {}),
+        resource_version=meta.resource_version or "",
+    )
+
+
+async def patch_node_metadata(api: k8s_client.ApiClient, name: str, patch: dict[str, Any]) -> str:
+    """Apply one merge patch to the Node; returns the new resourceVersion."""
+    try:
+        # A dict body is sent as a strategic merge patch; for metadata.labels/annotations
+        # (plain string maps) that is exactly a JSON merge patch: keys set, null deletes.
+        node = await k8s_client.CoreV1Api(api).patch_node(name, patch, field_manager=FIELD_MANAGER)
+    except ApiException as exc:
+        raise NodeAccessError(f"patch node {name!r}: {_reason(exc)}") from None
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        raise NodeAccessError(f"patch node {name!r}: API server unreachable: {exc!r}") from None
+    return str(node.metadata.resource_version or "")
