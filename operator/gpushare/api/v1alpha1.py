@@ -186,6 +186,16 @@ class GPUSharePoolSpec(_Model):
     def _check(self) -> GPUSharePoolSpec:
         if self.node_selector.is_empty():
             raise ValueError("nodeSelector must not be empty: an empty selector would take over every node")
+        sel = self.node_selector
+        managed = sorted(
+            ({*sel.match_labels} | {req.key for req in sel.match_expressions}) & set(c.MANAGED_LABELS)
+        )
+        if managed:
+            raise ValueError(
+                f"nodeSelector must not use labels gpushare writes itself ({', '.join(managed)}): "
+                "applying the pool would change which nodes it selects; select nodes by a label "
+                "gpushare does not manage, such as alibabacloud.com/nodepool-id"
+            )
         if self.compute_allocation and not self.memory_isolation:
             raise ValueError(
                 "computeAllocation: true requires memoryIsolation: true "

@@ -1,0 +1,63 @@
+"""metav1.Condition handling with Kubernetes semantics, on plain dicts (the status JSON)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+READY = "Ready"
+PROGRESSING = "Progressing"
+DEGRADED = "Degraded"
+CONFLICT = "Conflict"
+#: The order conditions are listed in; unknown types follow in their existing order.
+ORDER: tuple[str, ...] = (READY, PROGRESSING, DEGRADED, CONFLICT)
+
+Status = Literal["True", "False", "Unknown"]
+
+
+def timestamp(now: datetime) -> str:
+    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def set_condition(
+    conditions: Sequence[Mapping[str, Any]],
+    type: str,  # noqa: A002 - the metav1 field name
+    status: Status,
+    reason: str,
+    message: str,
+    generation: int | None,
+    now: datetime,
+) -> list[dict[str, Any]]:
+    """A new full list with ``type`` upserted (``meta.SetStatusCondition``).
+
+    ``lastTransitionTime`` changes only when ``status`` changes; reason, message and
+    observedGeneration are updated in place. The input is not modified.
+    """
+    out = [dict(cond) for cond in conditions]
+    new: dict[str, Any] = {
+        "type": type,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": timestamp(now),
+    }
+    if generation is not None:
+        new["observedGeneration"] = generation
+    for i, cond in enumerate(out):
+        if cond.get("type") == type:
+            if cond.get("status") == status and cond.get("lastTransitionTime"):
+                new["lastTransitionTime"] = cond["lastTransitionTime"]
+            out[i] = new
+            break
+    else:
+        out.append(new)
+    rank = {name: i for i, name in enumerate(ORDER)}
+    return sorted(out, key=lambda cond: rank.get(str(cond.get("type")), len(ORDER)))
+
+
+def get_condition(conditions: Sequence[Mapping[str, Any]], type: str) -> Mapping[str, Any] | None:  # noqa: A002
+    for cond in conditions:
+        if cond.get("type") == type:
+            return cond
+    return None

@@ -1,0 +1,608 @@
+"""The planner: from pools, nodes and pods to the label patch and actions for every node.
+
+Rules (docs/planner.md has the table and examples):
+
+* A node in exactly one pool gets ``desired_labels(pool)``; the patch holds only keys that change.
+* The first write to a node also writes ``ANNOTATION_OWNED`` = ``{"pool", "prior"}``: the value of
+  every managed label before gpushare touched it. Moving a node to another pool keeps that prior.
+* A node we own that no longer belongs to its pool (selector or labels changed, pool gone or
+  deleted with ``cleanup: Restore``) gets its prior values back; ``ack.node.gpu.schedule`` with no
+  prior becomes ``default`` (deleting it would not bring back exclusive mode). ``cleanup: Retain``
+  leaves the ACK labels and removes only ``gpushare.io/pool`` and the ownership annotation.
+* ``gpushare.io/skip=true`` → untouched (Skip). Two or more pools → untouched (Conflict).
+* A change of ``ack.node.gpu.schedule`` while pods using ``aliyun.com/gpu-mem`` run on the node is
+  a blocked mode switch: ``rollout.modeSwitch`` decides (Wait/Cordon/Evict hold it, Force applies).
+* A change of a label the device plugin reads writes ``ANNOTATION_PLUGIN_RESTART`` (state Pending)
+  in the same patch, so a restarted operator resumes the restart instead of repeating it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from gpushare import constants as c
+from gpushare.api.v1alpha1 import GPUSharePool, GPUSharePoolSpec, Rollout
+from gpushare.policy.views import NodeView, PodView, pods_by_node
+
+#: Labels the device plugin reads only when it starts: changing any of them needs a plugin restart.
+PLUGIN_LABELS: tuple[str, ...] = (
+    c.LABEL_CGPU,
+    c.LABEL_DISABLE_ISOLATION,
+    c.LABEL_SCHEDULE,
+    c.LABEL_PLACEMENT,
+)
+
+ModeSwitchPolicy = Literal["Wait", "Cordon", "Evict", "Force"]
+RestartState = Literal["Pending", "Done", "Failed", "Skipped"]
+
+Patch = Mapping[str, "str | None"]
+
+
+class Action(StrEnum):
+    APPLY = "Apply"
+    RESTORE = "Restore"
+    RETAIN = "Retain"
+    NOOP = "Noop"
+    SKIP = "Skip"
+    CONFLICT = "Conflict"
+    HOLD = "Hold"
+
+
+def _iso(now: datetime) -> str:
+    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _dump(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class Ownership:
+    """``ANNOTATION_OWNED``: the pool that owns the node and the managed labels it replaced."""
+
+    pool: str
+    prior: Mapping[str, str | None]
+    readable: bool = True
+
+    @classmethod
+    def capture(cls, pool: str, labels: Mapping[str, str]) -> Ownership:
+        return cls(pool=pool, prior={key: labels.get(key) for key in c.MANAGED_LABELS})
+
+    @classmethod
+    def parse(cls, raw: str | None) -> Ownership | None:
+        """None when absent; an unreadable annotation still means "ours", with no known prior."""
+        if raw is None:
+            return None
+        try:
+            data = json.loads(raw)
+            pool = data["pool"]
+            prior_raw = data.get("prior") or {}
+            if not isinstance(pool, str) or not isinstance(prior_raw, dict):
+                raise TypeError("bad shape")
+            prior = {
+                key: (str(prior_raw[key]) if prior_raw.get(key) is not None else None)
+                for key in c.MANAGED_LABELS
+            }
+        except (ValueError, KeyError, TypeError):
+            return cls(pool="", prior=dict.fromkeys(c.MANAGED_LABELS), readable=False)
+        return cls(pool=pool, prior=prior)
+
+    def dump(self) -> str:
+        return _dump({"pool": self.pool, "prior": {key: self.prior.get(key) for key in c.MANAGED_LABELS}})
+
+
+@dataclass(frozen=True)
+class RestartRecord:
+    """``ANNOTATION_PLUGIN_RESTART``: which plugin-relevant labels the device plugin has (to) see(n).
+
+    ``hash`` identifies the 4 plugin label values; ``since`` is when they were written: plugin pods
+    created before it must be replaced. ``state``: Pending (restart owed), Done (a plugin pod
+    created after ``since`` is Ready, or there was none to restart), Failed (timed out),
+    Skipped (the pool says ``devicePlugin.restart: Never``). ``pool`` is who owes the restart.
+    """
+
+    hash: str
+    since: str
+    state: RestartState
+    pool: str
+    result: str = ""
+
+    @classmethod
+    def parse(cls, raw: str | None) -> RestartRecord | None:
+        if raw is None:
+            return None
+        try:
+            data = json.loads(raw)
+            state = data["state"]
+            if state not in ("Pending", "Done", "Failed", "Skipped"):
+                return None
+            return cls(
+                hash=str(data["hash"]),
+                since=str(data.get("since", "")),
+                state=state,
+                pool=str(data.get("pool", "")),
+                result=str(data.get("result", "")),
+            )
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def dump(self) -> str:
+        body: dict[str, str] = {
+            "hash": self.hash,
+            "since": self.since,
+            "state": self.state,
+            "pool": self.pool,
+        }
+        if self.result:
+            body["result"] = self.result
+        return _dump(body)
+
+    @property
+    def pending(self) -> bool:
+        return self.state == "Pending"
+
+
+def plugin_labels_hash(labels: Mapping[str, str | None]) -> str:
+    """A short stable hash of the 4 label values the device plugin reads."""
+    values = [labels.get(key) for key in PLUGIN_LABELS]
+    return hashlib.sha256(_dump(values).encode()).hexdigest()[:16]
+
+
+def desired_labels(spec: GPUSharePoolSpec, pool_name: str) -> dict[str, str]:
+    """The managed labels of a node in the pool (every key of ``MANAGED_LABELS``)."""
+    return {
+        c.LABEL_CGPU: "true",
+        c.LABEL_DISABLE_ISOLATION: "false" if spec.memory_isolation else "true",
+        c.LABEL_SCHEDULE: spec.mode,
+        c.LABEL_PLACEMENT: spec.placement,
+        c.LABEL_POOL: pool_name,
+    }
+
+
+def restore_labels(prior: Mapping[str, str | None]) -> dict[str, str | None]:
+    """The managed labels after Restore: prior values (None = absent), ``schedule`` never absent."""
+    out = {key: prior.get(key) for key in c.MANAGED_LABELS}
+    if out[c.LABEL_SCHEDULE] is None:
+        out[c.LABEL_SCHEDULE] = c.SCHEDULE_DEFAULT
+    return out
+
+
+def selector_keys(spec: GPUSharePoolSpec) -> set[str]:
+    sel = spec.node_selector
+    return set(sel.match_labels) | {req.key for req in sel.match_expressions}
+
+
+def selector_problem(spec: GPUSharePoolSpec) -> str | None:
+    """Why a pool's nodeSelector cannot be planned, or None.
+
+    A selector on a label gpushare writes would change membership by applying the pool (a node
+    selected by ``cgpu DoesNotExist`` would leave the pool as soon as it is labelled), so such
+    selectors are rejected at parse time and, as a guard, ignored here.
+    """
+    used = sorted(selector_keys(spec) & set(c.MANAGED_LABELS))
+    if used:
+        return (
+            f"spec.nodeSelector uses {', '.join(used)}, which gpushare writes itself; "
+            "select nodes by labels gpushare does not manage (e.g. alibabacloud.com/nodepool-id)"
+        )
+    return None
+
+
+def _diff(current: Mapping[str, str], target: Mapping[str, str | None]) -> dict[str, str | None]:
+    return {key: value for key, value in target.items() if current.get(key) != value}
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    """What gpushare does to one node. Patches are minimal; ``None`` deletes a key."""
+
+    node: str
+    pool: str | None
+    action: Action
+    label_patch: Mapping[str, str | None] = field(default_factory=dict)
+    annotation_patch: Mapping[str, str | None] = field(default_factory=dict)
+    #: ``spec.unschedulable``: True to cordon, None to uncordon (only what gpushare cordoned).
+    unschedulable_patch: bool | None = None
+    uncordon: bool = False
+    restart_plugin: bool = False
+    mode_switch: tuple[str, str] | None = None
+    blocking_pods: tuple[PodView, ...] = ()
+    hold: ModeSwitchPolicy | None = None
+    conflict_pools: tuple[str, ...] = ()
+    reason: str = ""
+    message: str = ""
+    owner: str | None = None
+    drift: bool = False
+    #: The restart record as it is once this plan's patch is written.
+    plugin_restart: RestartRecord | None = None
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.label_patch or self.annotation_patch or self.cordon or self.uncordon)
+
+    @property
+    def cordon(self) -> bool:
+        return self.unschedulable_patch is True
+
+    @property
+    def plugin_restart_pending(self) -> bool:
+        return self.plugin_restart is not None and self.plugin_restart.pending
+
+    @property
+    def force(self) -> bool:
+        """A blocked mode switch applied anyway (``modeSwitch: Force``): warn."""
+        return self.hold == "Force"
+
+    @property
+    def evict_pods(self) -> tuple[PodView, ...]:
+        """Pods to evict (``modeSwitch: Evict``), once the node is cordoned."""
+        return self.blocking_pods if self.hold == "Evict" else ()
+
+    def node_patch(self) -> dict[str, Any]:
+        """One merge patch with labels, annotations and cordon state together ({} = nothing)."""
+        meta: dict[str, Any] = {}
+        if self.label_patch:
+            meta["labels"] = dict(self.label_patch)
+        if self.annotation_patch:
+            meta["annotations"] = dict(self.annotation_patch)
+        patch: dict[str, Any] = {"metadata": meta} if meta else {}
+        if self.cordon:
+            patch["spec"] = {"unschedulable": True}
+        elif self.uncordon:
+            patch["spec"] = {"unschedulable": None}
+        return patch
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    nodes: tuple[NodePlan, ...]
+    #: Pools whose spec cannot be planned: name → why. Nodes they own are left as they are.
+    invalid_pools: Mapping[str, str] = field(default_factory=dict)
+
+    def for_pool(self, name: str) -> list[NodePlan]:
+        """Plans the pool acts on or reports: its nodes, nodes leaving it, and its conflicts."""
+        return [p for p in self.nodes if p.pool == name or name in p.conflict_pools]
+
+    def changes(self) -> list[NodePlan]:
+        return [p for p in self.nodes if p.changed]
+
+    def by_node(self) -> dict[str, NodePlan]:
+        return {p.node: p for p in self.nodes}
+
+
+def _node_obj_uncordon(node: NodeView) -> bool:
+    return c.ANNOTATION_CORDONED_BY in node.annotations
+
+
+@dataclass(frozen=True)
+class _Target:
+    pool: str
+    labels: Mapping[str, str | None]
+    rollout: Rollout
+    restart_policy: Literal["Rolling", "Never"]
+
+
+def _blocking(pods: Iterable[PodView]) -> tuple[PodView, ...]:
+    return tuple(sorted((p for p in pods if not p.terminated and p.gpu_mem > 0), key=lambda p: p.ref))
+
+
+def _change(
+    node: NodeView,
+    action: Action,
+    target: _Target,
+    *,
+    owned: Ownership | None,
+    new_owner: Ownership | None,
+    record: RestartRecord | None,
+    pods: Sequence[PodView],
+    now: str,
+    reason: str,
+    message: str,
+) -> NodePlan:
+    """Shared by Apply and Restore: guard mode switches, patch labels, owe a plugin restart."""
+    label_patch = _diff(node.labels, target.labels)
+    annotations: dict[str, str | None] = {}
+    if new_owner is None:
+        annotations[c.ANNOTATION_OWNED] = None
+    elif owned is None or not owned.readable or owned.pool != new_owner.pool:
+        annotations[c.ANNOTATION_OWNED] = new_owner.dump()
+
+    old_mode = node.labels.get(c.LABEL_SCHEDULE) or c.SCHEDULE_DEFAULT
+    new_mode = target.labels.get(c.LABEL_SCHEDULE) or c.SCHEDULE_DEFAULT
+    mode_switch = (old_mode, new_mode) if old_mode != new_mode else None
+    blocking = _blocking(pods) if mode_switch else ()
+    hold: ModeSwitchPolicy | None = None
+    common: dict[str, Any] = {
+        "node": node.name,
+        "pool": target.pool,
+        "owner": owned.pool if owned else None,
+        "mode_switch": mode_switch,
+        "blocking_pods": blocking,
+    }
+    if blocking:
+        hold = target.rollout.mode_switch
+        if hold != "Force":
+            cordon = hold in ("Cordon", "Evict") and not node.unschedulable
+            cordon_ann: dict[str, str | None] = {c.ANNOTATION_CORDONED_BY: target.pool} if cordon else {}
+            names = ", ".join(p.ref for p in blocking)
+            verb = {"Wait": "waiting for", "Cordon": "cordoned, waiting for", "Evict": "evicting"}[hold]
+            return NodePlan(
+                action=Action.HOLD,
+                hold=hold,
+                annotation_patch=cordon_ann,
+                unschedulable_patch=True if cordon else None,
+                reason="ModeSwitchBlocked",
+                message=(
+                    f"{c.LABEL_SCHEDULE} {old_mode} -> {new_mode} is blocked by "
+                    f"{len(blocking)} pod(s) using {c.RES_GPU_MEM} (modeSwitch {hold}: {verb} {names})"
+                ),
+                plugin_restart=record,
+                **common,
+            )
+
+    after = {**node.labels, **{k: v for k, v in label_patch.items() if v is not None}}
+    for key, value in label_patch.items():
+        if value is None:
+            after.pop(key, None)
+    new_hash = plugin_labels_hash(after)
+    plugin_changed = any(key in label_patch for key in PLUGIN_LABELS)
+    restart = False
+    new_record = record
+    if plugin_changed:
+        if target.restart_policy == "Never":
+            new_record = RestartRecord(new_hash, now, "Skipped", target.pool, "RestartNever")
+        elif record is not None and record.hash == new_hash and record.state in ("Done", "Pending"):
+            # The plugin already saw (or is about to see) exactly these values.
+            new_record = record
+        else:
+            restart = True
+            new_record = RestartRecord(new_hash, now, "Pending", target.pool)
+    elif action is Action.APPLY and owned is None and (record is None or record.hash != new_hash):
+        # Adopted with the plugin labels already right: nothing to restart.
+        new_record = RestartRecord(new_hash, now, "Done", target.pool, "Adopted")
+    if new_record is not record and new_record is not None:
+        annotations[c.ANNOTATION_PLUGIN_RESTART] = new_record.dump()
+
+    uncordon = False
+    if _node_obj_uncordon(node) and not (new_record is not None and new_record.pending):
+        uncordon = True
+        annotations[c.ANNOTATION_CORDONED_BY] = None
+    if not label_patch and not annotations and not uncordon:
+        action = Action.NOOP
+        reason, message = "UpToDate", "labels are as the pool wants"
+    return NodePlan(
+        action=action,
+        label_patch=label_patch,
+        annotation_patch=annotations,
+        uncordon=uncordon,
+        restart_plugin=restart,
+        hold="Force" if blocking else None,
+        reason=reason if not blocking else "ModeSwitchForced",
+        message=message
+        if not blocking
+        else (
+            f"{c.LABEL_SCHEDULE} {old_mode} -> {new_mode} forced with {len(blocking)} pod(s) using "
+            f"{c.RES_GPU_MEM} still running ({', '.join(p.ref for p in blocking)})"
+        ),
+        plugin_restart=new_record,
+        drift=bool(
+            action is Action.APPLY
+            and owned is not None
+            and owned.pool == target.pool
+            and label_patch
+            and (
+                record is None
+                or record.hash != plugin_labels_hash(node.labels)
+                or c.LABEL_POOL in label_patch
+            )
+        ),
+        **common,
+    )
+
+
+def _untouched(
+    node: NodeView,
+    action: Action,
+    pool: str | None,
+    owned: Ownership | None,
+    record: RestartRecord | None,
+    reason: str,
+    message: str,
+    conflict_pools: tuple[str, ...] = (),
+) -> NodePlan:
+    return NodePlan(
+        node=node.name,
+        pool=pool,
+        action=action,
+        owner=owned.pool if owned else None,
+        plugin_restart=record,
+        reason=reason,
+        message=message,
+        conflict_pools=conflict_pools,
+    )
+
+
+def _plan_node(
+    node: NodeView,
+    active: Sequence[GPUSharePool],
+    pools: Mapping[str, GPUSharePool],
+    deleting: Collection[str],
+    invalid: Mapping[str, str],
+    pods: Sequence[PodView],
+    now: str,
+) -> NodePlan:
+    owned = Ownership.parse(node.annotations.get(c.ANNOTATION_OWNED))
+    record = RestartRecord.parse(node.annotations.get(c.ANNOTATION_PLUGIN_RESTART))
+    matching = [p for p in active if p.spec.node_selector.matches(dict(node.labels))]
+
+    if node.labels.get(c.LABEL_SKIP) == "true":
+        shown = owned.pool if owned and owned.pool else (matching[0].name if len(matching) == 1 else None)
+        return _untouched(
+            node, Action.SKIP, shown, owned, record, "SkipLabel", f"node is labelled {c.LABEL_SKIP}=true"
+        )
+    if owned is not None and owned.pool in invalid:
+        return _untouched(
+            node,
+            Action.NOOP,
+            owned.pool,
+            owned,
+            record,
+            "PoolInvalid",
+            f"left as is while GPUSharePool/{owned.pool} is invalid: {invalid[owned.pool]}",
+        )
+    if len(matching) >= 2:
+        names = tuple(sorted(p.name for p in matching))
+        return _untouched(
+            node,
+            Action.CONFLICT,
+            None,
+            owned,
+            record,
+            "MultiplePools",
+            f"selected by {len(names)} pools ({', '.join(names)}); none of them changes it",
+            conflict_pools=names,
+        )
+    if len(matching) == 1:
+        pool = matching[0]
+        moving = owned is not None and owned.pool != pool.name
+        new_owner = (
+            Ownership(pool.name, owned.prior)
+            if owned is not None
+            else Ownership.capture(pool.name, node.labels)
+        )
+        if moving and owned is not None:
+            reason, message = "MovedPool", f"moves from pool {owned.pool or '<unknown>'} to {pool.name}"
+        elif owned is None:
+            reason, message = "Adopted", f"joins pool {pool.name}"
+        else:
+            reason, message = "LabelsChanged", f"labels differ from what pool {pool.name} wants"
+        plan = _change(
+            node,
+            Action.APPLY,
+            _Target(
+                pool.name,
+                desired_labels(pool.spec, pool.name),
+                pool.spec.rollout,
+                pool.spec.device_plugin.restart,
+            ),
+            owned=owned,
+            new_owner=new_owner,
+            record=record,
+            pods=pods,
+            now=now,
+            reason=reason,
+            message=message,
+        )
+        if plan.drift:
+            plan = replace(plan, reason="DriftCorrected", message="managed labels were edited by hand")
+        return plan
+    if owned is None:
+        # Not ours and in no pool. Still give back a cordon we made (e.g. a restore finished).
+        if _node_obj_uncordon(node) and not (record is not None and record.pending):
+            return NodePlan(
+                node=node.name,
+                pool=None,
+                action=Action.NOOP,
+                annotation_patch={c.ANNOTATION_CORDONED_BY: None},
+                uncordon=True,
+                plugin_restart=record,
+                reason="Uncordoned",
+                message="gpushare no longer needs the cordon it made",
+            )
+        return _untouched(node, Action.NOOP, None, None, record, "NotSelected", "in no pool")
+
+    owner = pools.get(owned.pool)
+    if owner is not None and owned.pool in deleting and owner.spec.cleanup == "Retain":
+        labels: dict[str, str | None] = {c.LABEL_POOL: None} if c.LABEL_POOL in node.labels else {}
+        if owned.prior.get(c.LABEL_POOL) is not None:
+            labels = _diff(node.labels, {c.LABEL_POOL: owned.prior[c.LABEL_POOL]})
+        return NodePlan(
+            node=node.name,
+            pool=owned.pool,
+            action=Action.RETAIN,
+            owner=owned.pool,
+            label_patch=labels,
+            annotation_patch={c.ANNOTATION_OWNED: None},
+            plugin_restart=record,
+            reason="Retained",
+            message=f"pool {owned.pool} is deleted with cleanup Retain: ACK labels stay",
+        )
+    if owner is None:
+        reason, message = "PoolGone", f"pool {owned.pool or '<unknown>'} no longer exists"
+    elif owned.pool in deleting:
+        reason, message = "PoolDeleted", f"pool {owned.pool} is being deleted (cleanup Restore)"
+    else:
+        reason, message = "LeftSelector", f"no longer selected by pool {owned.pool}"
+    return _change(
+        node,
+        Action.RESTORE,
+        _Target(
+            owned.pool,
+            restore_labels(owned.prior),
+            owner.spec.rollout if owner else Rollout(),
+            owner.spec.device_plugin.restart if owner else "Rolling",
+        ),
+        owned=owned,
+        new_owner=None,
+        record=record,
+        pods=pods,
+        now=now,
+        reason=reason,
+        message=message,
+    )
+
+
+def plan(
+    pools: Sequence[GPUSharePool],
+    nodes: Iterable[NodeView],
+    pods: Iterable[PodView] = (),
+    *,
+    now: datetime,
+    deleting: Collection[str] = frozenset(),
+    invalid: Mapping[str, str] | None = None,
+) -> ClusterPlan:
+    """Plan every node. ``deleting``: pools being deleted (their nodes are restored or retained);
+    ``invalid``: pools that failed validation (name → why; the nodes they own stay as they are).
+    """
+    bad = dict(invalid or {})
+    for pool in pools:
+        problem = selector_problem(pool.spec)
+        if problem:
+            bad[pool.name] = problem
+    by_name = {p.name: p for p in pools}
+    active = [p for p in pools if p.name not in deleting and p.name not in bad]
+    on_node = pods_by_node(pods)
+    stamp = _iso(now)
+    plans = tuple(
+        _plan_node(node, active, by_name, deleting, bad, on_node.get(node.name, ()), stamp)
+        for node in sorted(nodes, key=lambda n: n.name)
+    )
+    return ClusterPlan(nodes=plans, invalid_pools=bad)
+
+
+def apply_node_patch(node: NodeView, node_plan: NodePlan) -> NodeView:
+    """The node as the apiserver would return it after ``node_plan.node_patch()`` (merge patch)."""
+    labels = dict(node.labels)
+    for key, value in node_plan.label_patch.items():
+        if value is None:
+            labels.pop(key, None)
+        else:
+            labels[key] = value
+    annotations = dict(node.annotations)
+    for key, value in node_plan.annotation_patch.items():
+        if value is None:
+            annotations.pop(key, None)
+        else:
+            annotations[key] = value
+    unschedulable = node.unschedulable
+    if node_plan.cordon:
+        unschedulable = True
+    elif node_plan.uncordon:
+        unschedulable = False
+    return replace(node, labels=labels, annotations=annotations, unschedulable=unschedulable)

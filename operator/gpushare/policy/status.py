@@ -1,0 +1,232 @@
+"""Pool status from a plan and the observed nodes and pods (pure; the operator patches it)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from gpushare import constants as c
+from gpushare.api.v1alpha1 import MAX_NODE_STATUSES, GPUSharePool, GPUSharePoolStatus, NodePhase
+from gpushare.policy import conditions as cond
+from gpushare.policy.planner import Action, ClusterPlan, NodePlan
+from gpushare.policy.views import NodeView, PodView
+
+#: Phases of a node that belongs to the pool and is not yet (or no longer) as it should be.
+_IN_POOL = (Action.APPLY, Action.NOOP, Action.HOLD)
+_LIST_MAX = 10
+
+
+@dataclass(frozen=True)
+class NodeState:
+    name: str
+    phase: NodePhase
+    reason: str
+    message: str
+
+
+def _names(items: Sequence[str]) -> str:
+    shown = ", ".join(items[:_LIST_MAX])
+    return shown + (f" and {len(items) - _LIST_MAX} more" if len(items) > _LIST_MAX else "")
+
+
+def node_state(
+    pool: str,
+    node_plan: NodePlan,
+    node: NodeView | None,
+    errors: Mapping[str, str],
+) -> NodeState | None:
+    """The phase of one node as pool ``pool`` reports it, or None when the pool does not list it."""
+    p = node_plan
+    if p.node in errors and (p.pool == pool):
+        return NodeState(p.node, "Failed", "ApplyFailed", errors[p.node])
+    if p.action is Action.CONFLICT:
+        others = [name for name in p.conflict_pools if name != pool]
+        return NodeState(p.node, "Conflict", "MultiplePools", f"also selected by pool {', '.join(others)}")
+    if p.pool != pool:
+        return None
+    if p.action is Action.SKIP:
+        return NodeState(p.node, "Skipped", "SkipLabel", p.message)
+    if p.action is Action.HOLD:
+        return NodeState(p.node, "Held", "ModeSwitchBlocked", p.message)
+    if p.action in (Action.RESTORE, Action.RETAIN):
+        return NodeState(
+            p.node, "Pending", "Restoring" if p.action is Action.RESTORE else "Releasing", p.message
+        )
+    if p.action is Action.APPLY:
+        return NodeState(p.node, "Pending", p.reason or "LabelsChanged", p.message)
+    record = p.plugin_restart
+    if record is not None and record.pool == pool:
+        if record.state == "Pending":
+            return NodeState(
+                p.node,
+                "Restarting",
+                "DevicePluginRestarting",
+                f"waiting for a device plugin started after {record.since}",
+            )
+        if record.state == "Failed":
+            return NodeState(
+                p.node, "Failed", "DevicePluginNotReady", record.result or "device plugin not Ready"
+            )
+    if p.action is Action.NOOP and p.reason == "PoolInvalid":
+        return NodeState(p.node, "Degraded", "PoolInvalid", p.message)
+    if node is not None and not node.ready:
+        return NodeState(p.node, "Degraded", "NodeNotReady", "the node's Ready condition is not True")
+    if record is not None and record.result == "NoDevicePluginPod":
+        return NodeState(
+            p.node, "Ready", "NoDevicePluginPod", "labels applied; no device plugin pod runs on the node"
+        )
+    return NodeState(p.node, "Ready", "LabelsApplied", "")
+
+
+def _sum(values: Iterable[int]) -> int:
+    return sum(values)
+
+
+def pool_status(
+    pool: GPUSharePool,
+    cluster_plan: ClusterPlan,
+    nodes: Mapping[str, NodeView],
+    pods: Iterable[PodView],
+    *,
+    now: datetime,
+    errors: Mapping[str, str] | None = None,
+    deleting: bool = False,
+) -> dict[str, Any]:
+    """The full ``status`` of ``pool`` (Kubernetes JSON) with conditions merged into the old ones.
+
+    ``errors``: node → message for writes that failed in this pass (the node is reported Failed).
+    """
+    errors = errors or {}
+    name = pool.name
+    plans = cluster_plan.for_pool(name)
+    states = [s for s in (node_state(name, p, nodes.get(p.node), errors) for p in plans) if s is not None]
+    member = {p.node for p in plans if p.pool == name and p.action in _IN_POOL}
+    by_phase: dict[str, list[NodeState]] = {}
+    for s in states:
+        by_phase.setdefault(s.phase, []).append(s)
+
+    def count(*phases: str, only_members: bool = True) -> int:
+        return sum(1 for s in states if s.phase in phases and (s.name in member or not only_members))
+
+    counts = {
+        "matched": len(member),
+        "ready": count("Ready"),
+        "pending": count("Pending", "Restarting", only_members=False),
+        "held": count("Held"),
+        "conflicting": count("Conflict", only_members=False),
+        "failed": count("Failed", only_members=False),
+    }
+    member_nodes = [nodes[n] for n in sorted(member) if n in nodes]
+    capacity = {
+        "gpus": _sum(n.allocatable_int(c.RES_GPU_COUNT) for n in member_nodes),
+        "gpuMemGiB": _sum(n.allocatable_int(c.RES_GPU_MEM) for n in member_nodes),
+        "gpuCorePercentage": _sum(n.allocatable_int(c.RES_GPU_CORE) for n in member_nodes),
+    }
+    live = [p for p in pods if p.node_name in member and not p.terminated]
+    allocated = {
+        "gpus": _sum(p.gpu_count for p in live),
+        "gpuMemGiB": _sum(p.gpu_mem for p in live),
+        "gpuCorePercentage": _sum(p.gpu_core for p in live),
+    }
+
+    generation = pool.metadata.generation
+    conditions: list[dict[str, Any]] = [dict(x.dump()) for x in pool.status.conditions]
+    invalid = cluster_plan.invalid_pools.get(name)
+
+    def put(ctype: str, status: cond.Status, reason: str, message: str) -> None:
+        nonlocal conditions
+        conditions = cond.set_condition(conditions, ctype, status, reason, message, generation, now)
+
+    matched, ready = counts["matched"], counts["ready"]
+    if invalid:
+        put(cond.READY, "False", "InvalidSpec", invalid)
+    elif deleting:
+        put(
+            cond.READY,
+            "False",
+            "Deleting",
+            f"cleanup {pool.spec.cleanup} in progress on {counts['pending']} node(s)",
+        )
+    elif matched == 0:
+        put(
+            cond.READY,
+            "False",
+            "NoMatchingNodes",
+            "spec.nodeSelector selects no node that only this pool selects",
+        )
+    elif ready == matched:
+        put(cond.READY, "True", "AllNodesReady", f"{ready}/{matched} nodes ready")
+    else:
+        put(cond.READY, "False", "NodesNotReady", f"{ready}/{matched} nodes ready")
+
+    held = [s for s in states if s.phase == "Held"]
+    moving = [s for s in states if s.phase in ("Pending", "Restarting")]
+    if held:
+        put(
+            cond.PROGRESSING,
+            "True",
+            "NodesHeld",
+            f"{len(held)} node(s) held by running GPU pods: "
+            + "; ".join(f"{s.name}: {s.message}" for s in held[:3]),
+        )
+    elif moving:
+        put(
+            cond.PROGRESSING,
+            "True",
+            "RollingOut",
+            f"{len(moving)} node(s) changing: {_names([s.name for s in moving])}",
+        )
+    else:
+        put(cond.PROGRESSING, "False", "RolloutComplete", "no node is changing")
+
+    failed = [s for s in states if s.phase == "Failed"]
+    if invalid:
+        put(cond.DEGRADED, "True", "InvalidSpec", invalid)
+    elif failed:
+        put(
+            cond.DEGRADED,
+            "True",
+            failed[0].reason if len({s.reason for s in failed}) == 1 else "NodesFailed",
+            f"{len(failed)} node(s) failed: " + "; ".join(f"{s.name}: {s.message}" for s in failed[:3]),
+        )
+    else:
+        put(cond.DEGRADED, "False", "AsExpected", "no node failed")
+
+    conflicts = [s for s in states if s.phase == "Conflict"]
+    if conflicts:
+        put(
+            cond.CONFLICT,
+            "True",
+            "NodesInMultiplePools",
+            f"{len(conflicts)} node(s) selected by more than one pool, left unchanged: "
+            + "; ".join(f"{s.name} ({s.message})" for s in conflicts[:_LIST_MAX]),
+        )
+    else:
+        put(cond.CONFLICT, "False", "NoConflicts", "no node is selected by another pool")
+
+    order = {
+        "Failed": 0,
+        "Conflict": 1,
+        "Held": 2,
+        "Degraded": 3,
+        "Restarting": 4,
+        "Pending": 5,
+        "Skipped": 6,
+    }
+    listed = sorted(states, key=lambda s: (order.get(s.phase, 9), s.name))[:MAX_NODE_STATUSES]
+    status = GPUSharePoolStatus.model_validate(
+        {
+            "observedGeneration": generation,
+            "mode": pool.spec.mode,
+            "conditions": conditions,
+            "nodes": counts,
+            "capacity": capacity,
+            "allocated": allocated,
+            "nodeStatuses": [
+                {"name": s.name, "phase": s.phase, "reason": s.reason, "message": s.message} for s in listed
+            ],
+        }
+    )
+    return status.dump()

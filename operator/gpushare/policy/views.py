@@ -1,0 +1,171 @@
+"""Small frozen views of the Kubernetes objects the planner reads, built from raw dicts."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from gpushare import constants as c
+
+_QUANTITY_RE = re.compile(r"^([+-]?[0-9.]+)([a-zA-Z]*)$")
+_SUFFIX = {
+    "": Decimal(1),
+    "m": Decimal("0.001"),
+    "k": Decimal(10**3),
+    "M": Decimal(10**6),
+    "G": Decimal(10**9),
+    "T": Decimal(10**12),
+    "Ki": Decimal(2**10),
+    "Mi": Decimal(2**20),
+    "Gi": Decimal(2**30),
+    "Ti": Decimal(2**40),
+}
+
+
+def quantity_int(value: Any) -> int:
+    """A Kubernetes quantity as a whole number (``"4"``, ``4``, ``"2k"``); 0 when unreadable.
+
+    Extended resources are integers; anything the planner cannot read counts as nothing rather
+    than failing the whole plan (the admission rules reject such requests up front).
+    """
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value)
+    if not isinstance(value, str):
+        return 0
+    m = _QUANTITY_RE.match(value.strip())
+    if not m or m.group(2) not in _SUFFIX:
+        return 0
+    try:
+        return int(Decimal(m.group(1)) * _SUFFIX[m.group(2)])
+    except InvalidOperation:
+        return 0
+
+
+def _container_requests(container: Mapping[str, Any]) -> dict[str, int]:
+    """Requests of one container; for extended resources a limit alone implies the request."""
+    resources = container.get("resources") or {}
+    out: dict[str, int] = {}
+    for source in ("limits", "requests"):  # requests win when both are given
+        for name, value in (resources.get(source) or {}).items():
+            if str(name).startswith(c.GPU_RESOURCE_PREFIX):
+                out[str(name)] = quantity_int(value)
+    return out
+
+
+def pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
+    """Effective GPU-sharing requests of a pod spec, with Kubernetes' init-container rule.
+
+    Regular containers and restartable (sidecar) init containers add up; a regular init container
+    runs alone, so the pod needs the larger of it and the sum. This is what the scheduler reserves.
+    """
+    total: dict[str, int] = {}
+    for container in spec.get("containers") or []:
+        for name, value in _container_requests(container).items():
+            total[name] = total.get(name, 0) + value
+    init_peak: dict[str, int] = {}
+    for container in spec.get("initContainers") or []:
+        requests = _container_requests(container)
+        if container.get("restartPolicy") == "Always":
+            for name, value in requests.items():
+                total[name] = total.get(name, 0) + value
+        else:
+            for name, value in requests.items():
+                init_peak[name] = max(init_peak.get(name, 0), value)
+    for name, value in init_peak.items():
+        total[name] = max(total.get(name, 0), value)
+    return total
+
+
+@dataclass(frozen=True)
+class NodeView:
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    unschedulable: bool = False
+    allocatable: Mapping[str, str] = field(default_factory=dict)
+    ready: bool = True
+
+    @classmethod
+    def from_obj(cls, obj: Mapping[str, Any]) -> NodeView:
+        meta = obj.get("metadata") or {}
+        status = obj.get("status") or {}
+        # Unknown (no Ready condition, e.g. a node written by hand for `gpushare plan`) counts as ready.
+        ready = not any(
+            cond.get("type") == "Ready" and cond.get("status") != "True"
+            for cond in status.get("conditions") or []
+        )
+        return cls(
+            name=str(meta.get("name", "")),
+            labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+            annotations={str(k): str(v) for k, v in (meta.get("annotations") or {}).items()},
+            unschedulable=bool((obj.get("spec") or {}).get("unschedulable")),
+            allocatable={str(k): str(v) for k, v in (status.get("allocatable") or {}).items()},
+            ready=ready,
+        )
+
+    def allocatable_int(self, resource: str) -> int:
+        return quantity_int(self.allocatable.get(resource, 0))
+
+
+@dataclass(frozen=True)
+class PodView:
+    namespace: str
+    name: str
+    uid: str = ""
+    node_name: str = ""
+    phase: str = "Pending"
+    deletion: bool = False
+    gpu_mem: int = 0
+    gpu_core: int = 0
+    gpu_count: int = 0
+    labels: Mapping[str, str] = field(default_factory=dict)
+    created: str = ""
+    ready: bool = False
+
+    @classmethod
+    def from_obj(cls, obj: Mapping[str, Any]) -> PodView:
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        requests = pod_requests(spec)
+        ready = any(
+            cond.get("type") == "Ready" and cond.get("status") == "True"
+            for cond in status.get("conditions") or []
+        )
+        return cls(
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            uid=str(meta.get("uid", "")),
+            node_name=str(spec.get("nodeName") or ""),
+            phase=str(status.get("phase") or "Pending"),
+            deletion=meta.get("deletionTimestamp") is not None,
+            gpu_mem=requests.get(c.RES_GPU_MEM, 0),
+            gpu_core=requests.get(c.RES_GPU_CORE, 0),
+            gpu_count=requests.get(c.RES_GPU_COUNT, 0),
+            labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+            created=str(meta.get("creationTimestamp") or ""),
+            ready=ready,
+        )
+
+    @property
+    def terminated(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def pods_by_node(pods: Iterable[PodView]) -> dict[str, list[PodView]]:
+    out: dict[str, list[PodView]] = {}
+    for pod in pods:
+        if pod.node_name:
+            out.setdefault(pod.node_name, []).append(pod)
+    return out
