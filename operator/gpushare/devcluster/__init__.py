@@ -1,1 +1,32 @@
-"""A real local Kubernetes control plane (etcd, kube-apiserver, kcm, scheduler, kwok) on loopback."""
+"""A real local Kubernetes control plane (etcd, kube-apiserver, kcm, scheduler, kwok) on loopback.
+
+Used by the integration tests, the benchmarks and the demo. See docs/control-plane.md.
+"""
+
+from __future__ import annotations
+
+from gpushare.devcluster.binaries import BinariesMissing, find_binaries
+from gpushare.devcluster.cluster import ClusterInfo, DevCluster, DevClusterError, read_info
+from gpushare.devcluster.fakes import (
+    create_gpu_nodes,
+    delete_nodes,
+    ensure_device_plugin_daemonset,
+    list_fake_nodes,
+    wait_for,
+    wait_plugin_ready,
+)
+
+__all__ = [
+    "BinariesMissing",
+    "ClusterInfo",
+    "DevCluster",
+    "DevClusterError",
+    "create_gpu_nodes",
+    "delete_nodes",
+    "ensure_device_plugin_daemonset",
+    "find_binaries",
+    "list_fake_nodes",
+    "read_info",
+    "wait_for",
+    "wait_plugin_ready",
+]

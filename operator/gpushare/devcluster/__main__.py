@@ -1,0 +1,186 @@
+"""``python -m gpushare.devcluster up|down|env|status`` (used by ``make cluster``).
+
+``up`` starts a supervisor process in the background that owns the control plane (the
+components die with it, even on ``kill -9``), waits until the cluster and its fake GPU
+nodes are ready, and prints how to use it. ``down`` stops the supervisor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from gpushare.devcluster.binaries import BinariesMissing
+from gpushare.devcluster.cluster import ClusterInfo, DevCluster, DevClusterError, read_info
+from gpushare.devcluster.fakes import POOL_LABEL, create_gpu_nodes, ensure_device_plugin_daemonset
+from gpushare.devcluster.process import tail
+from gpushare.k8s.client import make_api_client
+
+DEFAULT_DIR = ".cluster"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _supervisor_pid(d: Path) -> int | None:
+    try:
+        pid = int((d / "supervisor.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if _pid_alive(pid) else None
+
+
+async def _populate(info: ClusterInfo, nodes_per_pool: int, pools: int) -> None:
+    api = await make_api_client(str(info.kubeconfig))
+    async with api:
+        await ensure_device_plugin_daemonset(api)
+        for p in range(pools):
+            pool = chr(ord("a") + p)
+            await create_gpu_nodes(
+                api,
+                nodes_per_pool,
+                prefix=f"gpu-{pool}",
+                pool_labels={POOL_LABEL: f"np-{pool}"},
+                gpus_per_node=1 + p,
+                gpu_mem_gib_per_gpu=16 if p % 2 == 0 else 24,
+                core_percentage=p % 2 == 1,
+            )
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Run the cluster in the foreground until SIGTERM/SIGINT (the supervisor)."""
+    d = Path(args.dir).resolve()
+    d.mkdir(parents=True, exist_ok=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    cluster = DevCluster(d, keep=True)
+    (d / "supervisor.pid").write_text(str(os.getpid()))
+    try:
+        info = cluster.start()
+        asyncio.run(_populate(info, args.nodes, args.pools))
+        (d / "ready").write_text(str(time.time()))
+        while not stop.wait(1.0):
+            for proc in cluster.procs:
+                if not proc.alive():
+                    print(f"{proc.name} exited (code {proc.returncode()}); log: {proc.log_path}", flush=True)
+                    stop.set()
+    except (DevClusterError, BinariesMissing, TimeoutError) as exc:
+        print(f"error: {exc}", flush=True)
+        cluster.stop(failed=True)
+        return 1
+    finally:
+        (d / "ready").unlink(missing_ok=True)
+        (d / "supervisor.pid").unlink(missing_ok=True)
+    cluster.stop(failed=False)
+    return 0
+
+
+def _print_usage(info: ClusterInfo) -> None:
+    print(f"export KUBECONFIG={info.kubeconfig}")
+    print(f"# logs: {info.log_dir}")
+    print("# try:  kubectl get nodes -L alibabacloud.com/nodepool-id,aliyun.com/gpu-mem")
+    print("#       kubectl -n kube-system get pods -l name=gpushare-device-plugin-ds -o wide")
+    print("#       make cluster-down")
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    d = Path(args.dir).resolve()
+    if _supervisor_pid(d) and (d / "ready").exists():
+        print(f"# already running in {d}", file=sys.stderr)
+        _print_usage(read_info(d))
+        return 0
+    if _supervisor_pid(d):
+        print(f"error: a cluster in {d} is starting or stuck; run `make cluster-down` first", file=sys.stderr)
+        return 1
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "ready").unlink(missing_ok=True)
+    started = time.monotonic()
+    with open(d / "supervisor.log", "ab") as log:
+        proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "gpushare.devcluster", "_serve", "--dir", str(d)),
+                *("--nodes", str(args.nodes), "--pools", str(args.pools)),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    deadline = started + args.timeout
+    while not (d / "ready").exists():
+        if proc.poll() is not None:
+            print(f"error: the control plane did not start; see {d / 'supervisor.log'}:", file=sys.stderr)
+            print(tail(d / "supervisor.log", 30), file=sys.stderr)
+            return 1
+        if time.monotonic() > deadline:
+            print(f"error: not ready after {args.timeout}s; see {d / 'supervisor.log'}", file=sys.stderr)
+            return 1
+        time.sleep(0.2)
+    print(f"# control plane ready in {time.monotonic() - started:.1f}s ({d})", file=sys.stderr)
+    _print_usage(read_info(d))
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    d = Path(args.dir).resolve()
+    pid = _supervisor_pid(d)
+    if pid is None:
+        print(f"# no cluster running in {d}", file=sys.stderr)
+        return 0
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while _pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if _pid_alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)  # its components die with it (PDEATHSIG)
+    print(f"# stopped the cluster in {d}", file=sys.stderr)
+    return 0
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    d = Path(args.dir).resolve()
+    if not (_supervisor_pid(d) and (d / "ready").exists()):
+        print(f"error: no cluster running in {d}; run `make cluster`", file=sys.stderr)
+        return 1
+    print(f"export KUBECONFIG={read_info(d).kubeconfig}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpushare.devcluster", description=__doc__)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    for name, fn in (("up", cmd_up), ("_serve", cmd_serve)):
+        p = sub.add_parser(name)
+        p.add_argument("--dir", default=DEFAULT_DIR)
+        p.add_argument("--nodes", type=int, default=3, help="fake GPU nodes per node pool")
+        p.add_argument("--pools", type=int, default=2, help="node pools (np-a, np-b, ...)")
+        p.add_argument("--timeout", type=float, default=120.0)
+        p.set_defaults(func=fn)
+    for name, fn in (("down", cmd_down), ("env", cmd_env)):
+        p = sub.add_parser(name)
+        p.add_argument("--dir", default=DEFAULT_DIR)
+        p.set_defaults(func=fn)
+    args = parser.parse_args(argv)
+    rc: int = args.func(args)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

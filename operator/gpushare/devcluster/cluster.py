@@ -1,0 +1,364 @@
+"""Start and stop a real control plane on 127.0.0.1: etcd, kube-apiserver, kcm, scheduler, kwok.
+
+``DevCluster`` is a context manager::
+
+    with DevCluster() as info:
+        print(info.kubeconfig)
+
+Ports are picked free at start. Logs go to ``<dir>/logs/<component>.log``; the
+directory is removed after a clean stop and kept (its path printed) after a failure
+or when ``keep=True``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+import shutil
+import socket
+import ssl
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import yaml
+
+from gpushare.devcluster import pki
+from gpushare.devcluster.binaries import Binaries, find_binaries
+from gpushare.devcluster.process import Process, stop_all, tail
+
+SERVICE_CIDR = "10.96.0.0/16"
+POD_CIDR = "10.244.0.1/16"
+ADMIN_USER = "devcluster-admin"
+
+KCM_CONTROLLERS = (
+    "daemonset-controller",
+    "deployment-controller",
+    "replicaset-controller",
+    "statefulset-controller",
+    "job-controller",
+    "cronjob-controller",
+    "ttl-after-finished-controller",
+    "namespace-controller",
+    "garbage-collector-controller",
+    "serviceaccount-controller",
+    "disruption-controller",
+    "node-lifecycle-controller",
+    "pod-garbage-collector-controller",
+    "endpointslice-controller",
+)
+
+
+class DevClusterError(Exception):
+    """The control plane did not come up; the message names the component and its log."""
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    """Everything a client needs: where the apiserver is and how to authenticate."""
+
+    dir: Path
+    kubeconfig: Path
+    server: str
+    token: str
+    ca_path: Path
+    bin_dir: Path
+    ports: dict[str, int]
+    pids: dict[str, int]
+
+    @property
+    def ca_pem(self) -> bytes:
+        return self.ca_path.read_bytes()
+
+    @property
+    def log_dir(self) -> Path:
+        return self.dir / "logs"
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        return json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in d.items()}, indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> ClusterInfo:
+        d: dict[str, Any] = json.loads(text)
+        for key in ("dir", "kubeconfig", "ca_path", "bin_dir"):
+            d[key] = Path(d[key])
+        return cls(**d)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _free_ports(n: int) -> list[int]:
+    ports: set[int] = set()
+    while len(ports) < n:
+        ports.add(free_port())
+    return sorted(ports)
+
+
+def write_kubeconfig(path: Path, server: str, ca_pem: bytes, token: str, name: str = "gpushare-dev") -> None:
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": name,
+                "cluster": {
+                    "server": server,
+                    "certificate-authority-data": base64.b64encode(ca_pem).decode(),
+                },
+            }
+        ],
+        "users": [{"name": ADMIN_USER, "user": {"token": token}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": ADMIN_USER}}],
+        "current-context": name,
+    }
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    path.chmod(0o600)
+
+
+class DevCluster:
+    """A local control plane. Start from the main thread (see ``process.py``)."""
+
+    def __init__(
+        self,
+        workdir: Path | str | None = None,
+        *,
+        bin_dir: Path | str | None = None,
+        keep: bool = False,
+        with_controllers: bool = True,
+        start_timeout: float = 90.0,
+        verbosity: int = 1,
+    ) -> None:
+        self.binaries: Binaries = find_binaries(bin_dir)
+        self._own_dir = workdir is None
+        self.dir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="gpushare-devcluster-"))
+        self.keep = keep
+        self.with_controllers = with_controllers
+        self.start_timeout = start_timeout
+        self.verbosity = verbosity
+        self.procs: list[Process] = []
+        self.info: ClusterInfo | None = None
+        self._ssl: ssl.SSLContext | None = None
+
+    # -- context manager -------------------------------------------------------------
+    def __enter__(self) -> ClusterInfo:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop(failed=exc_type is not None)
+
+    # -- lifecycle -------------------------------------------------------------------
+    def start(self) -> ClusterInfo:
+        try:
+            return self._start()
+        except BaseException:
+            self.stop(failed=True)
+            raise
+
+    def stop(self, *, failed: bool = False) -> None:
+        stop_all(self.procs)
+        self.procs = []
+        if failed or self.keep:
+            if failed:
+                print(f"gpushare.devcluster: logs kept in {self.dir / 'logs'}", file=sys.stderr)
+            return
+        # Only remove what we created: our own temp dir, or the files we wrote.
+        if self._own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+        else:
+            for sub in ("etcd-data", "pki", "logs", "kubeconfig", "cluster.json"):
+                p = self.dir / sub
+                if p.is_dir():
+                    shutil.rmtree(p, ignore_errors=True)
+                else:
+                    p.unlink(missing_ok=True)
+
+    def _start(self) -> ClusterInfo:
+        d = self.dir
+        (d / "logs").mkdir(parents=True, exist_ok=True)
+        pki_dir = d / "pki"
+        pki_dir.mkdir(exist_ok=True)
+        ca = pki.make_ca()
+        ca.write(pki_dir / "ca.crt", pki_dir / "ca.key")
+        pki.make_serving_cert(ca, "kube-apiserver", dns_names=("localhost", "kubernetes.default.svc")).write(
+            pki_dir / "apiserver.crt", pki_dir / "apiserver.key"
+        )
+        sa = pki.make_service_account_keys()
+        sa.write(pki_dir / "sa.pub", pki_dir / "sa.key")
+        token = secrets.token_urlsafe(32)
+        (pki_dir / "tokens.csv").write_text(f'{token},{ADMIN_USER},{ADMIN_USER},"system:masters"\n')
+        (pki_dir / "tokens.csv").chmod(0o600)
+
+        etcd_port, peer_port, api_port = _free_ports(3)
+        ports = {"etcd": etcd_port, "etcd-peer": peer_port, "kube-apiserver": api_port}
+        server = f"https://127.0.0.1:{api_port}"
+        kubeconfig = d / "kubeconfig"
+        write_kubeconfig(kubeconfig, server, ca.cert_pem, token)
+        self._ssl = ssl.create_default_context(cafile=str(pki_dir / "ca.crt"))
+        deadline = time.monotonic() + self.start_timeout
+
+        etcd = self._spawn(
+            "etcd",
+            [
+                "--name=devcluster",
+                f"--data-dir={d / 'etcd-data'}",
+                f"--listen-client-urls=http://127.0.0.1:{etcd_port}",
+                f"--advertise-client-urls=http://127.0.0.1:{etcd_port}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
+                f"--initial-cluster=devcluster=http://127.0.0.1:{peer_port}",
+                "--listen-metrics-urls=",
+                "--unsafe-no-fsync",
+                "--watch-progress-notify-interval=5s",
+                "--auto-compaction-retention=1",
+                "--quota-backend-bytes=2147483648",
+                "--log-level=warn",
+            ],
+        )
+        self._wait_http(etcd, f"http://127.0.0.1:{etcd_port}/health", deadline, tls=False)
+
+        api = self._spawn(
+            "kube-apiserver",
+            [
+                f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={api_port}",
+                f"--tls-cert-file={pki_dir / 'apiserver.crt'}",
+                f"--tls-private-key-file={pki_dir / 'apiserver.key'}",
+                f"--cert-dir={pki_dir}",
+                f"--token-auth-file={pki_dir / 'tokens.csv'}",
+                "--authorization-mode=Node,RBAC",
+                f"--service-account-issuer={server}",
+                f"--service-account-key-file={pki_dir / 'sa.pub'}",
+                f"--service-account-signing-key-file={pki_dir / 'sa.key'}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                # No token volumes are projected into pods (there is no kubelet to mount them);
+                # envtest does the same.
+                "--disable-admission-plugins=ServiceAccount",
+                "--allow-privileged=true",
+                "--endpoint-reconciler-type=none",
+                "--enable-priority-and-fairness=false",
+                "--profiling=false",
+                f"--v={self.verbosity}",
+            ],
+        )
+        self._wait_http(api, f"{server}/readyz", deadline, token=token)
+
+        pids = {"etcd": etcd.pid or 0, "kube-apiserver": api.pid or 0}
+        if self.with_controllers:
+            kc = str(kubeconfig)
+            kcm = self._spawn(
+                "kube-controller-manager",
+                [
+                    f"--kubeconfig={kc}",
+                    "--leader-elect=false",
+                    "--secure-port=0",
+                    f"--controllers={','.join(KCM_CONTROLLERS)}",
+                    f"--root-ca-file={pki_dir / 'ca.crt'}",
+                    f"--service-account-private-key-file={pki_dir / 'sa.key'}",
+                    "--concurrent-daemonset-syncs=5",
+                    f"--v={self.verbosity}",
+                ],
+            )
+            sched = self._spawn(
+                "kube-scheduler",
+                [f"--kubeconfig={kc}", "--leader-elect=false", "--secure-port=0", f"--v={self.verbosity}"],
+            )
+            kwok_port = free_port()
+            ports["kwok"] = kwok_port
+            kwok = self._spawn(
+                "kwok",
+                [
+                    f"--kubeconfig={kc}",
+                    "--manage-all-nodes=false",
+                    "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                    f"--cidr={POD_CIDR}",
+                    "--node-ip=127.0.0.1",
+                    "--node-lease-duration-seconds=40",
+                    f"--server-address=127.0.0.1:{kwok_port}",
+                ],
+            )
+            pids |= {"kube-controller-manager": kcm.pid or 0, "kube-scheduler": sched.pid or 0}
+            pids["kwok"] = kwok.pid or 0
+            # The serviceaccount controller creating default/default proves kcm is up and synced.
+            self._wait_http(
+                kcm, f"{server}/api/v1/namespaces/default/serviceaccounts/default", deadline, token=token
+            )
+            self._wait_http(kwok, f"http://127.0.0.1:{kwok_port}/healthz", deadline, tls=False)
+            for p in (sched, kwok, kcm):
+                if not p.alive():
+                    raise self._failure(p, "exited during start")
+
+        self.info = ClusterInfo(
+            dir=d,
+            kubeconfig=kubeconfig,
+            server=server,
+            token=token,
+            ca_path=pki_dir / "ca.crt",
+            bin_dir=self.binaries.dir,
+            ports=ports,
+            pids=pids,
+        )
+        (d / "cluster.json").write_text(self.info.to_json())
+        return self.info
+
+    # -- helpers ---------------------------------------------------------------------
+    def _spawn(self, name: str, args: list[str]) -> Process:
+        proc = Process(name, [self.binaries.path(name), *args], self.dir / "logs" / f"{name}.log")
+        proc.start()
+        self.procs.append(proc)
+        return proc
+
+    def _failure(self, proc: Process, what: str) -> DevClusterError:
+        rc = proc.returncode()
+        status = f"exit code {rc}" if rc is not None else "still running"
+        return DevClusterError(
+            f"{proc.name} {what} ({status}); log: {proc.log_path}\n--- last lines ---\n{proc.log_tail()}"
+        )
+
+    def _wait_http(
+        self, proc: Process, url: str, deadline: float, *, tls: bool = True, token: str | None = None
+    ) -> None:
+        last = "no answer yet"
+        while True:
+            if not proc.alive():
+                raise self._failure(proc, "exited during start")
+            req = urllib.request.Request(url)
+            if token:
+                req.add_header("Authorization", f"Bearer {token}")
+            try:
+                with urllib.request.urlopen(req, timeout=2, context=self._ssl if tls else None) as resp:
+                    if resp.status == 200:
+                        return
+                    last = f"HTTP {resp.status}"
+            except urllib.error.HTTPError as exc:
+                last = f"HTTP {exc.code}"
+            except (urllib.error.URLError, OSError) as exc:
+                last = str(exc)
+            if time.monotonic() >= deadline:
+                raise self._failure(proc, f"not ready after {self.start_timeout:.0f}s at {url} ({last})")
+            time.sleep(0.1)
+
+
+def read_info(workdir: Path | str) -> ClusterInfo:
+    """The ClusterInfo a running cluster wrote into its directory."""
+    return ClusterInfo.from_json((Path(workdir) / "cluster.json").read_text())
+
+
+def log_excerpt(info: ClusterInfo, component: str, lines: int = 25) -> str:
+    return tail(info.log_dir / f"{component}.log", lines)

@@ -1,0 +1,51 @@
+"""Install CustomResourceDefinitions into a dev cluster and wait until they are served."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, cast
+
+import yaml
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from gpushare.devcluster.fakes import wait_for
+
+
+def crd_documents(path: Path) -> list[dict[str, Any]]:
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    return [d for d in docs if d.get("kind") == "CustomResourceDefinition"]
+
+
+async def install_crd(api: client.ApiClient, body: dict[str, Any], *, timeout_s: float = 30.0) -> None:
+    """Create (or replace) one CRD, then wait for its Established condition."""
+    ext = client.ApiextensionsV1Api(api)
+    name = body["metadata"]["name"]
+    try:
+        await ext.create_custom_resource_definition(cast(Any, body))
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+        current = await ext.read_custom_resource_definition(name)
+        body = {
+            **body,
+            "metadata": {**body["metadata"], "resourceVersion": current.metadata.resource_version},
+        }
+        await ext.replace_custom_resource_definition(name, cast(Any, body))
+
+    async def established() -> bool:
+        crd = await ext.read_custom_resource_definition(name)
+        return any(
+            c.type == "Established" and c.status == "True" for c in (crd.status.conditions or [])
+        ) and any(c.type == "NamesAccepted" and c.status == "True" for c in (crd.status.conditions or []))
+
+    await wait_for(established, what=f"CRD {name} to be Established", timeout_s=timeout_s)
+
+
+async def install_crd_files(api: client.ApiClient, paths: list[Path]) -> list[str]:
+    names = []
+    for path in paths:
+        for doc in crd_documents(path):
+            await install_crd(api, doc)
+            names.append(doc["metadata"]["name"])
+    return names

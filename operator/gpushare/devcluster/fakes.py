@@ -1,0 +1,258 @@
+"""Fake GPU nodes (kwok-managed) and a stand-in gpushare device-plugin DaemonSet.
+
+kwok keeps nodes annotated ``kwok.x-k8s.io/node: fake`` Ready and moves pods bound to
+them to Running; kube-controller-manager and kube-scheduler do the rest, as on a real
+cluster. This is test and demo tooling; the operator's own API calls live in
+``gpushare.k8s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, TypeVar, cast
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from gpushare import constants as c
+
+T = TypeVar("T")
+
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+FAKE_LABEL = "gpushare.io/fake-node"
+POOL_LABEL = "alibabacloud.com/nodepool-id"
+PLUGIN_DS_NAME = "gpushare-device-plugin-ds"
+PLUGIN_NODE_SELECTOR = {"gpushare": "true"}
+
+
+async def wait_for(
+    check: Callable[[], Awaitable[T | None]],
+    *,
+    what: str,
+    timeout_s: float = 30.0,
+    interval: float = 0.2,
+) -> T:
+    """Poll ``check`` until it returns something other than None/False; TimeoutError otherwise.
+
+    The error names ``what`` and the last value or exception seen.
+    """
+    deadline = time.monotonic() + timeout_s
+    last: object = "never checked"
+    while True:
+        try:
+            value = await check()
+        except ApiException as exc:
+            value = None
+            last = f"API error {exc.status}: {exc.reason}"
+        else:
+            if value is not None and value is not False:
+                return value
+            last = value
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout_s:g}s waiting for {what}; last result: {last!r}")
+        await asyncio.sleep(interval)
+
+
+def gpu_node_body(
+    name: str,
+    *,
+    labels: Mapping[str, str],
+    gpus_per_node: int,
+    gpu_mem_gib_per_gpu: int,
+    core_percentage: bool,
+    cpu: str = "32",
+    memory: str = "256Gi",
+    pods: str = "110",
+) -> dict[str, Any]:
+    """The Node object (with status) of a kwok-managed GPU node."""
+    resources = {"cpu": cpu, "memory": memory, "pods": pods, "ephemeral-storage": "1Ti"}
+    if gpus_per_node > 0:
+        resources[c.RES_GPU_MEM] = str(gpu_mem_gib_per_gpu * gpus_per_node)
+        resources[c.RES_GPU_COUNT] = str(gpus_per_node)
+        if core_percentage:
+            resources[c.RES_GPU_CORE] = str(100 * gpus_per_node)
+    all_labels = {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "type": "kwok",
+        FAKE_LABEL: "true",
+        **labels,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": all_labels,
+            "annotations": {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+        },
+        "spec": {},
+        "status": {"capacity": dict(resources), "allocatable": dict(resources)},
+    }
+
+
+async def create_gpu_nodes(
+    api: client.ApiClient,
+    n: int,
+    *,
+    prefix: str = "gpu-node",
+    pool_labels: Mapping[str, str] | None = None,
+    gpus_per_node: int = 1,
+    gpu_mem_gib_per_gpu: int = 16,
+    core_percentage: bool = False,
+    extra_labels: Mapping[str, str] | None = None,
+    start: int = 0,
+    wait_ready: bool = True,
+    timeout_s: float = 60.0,
+) -> list[str]:
+    """Create ``n`` kwok GPU nodes named ``<prefix>-<i>``; returns their names.
+
+    Each carries ``gpushare=true`` (the device plugin's nodeSelector), the pool labels
+    (e.g. ``{"alibabacloud.com/nodepool-id": "np-a"}``) and ``extra_labels``; capacity and
+    allocatable include ``aliyun.com/gpu-mem`` (GiB, per-GPU x count), ``gpu-count`` and,
+    with ``core_percentage``, ``gpu-core.percentage`` (100 x count). No taint is added.
+    """
+    core = client.CoreV1Api(api)
+    labels = {**PLUGIN_NODE_SELECTOR, **(pool_labels or {}), **(extra_labels or {})}
+    names = [f"{prefix}-{i}" for i in range(start, start + n)]
+    for name in names:
+        body = gpu_node_body(
+            name,
+            labels=labels,
+            gpus_per_node=gpus_per_node,
+            gpu_mem_gib_per_gpu=gpu_mem_gib_per_gpu,
+            core_percentage=core_percentage,
+        )
+        await core.create_node(cast(Any, body))
+        # Status sent with a create is kept for nodes, but patch it explicitly so the
+        # extended resources are there whatever kwok's first status update carried.
+        await core.patch_node_status(name, {"status": body["status"]})
+    if wait_ready:
+        await wait_nodes_ready(api, names, timeout_s=timeout_s)
+    return names
+
+
+async def wait_nodes_ready(api: client.ApiClient, names: Iterable[str], *, timeout_s: float = 60.0) -> None:
+    core = client.CoreV1Api(api)
+    wanted = set(names)
+
+    async def not_ready() -> bool:
+        nodes = await core.list_node(label_selector=f"{FAKE_LABEL}=true")
+        ready = {
+            node.metadata.name
+            for node in nodes.items
+            if any(cond.type == "Ready" and cond.status == "True" for cond in node.status.conditions or [])
+            and not any(t.key == "node.kubernetes.io/not-ready" for t in node.spec.taints or [])
+        }
+        missing = wanted - ready
+        return not missing
+
+    await wait_for(
+        not_ready, what=f"nodes {sorted(wanted)} to be Ready (kwok) and untainted", timeout_s=timeout_s
+    )
+
+
+async def list_fake_nodes(api: client.ApiClient) -> list[str]:
+    nodes = await client.CoreV1Api(api).list_node(label_selector=f"{FAKE_LABEL}=true")
+    return sorted(node.metadata.name for node in nodes.items)
+
+
+async def delete_nodes(api: client.ApiClient, names: Iterable[str], *, wait: bool = True) -> None:
+    core = client.CoreV1Api(api)
+    names = list(names)
+    for name in names:
+        try:
+            await core.delete_node(name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+    if wait and names:
+        gone = set(names)
+
+        async def all_gone() -> bool:
+            return not (set(await list_fake_nodes(api)) & gone)
+
+        await wait_for(all_gone, what=f"nodes {sorted(gone)} to be deleted", timeout_s=30)
+
+
+def device_plugin_daemonset_body(namespace: str = c.DEFAULT_PLUGIN_NAMESPACE) -> dict[str, Any]:
+    """A stand-in for ACK's gpushare-device-plugin-ds (same name, labels and nodeSelector)."""
+    labels = {**c.DEFAULT_PLUGIN_LABELS, "component": "gpushare-device-plugin", "app": "gpushare"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": PLUGIN_DS_NAME, "namespace": namespace, "labels": dict(labels)},
+        "spec": {
+            "selector": {"matchLabels": dict(c.DEFAULT_PLUGIN_LABELS)},
+            "updateStrategy": {"type": "RollingUpdate"},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "nodeSelector": dict(PLUGIN_NODE_SELECTOR),
+                    "tolerations": [{"operator": "Exists"}],
+                    "priorityClassName": "system-node-critical",
+                    "automountServiceAccountToken": False,
+                    "containers": [
+                        {
+                            "name": "gpushare",
+                            "image": "registry.invalid/gpushare-device-plugin:fake",
+                            "resources": {
+                                "requests": {"cpu": "10m", "memory": "32Mi"},
+                                "limits": {"cpu": "10m", "memory": "32Mi"},
+                            },
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+async def ensure_device_plugin_daemonset(
+    api: client.ApiClient, namespace: str = c.DEFAULT_PLUGIN_NAMESPACE
+) -> None:
+    """Create the stand-in device-plugin DaemonSet, or bring an existing one back to the stand-in spec."""
+    apps = client.AppsV1Api(api)
+    body = device_plugin_daemonset_body(namespace)
+    try:
+        await apps.create_namespaced_daemon_set(namespace, cast(Any, body))
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+        await apps.replace_namespaced_daemon_set(PLUGIN_DS_NAME, namespace, cast(Any, body))
+
+
+async def plugin_pods_on(
+    api: client.ApiClient, node: str, namespace: str = c.DEFAULT_PLUGIN_NAMESPACE
+) -> list[Any]:
+    """The device-plugin pods bound to ``node`` (label and field selector, as the operator does)."""
+    selector = ",".join(f"{k}={v}" for k, v in c.DEFAULT_PLUGIN_LABELS.items())
+    pods = await client.CoreV1Api(api).list_namespaced_pod(
+        namespace, label_selector=selector, field_selector=f"spec.nodeName={node}"
+    )
+    return list(pods.items)
+
+
+def pod_running_and_ready(pod: Any) -> bool:
+    if pod.metadata.deletion_timestamp is not None or pod.status.phase != "Running":
+        return False
+    return any(cond.type == "Ready" and cond.status == "True" for cond in pod.status.conditions or [])
+
+
+async def wait_plugin_ready(
+    api: client.ApiClient, node: str, *, other_than: str | None = None, timeout_s: float = 60.0
+) -> Any:
+    """Wait for a Running+Ready device-plugin pod on ``node`` (whose uid differs from ``other_than``)."""
+
+    async def ready_pod() -> Any:
+        for pod in await plugin_pods_on(api, node):
+            if pod.metadata.uid != other_than and pod_running_and_ready(pod):
+                return pod
+        return None
+
+    return await wait_for(
+        ready_pod, what=f"a Running, Ready device-plugin pod on {node}", timeout_s=timeout_s
+    )
