@@ -84,14 +84,14 @@ BASE = {"ALIYUN_COM_GPU_MEM_CONTAINER": "4", "ALIYUN_COM_GPU_MEM_DEV": "16"}
 )
 def test_valid_env(env: dict[str, str], unit: str | None, expected: dict[str, Any]) -> None:
     q = read_quota(env, unit=unit)
-    got = {
+    got: dict[str, Any] = {
         "container": q.container,
         "device": q.device,
         "pod": q.pod,
         "index": q.index,
         "cgpu": q.cgpu_disabled,
+        "unit": q.unit,
     }
-    got["unit"] = q.unit
     assert {k: got[k] for k in expected} == expected
 
 
