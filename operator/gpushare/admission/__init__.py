@@ -1,0 +1,39 @@
+"""The admission rules engine (pure): the webhook and ``gpushare check`` both call :func:`evaluate`.
+
+Rule ids are stable (``GSnnn-*`` for pods and workloads, ``GPnnn-*`` for GPUSharePools); the
+table is :data:`RULES` and docs/admission-rules.md.
+"""
+
+from gpushare.admission.model import (
+    EMPTY_CONTEXT,
+    RULES,
+    Context,
+    Finding,
+    NodeInfo,
+    Rule,
+    Verdict,
+    node_info,
+)
+from gpushare.admission.podspecs import pod_specs, requests_gpu_sharing
+from gpushare.admission.quantity import Quantity, parse_quantity
+from gpushare.admission.rules import evaluate, evaluate_pool, is_denied
+from gpushare.admission.targeting import pool_node_labels
+
+__all__ = [
+    "EMPTY_CONTEXT",
+    "RULES",
+    "Context",
+    "Finding",
+    "NodeInfo",
+    "Quantity",
+    "Rule",
+    "Verdict",
+    "evaluate",
+    "evaluate_pool",
+    "is_denied",
+    "node_info",
+    "parse_quantity",
+    "pod_specs",
+    "pool_node_labels",
+    "requests_gpu_sharing",
+]

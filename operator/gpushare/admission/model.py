@@ -1,0 +1,263 @@
+"""Plain data of the admission rules engine: findings, the rule table, and the context (pools, nodes)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
+from typing import Any, Literal
+
+from gpushare import constants as c
+from gpushare.api.v1alpha1 import GPUSharePool
+from gpushare.gpu.inventory import inventory_from_annotations
+
+Verdict = Literal["deny", "warn"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem with one object. ``message`` is complete on its own (object, field, value, rule, fix)."""
+
+    rule_id: str
+    verdict: Verdict
+    object: str
+    container: str | None
+    field: str
+    value: str | None
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    verdict: Verdict
+    #: True when the target pool's ``spec.admission.mode`` decides deny / warn / skip.
+    pool_mode: bool
+    what: str
+    fix: str
+
+
+_RULE_LIST: tuple[Rule, ...] = (
+    Rule(
+        "GS001-core-percentage-step",
+        "deny",
+        False,
+        f"`{c.RES_GPU_CORE}` is a whole number and a multiple of 5",
+        "use the nearest multiple of 5 (e.g. 30 or 35 instead of 33)",
+    ),
+    Rule(
+        "GS002-core-percentage-range",
+        "deny",
+        False,
+        f"`{c.RES_GPU_CORE}` is from 5 to 100 (100 = one whole GPU)",
+        "ask for 5..100; for more than one GPU use exclusive scheduling",
+    ),
+    Rule(
+        "GS003-core-without-mem",
+        "deny",
+        False,
+        f"a container asking for `{c.RES_GPU_CORE}` also asks for `{c.RES_GPU_MEM}`",
+        f"add `{c.RES_GPU_MEM}` (GiB) to the same container's limits",
+    ),
+    Rule(
+        "GS004-mem-positive-integer",
+        "deny",
+        False,
+        f"`{c.RES_GPU_MEM}` is a positive whole number of GiB, without a unit suffix",
+        'write e.g. `aliyun.com/gpu-mem: 2` (not "2Gi", "1.5" or 0)',
+    ),
+    Rule(
+        "GS005-mem-exceeds-gpu",
+        "deny",
+        True,
+        f"`{c.RES_GPU_MEM}` of a container (and of the pod) fits on one GPU of the target pool",
+        "ask for at most the per-GPU memory of the pool, or target a pool with larger GPUs",
+    ),
+    Rule(
+        "GS006-request-limit-mismatch",
+        "deny",
+        False,
+        "requests and limits of the GPU-sharing resources are equal when both are given, and limits are set",
+        "set only limits, or requests equal to limits",
+    ),
+    Rule(
+        "GS007-pool-target-missing",
+        "deny",
+        True,
+        "a pod asking for GPU sharing has a nodeSelector or required node affinity naming its pool",
+        f"add `nodeSelector: {{{c.LABEL_POOL}: <pool>}}` (or the pool's ACK labels)",
+    ),
+    Rule(
+        "GS008-pool-target-ambiguous",
+        "deny",
+        True,
+        "the pod's node constraints confine it to pools of exactly one kind (cgpu, share or core_mem)",
+        f"select one pool, e.g. `{c.LABEL_POOL}: <pool>` or `{c.LABEL_SCHEDULE}: <mode>`",
+    ),
+    Rule(
+        "GS009-pool-kind-mismatch",
+        "deny",
+        True,
+        "memory-only pods target pools without compute allocation; pods with "
+        f"`{c.RES_GPU_CORE}` target pools with it (no mixing of job types on a node)",
+        "target a pool of the matching kind, or add/remove the gpu-core.percentage request",
+    ),
+    Rule(
+        "GS010-no-isolation-sizing",
+        "warn",
+        True,
+        "a pod on a pool without memory isolation sees the whole GPU and must size itself",
+        "read ALIYUN_COM_GPU_MEM_CONTAINER / ALIYUN_COM_GPU_MEM_DEV in the application",
+    ),
+    Rule(
+        "GS011-pool-target-unknown",
+        "deny",
+        True,
+        "the pod's node constraints match at least one known pool or GPU-sharing node",
+        "fix the pool name or labels in the nodeSelector / node affinity",
+    ),
+    Rule(
+        "GP001-pool-schema",
+        "deny",
+        False,
+        "a GPUSharePool follows the API schema (field types, enums, ranges)",
+        "correct the field named in the message (see `kubectl explain gsp.spec`)",
+    ),
+    Rule(
+        "GP002-pool-compute-without-isolation",
+        "deny",
+        False,
+        "`computeAllocation: true` requires `memoryIsolation: true`",
+        "set memoryIsolation: true, or computeAllocation: false",
+    ),
+    Rule(
+        "GP003-pool-empty-selector",
+        "deny",
+        False,
+        "a pool's `nodeSelector` is not empty (an empty selector takes over every node)",
+        "select the pool's nodes, e.g. by `alibabacloud.com/nodepool-id`",
+    ),
+    Rule(
+        "GP004-pool-overlap",
+        "deny",
+        False,
+        "a pool selects no node that currently belongs to another pool",
+        "narrow one pool's nodeSelector so that each node is in at most one pool",
+    ),
+)
+
+RULES: dict[str, Rule] = {rule.id: rule for rule in _RULE_LIST}
+
+
+def rule_tag(rule_id: str) -> str:
+    return f"(rule {rule_id})"
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """What the rules need to know about a Node."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    allocatable: Mapping[str, str] = field(default_factory=dict)
+    #: Per-GPU memory in MiB from the agent's inventory annotation, when published.
+    gpu_memory_mib: tuple[int, ...] = ()
+
+    @property
+    def per_gpu_gib(self) -> int | None:
+        """Memory of the smallest GPU in whole GiB (floored, like the device plugin), if known."""
+        if self.gpu_memory_mib:
+            return min(self.gpu_memory_mib) // 1024
+        mem = _int_or_none(self.allocatable.get(c.RES_GPU_MEM))
+        count = _int_or_none(self.allocatable.get(c.RES_GPU_COUNT))
+        if mem is not None and count:
+            return mem // count
+        mib = _int_or_none(self.labels.get(c.LABEL_GPU_MEMORY_MIB))
+        if mib is not None:
+            return mib // 1024
+        return None
+
+
+def _int_or_none(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def _inventory_mib(annotations: Mapping[str, Any]) -> tuple[int, ...]:
+    """Per-GPU MiB from the agent's inventory annotation (``{"gpus": [{"memoryMiB": N}, ...]}``)."""
+    try:
+        inventory = inventory_from_annotations({k: str(v) for k, v in annotations.items()})
+    except ValueError:
+        return ()
+    if inventory is None:
+        return ()
+    return tuple(g.memory_mib for g in inventory.gpus if g.memory_mib > 0)
+
+
+def _map(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def node_info(obj: Mapping[str, Any]) -> NodeInfo:
+    """A NodeInfo from a Node object (Kubernetes JSON); tolerant of missing parts."""
+    meta = _map(obj.get("metadata"))
+    labels = _map(meta.get("labels"))
+    alloc = _map(_map(obj.get("status")).get("allocatable"))
+    return NodeInfo(
+        name=str(meta.get("name") or "<unnamed>"),
+        labels={str(k): str(v) for k, v in labels.items()},
+        allocatable={str(k): str(v) for k, v in alloc.items()},
+        gpu_memory_mib=_inventory_mib(_map(meta.get("annotations"))),
+    )
+
+
+@dataclass(frozen=True)
+class Context:
+    """Live or offline knowledge the pool rules use. Empty tuples mean "unknown"."""
+
+    pools: tuple[GPUSharePool, ...] = ()
+    nodes: tuple[NodeInfo, ...] = ()
+
+    @classmethod
+    def build(cls, pools: Sequence[GPUSharePool] = (), nodes: Sequence[NodeInfo] = ()) -> Context:
+        return cls(tuple(pools), tuple(nodes))
+
+    def pool(self, name: str) -> GPUSharePool | None:
+        return self.pools_by_name.get(name)
+
+    @cached_property
+    def pools_by_name(self) -> dict[str, GPUSharePool]:
+        return {p.name: p for p in self.pools}
+
+    @cached_property
+    def node_pool(self) -> dict[str, str]:
+        """node name -> the one pool that selects it (nodes selected by two or more pools are left out)."""
+        out: dict[str, str] = {}
+        for node in self.nodes:
+            owners = [p.name for p in self.pools if p.spec.node_selector.matches(dict(node.labels))]
+            if len(owners) == 1:
+                out[node.name] = owners[0]
+        return out
+
+    @cached_property
+    def pool_per_gpu_gib(self) -> dict[str, int]:
+        """pool name -> the largest per-GPU memory (GiB) among its nodes, where any is known."""
+        out: dict[str, int] = {}
+        for node in self.nodes:
+            pool = self.node_pool.get(node.name)
+            gib = node.per_gpu_gib
+            if pool is None or gib is None:
+                continue
+            out[pool] = max(out.get(pool, 0), gib)
+        return out
+
+
+EMPTY_CONTEXT = Context()

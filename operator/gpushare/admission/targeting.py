@@ -1,0 +1,354 @@
+"""Which GPU-sharing pools (and which kinds of pool) a pod can land on.
+
+A pod's node constraints are its ``nodeSelector`` plus the ``requiredDuringScheduling...`` terms of
+its node affinity: the terms are ORed, the expressions inside a term ANDed, and the nodeSelector is
+ANDed into every term. They are resolved three ways, most precise first:
+
+1. against every known pool: a node of the pool carries the labels the pool's ``nodeSelector``
+   requires plus the labels the operator writes (:func:`pool_node_labels`); labels the pod asks
+   for that neither fixes are assumed possible;
+2. against every known node: its current labels, and the labels it will carry once its pool is applied;
+3. when neither pools nor nodes are known (or nothing matched), from the ACK labels alone:
+   ``ack.node.gpu.schedule`` decides when the pod constrains it; otherwise
+   ``cgpu.disable.isolation=false`` means the ``cgpu`` kind and ``true`` the ``share`` kind
+   (ACK's node-pool convention); ``cgpu=true`` alone or unrelated labels allow every kind.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpushare import constants as c
+from gpushare.admission.model import Context, NodeInfo
+from gpushare.api.v1alpha1 import GPUSharePool
+from gpushare.policy.planner import desired_labels
+
+#: The kinds of GPU-sharing pool, i.e. the ``ack.node.gpu.schedule`` value of their nodes.
+KINDS: tuple[str, ...] = (c.SCHEDULE_CGPU, c.SCHEDULE_SHARE, c.SCHEDULE_CORE_MEM)
+KIND_TEXT: dict[str, str] = {
+    c.SCHEDULE_CGPU: "memory isolation, no compute allocation",
+    c.SCHEDULE_SHARE: "no isolation",
+    c.SCHEDULE_CORE_MEM: "compute allocation",
+}
+
+
+@dataclass(frozen=True)
+class Requirement:
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+    #: True for ``matchFields`` (``metadata.name``), which selects node names rather than labels.
+    is_field: bool = False
+
+    def render(self) -> str:
+        if self.operator == "In" and len(self.values) == 1:
+            return f"{self.key}={self.values[0]}"
+        if self.operator in ("In", "NotIn"):
+            return f"{self.key} {self.operator.lower()} ({','.join(self.values)})"
+        if self.operator == "Exists":
+            return self.key
+        if self.operator == "DoesNotExist":
+            return f"!{self.key}"
+        return f"{self.key} {self.operator} {','.join(self.values)}"
+
+
+Term = tuple[Requirement, ...]
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """A pod's node constraints. ``terms`` is empty when the affinity terms can match no node."""
+
+    present: bool
+    terms: tuple[Term, ...]
+    field: str  # where they are written, for messages
+    #: The nodeSelector as written, when there is no required node affinity.
+    selector: Mapping[str, str] | None = None
+
+    def render(self) -> str:
+        if self.selector is not None:
+            return json.dumps(dict(self.selector), separators=(", ", ": "))
+        if not self.terms:
+            return "<matches no node>"
+        return " OR ".join("(" + ", ".join(r.render() for r in t) + ")" for t in self.terms)
+
+
+def _label_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _requirements(items: Any, is_field: bool) -> list[Requirement] | None:
+    """Parse matchExpressions/matchFields; None when malformed."""
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        return None
+    out = []
+    for item in items:
+        if not isinstance(item, Mapping):
+            return None
+        key, op, values = item.get("key"), item.get("operator"), item.get("values") or []
+        if not isinstance(key, str) or not isinstance(op, str) or not isinstance(values, list):
+            return None
+        out.append(Requirement(key, op, tuple(_label_value(v) for v in values), is_field))
+    return out
+
+
+def node_constraints(spec_path: str, spec: Mapping[str, Any]) -> Constraints:
+    """The node constraints of a pod spec (nodeSelector AND (term OR term ...))."""
+    selector = spec.get("nodeSelector")
+    base: list[Requirement] = []
+    if isinstance(selector, Mapping):
+        base = [Requirement(str(k), "In", (_label_value(v),)) for k, v in selector.items()]
+    affinity = spec.get("affinity")
+    node_aff = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
+    required = (
+        node_aff.get("requiredDuringSchedulingIgnoredDuringExecution")
+        if isinstance(node_aff, Mapping)
+        else None
+    )
+    raw_terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
+    where = f"{spec_path}.nodeSelector"
+    if isinstance(raw_terms, list) and raw_terms:
+        where = f"{spec_path}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+        if base:
+            where = f"{spec_path}.nodeSelector+affinity"
+        terms: list[Term] = []
+        for raw in raw_terms:
+            if not isinstance(raw, Mapping):
+                continue
+            exprs = _requirements(raw.get("matchExpressions"), False)
+            fields = _requirements(raw.get("matchFields"), True)
+            if exprs is None or fields is None or not (exprs or fields):
+                continue  # a null/empty/malformed term matches no node
+            terms.append((*base, *exprs, *fields))
+        return Constraints(True, tuple(terms), where)
+    shown = {r.key: r.values[0] for r in base}
+    return Constraints(bool(base), (tuple(base),), where, shown)
+
+
+# --- matching -------------------------------------------------------------------------------------
+
+#: A partial picture of a node's labels: key -> possible values, or None when the label is absent.
+#: Keys not present are unknown (any value or absence is possible) unless ``exact``.
+Candidate = Mapping[str, frozenset[str] | None]
+
+
+def _op_possible(op: str, values: tuple[str, ...], possible: frozenset[str] | None) -> bool:
+    if op == "In":
+        return possible is not None and bool(possible.intersection(values))
+    if op == "NotIn":
+        return possible is None or bool(possible.difference(values))
+    if op == "Exists":
+        return possible is not None
+    if op == "DoesNotExist":
+        return possible is None
+    if op in ("Gt", "Lt"):
+        if possible is None or len(values) != 1 or not _is_int(values[0]):
+            return False
+        bound = int(values[0])
+        nums = [int(v) for v in possible if _is_int(v)]
+        return any(n > bound if op == "Gt" else n < bound for n in nums)
+    return False  # unknown operators are rejected by the apiserver; they match nothing
+
+
+def _is_int(text: str) -> bool:
+    return text.lstrip("-").isdigit()
+
+
+def term_possible(term: Term, labels: Candidate, *, exact: bool = False, name: str | None = None) -> bool:
+    """Can a node with these (possibly partial) labels satisfy every requirement of ``term``?"""
+    for req in term:
+        if req.is_field:
+            if req.key != "metadata.name" or name is None:
+                continue
+            if not _op_possible(req.operator, req.values, frozenset((name,))):
+                return False
+            continue
+        if req.key in labels:
+            possible = labels[req.key]
+        elif exact:
+            possible = None
+        else:
+            continue
+        if not _op_possible(req.operator, req.values, possible):
+            return False
+    return True
+
+
+def pool_node_labels(pool: GPUSharePool) -> dict[str, str]:
+    """The labels the operator puts on every node of ``pool`` (the planner's label mapping)."""
+    return desired_labels(pool.spec, pool.name)
+
+
+def pool_candidate(pool: GPUSharePool) -> dict[str, frozenset[str] | None]:
+    """What is known about the labels of any node of ``pool``."""
+    out: dict[str, frozenset[str] | None] = {}
+    selector = pool.spec.node_selector
+    for key, value in selector.match_labels.items():
+        out[key] = frozenset((value,))
+    for req in selector.match_expressions:
+        if req.operator == "In":
+            prior = out.get(req.key)
+            vals = frozenset(req.values)
+            out[req.key] = vals if prior is None else prior & vals
+        elif req.operator == "DoesNotExist":
+            out[req.key] = None
+    for key, value in pool_node_labels(pool).items():
+        out[key] = frozenset((value,))
+    return out
+
+
+def _exact(labels: Mapping[str, str]) -> dict[str, frozenset[str] | None]:
+    return {k: frozenset((v,)) for k, v in labels.items()}
+
+
+def node_kind(labels: Mapping[str, str]) -> str | None:
+    """The GPU-sharing kind a node's current ACK labels give it, or None for a non-sharing node."""
+    schedule = labels.get(c.LABEL_SCHEDULE)
+    if schedule in KINDS:
+        return schedule
+    if schedule is None and labels.get(c.LABEL_CGPU) == "true":
+        return c.SCHEDULE_SHARE if labels.get(c.LABEL_DISABLE_ISOLATION) == "true" else c.SCHEDULE_CGPU
+    return None
+
+
+def _allowed(term: Term, key: str, options: Iterable[str | None]) -> list[str | None]:
+    """The options (a value, or None for absent) that satisfy every requirement of ``term`` on ``key``."""
+    reqs = tuple(r for r in term if r.key == key and not r.is_field)
+    out = []
+    for opt in options:
+        possible = None if opt is None else frozenset((opt,))
+        if all(_op_possible(r.operator, r.values, possible) for r in reqs):
+            out.append(opt)
+    return out
+
+
+def _constrains(term: Term, key: str) -> bool:
+    return any(r.key == key and not r.is_field for r in term)
+
+
+def label_kinds(term: Term) -> set[str] | None:
+    """Kinds a term allows by the ACK labels alone; None when it names a pool that cannot be resolved."""
+    by_isolation: set[str] = set()
+    if _constrains(term, c.LABEL_DISABLE_ISOLATION):
+        allowed = _allowed(term, c.LABEL_DISABLE_ISOLATION, ("false", "true"))
+        if "false" in allowed:
+            by_isolation.add(c.SCHEDULE_CGPU)
+        if "true" in allowed:
+            by_isolation.add(c.SCHEDULE_SHARE)
+    else:
+        by_isolation = {c.SCHEDULE_CGPU, c.SCHEDULE_SHARE}
+    if c.LABEL_CGPU in {r.key for r in term} and "true" not in _allowed(term, c.LABEL_CGPU, ("true",)):
+        by_isolation = set()
+    if _constrains(term, c.LABEL_SCHEDULE):
+        allowed_sched = _allowed(term, c.LABEL_SCHEDULE, (*KINDS, None))
+        kinds = {k for k in allowed_sched if k is not None}
+        if None in allowed_sched:
+            kinds |= by_isolation
+        return kinds
+    if _constrains(term, c.LABEL_DISABLE_ISOLATION):
+        return by_isolation
+    if _constrains(term, c.LABEL_POOL):
+        return None
+    return set(KINDS)
+
+
+@dataclass
+class Resolution:
+    """Where a pod can land. ``kinds`` maps a kind to the pools of that kind it can reach."""
+
+    constraints: Constraints
+    kinds: dict[str, set[str]] = field(default_factory=dict)
+    #: True when some kind was reached through nodes outside any pool or through labels alone.
+    unpooled: bool = False
+    #: "cluster" (pools/nodes), "labels" (ACK labels alone), "unknown" (a pool name we cannot resolve),
+    #: "none" (nothing matched), "missing" (no constraints at all).
+    source: str = "cluster"
+
+    @property
+    def pools(self) -> set[str]:
+        return set().union(*self.kinds.values()) if self.kinds else set()
+
+    def describe(self) -> str:
+        parts = []
+        for kind in sorted(self.kinds):
+            pools = sorted(self.kinds[kind])
+            where = f"pool {', '.join(pools)}" if pools else "ACK-labelled nodes"
+            parts.append(f"{kind} ({where})")
+        return ", ".join(parts)
+
+
+def _add(kinds: dict[str, set[str]], kind: str, pool: str | None) -> None:
+    kinds.setdefault(kind, set())
+    if pool is not None:
+        kinds[kind].add(pool)
+
+
+def resolve(constraints: Constraints, ctx: Context) -> Resolution:
+    """Resolve a pod's constraints against the context (see the module docstring)."""
+    if not constraints.present:
+        return Resolution(constraints, source="missing")
+    res = Resolution(constraints)
+    if ctx.pools or ctx.nodes:
+        candidates = [(p, pool_candidate(p)) for p in ctx.pools]
+        effective: dict[str, dict[str, frozenset[str] | None]] = {}
+        for node in ctx.nodes:
+            pool_name = ctx.node_pool.get(node.name)
+            pool = ctx.pool(pool_name) if pool_name else None
+            if pool is not None:
+                effective[node.name] = _exact({**node.labels, **pool_node_labels(pool)})
+        for term in constraints.terms:
+            for pool, cand in candidates:
+                if term_possible(term, cand):
+                    _add(res.kinds, pool.spec.mode, pool.name)
+            for node in ctx.nodes:
+                _resolve_node(term, node, ctx, effective.get(node.name), res)
+        if res.kinds:
+            return res
+    unknown = False
+    kinds: set[str] = set()
+    for term in constraints.terms:
+        found = label_kinds(term)
+        if found is None:
+            unknown = True
+        else:
+            kinds |= found
+    if (ctx.pools or ctx.nodes) and len(kinds) != 1:
+        return Resolution(constraints, source="none")
+    if not kinds and unknown:
+        return Resolution(constraints, source="unknown")
+    if not kinds:
+        return Resolution(constraints, source="none")
+    return Resolution(constraints, {k: set() for k in kinds}, unpooled=True, source="labels")
+
+
+def _resolve_node(
+    term: Term,
+    node: NodeInfo,
+    ctx: Context,
+    effective: Mapping[str, frozenset[str] | None] | None,
+    res: Resolution,
+) -> None:
+    current = _exact(node.labels)
+    pool_name = ctx.node_pool.get(node.name)
+    pool = ctx.pool(pool_name) if pool_name else None
+    if pool is not None:
+        if term_possible(term, current, exact=True, name=node.name) or (
+            effective is not None and term_possible(term, effective, exact=True, name=node.name)
+        ):
+            _add(res.kinds, pool.spec.mode, pool.name)
+        return
+    kind = node_kind(node.labels)
+    if kind is not None and term_possible(term, current, exact=True, name=node.name):
+        _add(res.kinds, kind, None)
+        res.unpooled = True
+
+
+def pools_of_kind(ctx: Context, kinds: Sequence[str]) -> list[str]:
+    return sorted(p.name for p in ctx.pools if p.spec.mode in kinds)

@@ -1,0 +1,112 @@
+"""``gpushare check``: run the admission rules on manifests, offline.
+
+Exit codes: 0 nothing denied (warnings allowed), 1 something denied, 2 unreadable input.
+Output: ``-o text`` (default) prints one line per finding, ``VERDICT RULE-ID MESSAGE`` (the message
+starts with ``Kind/namespace/name``), then a summary line; ``-o json`` prints one JSON list of
+finding objects (keys: rule_id, verdict, object, container, field, value, message).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from gpushare import constants as c
+from gpushare.admission import Context, Finding, evaluate, is_denied, node_info
+from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
+from gpushare.cli import CLIError
+from gpushare.manifests import ManifestError, describe, load_files
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "check",
+        help="check pods, workloads and GPUSharePools against the GPU-sharing admission rules",
+        description=(
+            "Check manifests against the admission rules the webhook enforces. GPUSharePools and Nodes "
+            "found in -f files are also used as context. Exit 0 when nothing is denied, 1 when "
+            "something is, 2 when input cannot be read."
+        ),
+    )
+    parser.add_argument(
+        "-f", "--filename", dest="files", action="append", required=True, metavar="FILE",
+        help="YAML/JSON manifest, directory or '-' for stdin (repeatable; multi-document and List kinds)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--pools", action="append", default=[], metavar="FILE",
+        help="GPUSharePools to check against (e.g. `kubectl get gsp -o yaml`)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--nodes", action="append", default=[], metavar="FILE",
+        help="Nodes to check against (e.g. `kubectl get nodes -o yaml`)",
+    )  # fmt: skip
+    parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    parser.set_defaults(func=run)
+
+
+def _load(paths: list[str]) -> list[dict[str, Any]]:
+    try:
+        return load_files(paths)
+    except ManifestError as exc:
+        raise CLIError(str(exc)) from None
+
+
+def _context_objects(paths: list[str], option: str) -> tuple[list[GPUSharePool], list[dict[str, Any]]]:
+    pools: list[GPUSharePool] = []
+    nodes: list[dict[str, Any]] = []
+    for obj in _load(paths):
+        kind = obj.get("kind")
+        if kind == c.KIND:
+            try:
+                pools.append(parse_pool(obj))
+            except PoolValidationError as exc:
+                raise CLIError(f"{option}: {exc}") from None
+        elif kind == "Node":
+            nodes.append(obj)
+        else:
+            raise CLIError(f"{option}: {describe(obj)} is neither a GPUSharePool nor a Node")
+    return pools, nodes
+
+
+def check_objects(objects: list[dict[str, Any]], ctx: Context) -> list[Finding]:
+    findings: list[Finding] = []
+    for obj in objects:
+        findings.extend(evaluate(obj, ctx))
+    return findings
+
+
+def build_context(
+    objects: list[dict[str, Any]], pools: list[GPUSharePool], nodes: list[dict[str, Any]]
+) -> Context:
+    """Context pools: --pools, then valid pools from -f (a pool in -f replaces the same name)."""
+    by_name = {p.name: p for p in pools}
+    node_objs = list(nodes)
+    for obj in objects:
+        if obj.get("kind") == c.KIND:
+            try:
+                pool = parse_pool(obj)
+            except PoolValidationError:
+                continue
+            by_name[pool.name] = pool
+        elif obj.get("kind") == "Node":
+            node_objs.append(obj)
+    by_node = {info.name: info for info in (node_info(n) for n in node_objs)}
+    return Context.build(list(by_name.values()), list(by_node.values()))
+
+
+def run(args: argparse.Namespace) -> int:
+    objects = _load(args.files)
+    pools, nodes = _context_objects(args.pools, "--pools")
+    more_pools, more_nodes = _context_objects(args.nodes, "--nodes")
+    ctx = build_context(objects, pools + more_pools, nodes + more_nodes)
+    findings = check_objects(objects, ctx)
+    if args.output == "json":
+        print(json.dumps([f.to_dict() for f in findings], indent=2))
+    else:
+        for f in findings:
+            print(f"{f.verdict.upper():4} {f.rule_id} {f.message}")
+        denied = sum(1 for f in findings if f.verdict == "deny")
+        warned = len(findings) - denied
+        print(f"checked {len(objects)} object(s): {denied} denied, {warned} warning(s)")
+    return 1 if is_denied(findings) else 0
