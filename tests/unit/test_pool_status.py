@@ -1,0 +1,159 @@
+"""Pool status computed from a plan: counts, capacity, allocation, node list and conditions."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from gpushare import constants as c
+from gpushare.api.v1alpha1 import GPUSharePool, parse_pool
+from gpushare.policy import NodeView, PodView, RestartRecord, apply_node_patch, plan
+from gpushare.policy.status import pool_status
+
+NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
+NP = "alibabacloud.com/nodepool-id"
+ALLOC = {c.RES_GPU_MEM: "30", c.RES_GPU_COUNT: "2", c.RES_GPU_CORE: "200"}
+
+
+def pool(name: str, np: str, status: dict[str, Any] | None = None, **spec: Any) -> GPUSharePool:
+    obj: dict[str, Any] = {
+        "metadata": {"name": name, "generation": 4},
+        "spec": {"nodeSelector": {"matchLabels": {NP: np}}, **spec},
+    }
+    if status:
+        obj["status"] = status
+    return parse_pool(obj)
+
+
+def _status(
+    pools: list[GPUSharePool], nodes: list[NodeView], pods: list[PodView], name: str, **kw: Any
+) -> dict[str, Any]:
+    cp = plan(pools, nodes, pods, now=NOW)
+    target = next(p for p in pools if p.name == name)
+    return pool_status(target, cp, {n.name: n for n in nodes}, pods, now=NOW, **kw)
+
+
+def _done(nodes: list[NodeView], pools: list[GPUSharePool]) -> list[NodeView]:
+    cp = plan(pools, nodes, now=NOW).by_node()
+    out = []
+    for n in (apply_node_patch(n, cp[n.name]) for n in nodes):
+        rec = RestartRecord.parse(n.annotations.get(c.ANNOTATION_PLUGIN_RESTART))
+        if rec and rec.pending:
+            rec = RestartRecord(rec.hash, rec.since, "Done", rec.pool)
+            n = NodeView(
+                n.name,
+                n.labels,
+                {**n.annotations, c.ANNOTATION_PLUGIN_RESTART: rec.dump()},
+                allocatable=n.allocatable,
+            )
+        out.append(n)
+    return out
+
+
+def _cond(status: dict[str, Any], ctype: str) -> dict[str, Any]:
+    return next(x for x in status["conditions"] if x["type"] == ctype)
+
+
+def test_converged_pool_is_ready_with_capacity_and_allocation() -> None:
+    pools = [pool("gpu", "a")]
+    nodes = _done(
+        [NodeView("n1", {NP: "a"}, allocatable=ALLOC), NodeView("n2", {NP: "a"}, allocatable=ALLOC)], pools
+    )
+    pods = [
+        PodView("d", "p1", node_name="n1", phase="Running", gpu_mem=4, gpu_core=30),
+        PodView("d", "p2", node_name="n2", phase="Succeeded", gpu_mem=8),
+        PodView("d", "p3", node_name="elsewhere", phase="Running", gpu_mem=8),
+    ]
+    st = _status(pools, nodes, pods, "gpu")
+    assert st["observedGeneration"] == 4
+    assert st["mode"] == "cgpu"
+    assert st["nodes"] == {"matched": 2, "ready": 2, "pending": 0, "held": 0, "conflicting": 0, "failed": 0}
+    assert st["capacity"] == {"gpus": 4, "gpuMemGiB": 60, "gpuCorePercentage": 400}
+    assert st["allocated"] == {"gpus": 0, "gpuMemGiB": 4, "gpuCorePercentage": 30}
+    assert [(x["type"], x["status"], x["reason"]) for x in st["conditions"]] == [
+        ("Ready", "True", "AllNodesReady"),
+        ("Progressing", "False", "RolloutComplete"),
+        ("Degraded", "False", "AsExpected"),
+        ("Conflict", "False", "NoConflicts"),
+    ]
+    assert all(x["observedGeneration"] == 4 for x in st["conditions"])
+
+
+def test_rolling_out_pool_is_progressing() -> None:
+    pools = [pool("gpu", "a")]
+    st = _status(pools, [NodeView("n1", {NP: "a"}), NodeView("n2", {NP: "b"})], [], "gpu")
+    assert st["nodes"]["matched"] == 1 and st["nodes"]["pending"] == 1
+    assert _cond(st, "Ready")["reason"] == "NodesNotReady"
+    assert _cond(st, "Progressing")["reason"] == "RollingOut"
+    assert st["nodeStatuses"] == [
+        {"name": "n1", "phase": "Pending", "reason": "Adopted", "message": "joins pool gpu"}
+    ]
+
+
+def test_held_node_reported() -> None:
+    pools = [pool("gpu", "a")]
+    nodes = _done([NodeView("n1", {NP: "a"})], pools)
+    switched = [pool("gpu", "a", memoryIsolation=False)]
+    st = _status(switched, nodes, [PodView("d", "job", node_name="n1", phase="Running", gpu_mem=2)], "gpu")
+    assert st["nodes"]["held"] == 1
+    prog = _cond(st, "Progressing")
+    assert (prog["status"], prog["reason"]) == ("True", "NodesHeld")
+    assert "d/job" in prog["message"]
+    assert st["nodeStatuses"][0]["phase"] == "Held"
+
+
+def test_conflict_named_in_both_pools() -> None:
+    p1 = pool("p1", "a")
+    p2 = parse_pool({"metadata": {"name": "p2"}, "spec": {"nodeSelector": {"matchLabels": {"zone": "z"}}}})
+    nodes = [NodeView("n1", {NP: "a", "zone": "z"})]
+    for me, other in (("p1", "p2"), ("p2", "p1")):
+        st = _status([p1, p2], nodes, [], me)
+        cond = _cond(st, "Conflict")
+        assert (cond["status"], cond["reason"]) == ("True", "NodesInMultiplePools")
+        assert "n1" in cond["message"] and other in cond["message"]
+        assert st["nodes"]["conflicting"] == 1 and st["nodes"]["matched"] == 0
+        assert _cond(st, "Ready")["reason"] == "NoMatchingNodes"
+
+
+def test_failed_restart_degrades_and_errors_are_failures() -> None:
+    pools = [pool("gpu", "a")]
+    nodes = _done([NodeView("n1", {NP: "a"}), NodeView("n2", {NP: "a"})], pools)
+    rec = RestartRecord("h", "2026-11-29T11:00:00Z", "Failed", "gpu", "no Ready device plugin pod after 300s")
+    nodes[0] = NodeView(
+        "n1", nodes[0].labels, {**nodes[0].annotations, c.ANNOTATION_PLUGIN_RESTART: rec.dump()}
+    )
+    st = _status(pools, nodes, [], "gpu")
+    deg = _cond(st, "Degraded")
+    assert (deg["status"], deg["reason"]) == ("True", "DevicePluginNotReady")
+    assert "n1: no Ready device plugin pod after 300s" in deg["message"]
+    assert st["nodeStatuses"][0]["name"] == "n1"  # not-Ready first
+    st2 = _status(pools, nodes, [], "gpu", errors={"n2": "HTTP 500"})
+    assert st2["nodes"]["failed"] == 2
+    assert _cond(st2, "Degraded")["reason"] == "NodesFailed"
+
+
+def test_transition_time_kept_across_passes() -> None:
+    pools = [pool("gpu", "a")]
+    nodes = _done([NodeView("n1", {NP: "a"})], pools)
+    first = _status(pools, nodes, [], "gpu")
+    later = pool("gpu", "a", status=first)
+    cp = plan([later], nodes, now=NOW + timedelta(hours=1))
+    second = pool_status(later, cp, {n.name: n for n in nodes}, [], now=NOW + timedelta(hours=1))
+    assert second["conditions"] == first["conditions"]
+
+
+def test_node_list_is_bounded_not_ready_first() -> None:
+    pools = [pool("gpu", "a")]
+    nodes = _done([NodeView(f"n{i:03}", {NP: "a"}) for i in range(120)], pools)
+    nodes.append(NodeView("zz-new", {NP: "a"}))
+    st = _status(pools, nodes, [], "gpu")
+    assert len(st["nodeStatuses"]) == 100
+    assert st["nodeStatuses"][0]["name"] == "zz-new"
+    assert st["nodes"]["matched"] == 121 and st["nodes"]["ready"] == 120
+
+
+def test_invalid_pool() -> None:
+    pools = [pool("gpu", "a")]
+    cp = plan(pools, [], now=NOW, invalid={"gpu": "bad"})
+    st = pool_status(pools[0], cp, {}, [], now=NOW)
+    assert (_cond(st, "Ready")["reason"], _cond(st, "Degraded")["reason"]) == ("InvalidSpec", "InvalidSpec")
