@@ -44,3 +44,6 @@ crds: setup ## Regenerate crds/ from the pydantic models
 
 clean: ## Remove local build state
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+
+gpu-check: setup ## On an NVIDIA GPU machine: agent inventory via real NVML + quota helper with PyTorch (fails clearly without a GPU)
+	$(BIN)/python -m gpushare.gpu.check

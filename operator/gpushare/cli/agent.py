@@ -24,7 +24,8 @@ from gpushare.gpu.inventory import Inventory, collect_inventory, desired_node_me
 from gpushare.gpu.isolation import IsolationPaths, detect_cgpu_isolation
 from gpushare.gpu.nvml import NVML, PynvmlBackend
 from gpushare.k8s import KubeConfigError, make_api_client
-from gpushare.k8s.agent import NodeAccessError, patch_node_metadata, read_node_metadata
+from gpushare.k8s import agent as k8s_agent
+from gpushare.k8s.agent import NodeAccessError
 from gpushare.log import LOG_FORMATS, configure_logging
 
 log = structlog.get_logger("gpushare.agent")
@@ -59,11 +60,11 @@ async def run_cycle(api: Any, node_name: str, nvml: NVML, paths: IsolationPaths)
     """One read-compare-patch round. Raises NodeAccessError for API problems only."""
     isolation = await asyncio.to_thread(detect_cgpu_isolation, paths)
     inventory = await asyncio.to_thread(collect_inventory, nvml, isolation=isolation.state)
-    current = await read_node_metadata(api, node_name)
+    current = await k8s_agent.read_node_metadata(api, node_name)
     labels, annotations = desired_node_metadata(inventory)
     patch = node_metadata_patch(current.labels, current.annotations, labels, annotations)
     if patch is not None:
-        await patch_node_metadata(api, node_name, patch)
+        await k8s_agent.patch_node_metadata(api, node_name, patch)
     return CycleResult(inventory=inventory, isolation_reason=isolation.reason, patch=patch)
 
 
