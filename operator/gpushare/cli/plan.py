@@ -1,0 +1,244 @@
+"""``gpushare plan``: the dry run of what the operator would do to each node.
+
+Reads GPUSharePools, Nodes and (optionally) Pods from files (``kubectl get ... -o yaml`` Lists or
+manifests; objects of other kinds are ignored, so ``--pools examples/`` works) and prints, per
+node, the label changes (``key: old -> new``), device-plugin restarts, held mode switches with the
+pods that block them, conflicts and skips. Nothing is written. Exit 0; 2 on unreadable or invalid
+input (one line naming the object and the problem).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from gpushare import constants as c
+from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
+from gpushare.cli import CLIError
+from gpushare.manifests import ManifestError, load_files
+from gpushare.policy import Action, ClusterPlan, NodePlan, NodeView, PodView, plan
+
+ABSENT = "<none>"
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "plan",
+        help="preview the node labels, plugin restarts, holds and conflicts the operator would produce",
+        description=(
+            "Dry run of the operator: given GPUSharePools, Nodes and Pods (files from `kubectl get -o yaml` "
+            "or manifests), print what would change on each node. Nothing is written."
+        ),
+    )
+    parser.add_argument(
+        "--pools", action="append", required=True, metavar="FILE",
+        help="GPUSharePools (file, directory or '-'; repeatable; other kinds are ignored)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--nodes", action="append", required=True, metavar="FILE",
+        help="Nodes, e.g. `kubectl get nodes -o yaml` (repeatable)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--pods", action="append", default=[], metavar="FILE",
+        help="Pods, e.g. `kubectl get pods -A -o yaml` (running GPU pods can hold a mode switch)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--delete", action="append", default=[], metavar="POOL",
+        help="preview deleting this pool (its cleanup policy applies to its nodes; repeatable)",
+    )  # fmt: skip
+    parser.add_argument(
+        "-a", "--all", action="store_true", help="also list nodes that stay unchanged or belong to no pool"
+    )
+    parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    parser.set_defaults(func=run)
+
+
+def _objects(paths: list[str], kind: str) -> list[dict[str, Any]]:
+    try:
+        return [obj for obj in load_files(paths) if obj.get("kind") == kind]
+    except ManifestError as exc:
+        raise CLIError(str(exc)) from None
+
+
+def load_inputs(
+    pool_files: list[str], node_files: list[str], pod_files: list[str]
+) -> tuple[list[GPUSharePool], list[NodeView], list[PodView]]:
+    pools: list[GPUSharePool] = []
+    for obj in _objects(pool_files, c.KIND):
+        try:
+            pools.append(parse_pool(obj))
+        except PoolValidationError as exc:
+            raise CLIError(str(exc)) from None
+    if not pools:
+        raise CLIError(f"--pools {' '.join(pool_files)}: no {c.KIND} found")
+    seen: set[str] = set()
+    for p in pools:
+        if p.name in seen:
+            raise CLIError(f"--pools: {c.KIND}/{p.name} is given twice")
+        seen.add(p.name)
+    nodes = [NodeView.from_obj(obj) for obj in _objects(node_files, "Node")]
+    if not nodes:
+        raise CLIError(f"--nodes {' '.join(node_files)}: no Node found")
+    pods = [PodView.from_obj(obj) for obj in _objects(pod_files, "Pod")] if pod_files else []
+    return pools, nodes, pods
+
+
+def _plugin_pods(pool: GPUSharePool | None, node: str, pods: list[PodView]) -> list[PodView]:
+    if pool is None:
+        return [
+            p
+            for p in pods
+            if p.node_name == node and dict(p.labels).items() >= c.DEFAULT_PLUGIN_LABELS.items()
+        ]
+    dp = pool.spec.device_plugin
+    return [
+        p
+        for p in pods
+        if p.node_name == node and p.namespace == dp.namespace and dp.pod_selector.matches(dict(p.labels))
+    ]
+
+
+def _label_changes(node: NodeView, patch: Mapping[str, str | None]) -> list[dict[str, str | None]]:
+    return [{"key": k, "from": node.labels.get(k), "to": v} for k, v in sorted(patch.items())]
+
+
+def plan_json(
+    cp: ClusterPlan, nodes: Mapping[str, NodeView], pools: Mapping[str, GPUSharePool], pods: list[PodView]
+) -> dict[str, Any]:
+    out: list[dict[str, Any]] = []
+    for p in cp.nodes:
+        n = nodes[p.node]
+        out.append(
+            {
+                "node": p.node,
+                "pool": p.pool,
+                "action": p.action.value,
+                "reason": p.reason,
+                "message": p.message,
+                "labels": _label_changes(n, p.label_patch),
+                "annotations": dict(p.annotation_patch),
+                "cordon": p.cordon,
+                "uncordon": p.uncordon,
+                "restartPlugin": p.restart_plugin,
+                "pluginPods": [x.ref for x in _plugin_pods(pools.get(p.pool or ""), p.node, pods)]
+                if p.restart_plugin
+                else [],
+                "pluginRestartPending": p.plugin_restart_pending,
+                "modeSwitch": {"from": p.mode_switch[0], "to": p.mode_switch[1]} if p.mode_switch else None,
+                "hold": p.hold,
+                "blockingPods": [x.ref for x in p.blocking_pods],
+                "conflictPools": list(p.conflict_pools),
+                "drift": p.drift,
+            }
+        )
+    return {"nodes": out, "invalidPools": dict(cp.invalid_pools), "summary": summary(cp)}
+
+
+def summary(cp: ClusterPlan) -> dict[str, int]:
+    def n(action: Action) -> int:
+        return sum(1 for p in cp.nodes if p.action is action)
+
+    return {
+        "nodes": len(cp.nodes),
+        "changed": len(cp.changes()),
+        "pluginRestarts": sum(1 for p in cp.nodes if p.restart_plugin),
+        "held": n(Action.HOLD),
+        "conflicts": n(Action.CONFLICT),
+        "skipped": n(Action.SKIP),
+        "restored": n(Action.RESTORE) + n(Action.RETAIN),
+        "unchanged": sum(1 for p in cp.nodes if not p.changed and p.action is Action.NOOP),
+    }
+
+
+def _text_node(p: NodePlan, node: NodeView, pool: GPUSharePool | None, pods: list[PodView]) -> list[str]:
+    where = f" (pool {p.pool})" if p.pool else ""
+    lines = [
+        f"{p.node}: {p.action.value}{where}: {p.message}"
+        if p.message
+        else f"{p.node}: {p.action.value}{where}"
+    ]
+    for change in _label_changes(node, p.label_patch):
+        tag = "   [mode switch]" if change["key"] == c.LABEL_SCHEDULE and p.mode_switch else ""
+        lines.append(f"    {change['key']}: {change['from'] or ABSENT} -> {change['to'] or ABSENT}{tag}")
+    if p.action is Action.HOLD and p.mode_switch:
+        lines.append(
+            f"    held: {c.LABEL_SCHEDULE} {p.mode_switch[0]} -> {p.mode_switch[1]} (modeSwitch {p.hold})"
+        )
+        lines.extend(f"    blocking pod: {x.ref} ({c.RES_GPU_MEM}={x.gpu_mem})" for x in p.blocking_pods)
+        if p.cordon:
+            lines.append("    cordon the node (gpushare.io/cordoned-by) while waiting")
+        if p.evict_pods:
+            lines.append("    evict the blocking pods (Eviction API, PodDisruptionBudgets honoured)")
+    if p.force:
+        lines.append(
+            f"    WARNING: forced mode switch with running pods: {', '.join(x.ref for x in p.blocking_pods)}"
+        )
+    if p.uncordon:
+        lines.append("    uncordon (gpushare cordoned it)")
+    if p.restart_plugin:
+        plugin = _plugin_pods(pool, p.node, pods)
+        names = ", ".join(x.ref for x in plugin) if plugin else "no device plugin pod found in --pods"
+        lines.append(f"    restart device plugin: {names}")
+    elif p.plugin_restart_pending:
+        lines.append("    device plugin restart still pending from an earlier change")
+    if p.drift:
+        lines.append("    drift: managed labels were edited by hand")
+    return lines
+
+
+def render_text(
+    cp: ClusterPlan,
+    nodes: Mapping[str, NodeView],
+    pools: Mapping[str, GPUSharePool],
+    pods: list[PodView],
+    show_all: bool,
+) -> str:
+    lines: list[str] = []
+    for name, why in sorted(cp.invalid_pools.items()):
+        lines.append(f"pool {name} is invalid and ignored: {why}")
+    for p in cp.nodes:
+        quiet = p.action is Action.NOOP and not p.changed and not p.plugin_restart_pending
+        if quiet and not show_all:
+            continue
+        lines.extend(_text_node(p, nodes[p.node], pools.get(p.pool or ""), pods))
+    for pool in pools.values():
+        members = [p for p in cp.nodes if p.pool == pool.name and p.restart_plugin]
+        if members and pool.spec.device_plugin.restart == "Rolling":
+            batch = pool.spec.rollout.max_unavailable_for(
+                sum(
+                    1
+                    for p in cp.nodes
+                    if p.pool == pool.name and p.action in (Action.APPLY, Action.NOOP, Action.HOLD)
+                )
+            )
+            limit = pool.spec.rollout.max_unavailable
+            lines.append(
+                f"pool {pool.name}: {len(members)} device plugin restart(s), "
+                f"at most {batch} node(s) at a time (rollout.maxUnavailable {limit})"
+            )
+    s = summary(cp)
+    lines.append(
+        f"{s['nodes']} node(s): {s['changed']} to change, {s['pluginRestarts']} plugin restart(s), "
+        f"{s['held']} held, {s['conflicts']} conflict(s), {s['skipped']} skipped, {s['restored']} restored, "
+        f"{s['unchanged']} unchanged"
+    )
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    pools, nodes, pods = load_inputs(args.pools, args.nodes, args.pods)
+    names = {p.name for p in pools}
+    unknown = [name for name in args.delete if name not in names]
+    if unknown:
+        raise CLIError(f"--delete {unknown[0]}: no such {c.KIND} in --pools")
+    cp = plan(pools, nodes, pods, now=datetime.now(UTC), deleting=frozenset(args.delete))
+    by_node = {n.name: n for n in nodes}
+    by_pool = {p.name: p for p in pools}
+    if args.output == "json":
+        print(json.dumps(plan_json(cp, by_node, by_pool, pods), indent=2))
+    else:
+        print(render_text(cp, by_node, by_pool, pods, args.all))
+    return 0

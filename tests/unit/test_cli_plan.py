@@ -1,0 +1,168 @@
+"""``gpushare plan`` on the example cluster and on bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpushare import constants as c
+from gpushare.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+NODES = str(EXAMPLES / "cluster" / "nodes.yaml")
+PODS = str(EXAMPLES / "cluster" / "pods.yaml")
+
+
+def _json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
+    assert main(["plan", *args, "-o", "json"]) == 0
+    out: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return out
+
+
+def _by_node(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {n["node"]: n for n in data["nodes"]}
+
+
+def test_example_cluster_json(capsys: pytest.CaptureFixture[str]) -> None:
+    data = _json(capsys, "--pools", str(EXAMPLES), "--nodes", NODES, "--pods", PODS)
+    nodes = _by_node(data)
+    cgpu = nodes["np-cgpu-node-1"]
+    assert (cgpu["pool"], cgpu["action"]) == ("cgpu", "Apply")
+    assert {x["key"]: (x["from"], x["to"]) for x in cgpu["labels"]} == {
+        c.LABEL_CGPU: (None, "true"),
+        c.LABEL_DISABLE_ISOLATION: (None, "false"),
+        c.LABEL_SCHEDULE: ("default", "cgpu"),
+        c.LABEL_PLACEMENT: (None, "binpack"),
+        c.LABEL_POOL: (None, "cgpu"),
+    }
+    assert cgpu["restartPlugin"] is True
+    assert cgpu["pluginPods"] == ["kube-system/gpushare-device-plugin-ds-c1a"]
+    assert cgpu["modeSwitch"] == {"from": "default", "to": "cgpu"}
+
+    noiso = nodes["np-cgpu-no-isolation-node-1"]
+    assert {x["key"] for x in noiso["labels"]} == {c.LABEL_SCHEDULE, c.LABEL_PLACEMENT, c.LABEL_POOL}
+    assert {x["key"]: x["to"] for x in noiso["labels"]}[c.LABEL_SCHEDULE] == "share"
+
+    core = nodes["np-gpu-core-node-1"]
+    assert {x["key"]: x["to"] for x in core["labels"]}[c.LABEL_SCHEDULE] == "core_mem"
+
+    held = nodes["np-gpu-core-node-2"]
+    assert (held["action"], held["hold"], held["labels"]) == ("Hold", "Wait", [])
+    assert held["blockingPods"] == ["default/cgpu-test-7d9f"]
+
+    assert nodes["np-gpu-core-node-3"]["action"] == "Skip"
+    assert (nodes["cpu-node-1"]["action"], nodes["cpu-node-1"]["pool"]) == ("Noop", None)
+    assert data["summary"] == {
+        "nodes": 7,
+        "changed": 4,
+        "pluginRestarts": 4,
+        "held": 1,
+        "conflicts": 0,
+        "skipped": 1,
+        "restored": 0,
+        "unchanged": 1,
+    }
+
+
+def test_without_pods_nothing_is_held(capsys: pytest.CaptureFixture[str]) -> None:
+    data = _json(capsys, "--pools", str(EXAMPLES), "--nodes", NODES)
+    node = _by_node(data)["np-gpu-core-node-2"]
+    assert node["action"] == "Apply"
+    assert node["modeSwitch"] == {"from": "cgpu", "to": "core_mem"}
+
+
+def test_text_output(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--pools", str(EXAMPLES), "--nodes", NODES, "--pods", PODS]) == 0
+    out = capsys.readouterr().out
+    assert "    ack.node.gpu.schedule: default -> cgpu   [mode switch]" in out
+    assert "    restart device plugin: kube-system/gpushare-device-plugin-ds-c1a" in out
+    assert "    blocking pod: default/cgpu-test-7d9f (aliyun.com/gpu-mem=4)" in out
+    assert "np-gpu-core-node-3: Skip (pool gpu-core): node is labelled gpushare.io/skip=true" in out
+    assert "cpu-node-1" not in out  # unchanged nodes only with --all
+    assert out.strip().splitlines()[-1] == (
+        "7 node(s): 4 to change, 4 plugin restart(s), 1 held, 0 conflict(s), 1 skipped, "
+        "0 restored, 1 unchanged"
+    )
+    assert main(["plan", "--pools", str(EXAMPLES), "--nodes", NODES, "--all"]) == 0
+    assert "cpu-node-1: Noop: in no pool" in capsys.readouterr().out
+
+
+def test_conflict_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    extra = tmp_path / "pools.yaml"
+    extra.write_text(
+        "apiVersion: gpushare.io/v1alpha1\nkind: GPUSharePool\nmetadata: {name: all-t4}\n"
+        "spec: {nodeSelector: {matchExpressions: [{key: kubernetes.io/hostname, operator: In,"
+        " values: [np-cgpu-node-2]}]}}\n"
+    )
+    data = _json(capsys, "--pools", str(EXAMPLES), "--pools", str(extra), "--nodes", NODES)
+    node = _by_node(data)["np-cgpu-node-2"]
+    assert (node["action"], node["conflictPools"], node["labels"]) == ("Conflict", ["all-t4", "cgpu"], [])
+
+
+def test_delete_preview_restores(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Plan, "apply" the labels by hand into a nodes file, then preview deleting the pool.
+    data = _json(capsys, "--pools", str(EXAMPLES), "--nodes", NODES)
+    node = _by_node(data)["np-cgpu-node-1"]
+    labels = {"alibabacloud.com/nodepool-id": "np-cgpu", c.LABEL_SCHEDULE: "default"}
+    labels.update({x["key"]: x["to"] for x in node["labels"]})
+    applied = tmp_path / "nodes.json"
+    applied.write_text(
+        json.dumps(
+            {
+                "kind": "Node",
+                "metadata": {"name": "np-cgpu-node-1", "labels": labels, "annotations": node["annotations"]},
+            }
+        )
+    )
+    data = _json(capsys, "--pools", str(EXAMPLES), "--nodes", str(applied), "--delete", "cgpu")
+    restored = _by_node(data)["np-cgpu-node-1"]
+    assert restored["action"] == "Restore"
+    assert {x["key"]: x["to"] for x in restored["labels"]} == {
+        c.LABEL_CGPU: None,
+        c.LABEL_DISABLE_ISOLATION: None,
+        c.LABEL_SCHEDULE: "default",  # the prior value, written back
+        c.LABEL_PLACEMENT: None,
+        c.LABEL_POOL: None,
+    }
+    assert restored["annotations"][c.ANNOTATION_OWNED] is None
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(
+            ["--pools", str(EXAMPLES / "invalid" / "pool-compute-without-isolation.yaml"), "--nodes", NODES],
+            "computeAllocation: true requires memoryIsolation: true",
+            id="invalid-pool",
+        ),
+        pytest.param(
+            ["--pools", "/nonexistent.yaml", "--nodes", NODES],
+            "/nonexistent.yaml: no such file",
+            id="missing",
+        ),
+        pytest.param(["--pools", NODES, "--nodes", NODES], "no GPUSharePool found", id="no-pools"),
+        pytest.param(["--pools", str(EXAMPLES), "--nodes", PODS], "no Node found", id="no-nodes"),
+        pytest.param(
+            ["--pools", str(EXAMPLES), "--nodes", NODES, "--delete", "nope"], "--delete nope", id="bad-delete"
+        ),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plan", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
+    assert "Traceback" not in err
+
+
+def test_invalid_yaml(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: [unclosed\n")
+    assert main(["plan", "--pools", str(bad), "--nodes", NODES]) == 2
+    assert "is not valid YAML" in capsys.readouterr().err
