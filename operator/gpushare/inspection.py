@@ -1,0 +1,466 @@
+"""``gpushare inspect``: per pool and per node, what is shared, what is used, what is waiting.
+
+Pure module: :func:`build_report` takes Nodes, Pods and GPUSharePools as Kubernetes JSON
+(live from the API or from files) and returns a :class:`Report`; :func:`render_text` and
+:meth:`Report.to_dict` print it.
+
+Numbers:
+
+* **GPUs**: the node's allocatable ``aliyun.com/gpu-count``, else the agent's ``gpu.count``.
+* **gpu-mem allocated/total**: the sum of ``aliyun.com/gpu-mem`` requested by pods bound to the
+  node and not finished, over its allocatable ``aliyun.com/gpu-mem`` (the device plugin's unit,
+  GiB by default).
+* **gpu-core allocated/total**: the same for ``aliyun.com/gpu-core.percentage`` (100 per GPU);
+  ``-`` when the node has no such capacity.
+* **isolation**: what the node agent found (``active``/``absent``/``unknown``), or ``no agent``.
+* **phase**: the node's entry in the pool's ``status.nodeStatuses`` (``-`` when not listed).
+* **pending**: pods that request GPU sharing, are **not yet scheduled to any node**, and whose
+  node constraints (nodeSelector / required node affinity) can only be met inside the pool.
+  Unlike ``kubectl inspect gpushare``'s PENDING column (memory of pods bound to a node whose
+  allocation the plugin has not confirmed yet), these are pods waiting for room.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpushare import constants as c
+from gpushare.admission.model import Context, node_info
+from gpushare.admission.targeting import node_constraints, node_kind, resolve
+from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
+from gpushare.gpu.inventory import inventory_from_annotations, isolation_state
+from gpushare.policy.views import NodeView, PodView, quantity_int
+
+NO_AGENT = "no agent"
+MODE_TEXT = {
+    c.SCHEDULE_CGPU: "memory isolation",
+    c.SCHEDULE_SHARE: "sharing, no isolation",
+    c.SCHEDULE_CORE_MEM: "memory isolation + compute allocation",
+}
+
+#: Pod annotations that say which GPU a pod got (gpushare v1 protocol; ACK scheduler v2).
+ANNOTATION_GPU_IDX = "ALIYUN_COM_GPU_MEM_IDX"
+ANNOTATION_ALLOCATION_V2 = "scheduler.framework.gpushare.allocation"
+
+
+@dataclass(frozen=True)
+class PodLine:
+    namespace: str
+    name: str
+    phase: str
+    gpu_mem: int
+    gpu_core: int
+    node: str = ""
+    gpu: str = ""
+    #: for pending pods: the scheduler's reason (PodScheduled condition message), if any
+    message: str = ""
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "namespace": self.namespace,
+            "name": self.name,
+            "phase": self.phase,
+            "gpuMem": self.gpu_mem,
+            "gpuCorePercentage": self.gpu_core,
+        }
+        if self.node:
+            out["node"] = self.node
+        if self.gpu:
+            out["gpu"] = self.gpu
+        if self.message:
+            out["message"] = self.message
+        return out
+
+
+@dataclass(frozen=True)
+class NodeLine:
+    name: str
+    mode: str
+    isolation: str
+    gpus: int
+    gpu_mem_allocated: int
+    gpu_mem_total: int
+    gpu_core_allocated: int
+    gpu_core_total: int
+    phase: str = "-"
+    reason: str = ""
+    gpu_product: str = ""
+    gpu_memory_mib: tuple[int, ...] = ()
+    pods: tuple[PodLine, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "mode": self.mode,
+            "isolation": self.isolation,
+            "gpus": self.gpus,
+            "gpuProduct": self.gpu_product or None,
+            "gpuMemoryMiB": list(self.gpu_memory_mib),
+            "gpuMem": {"allocated": self.gpu_mem_allocated, "total": self.gpu_mem_total},
+            "gpuCorePercentage": {"allocated": self.gpu_core_allocated, "total": self.gpu_core_total},
+            "phase": self.phase,
+            "reason": self.reason or None,
+            "pods": [p.to_dict() for p in self.pods],
+        }
+
+
+@dataclass(frozen=True)
+class Totals:
+    nodes: int = 0
+    gpus: int = 0
+    gpu_mem_allocated: int = 0
+    gpu_mem_total: int = 0
+    gpu_core_allocated: int = 0
+    gpu_core_total: int = 0
+
+    @classmethod
+    def of(cls, nodes: Sequence[NodeLine]) -> Totals:
+        return cls(
+            nodes=len(nodes),
+            gpus=sum(n.gpus for n in nodes),
+            gpu_mem_allocated=sum(n.gpu_mem_allocated for n in nodes),
+            gpu_mem_total=sum(n.gpu_mem_total for n in nodes),
+            gpu_core_allocated=sum(n.gpu_core_allocated for n in nodes),
+            gpu_core_total=sum(n.gpu_core_total for n in nodes),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "nodes": self.nodes,
+            "gpus": self.gpus,
+            "gpuMem": {"allocated": self.gpu_mem_allocated, "total": self.gpu_mem_total},
+            "gpuCorePercentage": {"allocated": self.gpu_core_allocated, "total": self.gpu_core_total},
+        }
+
+
+@dataclass(frozen=True)
+class PoolSection:
+    """One pool, or (``name`` = None) the GPU nodes and pending pods outside every pool."""
+
+    name: str | None
+    mode: str = ""
+    memory_isolation: bool | None = None
+    ready: str = ""  # the Ready condition: "True (AllNodesReady)" etc.
+    nodes: tuple[NodeLine, ...] = ()
+    pending: tuple[PodLine, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def totals(self) -> Totals:
+        return Totals.of(self.nodes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "mode": self.mode or None,
+            "memoryIsolation": self.memory_isolation,
+            "ready": self.ready or None,
+            "totals": self.totals.to_dict(),
+            "nodes": [n.to_dict() for n in self.nodes],
+            "pending": [p.to_dict() for p in self.pending],
+            "warnings": list(self.warnings),
+        }
+
+
+@dataclass(frozen=True)
+class Report:
+    pools: tuple[PoolSection, ...] = ()
+    unpooled: PoolSection = field(default_factory=lambda: PoolSection(name=None))
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pools": [p.to_dict() for p in self.pools],
+            "unpooled": self.unpooled.to_dict(),
+            "totals": Totals.of([n for p in (*self.pools, self.unpooled) for n in p.nodes]).to_dict(),
+            "warnings": list(self.warnings),
+        }
+
+
+# --- building -------------------------------------------------------------------------------
+
+
+def _gpu_of(pod: Mapping[str, Any]) -> str:
+    """The GPU index(es) a pod got, from the allocation annotations (v1 or v2), else ""."""
+    ann = (pod.get("metadata") or {}).get("annotations") or {}
+    idx = ann.get(ANNOTATION_GPU_IDX)
+    if isinstance(idx, str) and idx.strip():
+        return idx.strip()
+    raw = ann.get(ANNOTATION_ALLOCATION_V2)
+    if isinstance(raw, str):
+        try:
+            alloc = json.loads(raw)
+        except ValueError:
+            return ""
+        if isinstance(alloc, dict):
+            gpus = sorted({str(g) for per in alloc.values() if isinstance(per, dict) for g in per})
+            return ",".join(gpus)
+    return ""
+
+
+def _schedule_message(pod: Mapping[str, Any]) -> str:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return str(cond.get("message") or cond.get("reason") or "")
+    return ""
+
+
+def _isolation(node: NodeView) -> str:
+    if c.LABEL_CGPU_ISOLATION not in node.labels and c.ANNOTATION_INVENTORY not in node.annotations:
+        return NO_AGENT
+    return isolation_state(node.labels, node.annotations)
+
+
+def _is_gpu_node(node: NodeView) -> bool:
+    return (
+        node.allocatable_int(c.RES_GPU_MEM) > 0
+        or node.allocatable_int(c.RES_GPU_COUNT) > 0
+        or c.LABEL_GPU_COUNT in node.labels
+        or c.ANNOTATION_INVENTORY in node.annotations
+    )
+
+
+def _ready_text(pool: GPUSharePool) -> str:
+    for cond in pool.status.conditions:
+        if cond.type == "Ready":
+            return f"{cond.status} ({cond.reason})"
+    return "unknown (no status yet)"
+
+
+def _node_line(
+    node: NodeView, pods: Sequence[tuple[PodView, Mapping[str, Any]]], phases: Mapping[str, tuple[str, str]]
+) -> NodeLine:
+    active = [(p, raw) for p, raw in pods if not p.terminated and (p.gpu_mem or p.gpu_core)]
+    inventory = inventory_from_annotations(node.annotations)
+    gpus = node.allocatable_int(c.RES_GPU_COUNT) or quantity_int(node.labels.get(c.LABEL_GPU_COUNT, 0))
+    phase, reason = phases.get(node.name, ("-", ""))
+    return NodeLine(
+        name=node.name,
+        mode=node_kind(node.labels) or node.labels.get(c.LABEL_SCHEDULE, "") or "-",
+        isolation=_isolation(node),
+        gpus=gpus,
+        gpu_mem_allocated=sum(p.gpu_mem for p, _ in active),
+        gpu_mem_total=node.allocatable_int(c.RES_GPU_MEM),
+        gpu_core_allocated=sum(p.gpu_core for p, _ in active),
+        gpu_core_total=node.allocatable_int(c.RES_GPU_CORE),
+        phase=phase,
+        reason=reason,
+        gpu_product=node.labels.get(c.LABEL_GPU_PRODUCT, ""),
+        gpu_memory_mib=tuple(g.memory_mib for g in inventory.gpus) if inventory else (),
+        pods=tuple(
+            PodLine(p.namespace, p.name, p.phase, p.gpu_mem, p.gpu_core, node=node.name, gpu=_gpu_of(raw))
+            for p, raw in sorted(active, key=lambda item: item[0].ref)
+        ),
+    )
+
+
+def build_report(
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    pools: Iterable[Mapping[str, Any]],
+) -> Report:
+    """The inspect report. Invalid pools are reported as warnings and left out."""
+    warnings: list[str] = []
+    parsed: list[GPUSharePool] = []
+    for obj in pools:
+        try:
+            parsed.append(parse_pool(dict(obj)))
+        except PoolValidationError as exc:
+            warnings.append(f"skipped invalid pool: {exc}")
+    parsed.sort(key=lambda p: p.name)
+    node_objs = list(nodes)
+    node_views = [NodeView.from_obj(n) for n in node_objs]
+    pod_objs = list(pods)
+    pod_views = [(PodView.from_obj(p), p) for p in pod_objs]
+
+    by_node: dict[str, list[tuple[PodView, Mapping[str, Any]]]] = {}
+    for view, raw in pod_views:
+        if view.node_name:
+            by_node.setdefault(view.node_name, []).append((view, raw))
+
+    members: dict[str, list[NodeView]] = {p.name: [] for p in parsed}
+    pooled: set[str] = set()
+    for node in node_views:
+        owners = [p.name for p in parsed if p.spec.node_selector.matches(dict(node.labels))]
+        for owner in owners:
+            members[owner].append(node)
+        if owners:
+            pooled.add(node.name)
+        if len(owners) > 1:
+            warnings.append(f"node {node.name} is selected by {len(owners)} pools: {', '.join(owners)}")
+
+    # Pending GPU pods, and which pools their node constraints can reach.
+    ctx = Context.build(parsed, [node_info(n) for n in node_objs])
+    pending_by_pool: dict[str | None, list[PodLine]] = {}
+    for view, raw in pod_views:
+        if view.node_name or view.deletion or view.phase != "Pending" or not (view.gpu_mem or view.gpu_core):
+            continue
+        line = PodLine(
+            view.namespace, view.name, view.phase, view.gpu_mem, view.gpu_core, message=_schedule_message(raw)
+        )
+        spec = raw.get("spec") or {}
+        reached = sorted(resolve(node_constraints("spec", spec), ctx).pools) if parsed else []
+        targets: list[str | None] = [*reached] if reached else [None]
+        for target in targets:
+            pending_by_pool.setdefault(target, []).append(line)  # None: targets no pool
+
+    sections: list[PoolSection] = []
+    for pool in parsed:
+        phases = {s.name: (s.phase, s.reason) for s in pool.status.node_statuses}
+        lines = tuple(
+            _node_line(n, by_node.get(n.name, []), phases)
+            for n in sorted(members[pool.name], key=lambda n: n.name)
+        )
+        pool_warnings = [
+            f"node {n.name}: pool demands memory isolation but the agent reports cGPU isolation absent"
+            for n in lines
+            if pool.spec.memory_isolation and n.isolation == "absent"
+        ]
+        sections.append(
+            PoolSection(
+                name=pool.name,
+                mode=pool.spec.mode,
+                memory_isolation=pool.spec.memory_isolation,
+                ready=_ready_text(pool),
+                nodes=lines,
+                pending=tuple(sorted(pending_by_pool.get(pool.name, []), key=lambda p: p.ref)),
+                warnings=tuple(pool_warnings),
+            )
+        )
+    outside = tuple(
+        _node_line(n, by_node.get(n.name, []), {})
+        for n in sorted(node_views, key=lambda n: n.name)
+        if n.name not in pooled and _is_gpu_node(n)
+    )
+    unpooled = PoolSection(
+        name=None, nodes=outside, pending=tuple(sorted(pending_by_pool.get(None, []), key=lambda p: p.ref))
+    )
+    return Report(pools=tuple(sections), unpooled=unpooled, warnings=tuple(warnings))
+
+
+# --- text -------------------------------------------------------------------------------------
+
+
+def _ratio(allocated: int, total: int) -> str:
+    return f"{allocated}/{total}" if total else ("-" if not allocated else f"{allocated}/?")
+
+
+def _table(rows: list[list[str]], indent: str = "  ") -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [
+        indent + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+
+
+def _section_text(section: PoolSection, details: bool) -> list[str]:
+    out: list[str] = []
+    if section.name is not None:
+        t = section.totals
+        out.append(
+            f"POOL {section.name}  mode={section.mode} ({MODE_TEXT.get(section.mode, section.mode)})  "
+            f"ready={section.ready}  nodes={t.nodes}"
+        )
+    else:
+        out.append("NO POOL  (GPU nodes and pending GPU pods outside every GPUSharePool)")
+    if section.nodes:
+        rows = [
+            ["NODE", "MODE(node)", "ISOLATION", "GPUS", "GPU-MEM(alloc/total)", "GPU-CORE%(alloc/total)", "PHASE"]
+        ]
+        for n in section.nodes:
+            phase = f"{n.phase} ({n.reason})" if n.reason else n.phase
+            rows.append(
+                [
+                    n.name,
+                    n.mode,
+                    n.isolation,
+                    str(n.gpus),
+                    _ratio(n.gpu_mem_allocated, n.gpu_mem_total),
+                    _ratio(n.gpu_core_allocated, n.gpu_core_total),
+                    phase if section.name is not None else "-",
+                ]
+            )
+        t = section.totals
+        rows.append(
+            [
+                "TOTAL",
+                "",
+                "",
+                str(t.gpus),
+                _ratio(t.gpu_mem_allocated, t.gpu_mem_total),
+                _ratio(t.gpu_core_allocated, t.gpu_core_total),
+                "",
+            ]
+        )
+        table = _table(rows)
+        if details:
+            # interleave each node's pods below its row
+            out.append(table[0])
+            for n, row in zip(section.nodes, table[1:-1], strict=True):
+                out.append(row)
+                if n.pods:
+                    prow = [["POD", "PHASE", "GPU-MEM", "GPU-CORE%", "GPU"]]
+                    prow += [
+                        [p.ref, p.phase, str(p.gpu_mem), str(p.gpu_core) if p.gpu_core else "-", p.gpu or "-"]
+                        for p in n.pods
+                    ]
+                    out.extend(_table(prow, indent="      "))
+                else:
+                    out.append("      (no GPU pods)")
+            out.append(table[-1])
+        else:
+            out.extend(table)
+    elif section.name is not None:
+        out.append("  (no nodes match the pool's nodeSelector)")
+    if section.pending:
+        if section.name is not None:
+            out.append(
+                f"  PENDING: {len(section.pending)} GPU pod(s) not yet scheduled "
+                "whose node selector targets this pool"
+            )
+        else:
+            out.append(f"  PENDING: {len(section.pending)} GPU pod(s) not yet scheduled that target no pool")
+        rows = [["POD", "GPU-MEM", "GPU-CORE%", *(["WHY"] if details else [])]]
+        for p in section.pending:
+            rows.append(
+                [
+                    p.ref,
+                    str(p.gpu_mem),
+                    str(p.gpu_core) if p.gpu_core else "-",
+                    *([p.message or "-"] if details else []),
+                ]
+            )
+        out.extend(_table(rows, indent="    "))
+    elif section.name is not None:
+        out.append("  PENDING: none")
+    out.extend(f"  warning: {w}" for w in section.warnings)
+    return out
+
+
+def render_text(report: Report, details: bool = False) -> str:
+    lines: list[str] = []
+    for section in report.pools:
+        lines.extend(_section_text(section, details))
+        lines.append("")
+    if report.unpooled.nodes or report.unpooled.pending:
+        lines.extend(_section_text(report.unpooled, details))
+        lines.append("")
+    if not report.pools and not report.unpooled.nodes and not report.unpooled.pending:
+        lines.append("No GPUSharePools, GPU nodes or pending GPU pods found.")
+        lines.append("")
+    all_nodes = [n for s in (*report.pools, report.unpooled) for n in s.nodes]
+    t = Totals.of(all_nodes)
+    lines.append(
+        f"Cluster: {t.nodes} GPU node(s), {t.gpus} GPU(s), "
+        f"gpu-mem {_ratio(t.gpu_mem_allocated, t.gpu_mem_total)} allocated (plugin unit, GiB by default), "
+        f"gpu-core {_ratio(t.gpu_core_allocated, t.gpu_core_total)}%"
+    )
+    lines.extend(f"warning: {w}" for w in report.warnings)
+    return "\n".join(lines)

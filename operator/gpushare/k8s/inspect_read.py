@@ -1,0 +1,66 @@
+"""Read-only API calls of ``gpushare inspect``: Nodes, unfinished Pods and GPUSharePools as JSON dicts."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from gpushare import constants as c
+
+PAGE = 500
+#: Finished pods hold no GPU and wait for nothing.
+UNFINISHED = "status.phase!=Succeeded,status.phase!=Failed"
+
+
+class InspectReadError(Exception):
+    """Listing failed; the message names what and why."""
+
+
+async def _pages(what: str, call: Callable[..., Awaitable[Any]], **kwargs: Any) -> list[Any]:
+    items: list[Any] = []
+    token: str | None = None
+    while True:
+        try:
+            page = (
+                await call(limit=PAGE, _continue=token, **kwargs)
+                if token
+                else await call(limit=PAGE, **kwargs)
+            )
+        except ApiException as exc:
+            raise InspectReadError(f"list {what}: HTTP {exc.status} {exc.reason}") from None
+        if isinstance(page, dict):
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+        else:
+            items.extend(page.items or [])
+            token = page.metadata._continue if page.metadata else None
+        if not token:
+            return items
+
+
+async def read_cluster(
+    api: k8s_client.ApiClient,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+    """``(nodes, pods, pools, warnings)``. A missing CRD is a warning, not an error."""
+    core = k8s_client.CoreV1Api(api)
+    warnings: list[str] = []
+    nodes = [api.sanitize_for_serialization(n) for n in await _pages("nodes", core.list_node)]
+    pods = [
+        api.sanitize_for_serialization(p)
+        for p in await _pages("pods", core.list_pod_for_all_namespaces, field_selector=UNFINISHED)
+    ]
+    custom = k8s_client.CustomObjectsApi(api)
+    try:
+        pools = await _pages(
+            c.PLURAL,
+            lambda **kw: custom.list_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL, **kw),
+        )
+    except InspectReadError as exc:
+        if "HTTP 404" not in str(exc):
+            raise
+        pools = []
+        warnings.append(f"the {c.CRD_NAME} CRD is not installed: no pools to show")
+    return nodes, pods, [dict(p) for p in pools], warnings
