@@ -22,8 +22,19 @@ setup: $(BIN)/gpushare ## Create .venv and install gpushare with its test and li
 control-plane: ## Build (or reuse) kube-apiserver, kcm, scheduler, etcd and kwok in ~/.cache/gpushare
 	bash hack/build-control-plane.sh
 
+CLUSTER_DIR ?= .cluster
+
+cluster: setup control-plane ## Start a local control plane with fake GPU nodes (2 pools) in the background
+	$(BIN)/python -m gpushare.devcluster up --dir $(CLUSTER_DIR)
+
+cluster-down: ## Stop the control plane started by `make cluster`
+	$(BIN)/python -m gpushare.devcluster down --dir $(CLUSTER_DIR)
+
 test: setup control-plane ## Run every test: unit, property and integration (real kube-apiserver)
 	$(BIN)/pytest tests
+
+test-integration: setup control-plane ## Run only the tests against the local control plane
+	$(BIN)/pytest tests -m integration
 
 test-unit: setup ## Run the tests that need no control plane
 	$(BIN)/pytest tests -m "not integration"

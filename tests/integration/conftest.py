@@ -20,7 +20,6 @@ import os
 import secrets
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
@@ -31,13 +30,13 @@ from gpushare.devcluster import (
     ClusterInfo,
     DevCluster,
     DevClusterError,
-    create_gpu_nodes,
     delete_nodes,
     ensure_device_plugin_daemonset,
     find_binaries,
     list_fake_nodes,
 )
 from gpushare.devcluster.crds import install_crd_files
+from gpushare.devcluster.fakes import FakeNodeSet
 from gpushare.k8s.client import make_api_client
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,6 +44,7 @@ CRD_FILES = sorted((REPO / "crds").glob("*.yaml"))
 HERE = Path(__file__).resolve().parent
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if HERE in Path(str(item.path)).resolve().parents:
@@ -98,27 +98,10 @@ async def namespace(api: client.ApiClient) -> AsyncIterator[str]:
             raise
 
 
-class FakeNodes:
-    """Creates kwok GPU nodes with a per-test prefix; see ``gpushare.devcluster.create_gpu_nodes``."""
-
-    def __init__(self, api: client.ApiClient) -> None:
-        self.api = api
-        self.prefix = f"n{secrets.token_hex(3)}"
-        self.created: list[str] = []
-        self._count = 0
-
-    async def create(self, n: int = 1, **kwargs: Any) -> list[str]:
-        prefix = f"{self.prefix}-{kwargs.pop('prefix', 'gpu')}"
-        names = await create_gpu_nodes(self.api, n, prefix=prefix, start=self._count, **kwargs)
-        self._count += n
-        self.created += names
-        return names
-
-
 @pytest.fixture
-async def fake_nodes(api: client.ApiClient) -> AsyncIterator[FakeNodes]:
+async def fake_nodes(api: client.ApiClient) -> AsyncIterator[FakeNodeSet]:
     before = set(await list_fake_nodes(api))
-    helper = FakeNodes(api)
+    helper = FakeNodeSet(api, f"n{secrets.token_hex(3)}")
     yield helper
     leftover = set(await list_fake_nodes(api)) - before
     await delete_nodes(api, sorted(leftover))

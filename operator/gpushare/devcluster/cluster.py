@@ -53,6 +53,9 @@ KCM_CONTROLLERS = (
     "node-lifecycle-controller",
     "pod-garbage-collector-controller",
     "endpointslice-controller",
+    "resourcequota-controller",
+    "clusterrole-aggregation-controller",
+    "root-ca-certificate-publisher-controller",
 )
 
 

@@ -41,6 +41,21 @@ async def install_crd(api: client.ApiClient, body: dict[str, Any], *, timeout_s:
 
     await wait_for(established, what=f"CRD {name} to be Established", timeout_s=timeout_s)
 
+    # Established comes a moment before the storage serves requests (429 "storage is
+    # (re)initializing"): list every served version once before returning.
+    objects = client.CustomObjectsApi(api)
+    group, plural = body["spec"]["group"], body["spec"]["names"]["plural"]
+    for version in (v["name"] for v in body["spec"]["versions"] if v.get("served", True)):
+
+        async def served(version: str = version) -> bool:
+            if body["spec"].get("scope") == "Namespaced":
+                await objects.list_namespaced_custom_object(group, version, "default", plural, limit=1)
+            else:
+                await objects.list_cluster_custom_object(group, version, plural, limit=1)
+            return True
+
+        await wait_for(served, what=f"{plural}.{group}/{version} to be served", timeout_s=timeout_s)
+
 
 async def install_crd_files(api: client.ApiClient, paths: list[Path]) -> list[str]:
     names = []

@@ -77,6 +77,10 @@ def gpu_node_body(
         "kubernetes.io/hostname": name,
         "kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64",
+        # A kubelet sets the beta twins too; kcm's node-lifecycle controller would add them
+        # later, which would show up as a spurious label change in tests.
+        "beta.kubernetes.io/os": "linux",
+        "beta.kubernetes.io/arch": "amd64",
         "type": "kwok",
         FAKE_LABEL: "true",
         **labels,
@@ -256,3 +260,22 @@ async def wait_plugin_ready(
     return await wait_for(
         ready_pod, what=f"a Running, Ready device-plugin pod on {node}", timeout_s=timeout_s
     )
+
+
+class FakeNodeSet:
+    """Creates kwok GPU nodes under one unique prefix and remembers them (used by test fixtures)."""
+
+    def __init__(self, api: client.ApiClient, prefix: str) -> None:
+        self.api = api
+        self.prefix = prefix
+        self.created: list[str] = []
+        self._count = 0
+
+    async def create(self, n: int = 1, *, prefix: str = "gpu", **kwargs: Any) -> list[str]:
+        """``create_gpu_nodes`` with names ``<set prefix>-<prefix>-<i>``."""
+        names = await create_gpu_nodes(
+            self.api, n, prefix=f"{self.prefix}-{prefix}", start=self._count, **kwargs
+        )
+        self._count += n
+        self.created += names
+        return names

@@ -1,0 +1,227 @@
+"""The generated GPUSharePool CRD on a real kube-apiserver: schema, CEL, defaults, status."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from gpushare import constants as c
+from gpushare.api import parse_pool
+from gpushare.api.v1alpha1 import GPUSharePoolSpec, LabelSelector
+
+
+def pool(spec: dict[str, Any], name: str | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": c.API_VERSION,
+        "kind": c.KIND,
+        "metadata": {"name": name or f"p-{secrets.token_hex(4)}"},
+        "spec": spec,
+    }
+
+
+SEL = {"matchLabels": {"alibabacloud.com/nodepool-id": "np-a"}}
+
+
+async def create(api: client.ApiClient, body: dict[str, Any]) -> dict[str, Any]:
+    obj: dict[str, Any] = await client.CustomObjectsApi(api).create_cluster_custom_object(
+        c.GROUP, c.VERSION, c.PLURAL, body
+    )
+    return obj
+
+
+@pytest.fixture
+async def pools(api: client.ApiClient) -> Any:
+    created: list[str] = []
+
+    async def make(body: dict[str, Any]) -> dict[str, Any]:
+        obj = await create(api, body)
+        created.append(obj["metadata"]["name"])
+        return obj
+
+    yield make
+    co = client.CustomObjectsApi(api)
+    for name in created:
+        try:
+            await co.delete_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL, name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+async def test_crd_is_established_and_served(api: client.ApiClient) -> None:
+    crd = await client.ApiextensionsV1Api(api).read_custom_resource_definition(c.CRD_NAME)
+    conds = {cond.type: cond.status for cond in crd.status.conditions}
+    assert conds["Established"] == "True"
+    assert crd.spec.names.short_names == [c.SHORT_NAME]
+    res = await client.CustomObjectsApi(api).list_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL)
+    assert res["kind"] == "GPUSharePoolList"
+
+
+INVALID = [
+    pytest.param({"nodeSelector": {}}, "nodeSelector must not be empty", id="empty-nodeSelector"),
+    pytest.param(
+        {"nodeSelector": {"matchLabels": {}, "matchExpressions": []}},
+        "nodeSelector must not be empty",
+        id="empty-nodeSelector-lists",
+    ),
+    pytest.param(
+        {"nodeSelector": SEL, "computeAllocation": True, "memoryIsolation": False},
+        "computeAllocation: true requires memoryIsolation: true",
+        id="compute-without-isolation",
+    ),
+    pytest.param(
+        {"nodeSelector": SEL, "placement": "random"},
+        'spec.placement: Unsupported value: "random"',
+        id="bad-placement",
+    ),
+    pytest.param(
+        {"nodeSelector": SEL, "rollout": {"maxUnavailable": "150%"}},
+        "maxUnavailable must be an integer >= 1 or a percentage from 1% to 100%",
+        id="maxUnavailable-150pct",
+    ),
+    pytest.param(
+        {"nodeSelector": SEL, "rollout": {"maxUnavailable": 0}},
+        "maxUnavailable must be an integer >= 1 or a percentage from 1% to 100%",
+        id="maxUnavailable-0",
+    ),
+    pytest.param(
+        {"nodeSelector": SEL, "rollout": {"maxUnavailable": "0%"}},
+        "maxUnavailable must be an integer >= 1 or a percentage from 1% to 100%",
+        id="maxUnavailable-0pct",
+    ),
+    pytest.param(
+        {"nodeSelector": {"matchExpressions": [{"key": "gpu", "operator": "In"}]}},
+        "In and NotIn need at least one value",
+        id="In-without-values",
+    ),
+    pytest.param(
+        {"nodeSelector": {"matchExpressions": [{"key": "gpu", "operator": "Exists", "values": ["x"]}]}},
+        "Exists and DoesNotExist take none",
+        id="Exists-with-values",
+    ),
+    pytest.param(
+        {"nodeSelector": SEL, "devicePlugin": {"readyTimeoutSeconds": 5}},
+        "spec.devicePlugin.readyTimeoutSeconds: Invalid value: 5",
+        id="readyTimeout-below-min",
+    ),
+    pytest.param({}, "spec.nodeSelector: Required value", id="missing-nodeSelector"),
+]
+
+
+@pytest.mark.parametrize(("spec", "message"), INVALID)
+async def test_invalid_pools_are_rejected_with_clear_messages(
+    api: client.ApiClient, spec: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ApiException) as err:
+        await create(api, pool(spec))
+    assert err.value.status == 422, err.value.body
+    status = json.loads(err.value.body)
+    assert message in status["message"], status["message"]
+    assert status["message"].startswith(f'GPUSharePool.gpushare.io "{status["details"]["name"]}" is invalid')
+
+
+async def test_round_trip_applies_the_same_defaults_as_the_models(api: client.ApiClient, pools: Any) -> None:
+    obj = await pools(pool({"nodeSelector": SEL}))
+    spec = obj["spec"]
+    assert spec["memoryIsolation"] is True
+    assert spec["computeAllocation"] is False
+    assert spec["placement"] == "binpack"
+    assert spec["cleanup"] == "Restore"
+    assert spec["devicePlugin"] == {
+        "namespace": "kube-system",
+        "podSelector": {"matchLabels": {"name": "gpushare-device-plugin-ds"}},
+        "restart": "Rolling",
+        "readyTimeoutSeconds": 300,
+    }
+    assert spec["rollout"] == {"maxUnavailable": 1, "modeSwitch": "Wait"}
+    assert spec["admission"] == {"mode": "Enforce"}
+    # The server's defaults equal the pydantic defaults, field for field.
+    parsed = parse_pool(obj)
+    expected = GPUSharePoolSpec(node_selector=LabelSelector(match_labels=SEL["matchLabels"]))
+    assert parsed.spec == expected
+    assert parsed.spec.mode == "cgpu"
+    # What the models dump (every field explicit) is accepted and reads back the same.
+    again = await pools(pool(expected.dump()))
+    assert parse_pool(again).spec == expected
+
+
+async def test_partial_sub_objects_get_their_remaining_defaults(api: client.ApiClient, pools: Any) -> None:
+    obj = await pools(
+        pool(
+            {
+                "nodeSelector": SEL,
+                "devicePlugin": {"namespace": "gpu-system"},
+                "rollout": {"maxUnavailable": "25%"},
+                "computeAllocation": True,
+            }
+        )
+    )
+    spec = obj["spec"]
+    assert spec["devicePlugin"]["podSelector"] == {"matchLabels": {"name": "gpushare-device-plugin-ds"}}
+    assert spec["devicePlugin"]["namespace"] == "gpu-system"
+    assert spec["rollout"] == {"maxUnavailable": "25%", "modeSwitch": "Wait"}
+    parsed = parse_pool(obj)
+    assert parsed.spec.mode == "core_mem"
+    assert parsed.spec.rollout.max_unavailable_for(8) == 2
+
+
+async def test_explicit_pod_selector_replaces_the_default(api: client.ApiClient, pools: Any) -> None:
+    sel = {"matchLabels": {"app": "my-plugin"}}
+    obj = await pools(pool({"nodeSelector": SEL, "devicePlugin": {"podSelector": sel}}))
+    assert obj["spec"]["devicePlugin"]["podSelector"] == sel
+
+
+async def test_status_subresource_is_separate_from_spec(api: client.ApiClient, pools: Any) -> None:
+    co = client.CustomObjectsApi(api)
+    obj = await pools(pool({"nodeSelector": SEL}))
+    name = obj["metadata"]["name"]
+    assert obj["metadata"]["generation"] == 1
+    # A status sent with create is dropped.
+    assert "status" not in obj or not obj["status"].get("mode")
+
+    status = {
+        "observedGeneration": 1,
+        "mode": "cgpu",
+        "nodes": {"matched": 3, "ready": 2},
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "False",
+                "reason": "RollingOut",
+                "message": "2/3 nodes ready",
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+            }
+        ],
+    }
+    body = {**obj, "status": status}
+    written = await co.replace_cluster_custom_object_status(c.GROUP, c.VERSION, c.PLURAL, name, body)
+    assert written["status"]["nodes"]["ready"] == 2
+    assert written["metadata"]["generation"] == 1  # status writes do not bump generation
+
+    # A write to the main resource cannot change status, and bumps generation on a spec change.
+    main = {**written, "spec": {**written["spec"], "placement": "spread"}, "status": {"mode": "share"}}
+    after = await co.replace_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL, name, main)
+    assert after["spec"]["placement"] == "spread"
+    assert after["metadata"]["generation"] == 2
+    assert after["status"]["mode"] == "cgpu"
+    fresh = await co.get_cluster_custom_object_status(c.GROUP, c.VERSION, c.PLURAL, name)
+    assert (fresh["status"]["nodes"]["matched"], fresh["status"]["nodes"]["ready"]) == (3, 2)
+    assert parse_pool(fresh).status.conditions[0].reason == "RollingOut"
+
+
+async def test_status_is_validated_too(api: client.ApiClient, pools: Any) -> None:
+    co = client.CustomObjectsApi(api)
+    obj = await pools(pool({"nodeSelector": SEL}))
+    bad = {**obj, "status": {"conditions": [{"type": "Ready", "status": "Maybe"}]}}
+    with pytest.raises(ApiException) as err:
+        await co.replace_cluster_custom_object_status(
+            c.GROUP, c.VERSION, c.PLURAL, obj["metadata"]["name"], bad
+        )
+    assert err.value.status == 422
+    message = json.loads(err.value.body)["message"]
+    assert 'status.conditions[0].status: Unsupported value: "Maybe"' in message, message
