@@ -7,7 +7,9 @@ ANDed into every term. They are resolved three ways, most precise first:
 1. against every known pool: a node of the pool carries the labels the pool's ``nodeSelector``
    requires plus the labels the operator writes (:func:`pool_node_labels`); labels the pod asks
    for that neither fixes are assumed possible;
-2. against every known node: its current labels, and the labels it will carry once its pool is applied;
+2. against every known node: its current labels, and the labels it will carry once its pool is applied
+   (a term naming nodes, by ``kubernetes.io/hostname`` or ``matchFields`` ``metadata.name``, is
+   resolved by the known nodes alone);
 3. when neither pools nor nodes are known (or nothing matched), from the ACK labels alone:
    ``ack.node.gpu.schedule`` decides when the pod constrains it; otherwise
    ``cgpu.disable.isolation=false`` means the ``cgpu`` kind and ``true`` the ``share`` kind
@@ -181,6 +183,18 @@ def term_possible(term: Term, labels: Candidate, *, exact: bool = False, name: s
     return True
 
 
+#: Labels that name one node; with nodes known, a term pinning them is resolved by those nodes alone.
+IDENTITY_LABELS: tuple[str, ...] = ("kubernetes.io/hostname",)
+
+
+def names_nodes(term: Term) -> bool:
+    """Does the term pin node names (hostname label In, or matchFields metadata.name In)?"""
+    return any(
+        r.operator == "In" and (r.key in IDENTITY_LABELS or (r.is_field and r.key == "metadata.name"))
+        for r in term
+    )
+
+
 def pool_node_labels(pool: GPUSharePool) -> dict[str, str]:
     """The labels the operator puts on every node of ``pool`` (the planner's label mapping)."""
     return desired_labels(pool.spec, pool.name)
@@ -227,6 +241,39 @@ def _allowed(term: Term, key: str, options: Iterable[str | None]) -> list[str | 
         if all(_op_possible(r.operator, r.values, possible) for r in reqs):
             out.append(opt)
     return out
+
+
+def _requires_pool_label(term: Term) -> bool:
+    return any(r.key == c.LABEL_POOL and r.operator in ("In", "Exists") and not r.is_field for r in term)
+
+
+def _pinned(term: Term, key: str) -> set[str] | None:
+    """The values ``term`` allows for ``key`` when it requires one of them (In), else None."""
+    out: set[str] | None = None
+    for r in term:
+        if r.key == key and not r.is_field and r.operator == "In":
+            out = set(r.values) if out is None else out & set(r.values)
+    return out
+
+
+def _implies_pool(term: Term, pool: GPUSharePool) -> bool:
+    """Does every node satisfying ``term`` match ``pool``'s nodeSelector (judged conservatively)?"""
+    selector = pool.spec.node_selector
+    for key, value in selector.match_labels.items():
+        pinned = _pinned(term, key)
+        if pinned is None or not pinned <= {value}:
+            return False
+    for req in selector.match_expressions:
+        pinned = _pinned(term, req.key)
+        if req.operator == "In" and (pinned is None or not pinned <= set(req.values)):
+            return False
+        if req.operator == "NotIn" and (pinned is None or pinned & set(req.values)):
+            return False
+        if req.operator == "Exists" and pinned is None:
+            return False
+        if req.operator == "DoesNotExist":
+            return False
+    return True
 
 
 def _constrains(term: Term, key: str) -> bool:
@@ -304,8 +351,9 @@ def resolve(constraints: Constraints, ctx: Context) -> Resolution:
             if pool is not None:
                 effective[node.name] = _exact({**node.labels, **pool_node_labels(pool)})
         for term in constraints.terms:
+            named = bool(ctx.nodes) and names_nodes(term)
             for pool, cand in candidates:
-                if term_possible(term, cand):
+                if not named and term_possible(term, cand):
                     _add(res.kinds, pool.spec.mode, pool.name)
             for node in ctx.nodes:
                 _resolve_node(term, node, ctx, effective.get(node.name), res)
@@ -314,6 +362,10 @@ def resolve(constraints: Constraints, ctx: Context) -> Resolution:
     unknown = False
     kinds: set[str] = set()
     for term in constraints.terms:
+        if _requires_pool_label(term) and (ctx.pools or ctx.nodes):
+            continue  # only nodes of a known pool carry gpushare.io/pool, and none matched
+        if any(_implies_pool(term, p) for p in ctx.pools):
+            continue  # the nodes it names are a pool's nodes, and the pool's labels contradict it
         found = label_kinds(term)
         if found is None:
             unknown = True
@@ -338,16 +390,20 @@ def _resolve_node(
     current = _exact(node.labels)
     pool_name = ctx.node_pool.get(node.name)
     pool = ctx.pool(pool_name) if pool_name else None
-    if pool is not None:
-        if term_possible(term, current, exact=True, name=node.name) or (
-            effective is not None and term_possible(term, effective, exact=True, name=node.name)
-        ):
-            _add(res.kinds, pool.spec.mode, pool.name)
-        return
+    if (
+        pool is not None
+        and effective is not None
+        and term_possible(term, effective, exact=True, name=node.name)
+    ):
+        _add(res.kinds, pool.spec.mode, pool.name)  # once the pool's labels are applied
     kind = node_kind(node.labels)
     if kind is not None and term_possible(term, current, exact=True, name=node.name):
-        _add(res.kinds, kind, None)
-        res.unpooled = True
+        # As labelled today (a node of a pool may not have been switched yet).
+        if pool is not None and kind == pool.spec.mode:
+            _add(res.kinds, kind, pool.name)
+        else:
+            _add(res.kinds, kind, None)
+            res.unpooled = True
 
 
 def pools_of_kind(ctx: Context, kinds: Sequence[str]) -> list[str]:

@@ -1,0 +1,946 @@
+"""The admission rules engine, rule by rule (table-driven), plus targeting, pool modes and pools."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from typing import Any, cast
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpushare.admission import RULES, Context, Finding, evaluate, node_info, pod_specs, requests_gpu_sharing
+from gpushare.admission.quantity import parse_quantity
+from gpushare.api.v1alpha1 import GPUSharePool, parse_pool
+
+MEM = "aliyun.com/gpu-mem"
+CORE = "aliyun.com/gpu-core.percentage"
+
+
+def container(
+    name: str = "main",
+    limits: dict[str, Any] | None = None,
+    requests: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    resources: dict[str, Any] = {}
+    if limits is not None:
+        resources["limits"] = limits
+    if requests is not None:
+        resources["requests"] = requests
+    return {"name": name, "image": "busybox", "resources": resources}
+
+
+def pod(
+    limits: dict[str, Any] | None = None,
+    *,
+    selector: dict[str, str] | None = None,
+    affinity_terms: list[list[dict[str, Any]]] | None = None,
+    containers: list[dict[str, Any]] | None = None,
+    init: list[dict[str, Any]] | None = None,
+    name: str = "p",
+    namespace: str = "default",
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": containers if containers is not None else [container(limits=limits)]
+    }
+    if init:
+        spec["initContainers"] = init
+    if selector is not None:
+        spec["nodeSelector"] = selector
+    if affinity_terms is not None:
+        spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": t} for t in affinity_terms]
+                }
+            }
+        }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+
+
+def wrap(pod_obj: dict[str, Any], kind: str, name: str = "w") -> dict[str, Any]:
+    """The pod's spec as the template of a workload of ``kind``."""
+    template = {"metadata": {"labels": {"app": name}}, "spec": copy.deepcopy(pod_obj["spec"])}
+    meta = {"name": name, "namespace": "default"}
+    api = {"Job": "batch/v1", "CronJob": "batch/v1", "ReplicationController": "v1", "PodTemplate": "v1"}
+    obj: dict[str, Any] = {"apiVersion": api.get(kind, "apps/v1"), "kind": kind, "metadata": meta}
+    if kind == "CronJob":
+        obj["spec"] = {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": template}}}
+    elif kind == "PodTemplate":
+        obj["template"] = template
+    else:
+        obj["spec"] = {"selector": {"matchLabels": {"app": name}}, "template": template}
+    return obj
+
+
+def pool_obj(
+    name: str,
+    nodepool: str | None = None,
+    *,
+    isolation: bool = True,
+    compute: bool = False,
+    mode: str = "Enforce",
+    selector: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    sel = (
+        selector
+        if selector is not None
+        else {"matchLabels": {"alibabacloud.com/nodepool-id": nodepool or f"np-{name}"}}
+    )
+    return {
+        "apiVersion": "gpushare.io/v1alpha1",
+        "kind": "GPUSharePool",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": sel,
+            "memoryIsolation": isolation,
+            "computeAllocation": compute,
+            "admission": {"mode": mode},
+        },
+    }
+
+
+def pool(name: str, nodepool: str | None = None, **kw: Any) -> GPUSharePool:
+    return parse_pool(pool_obj(name, nodepool, **kw))
+
+
+def node_obj(
+    name: str,
+    labels: dict[str, str],
+    *,
+    gpu_mem: int | None = None,
+    gpus: int | None = None,
+    inventory_mib: list[int] | None = None,
+) -> dict[str, Any]:
+    alloc: dict[str, str] = {}
+    if gpu_mem is not None:
+        alloc[MEM] = str(gpu_mem)
+    if gpus is not None:
+        alloc["aliyun.com/gpu-count"] = str(gpus)
+    meta: dict[str, Any] = {"name": name, "labels": labels}
+    if inventory_mib is not None:
+        gpus_json = [
+            {"index": i, "uuid": f"GPU-{i}", "name": "T4", "memoryMiB": m}
+            for i, m in enumerate(inventory_mib)
+        ]
+        meta["annotations"] = {"gpushare.io/gpu-inventory": json.dumps({"state": "ok", "gpus": gpus_json})}
+    return {"apiVersion": "v1", "kind": "Node", "metadata": meta, "status": {"allocatable": alloc}}
+
+
+#: The three seed pools (cgpu, cgpu-no-isolation, gpu-core), by ACK node pool id.
+SEED_POOLS = (
+    pool("cgpu"),
+    pool("cgpu-no-isolation", isolation=False),
+    pool("gpu-core", compute=True),
+)
+SEED_CTX = Context.build(SEED_POOLS)
+
+
+def seed_nodes(per_gpu_mib: int = 15360) -> Context:
+    nodes = [
+        node_info(
+            node_obj(
+                f"{p.name}-n1",
+                {"alibabacloud.com/nodepool-id": f"np-{p.name}", "kubernetes.io/hostname": f"{p.name}-n1"},
+                inventory_mib=[per_gpu_mib] * 2,
+            )
+        )
+        for p in SEED_POOLS
+    ]
+    return Context.build(SEED_POOLS, nodes)
+
+
+def ids(findings: list[Finding]) -> list[tuple[str, str]]:
+    return [(f.rule_id, f.verdict) for f in findings]
+
+
+# --- quantities -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "value", "error"),
+    [
+        pytest.param(2, 2, None, id="int"),
+        pytest.param("2", 2, None, id="string"),
+        pytest.param("30", 30, None, id="string-30"),
+        pytest.param(0, 0, None, id="zero"),
+        pytest.param(" 7 ", 7, None, id="spaces"),
+        pytest.param("1.5", None, "not a whole number", id="fraction-string"),
+        pytest.param(1.5, None, "not a whole number", id="float"),
+        pytest.param(2.0, None, "not a whole number", id="float-whole"),
+        pytest.param("2Gi", None, "unit suffix 'Gi'", id="suffix"),
+        pytest.param("2000m", None, "unit suffix 'm'", id="milli"),
+        pytest.param("-1", None, "negative", id="negative-string"),
+        pytest.param(-1, None, "negative", id="negative-int"),
+        pytest.param("abc", None, "not a number", id="word"),
+        pytest.param("", None, "not a number", id="empty-string"),
+        pytest.param(None, None, "empty", id="null"),
+        pytest.param(True, None, "boolean", id="bool"),
+        pytest.param([1], None, "list", id="list"),
+    ],
+)
+def test_parse_quantity(raw: Any, value: int | None, error: str | None) -> None:
+    q = parse_quantity(raw)
+    assert q.value == value
+    if error is None:
+        assert q.error is None
+    else:
+        assert q.error is not None and error in q.error
+
+
+# --- pod specs ------------------------------------------------------------------------------------
+
+GPU_POD = pod({MEM: 2, CORE: 30}, selector={"gpushare.io/pool": "gpu-core"})
+
+
+@pytest.mark.parametrize(
+    ("kind", "path"),
+    [
+        pytest.param("Deployment", "spec.template.spec", id="deployment"),
+        pytest.param("StatefulSet", "spec.template.spec", id="statefulset"),
+        pytest.param("DaemonSet", "spec.template.spec", id="daemonset"),
+        pytest.param("ReplicaSet", "spec.template.spec", id="replicaset"),
+        pytest.param("ReplicationController", "spec.template.spec", id="replicationcontroller"),
+        pytest.param("Job", "spec.template.spec", id="job"),
+        pytest.param("CronJob", "spec.jobTemplate.spec.template.spec", id="cronjob"),
+        pytest.param("PodTemplate", "template.spec", id="podtemplate"),
+    ],
+)
+def test_pod_specs_of_workloads(kind: str, path: str) -> None:
+    obj = wrap(GPU_POD, kind)
+    ((found_path, spec),) = pod_specs(obj)
+    assert found_path == path
+    assert spec["nodeSelector"] == {"gpushare.io/pool": "gpu-core"}
+    assert requests_gpu_sharing(obj)
+
+
+def test_pod_specs_of_a_pod_and_other_kinds() -> None:
+    assert pod_specs(GPU_POD) == [("spec", GPU_POD["spec"])]
+    assert pod_specs({"kind": "ConfigMap", "data": {}}) == []
+    assert pod_specs({"kind": "Deployment", "spec": "oops"}) == []
+    assert pod_specs({"kind": "Job", "spec": {"template": None}}) == []
+    assert pod_specs({"spec": {}}) == []
+
+
+def test_workload_findings_point_into_the_template() -> None:
+    bad = pod({MEM: 2, CORE: 33}, selector={"gpushare.io/pool": "gpu-core"})
+    (finding,) = evaluate(wrap(bad, "CronJob", "nightly"), SEED_CTX)
+    assert finding.rule_id == "GS001-core-percentage-step"
+    assert finding.object == "CronJob/default/nightly"
+    assert finding.field == (
+        'spec.jobTemplate.spec.template.spec.containers[0].resources.limits["aliyun.com/gpu-core.percentage"]'
+    )
+
+
+def test_objects_without_gpu_requests_have_no_findings() -> None:
+    plain = pod({"cpu": "1", "nvidia.com/gpu": 1})
+    assert not requests_gpu_sharing(plain)
+    assert evaluate(plain, SEED_CTX) == []
+    assert evaluate(wrap(plain, "Deployment"), SEED_CTX) == []
+    assert evaluate({"kind": "Pod"}) == []
+    assert evaluate("not an object") == []
+    assert evaluate({"kind": "ConfigMap", "data": {MEM: "x"}}) == []
+
+
+# --- the rule table -------------------------------------------------------------------------------
+
+CORE_SEL = {"gpushare.io/pool": "gpu-core"}
+CGPU_SEL = {"gpushare.io/pool": "cgpu"}
+SHARE_SEL = {"gpushare.io/pool": "cgpu-no-isolation"}
+NONE: Context = Context()
+
+RULE_CASES = [
+    # GS001 / GS002: core percentage
+    pytest.param(pod({MEM: 2, CORE: 30}, selector=CORE_SEL), SEED_CTX, [], id="cuda-sample-ok"),
+    pytest.param(pod({MEM: 2, CORE: 5}, selector=CORE_SEL), SEED_CTX, [], id="core-5-ok"),
+    pytest.param(pod({MEM: 2, CORE: 100}, selector=CORE_SEL), SEED_CTX, [], id="core-100-ok"),
+    pytest.param(pod({MEM: 2, CORE: "30"}, selector=CORE_SEL), SEED_CTX, [], id="core-string-ok"),
+    pytest.param(
+        pod({MEM: 2, CORE: 33}, selector=CORE_SEL),
+        SEED_CTX,
+        [("GS001-core-percentage-step", "deny")],
+        id="core-33",
+    ),
+    pytest.param(
+        pod({MEM: 2, CORE: "1.5"}, selector=CORE_SEL),
+        SEED_CTX,
+        [("GS001-core-percentage-step", "deny")],
+        id="core-frac",
+    ),
+    pytest.param(
+        pod({MEM: 2, CORE: "abc"}, selector=CORE_SEL),
+        SEED_CTX,
+        [("GS001-core-percentage-step", "deny")],
+        id="core-abc",
+    ),
+    pytest.param(
+        pod({MEM: 2, CORE: "-5"}, selector=CORE_SEL),
+        SEED_CTX,
+        [("GS001-core-percentage-step", "deny")],
+        id="core-neg",
+    ),
+    pytest.param(
+        pod({MEM: 2, CORE: 0}, selector=CORE_SEL),
+        SEED_CTX,
+        [("GS002-core-percentage-range", "deny")],
+        id="core-0",
+    ),
+    pytest.param(
+        pod({MEM: 2, CORE: 105}, selector=CORE_SEL),
+        SEED_CTX,
+        [("GS002-core-percentage-range", "deny")],
+        id="core-105",
+    ),
+    pytest.param(
+        pod({MEM: 2, CORE: 103}, selector=CORE_SEL),
+        SEED_CTX,
+        [("GS002-core-percentage-range", "deny")],
+        id="core-103",
+    ),
+    # GS003: core without mem (still a compute pod for targeting)
+    pytest.param(
+        pod({CORE: 30}, selector=CORE_SEL),
+        SEED_CTX,
+        [("GS003-core-without-mem", "deny")],
+        id="core-without-mem",
+    ),
+    pytest.param(
+        pod(containers=[container("a", {MEM: 2}), container("b", {CORE: 30})], selector=CORE_SEL),
+        SEED_CTX,
+        [("GS003-core-without-mem", "deny")],
+        id="core-and-mem-in-different-containers",
+    ),
+    # GS004: gpu-mem quantity
+    pytest.param(pod({MEM: 3}, selector=CGPU_SEL), SEED_CTX, [], id="mem-ok"),
+    pytest.param(
+        pod({MEM: 0}, selector=CGPU_SEL), SEED_CTX, [("GS004-mem-positive-integer", "deny")], id="mem-0"
+    ),
+    pytest.param(
+        pod({MEM: "2Gi"}, selector=CGPU_SEL), SEED_CTX, [("GS004-mem-positive-integer", "deny")], id="mem-2Gi"
+    ),
+    pytest.param(
+        pod({MEM: "1.5"}, selector=CGPU_SEL), SEED_CTX, [("GS004-mem-positive-integer", "deny")], id="mem-1.5"
+    ),
+    pytest.param(
+        pod({MEM: "-1"}, selector=CGPU_SEL), SEED_CTX, [("GS004-mem-positive-integer", "deny")], id="mem-neg"
+    ),
+    pytest.param(
+        pod({MEM: "abc"}, selector=CGPU_SEL), SEED_CTX, [("GS004-mem-positive-integer", "deny")], id="mem-abc"
+    ),
+    # GS006: requests vs limits
+    pytest.param(
+        pod(containers=[container(limits={MEM: 2}, requests={MEM: "2"})], selector=CGPU_SEL),
+        SEED_CTX,
+        [],
+        id="requests-equal-limits",
+    ),
+    pytest.param(
+        pod(containers=[container(limits={MEM: 2}, requests={MEM: 1})], selector=CGPU_SEL),
+        SEED_CTX,
+        [("GS006-request-limit-mismatch", "deny")],
+        id="requests-differ",
+    ),
+    pytest.param(
+        pod(
+            containers=[container(limits={MEM: 2, CORE: 30}, requests={MEM: 2, CORE: 20})], selector=CORE_SEL
+        ),
+        SEED_CTX,
+        [("GS006-request-limit-mismatch", "deny")],
+        id="core-requests-differ",
+    ),
+    pytest.param(
+        pod(containers=[container(requests={MEM: 2})], selector=CGPU_SEL),
+        SEED_CTX,
+        [("GS006-request-limit-mismatch", "deny")],
+        id="requests-without-limits",
+    ),
+    # GS007: no targeting at all (with and without pools)
+    pytest.param(pod({MEM: 3}), SEED_CTX, [("GS007-pool-target-missing", "deny")], id="no-selector"),
+    pytest.param(pod({MEM: 3}), NONE, [("GS007-pool-target-missing", "deny")], id="no-selector-no-pools"),
+    pytest.param(
+        pod(init=[container("init", {MEM: 1})], containers=[container("app", {"cpu": 1})]),
+        NONE,
+        [("GS007-pool-target-missing", "deny")],
+        id="init-container-counts",
+    ),
+    # GS008: more than one kind
+    pytest.param(
+        pod({MEM: 3}, selector={"cgpu": "true"}),
+        NONE,
+        [("GS008-pool-target-ambiguous", "deny")],
+        id="cgpu-true-alone",
+    ),
+    pytest.param(
+        pod({MEM: 3}, selector={"cgpu": "true"}),
+        SEED_CTX,
+        [("GS008-pool-target-ambiguous", "deny")],
+        id="cgpu-true-alone-with-pools",
+    ),
+    pytest.param(
+        pod({MEM: 3}, selector={"cgpu.disable.isolation": "false"}),
+        SEED_CTX,
+        [("GS008-pool-target-ambiguous", "deny")],
+        id="seed-selector-with-a-compute-pool",
+    ),
+    pytest.param(
+        pod({MEM: 3}, selector={"disktype": "ssd"}),
+        SEED_CTX,
+        [("GS008-pool-target-ambiguous", "deny")],
+        id="unrelated-label",
+    ),
+    pytest.param(
+        pod(
+            {MEM: 3},
+            affinity_terms=[[{"key": "gpushare.io/pool", "operator": "In", "values": ["cgpu", "gpu-core"]}]],
+        ),
+        SEED_CTX,
+        [("GS008-pool-target-ambiguous", "deny")],
+        id="affinity-in-two-kinds",
+    ),
+    pytest.param(
+        pod(
+            {MEM: 3},
+            affinity_terms=[
+                [{"key": "gpushare.io/pool", "operator": "In", "values": ["cgpu"]}],
+                [{"key": "ack.node.gpu.schedule", "operator": "In", "values": ["core_mem"]}],
+            ],
+        ),
+        SEED_CTX,
+        [("GS008-pool-target-ambiguous", "deny")],
+        id="affinity-terms-are-ored",
+    ),
+    # one kind: OK
+    pytest.param(
+        pod({MEM: 3}, selector={"cgpu.disable.isolation": "false"}),
+        NONE,
+        [],
+        id="seed-selector-without-pools",
+    ),
+    pytest.param(
+        pod({MEM: 3}, selector={"cgpu.disable.isolation": "false"}),
+        Context.build([SEED_POOLS[0], SEED_POOLS[1]]),
+        [],
+        id="seed-selector-without-a-compute-pool",
+    ),
+    pytest.param(
+        pod({MEM: 3}, selector={"cgpu.disable.isolation": "false", "ack.node.gpu.schedule": "cgpu"}),
+        SEED_CTX,
+        [],
+        id="isolation-and-schedule",
+    ),
+    pytest.param(
+        pod({MEM: 3}, selector={"alibabacloud.com/nodepool-id": "np-cgpu"}),
+        SEED_CTX,
+        [],
+        id="pool-by-its-own-selector",
+    ),
+    pytest.param(
+        pod(
+            {MEM: 3},
+            affinity_terms=[
+                [
+                    {"key": "gpushare.io/pool", "operator": "In", "values": ["cgpu", "gpu-core"]},
+                    {"key": "ack.node.gpu.schedule", "operator": "NotIn", "values": ["core_mem"]},
+                ]
+            ],
+        ),
+        SEED_CTX,
+        [],
+        id="affinity-expressions-are-anded",
+    ),
+    pytest.param(
+        pod(
+            {MEM: 3},
+            selector={"gpushare.io/pool": "cgpu"},
+            affinity_terms=[[{"key": "zone", "operator": "Exists"}]],
+        ),
+        SEED_CTX,
+        [],
+        id="selector-anded-into-terms",
+    ),
+    pytest.param(pod({MEM: 3}, selector={"gpushare.io/pool": "whatever"}), NONE, [], id="pool-name-offline"),
+    pytest.param(
+        pod({MEM: 2, CORE: 30}, selector={"ack.node.gpu.schedule": "core_mem"}), NONE, [], id="core-by-ack"
+    ),
+    # GS009: kind mismatch
+    pytest.param(
+        pod({MEM: 3}, selector=CORE_SEL),
+        SEED_CTX,
+        [("GS009-pool-kind-mismatch", "deny")],
+        id="memory-only-on-core",
+    ),
+    pytest.param(
+        pod({MEM: 3}, selector={"ack.node.gpu.schedule": "core_mem"}),
+        NONE,
+        [("GS009-pool-kind-mismatch", "deny")],
+        id="memory-only-on-core-by-ack",
+    ),
+    pytest.param(
+        pod({MEM: 2, CORE: 30}, selector=CGPU_SEL),
+        SEED_CTX,
+        [("GS009-pool-kind-mismatch", "deny")],
+        id="compute-on-memory-pool",
+    ),
+    pytest.param(
+        pod({MEM: 2, CORE: 30}, selector={"cgpu.disable.isolation": "true"}),
+        NONE,
+        [("GS009-pool-kind-mismatch", "deny"), ("GS010-no-isolation-sizing", "warn")][:1],
+        id="compute-on-share-by-ack",
+    ),
+    # GS010: no isolation
+    pytest.param(
+        pod({MEM: 3}, selector=SHARE_SEL),
+        SEED_CTX,
+        [("GS010-no-isolation-sizing", "warn")],
+        id="no-isolation-pool",
+    ),
+    pytest.param(
+        pod({MEM: 3}, selector={"cgpu.disable.isolation": "true"}),
+        NONE,
+        [("GS010-no-isolation-sizing", "warn")],
+        id="no-isolation-by-ack",
+    ),
+    pytest.param(
+        pod({MEM: 3}, selector={"ack.node.gpu.schedule": "share"}),
+        NONE,
+        [("GS010-no-isolation-sizing", "warn")],
+        id="share-by-ack",
+    ),
+    # GS011: nothing matches
+    pytest.param(
+        pod({MEM: 3}, selector={"gpushare.io/pool": "typo"}),
+        SEED_CTX,
+        [("GS011-pool-target-unknown", "deny")],
+        id="unknown-pool",
+    ),
+    pytest.param(
+        pod({MEM: 3}, selector={"ack.node.gpu.schedule": "default"}),
+        NONE,
+        [("GS011-pool-target-unknown", "deny")],
+        id="exclusive-nodes",
+    ),
+    pytest.param(
+        pod({MEM: 3}, selector={"ack.node.gpu.schedule": "cgpu"}),
+        Context.build([SEED_POOLS[2]]),
+        [],
+        id="ack-nodes-outside-any-pool",
+    ),
+    # GS005: per-GPU memory (needs nodes)
+    pytest.param(pod({MEM: 15, CORE: 30}, selector=CORE_SEL), seed_nodes(), [], id="mem-15-fits"),
+    pytest.param(pod({MEM: 20, CORE: 30}, selector=CORE_SEL), SEED_CTX, [], id="mem-20-unknown-gpu"),
+    pytest.param(
+        pod({MEM: 16, CORE: 30}, selector=CORE_SEL),
+        seed_nodes(),
+        [("GS005-mem-exceeds-gpu", "deny")],
+        id="mem-16-too-big",
+    ),
+    pytest.param(
+        pod(
+            containers=[container("a", {MEM: 8, CORE: 30}), container("b", {MEM: 8, CORE: 30})],
+            selector=CORE_SEL,
+        ),
+        seed_nodes(),
+        [("GS005-mem-exceeds-gpu", "deny")],
+        id="pod-total-too-big",
+    ),
+    pytest.param(
+        pod(
+            init=[container("init", {MEM: 10, CORE: 30})],
+            containers=[container("a", {MEM: 8, CORE: 30})],
+            selector=CORE_SEL,
+        ),
+        seed_nodes(),
+        [],
+        id="init-runs-before-app",
+    ),
+]
+
+
+@pytest.mark.parametrize(("obj", "ctx", "expected"), RULE_CASES)
+def test_rules(obj: dict[str, Any], ctx: Context, expected: list[tuple[str, str]]) -> None:
+    assert ids(evaluate(obj, ctx)) == expected
+
+
+def test_every_pod_rule_has_a_case() -> None:
+    covered = {rule for case in RULE_CASES for rule, _ in cast(list[tuple[str, str]], case.values[2])}
+    assert covered == {rule for rule in RULES if rule.startswith("GS")}
+
+
+def test_message_names_object_container_field_value_rule_and_fix() -> None:
+    job = wrap(pod({MEM: 2, CORE: 33}, selector=CORE_SEL), "Job", "cuda-sample")
+    job["spec"]["template"]["spec"]["containers"][0]["name"] = "cuda-sample"
+    (f,) = evaluate(job, SEED_CTX)
+    assert f.message == (
+        'Job/default/cuda-sample: container "cuda-sample": '
+        'resources.limits["aliyun.com/gpu-core.percentage"]=33 is not a multiple of 5'
+        " (rule GS001-core-percentage-step); use 30 or 35"
+    )
+    assert (f.object, f.container, f.value) == ("Job/default/cuda-sample", "cuda-sample", "33")
+
+
+@pytest.mark.parametrize(
+    ("value", "fix"),
+    [
+        pytest.param(33, "use 30 or 35", id="33"),
+        pytest.param(7, "use 5 or 10", id="7"),
+        pytest.param(3, None, id="3-is-range"),
+        pytest.param(98, "use 95 or 100", id="98"),
+    ],
+)
+def test_core_fix_suggests_neighbours(value: int, fix: str | None) -> None:
+    (f,) = evaluate(pod({MEM: 2, CORE: value}, selector=CORE_SEL), SEED_CTX)
+    if fix is None:
+        assert f.rule_id == "GS002-core-percentage-range"
+        assert "use 5 for the smallest share" in f.message
+    else:
+        assert f.message.endswith(fix)
+
+
+def test_init_container_is_named_as_such() -> None:
+    obj = pod(
+        init=[container("setup", {MEM: 2, CORE: 12})],
+        containers=[container("app", {MEM: 1, CORE: 5})],
+        selector=CORE_SEL,
+    )
+    (f,) = evaluate(obj, SEED_CTX)
+    assert f.rule_id == "GS001-core-percentage-step"
+    assert 'init container "setup"' in f.message
+    assert f.field == 'spec.initContainers[0].resources.limits["aliyun.com/gpu-core.percentage"]'
+
+
+def test_suggestions_name_pools_of_the_right_kind() -> None:
+    (f,) = evaluate(pod({MEM: 2, CORE: 30}), SEED_CTX)
+    assert "gpushare.io/pool: gpu-core" in f.message
+    (f,) = evaluate(pod({MEM: 2}), SEED_CTX)
+    assert "cgpu, cgpu-no-isolation" in f.message and "gpu-core" not in f.message
+
+
+# --- pool admission.mode --------------------------------------------------------------------------
+
+
+def _ctx_with_mode(mode: str) -> Context:
+    return Context.build(
+        [
+            pool("cgpu", mode=mode),
+            pool("cgpu-no-isolation", isolation=False, mode=mode),
+            pool("gpu-core", compute=True, mode=mode),
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("obj", "enforce", "warn"),
+    [
+        pytest.param(pod({MEM: 3}, selector=CORE_SEL), "deny", "warn", id="GS009"),
+        pytest.param(pod({MEM: 3}), "deny", "warn", id="GS007"),
+        pytest.param(pod({MEM: 3}, selector={"cgpu": "true"}), "deny", "warn", id="GS008"),
+        pytest.param(pod({MEM: 3}, selector={"gpushare.io/pool": "nope"}), "deny", "warn", id="GS011"),
+        pytest.param(pod({MEM: 3}, selector=SHARE_SEL), "warn", "warn", id="GS010"),
+    ],
+)
+def test_pool_mode_decides_pool_rules(obj: dict[str, Any], enforce: str, warn: str) -> None:
+    (f,) = evaluate(obj, _ctx_with_mode("Enforce"))
+    assert f.verdict == enforce
+    (g,) = evaluate(obj, _ctx_with_mode("Warn"))
+    assert (g.rule_id, g.verdict) == (f.rule_id, warn)
+    if enforce == "deny":
+        assert "[admission.mode Warn on pool" in g.message
+    assert evaluate(obj, _ctx_with_mode("Off")) == []
+
+
+def test_pool_mode_never_softens_pod_rules() -> None:
+    obj = pod({MEM: 2, CORE: 33}, selector=CORE_SEL)
+    assert ids(evaluate(obj, _ctx_with_mode("Off"))) == [("GS001-core-percentage-step", "deny")]
+
+
+def test_strictest_mode_of_reachable_pools_wins() -> None:
+    ctx = Context.build([pool("cgpu", mode="Off"), pool("gpu-core", compute=True, mode="Warn")])
+    obj = pod({MEM: 3}, selector={"cgpu": "true"})
+    assert ids(evaluate(obj, ctx)) == [("GS008-pool-target-ambiguous", "warn")]
+    only_off = pod({MEM: 2, CORE: 30}, selector={"gpushare.io/pool": "cgpu"})
+    assert evaluate(only_off, ctx) == []
+
+
+# --- nodes ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("node", "gib"),
+    [
+        pytest.param(node_obj("n", {}, inventory_mib=[16160, 15360]), 15, id="inventory-smallest-floored"),
+        pytest.param(node_obj("n", {}, gpu_mem=60, gpus=4), 15, id="allocatable"),
+        pytest.param(node_obj("n", {"gpushare.io/gpu.memory-mib": "24576"}), 24, id="agent-label"),
+        pytest.param(node_obj("n", {}, gpu_mem=60), None, id="no-count"),
+        pytest.param(node_obj("n", {}), None, id="nothing"),
+    ],
+)
+def test_node_per_gpu_memory(node: dict[str, Any], gib: int | None) -> None:
+    assert node_info(node).per_gpu_gib == gib
+
+
+def test_broken_inventory_annotation_falls_back() -> None:
+    node = node_obj("n", {}, gpu_mem=32, gpus=2)
+    node["metadata"]["annotations"] = {"gpushare.io/gpu-inventory": "{not json"}
+    assert node_info(node).per_gpu_gib == 16
+
+
+def test_nodes_resolve_targets_by_current_labels() -> None:
+    # A node outside any pool carrying ACK core_mem labels makes a hostname selector a compute target.
+    nodes = [
+        node_info(node_obj("gpu-7", {"ack.node.gpu.schedule": "core_mem", "kubernetes.io/hostname": "gpu-7"}))
+    ]
+    ctx = Context.build([SEED_POOLS[0]], nodes)
+    assert evaluate(pod({MEM: 2, CORE: 30}, selector={"kubernetes.io/hostname": "gpu-7"}), ctx) == []
+
+
+def test_nodes_resolve_pool_membership_for_host_selectors() -> None:
+    ctx = seed_nodes()
+    obj = pod({MEM: 3}, selector={"kubernetes.io/hostname": "gpu-core-n1"})
+    # The named node is in gpu-core (by its nodepool id): a memory-only pod must not go there.
+    assert ids(evaluate(obj, ctx)) == [("GS009-pool-kind-mismatch", "deny")]
+    assert evaluate(pod({MEM: 2, CORE: 30}, selector={"kubernetes.io/hostname": "gpu-core-n1"}), ctx) == []
+    # Without nodes the hostname says nothing about the pool: every pool is possible.
+    loose = ids(evaluate(obj, SEED_CTX))
+    assert loose == [("GS008-pool-target-ambiguous", "deny")]
+    by_pool = pod({MEM: 3}, selector={"gpushare.io/pool": "cgpu", "kubernetes.io/hostname": "cgpu-n1"})
+    assert evaluate(by_pool, ctx) == []
+
+
+# --- pools ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("obj", "expected"),
+    [
+        pytest.param(pool_obj("ok"), [], id="valid"),
+        pytest.param(
+            pool_obj("x", isolation=False, compute=True),
+            ["GP002-pool-compute-without-isolation"],
+            id="compute-no-iso",
+        ),
+        pytest.param(pool_obj("x", selector={}), ["GP003-pool-empty-selector"], id="empty-selector"),
+        pytest.param(
+            {
+                "apiVersion": "gpushare.io/v1alpha1",
+                "kind": "GPUSharePool",
+                "metadata": {"name": "x"},
+                "spec": {},
+            },
+            ["GP003-pool-empty-selector"],
+            id="missing-selector",
+        ),
+        pytest.param(
+            {**pool_obj("x"), "spec": {**pool_obj("x")["spec"], "placement": "pack"}},
+            ["GP001-pool-schema"],
+            id="bad-enum",
+        ),
+        pytest.param(
+            {**pool_obj("x"), "spec": {**pool_obj("x")["spec"], "admission": {"mode": "Maybe"}}},
+            ["GP001-pool-schema"],
+            id="bad-admission-mode",
+        ),
+        pytest.param(
+            pool_obj("x", selector={"matchLabels": {"cgpu": "true"}}),
+            ["GP001-pool-schema"],
+            id="managed-label",
+        ),
+        pytest.param(
+            {**pool_obj("x", selector={}), "spec": {"nodeSelector": {}, "placement": "pack"}},
+            ["GP003-pool-empty-selector", "GP001-pool-schema"],
+            id="two-problems",
+        ),
+    ],
+)
+def test_pool_rules(obj: dict[str, Any], expected: list[str]) -> None:
+    findings = evaluate(obj)
+    assert [f.rule_id for f in findings] == expected
+    assert all(f.verdict == "deny" and f.object.startswith("GPUSharePool/") for f in findings)
+
+
+def test_pool_overlap_names_nodes_and_other_pool() -> None:
+    nodes = [
+        node_info(node_obj("a1", {"alibabacloud.com/nodepool-id": "np-a"})),
+        node_info(node_obj("a2", {"alibabacloud.com/nodepool-id": "np-a"})),
+        node_info(node_obj("b1", {"alibabacloud.com/nodepool-id": "np-b"})),
+        node_info(node_obj("c1", {"alibabacloud.com/nodepool-id": "np-c", "gpushare.io/pool": "legacy"})),
+    ]
+    ctx = Context.build([pool("a", "np-a"), pool("b", "np-b")], nodes)
+    wide = pool_obj(
+        "wide", selector={"matchExpressions": [{"key": "alibabacloud.com/nodepool-id", "operator": "Exists"}]}
+    )
+    findings = evaluate(wide, ctx)
+    assert [(f.rule_id, f.verdict) for f in findings] == [("GP004-pool-overlap", "deny")] * 3
+    assert "a1, a2 that belong to GPUSharePool a" in findings[0].message
+    assert "b1 that belong to GPUSharePool b" in findings[1].message
+    assert "c1 that belong to GPUSharePool legacy" in findings[2].message
+    # Updating pool a itself is not an overlap with itself.
+    assert evaluate(pool_obj("a", "np-a"), ctx) == []
+    # Without nodes there is nothing to compare.
+    assert evaluate(wide, Context.build([pool("a", "np-a")])) == []
+
+
+# --- properties -----------------------------------------------------------------------------------
+
+QUANTITIES = st.one_of(
+    st.integers(min_value=-10, max_value=200),
+    st.integers(min_value=-10, max_value=200).map(str),
+    st.sampled_from(["1.5", "2Gi", "abc", "", "2000m", "-0", "007", " 5"]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.none(),
+)
+LABEL_CHOICES = {
+    "gpushare.io/pool": ["cgpu", "cgpu-no-isolation", "gpu-core", "typo"],
+    "cgpu": ["true", "false"],
+    "cgpu.disable.isolation": ["true", "false"],
+    "ack.node.gpu.schedule": ["cgpu", "share", "core_mem", "default"],
+    "alibabacloud.com/nodepool-id": ["np-cgpu", "np-gpu-core", "np-other"],
+    "kubernetes.io/hostname": ["cgpu-n1", "gpu-core-n1", "elsewhere"],
+}
+selectors = st.dictionaries(
+    st.sampled_from(sorted(LABEL_CHOICES)), st.sampled_from(["true", "cgpu", "core_mem"])
+)
+
+
+@st.composite
+def requirement(draw: st.DrawFn) -> dict[str, Any]:
+    key = draw(st.sampled_from(sorted(LABEL_CHOICES)))
+    op = draw(st.sampled_from(["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Bogus"]))
+    values = draw(st.lists(st.sampled_from(LABEL_CHOICES[key]), min_size=1, max_size=3))
+    return {"key": key, "operator": op, "values": values if op in ("In", "NotIn", "Gt") else []}
+
+
+@st.composite
+def gpu_pods(draw: st.DrawFn) -> dict[str, Any]:
+    def resources() -> dict[str, Any]:
+        return draw(
+            st.dictionaries(
+                st.sampled_from([MEM, CORE, "cpu", "aliyun.com/gpu-count"]), QUANTITIES, max_size=3
+            )
+        )
+
+    n = draw(st.integers(min_value=1, max_value=3))
+    containers = [
+        container(f"c{i}", resources(), resources() if draw(st.booleans()) else None) for i in range(n)
+    ]
+    init = [container("init", resources())] if draw(st.booleans()) else None
+    selector = draw(
+        st.none() | st.dictionaries(st.sampled_from(sorted(LABEL_CHOICES)), st.just("x"), max_size=0)
+    )
+    if draw(st.booleans()):
+        selector = {k: draw(st.sampled_from(v)) for k, v in LABEL_CHOICES.items() if draw(st.booleans())}
+    terms = draw(st.none() | st.lists(st.lists(requirement(), max_size=3), max_size=3))
+    obj = pod(containers=containers, init=init, selector=selector, affinity_terms=terms)
+    kind = draw(st.sampled_from(["Pod", "Deployment", "Job", "CronJob", "StatefulSet"]))
+    return obj if kind == "Pod" else wrap(obj, kind)
+
+
+@st.composite
+def contexts(draw: st.DrawFn) -> Context:
+    mode = draw(st.sampled_from(["Enforce", "Warn", "Off"]))
+    pools = [
+        pool("cgpu", mode=mode),
+        pool("cgpu-no-isolation", isolation=False, mode=mode),
+        pool("gpu-core", compute=True, mode=mode),
+    ]
+    chosen = draw(st.lists(st.sampled_from(pools), unique_by=lambda p: p.name, max_size=3))
+    nodes = seed_nodes(draw(st.sampled_from([8192, 15360, 81920]))).nodes if draw(st.booleans()) else ()
+    return Context.build(chosen, nodes)
+
+
+POD_RULES_ALWAYS_DENY = {
+    "GS001-core-percentage-step",
+    "GS002-core-percentage-range",
+    "GS003-core-without-mem",
+    "GS004-mem-positive-integer",
+    "GS006-request-limit-mismatch",
+}
+
+
+@given(obj=gpu_pods(), ctx=contexts())
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_random_pods_never_raise_and_verdicts_follow_the_rules(obj: dict[str, Any], ctx: Context) -> None:
+    findings = evaluate(obj, ctx)
+    ((_path, spec),) = pod_specs(obj)
+    for f in findings:
+        assert f.rule_id in RULES and f.verdict in ("deny", "warn")
+        assert f.rule_id in f.message and f.object in f.message
+        if f.rule_id in POD_RULES_ALWAYS_DENY:
+            assert f.verdict == "deny"
+        if f.rule_id == "GS010-no-isolation-sizing":
+            assert f.verdict == "warn"
+    got = {(f.rule_id, f.container) for f in findings}
+    modes = {p.spec.admission.mode for p in ctx.pools}
+    any_gpu = False
+    for key in ("initContainers", "containers"):
+        for c_ in spec.get(key) or []:
+            limits = c_["resources"].get("limits") or {}
+            requests = c_["resources"].get("requests") or {}
+            core = limits.get(CORE, requests.get(CORE)) if (CORE in limits or CORE in requests) else None
+            has_core = CORE in limits or CORE in requests
+            has_mem = MEM in limits or MEM in requests
+            any_gpu = any_gpu or has_core or has_mem
+            q = parse_quantity(core)
+            if has_core and q.value is not None:
+                in_range = 5 <= q.value <= 100
+                assert (("GS002-core-percentage-range", c_["name"]) in got) == (not in_range)
+                assert (("GS001-core-percentage-step", c_["name"]) in got) == (in_range and q.value % 5 != 0)
+            if has_core and q.value is None:
+                assert ("GS001-core-percentage-step", c_["name"]) in got
+            assert (("GS003-core-without-mem", c_["name"]) in got) == (has_core and not has_mem)
+            if has_mem:
+                mem = parse_quantity(limits.get(MEM) if MEM in limits else requests.get(MEM))
+                bad = mem.value is None or mem.value <= 0
+                assert (("GS004-mem-positive-integer", c_["name"]) in got) == bad
+    affinity = spec.get("affinity", {}).get("nodeAffinity", {})
+    terms = affinity.get("requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms")
+    targeted = bool(spec.get("nodeSelector")) or bool(terms)
+    missing = any(f.rule_id == "GS007-pool-target-missing" for f in findings)
+    if any_gpu and not targeted:
+        assert missing == (modes != {"Off"})
+    else:
+        assert not missing
+    if not any_gpu:
+        assert findings == []
+
+
+@given(obj=gpu_pods())
+@settings(max_examples=100, deadline=None)
+def test_pool_mode_off_leaves_only_pod_rules(obj: dict[str, Any]) -> None:
+    ctx = Context.build(
+        [
+            pool("cgpu", mode="Off"),
+            pool("cgpu-no-isolation", isolation=False, mode="Off"),
+            pool("gpu-core", compute=True, mode="Off"),
+        ]
+    )
+    for f in evaluate(obj, ctx):
+        # Pool rules still apply to nodes outside every pool (ACK labels alone), never to the pools.
+        unpooled = "ACK-labelled nodes" in f.message or re.search(
+            r"targets ack\.node\.gpu\.schedule=\w+ nodes", f.message
+        )
+        assert f.rule_id in POD_RULES_ALWAYS_DENY or unpooled, f.message
+
+
+def test_node_of_a_pool_not_yet_switched_counts_by_its_current_labels() -> None:
+    labels = {
+        "alibabacloud.com/nodepool-id": "np-gpu-core",
+        "cgpu": "true",
+        "cgpu.disable.isolation": "false",
+        "ack.node.gpu.schedule": "cgpu",
+    }
+    ctx = Context.build([SEED_POOLS[2]], [node_info(node_obj("switching", labels))])
+    # Today the node is a cgpu node outside any cgpu pool: a memory-only pod may target it by ACK labels.
+    assert evaluate(pod({MEM: 2}, selector={"ack.node.gpu.schedule": "cgpu"}), ctx) == []
+    # Once gpu-core's labels are applied it is core_mem: a compute pod aimed at the pool is fine too.
+    assert evaluate(pod({MEM: 2, CORE: 30}, selector={"gpushare.io/pool": "gpu-core"}), ctx) == []
+    # The isolation label alone matches it both ways (cgpu today, core_mem soon): ambiguous.
+    found = ids(evaluate(pod({MEM: 2}, selector={"cgpu.disable.isolation": "false"}), ctx))
+    assert found == [("GS008-pool-target-ambiguous", "deny")]

@@ -1,0 +1,252 @@
+"""`gpushare check` on every example: in-process through gpushare.cli.main and as the console script."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpushare.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+EX = REPO / "examples"
+POOLS = [EX / "pool-cgpu.yaml", EX / "pool-cgpu-no-isolation.yaml", EX / "pool-gpu-core.yaml"]
+NODES = EX / "context" / "nodes.yaml"
+
+
+def _context_args(with_nodes: bool = True) -> list[str]:
+    args: list[str] = []
+    for p in POOLS:
+        args += ["--pools", str(p)]
+    if with_nodes:
+        args += ["--nodes", str(NODES)]
+    return args
+
+
+def run_check(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[dict[str, Any]]]:
+    code = main(["check", *args, "-o", "json"])
+    out = capsys.readouterr().out
+    return code, json.loads(out)
+
+
+#: example file -> exit code and [(object, rule id, verdict)], checked with the three seed pools and nodes.
+EXPECTED: dict[str, tuple[int, list[tuple[str, str, str]]]] = {
+    "pool-cgpu.yaml": (0, []),
+    "pool-cgpu-no-isolation.yaml": (0, []),
+    "pool-gpu-core.yaml": (0, []),
+    "job-cgpu-test.yaml": (0, []),
+    "job-cuda-sample.yaml": (0, []),
+    "job-cgpu-test-no-isolation.yaml": (
+        0,
+        [("Job/default/cgpu-test-no-isolation", "GS010-no-isolation-sizing", "warn")],
+    ),
+    "invalid/cuda-sample-33.yaml": (
+        1,
+        [("Job/default/cuda-sample-33", "GS001-core-percentage-step", "deny")],
+    ),
+    "invalid/cuda-sample-0.yaml": (1, [("Job/default/cuda-sample-0", "GS002-core-percentage-range", "deny")]),
+    "invalid/cuda-sample-105.yaml": (
+        1,
+        [("Job/default/cuda-sample-105", "GS002-core-percentage-range", "deny")],
+    ),
+    "invalid/cuda-sample-core-without-mem.yaml": (
+        1,
+        [("Job/default/cuda-sample-no-mem", "GS003-core-without-mem", "deny")],
+    ),
+    "invalid/cuda-sample-2Gi.yaml": (
+        1,
+        [("Pod/default/cuda-sample-2gi", "GS004-mem-positive-integer", "deny")],
+    ),
+    "invalid/cuda-sample-20gib.yaml": (
+        1,
+        [("Pod/default/cuda-sample-20gib", "GS005-mem-exceeds-gpu", "deny")],
+    ),
+    "invalid/cgpu-test-no-node-selector.yaml": (
+        1,
+        [("Job/default/cgpu-test-no-selector", "GS007-pool-target-missing", "deny")],
+    ),
+    "invalid/cgpu-test-ambiguous.yaml": (
+        1,
+        [("Job/default/cgpu-test-ambiguous", "GS008-pool-target-ambiguous", "deny")],
+    ),
+    "invalid/memory-only-on-gpu-core.yaml": (
+        1,
+        [
+            ("Job/default/memory-only-job", "GS009-pool-kind-mismatch", "deny"),
+            ("Deployment/default/memory-only-deployment", "GS009-pool-kind-mismatch", "deny"),
+            ("CronJob/default/memory-only-cronjob", "GS009-pool-kind-mismatch", "deny"),
+        ],
+    ),
+    "invalid/pool-compute-without-isolation.yaml": (
+        1,
+        [("GPUSharePool/gpu-core-no-isolation", "GP002-pool-compute-without-isolation", "deny")],
+    ),
+    "invalid/pool-empty-selector.yaml": (
+        1,
+        [("GPUSharePool/everything", "GP003-pool-empty-selector", "deny")],
+    ),
+    "invalid/pool-bad-fields.yaml": (1, [("GPUSharePool/bad-fields", "GP001-pool-schema", "deny")]),
+    "invalid/pool-overlap.yaml": (
+        1,
+        [
+            ("GPUSharePool/wide", "GP004-pool-overlap", "deny"),
+            ("GPUSharePool/wide", "GP004-pool-overlap", "deny"),
+        ],
+    ),
+}
+
+
+def test_every_example_has_an_expectation() -> None:
+    # examples/context and examples/cluster hold Nodes/Pods used as context, not manifests to check.
+    files = {
+        str(p.relative_to(EX)) for p in EX.rglob("*.yaml") if p.parent.name not in ("context", "cluster")
+    }
+    assert files == set(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_example(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, findings = run_check(capsys, "-f", str(EX / name), *_context_args())
+    want_code, want = EXPECTED[name]
+    assert [(f["object"], f["rule_id"], f["verdict"]) for f in findings] == want
+    assert code == want_code
+    for f in findings:
+        assert f["rule_id"] in f["message"] and f["object"] in f["message"]
+
+
+def test_overlap_message_names_nodes_and_pools(capsys: pytest.CaptureFixture[str]) -> None:
+    _, findings = run_check(capsys, "-f", str(EX / "invalid/pool-overlap.yaml"), *_context_args())
+    messages = " ".join(f["message"] for f in findings)
+    assert "np-cgpu-node-1, np-cgpu-node-2 that belong to GPUSharePool cgpu" in messages
+    assert "np-gpu-core-node-1, np-gpu-core-node-2 that belong to GPUSharePool gpu-core" in messages
+
+
+@pytest.mark.parametrize(
+    ("name", "rules"),
+    [
+        # Without nodes, the per-GPU memory and overlaps are unknown: those rules do not fire.
+        pytest.param("invalid/cuda-sample-20gib.yaml", [], id="20gib"),
+        pytest.param("invalid/pool-overlap.yaml", [], id="overlap"),
+        pytest.param("invalid/cuda-sample-33.yaml", ["GS001-core-percentage-step"], id="33"),
+    ],
+)
+def test_without_nodes(name: str, rules: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    _, findings = run_check(capsys, "-f", str(EX / name), *_context_args(with_nodes=False))
+    assert [f["rule_id"] for f in findings] == rules
+
+
+def test_without_pools_the_rules_that_need_no_pool_still_apply(capsys: pytest.CaptureFixture[str]) -> None:
+    # The seed selector alone resolves by the ACK labels: cgpu.disable.isolation=false is the cgpu kind.
+    assert run_check(capsys, "-f", str(EX / "invalid/cgpu-test-ambiguous.yaml")) == (0, [])
+    code, findings = run_check(capsys, "-f", str(EX / "invalid/cuda-sample-0.yaml"))
+    assert (code, [f["rule_id"] for f in findings]) == (1, ["GS002-core-percentage-range"])
+    code, findings = run_check(capsys, "-f", str(EX / "invalid/cgpu-test-no-node-selector.yaml"))
+    assert (code, [f["rule_id"] for f in findings]) == (1, ["GS007-pool-target-missing"])
+    code, findings = run_check(capsys, "-f", str(EX / "job-cgpu-test-no-isolation.yaml"))
+    assert (code, [f["rule_id"] for f in findings]) == (0, ["GS010-no-isolation-sizing"])
+
+
+def test_pools_in_f_files_are_context(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["-f", str(EX / "invalid/cgpu-test-ambiguous.yaml")]
+    for p in POOLS:
+        args += ["-f", str(p)]
+    code, findings = run_check(capsys, *args)
+    assert (code, [f["rule_id"] for f in findings]) == (1, ["GS008-pool-target-ambiguous"])
+
+
+def test_list_output_of_kubectl_is_accepted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    items = [yaml.safe_load(p.read_text()) for p in POOLS]
+    pools = tmp_path / "pools.yaml"
+    pools.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}))
+    code, findings = run_check(
+        capsys, "-f", str(EX / "invalid/memory-only-on-gpu-core.yaml"), "--pools", str(pools)
+    )
+    assert code == 1 and {f["rule_id"] for f in findings} == {"GS009-pool-kind-mismatch"}
+
+
+def test_text_output(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        [
+            "check",
+            "-f",
+            str(EX / "invalid/cuda-sample-33.yaml"),
+            "-f",
+            str(EX / "job-cgpu-test-no-isolation.yaml"),
+        ]
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert code == 1
+    assert lines[0].startswith("DENY GS001-core-percentage-step Job/default/cuda-sample-33: ")
+    assert lines[1].startswith("WARN GS010-no-isolation-sizing Job/default/cgpu-test-no-isolation: ")
+    assert lines[2] == "checked 2 object(s): 1 denied, 1 warning(s)"
+
+
+@pytest.mark.parametrize(
+    ("args", "text", "message"),
+    [
+        pytest.param(["-f", "/nonexistent.yaml"], None, "/nonexistent.yaml: no such file", id="missing-file"),
+        pytest.param(["-f", "BAD"], "a: [\n", "is not valid YAML", id="bad-yaml"),
+        pytest.param(["-f", "BAD"], "- 1\n- 2\n", "document 1 is a list", id="not-an-object"),
+        pytest.param(["-f", "BAD"], "metadata: {}\n", "has no 'kind'", id="no-kind"),
+        pytest.param(
+            ["-f", "examples/job-cuda-sample.yaml", "--pools", "BAD"],
+            "kind: ConfigMap\nmetadata: {name: x}\n",
+            "ConfigMap/x is neither a GPUSharePool nor a Node",
+            id="pools-wrong-kind",
+        ),
+        pytest.param(
+            ["-f", "examples/job-cuda-sample.yaml", "--pools", "examples/invalid/pool-empty-selector.yaml"],
+            None,
+            "--pools: GPUSharePool/everything",
+            id="invalid-context-pool",
+        ),
+    ],
+)
+def test_unreadable_input_exits_2_with_one_line(
+    args: list[str], text: str | None, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    if text is not None:
+        bad.write_text(text)
+    args = [str(bad) if a == "BAD" else (str(REPO / a) if a.startswith("examples/") else a) for a in args]
+    code = main(["check", *args])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_console_script_subprocess() -> None:
+    exe = shutil.which("gpushare", path=str(Path(sys.executable).parent))
+    assert exe is not None, "the gpushare console script is not installed in the venv"
+    args = [
+        exe,
+        "check",
+        "-f",
+        str(EX),
+        "-f",
+        str(EX / "invalid/cuda-sample-33.yaml"),
+        *_context_args(),
+        "-o",
+        "json",
+    ]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 1, proc.stderr
+    findings = json.loads(proc.stdout)
+    assert [(f["rule_id"], f["verdict"]) for f in findings] == [
+        ("GS010-no-isolation-sizing", "warn"),
+        ("GS001-core-percentage-step", "deny"),
+    ]
+    ok = subprocess.run(
+        [exe, "check", "-f", str(EX), *_context_args()], capture_output=True, text=True, check=False
+    )
+    assert ok.returncode == 0 and "0 denied, 1 warning(s)" in ok.stdout
+    bad = subprocess.run([exe, "check", "-f", "/nonexistent"], capture_output=True, text=True, check=False)
+    assert bad.returncode == 2 and bad.stderr.strip() == "gpushare check: error: /nonexistent: no such file"
