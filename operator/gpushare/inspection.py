@@ -372,7 +372,15 @@ def _section_text(section: PoolSection, details: bool) -> list[str]:
         out.append("NO POOL  (GPU nodes and pending GPU pods outside every GPUSharePool)")
     if section.nodes:
         rows = [
-            ["NODE", "MODE(node)", "ISOLATION", "GPUS", "GPU-MEM(alloc/total)", "GPU-CORE%(alloc/total)", "PHASE"]
+            [
+                "NODE",
+                "MODE(node)",
+                "ISOLATION",
+                "GPUS",
+                "GPU-MEM(alloc/total)",
+                "GPU-CORE%(alloc/total)",
+                "PHASE",
+            ]
         ]
         for n in section.nodes:
             phase = f"{n.phase} ({n.reason})" if n.reason else n.phase
@@ -457,10 +465,11 @@ def render_text(report: Report, details: bool = False) -> str:
         lines.append("")
     all_nodes = [n for s in (*report.pools, report.unpooled) for n in s.nodes]
     t = Totals.of(all_nodes)
+    core = _ratio(t.gpu_core_allocated, t.gpu_core_total)
     lines.append(
-        f"Cluster: {t.nodes} GPU node(s), {t.gpus} GPU(s), "
+        f"Total: {t.nodes} GPU node(s), {t.gpus} GPU(s), "
         f"gpu-mem {_ratio(t.gpu_mem_allocated, t.gpu_mem_total)} allocated (plugin unit, GiB by default), "
-        f"gpu-core {_ratio(t.gpu_core_allocated, t.gpu_core_total)}%"
+        f"gpu-core {core + '%' if core != '-' else '-'}"
     )
     lines.extend(f"warning: {w}" for w in report.warnings)
     return "\n".join(lines)

@@ -204,7 +204,7 @@ def test_text_is_labelled_and_details_list_pods(cluster: Any) -> None:
     assert "12/30" in short
     assert "Degraded (IsolationUnavailable)" in short
     assert "NO POOL" in short
-    assert "Cluster: 4 GPU node(s), 9 GPU(s), gpu-mem 18/135" in short
+    assert "Total: 4 GPU node(s), 9 GPU(s), gpu-mem 18/135" in short
     detailed = render_text(report, details=True)
     assert "ml/train-1" in detailed
     assert "0/5 nodes are available" in detailed  # the WHY column
