@@ -1,0 +1,22 @@
+# One image for the operator (`gpushare run`) and the node agent (`gpushare agent`).
+# Build: make image   (needs a Docker engine; not available on every machine)
+ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY operator/ operator/
+RUN python -m venv /opt/gpushare \
+ && /opt/gpushare/bin/pip install --no-compile . \
+ && /opt/gpushare/bin/python -c "import gpushare, kopf, pynvml, kubernetes_asyncio"
+
+FROM ${PYTHON_IMAGE}
+LABEL org.opencontainers.image.title="gpushare-operator" \
+      org.opencontainers.image.description="GPUSharePool operator, admission webhook and GPU node agent"
+COPY --from=build /opt/gpushare /opt/gpushare
+ENV PATH=/opt/gpushare/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+# Non-root, numeric so `runAsNonRoot: true` can verify it.
+USER 65532:65532
+ENTRYPOINT ["gpushare"]
+CMD ["run"]
