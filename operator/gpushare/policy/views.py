@@ -91,6 +91,8 @@ class NodeView:
     unschedulable: bool = False
     allocatable: Mapping[str, str] = field(default_factory=dict)
     ready: bool = True
+    #: ``metadata.resourceVersion`` (opaque; the operator uses it to tell fresher copies apart).
+    resource_version: str = field(default="", compare=False)
 
     @classmethod
     def from_obj(cls, obj: Mapping[str, Any]) -> NodeView:
@@ -108,6 +110,7 @@ class NodeView:
             unschedulable=bool((obj.get("spec") or {}).get("unschedulable")),
             allocatable={str(k): str(v) for k, v in (status.get("allocatable") or {}).items()},
             ready=ready,
+            resource_version=str(meta.get("resourceVersion") or ""),
         )
 
     def allocatable_int(self, resource: str) -> int:

@@ -1,0 +1,13 @@
+"""Kopf wiring of the operator (thin: each handler hands off to gpushare.reconciler).
+
+Importing this package registers every handler in Kopf's default registry:
+``lifecycle`` (startup settings, login, probe, cleanup), ``watch`` (node and pod indexes and
+wake-ups; never a timer, daemon, finalizer or diff-base annotation on Nodes or Pods) and
+``pools`` (the per-pool reconcile loop, spec updates, deletion with our finalizer).
+"""
+
+from __future__ import annotations
+
+from gpushare.handlers import lifecycle, pools, watch
+
+__all__ = ["lifecycle", "pools", "watch"]

@@ -1,0 +1,92 @@
+"""Operator-wide handlers: settings, API client, Kopf's own login, liveness probe."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+
+from gpushare import constants as c
+from gpushare import metrics
+from gpushare.handlers.options import RunOptions
+from gpushare.k8s.client import load_configuration
+from gpushare.k8s.cluster import Cluster
+from gpushare.reconciler import Reconciler
+
+
+def _options(memo: Any) -> RunOptions:
+    options = getattr(memo, "options", None)
+    return options if isinstance(options, RunOptions) else RunOptions()
+
+
+@kopf.on.startup()
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    """Every Kopf setting in one place; the API client and reconciler go into the memo."""
+    options = _options(memo)
+    # Kopf's own bookkeeping lives under our domain, on GPUSharePools only.
+    settings.persistence.finalizer = c.FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=c.GROUP, key="last-handled-configuration"
+    )
+    # Events are posted by gpushare.k8s (LabelsApplied, NodeHeld, ...); Kopf adds only its
+    # handler failures.
+    settings.posting.enabled = True
+    settings.posting.level = logging.WARNING
+    settings.posting.loggers = False
+    # Peering: with --peering NAME several replicas pause behind the highest priority (random
+    # unless --priority); the ClusterKopfPeering object must exist (mandatory).
+    settings.peering.mandatory = bool(options.peering)
+    settings.peering.stealth = True
+    # Restarting watches promptly after apiserver outages.
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.watching.reconnect_backoff = 1.0
+    settings.execution.max_workers = 4
+
+    cfg = await load_configuration(options.kubeconfig, context=options.context)
+    from kubernetes_asyncio import client
+
+    memo.api = client.ApiClient(configuration=cfg)
+    memo.reconciler = Reconciler(Cluster(memo.api, events_namespace=options.events_namespace))
+    memo.node_prints = {}
+    memo.pod_prints = {}
+    metrics.serve(options.metrics_port, options.metrics_addr)
+
+
+@kopf.on.cleanup()
+async def close(memo: kopf.Memo, **_: Any) -> None:
+    api = getattr(memo, "api", None)
+    if api is not None:
+        await api.close()
+
+
+@kopf.on.login()
+async def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
+    """Kopf's own watches use the same credentials as gpushare (``--kubeconfig`` or in-cluster)."""
+    options = _options(memo)
+    cfg = await load_configuration(options.kubeconfig, context=options.context)
+    keys = cfg.api_key or {}
+    token = keys.get("BearerToken") or keys.get("authorization")
+    prefix = (cfg.api_key_prefix or {}).get("BearerToken")
+    if token and not prefix:
+        token = token.removeprefix("Bearer ").removeprefix("bearer ")
+    return kopf.ConnectionInfo(
+        server=str(cfg.host),
+        ca_path=cfg.ssl_ca_cert,
+        insecure=not cfg.verify_ssl,
+        token=token or None,
+        certificate_path=cfg.cert_file,
+        private_key_path=cfg.key_file,
+        username=cfg.username or None,
+        password=cfg.password or None,
+        default_namespace=options.events_namespace,
+    )
+
+
+@kopf.on.probe(id="pools")
+def probe_pools(memo: kopf.Memo, **_: Any) -> int:
+    """Liveness: the number of pools this replica reconciles (0 while paused by peering)."""
+    reconciler = getattr(memo, "reconciler", None)
+    return len(reconciler.wakeups) if reconciler is not None else 0

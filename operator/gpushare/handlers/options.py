@@ -1,0 +1,15 @@
+"""Options of ``gpushare run`` that the handlers read from the operator memo."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    kubeconfig: str | None = None
+    context: str | None = None
+    events_namespace: str = "default"
+    metrics_port: int = 8080
+    metrics_addr: str = "127.0.0.1"
+    peering: str | None = None

@@ -1,0 +1,93 @@
+"""GPUSharePool handlers: one reconcile loop per pool, spec updates, deletion with our finalizer."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Iterable
+from typing import Any, TypeVar
+
+import kopf
+import structlog
+
+from gpushare import constants as c
+from gpushare.policy import NodeView, PodView
+from gpushare.reconciler import PassResult, Reconciler
+
+log = structlog.get_logger("gpushare.handlers")
+T = TypeVar("T")
+#: After a wake-up, wait this long so a burst of node/pod events becomes one pass.
+DEBOUNCE = 0.1
+
+
+@kopf.index(c.GROUP, c.VERSION, c.PLURAL)
+def gpushare_pools(name: str, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
+    return {name: copy.deepcopy(dict(body))}
+
+
+def _values(index: kopf.Index[Any, T]) -> list[T]:
+    return [value for store in index.values() for value in store]
+
+
+async def _pass(name: str, memo: kopf.Memo, indices: dict[str, Any]) -> PassResult:
+    reconciler: Reconciler = memo.reconciler
+    pods: Iterable[PodView] = [
+        *_values(indices["gpushare_gpu_pods"]),
+        *_values(indices["gpushare_plugin_pods"]),
+    ]
+    nodes: Iterable[NodeView] = _values(indices["gpushare_nodes"])
+    with structlog.contextvars.bound_contextvars(pool=name):
+        return await reconciler.reconcile(
+            name, pools=_values(indices["gpushare_pools"]), nodes=nodes, pods=pods
+        )
+
+
+def _indices(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: kwargs[k]
+        for k in ("gpushare_pools", "gpushare_nodes", "gpushare_gpu_pods", "gpushare_plugin_pods")
+    }
+
+
+@kopf.daemon(c.GROUP, c.VERSION, c.PLURAL, id="reconcile", cancellation_timeout=5.0)
+async def reconcile_loop(name: str, memo: kopf.Memo, stopped: kopf.DaemonStopped, **kwargs: Any) -> None:
+    """Level-based loop: a pass now, then again when woken (node/pod/spec change) or requeued."""
+    reconciler: Reconciler = memo.reconciler
+    wake = reconciler.wakeup(name)
+    failures = 0
+    while not stopped:
+        wake.clear()
+        try:
+            result = await _pass(name, memo, _indices(kwargs))
+            delay = result.requeue
+            failures = 0
+        except Exception as exc:
+            failures += 1
+            delay = min(60.0, 2.0**failures)
+            log.exception("Reconcile pass failed", pool=name, retry_in=delay, error=str(exc))
+        woken = asyncio.ensure_future(wake.wait())
+        stopping = asyncio.ensure_future(stopped.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {woken, stopping}, timeout=delay, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            woken.cancel()
+            stopping.cancel()
+        if woken in done and not stopped:
+            await asyncio.sleep(DEBOUNCE)
+
+
+@kopf.on.update(c.GROUP, c.VERSION, c.PLURAL, field="spec")
+def spec_changed(name: str, memo: kopf.Memo, **_: Any) -> None:
+    memo.reconciler.wakeup(name).set()
+
+
+@kopf.on.delete(c.GROUP, c.VERSION, c.PLURAL, id="cleanup")
+async def cleanup(name: str, meta: kopf.Meta, memo: kopf.Memo, **kwargs: Any) -> None:
+    """Restore (or retain) the pool's nodes; the finalizer goes only when nothing is left."""
+    result = await _pass(name, memo, _indices(kwargs))
+    if not result.done:
+        raise kopf.TemporaryError(f"Cleanup of GPUSharePool {name} in progress: {result.summary}", delay=2)
+    reconciler: Reconciler = memo.reconciler
+    await reconciler.cleanup_done(name, meta.get("uid"))
