@@ -56,6 +56,21 @@ EVICTIONS = Counter(
     registry=REGISTRY,
 )
 
+ADMISSION_REQUESTS = Counter(
+    "gpushare_admission_requests_total",
+    "Admission requests answered by the webhook, by resource kind, decision (allowed, warned, denied,"
+    " error) and rule id ('none' when no rule fired; one count per distinct rule)",
+    ["kind", "decision", "rule"],
+    registry=REGISTRY,
+)
+ADMISSION_SECONDS = Histogram(
+    "gpushare_admission_duration_seconds",
+    "Time the webhook spent deciding one admission request, by resource kind and decision",
+    ["kind", "decision"],
+    registry=REGISTRY,
+    buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
+)
+
 PHASES = ("Ready", "Pending", "Restarting", "Held", "Conflict", "Failed", "Skipped", "Degraded")
 
 
