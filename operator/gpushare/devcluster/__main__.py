@@ -20,6 +20,7 @@ from pathlib import Path
 
 from gpushare.devcluster.binaries import BinariesMissing
 from gpushare.devcluster.cluster import ClusterInfo, DevCluster, DevClusterError, read_info
+from gpushare.devcluster.crds import install_crd_files
 from gpushare.devcluster.fakes import POOL_LABEL, create_gpu_nodes, ensure_device_plugin_daemonset
 from gpushare.devcluster.process import tail
 from gpushare.k8s.client import make_api_client
@@ -45,9 +46,10 @@ def _supervisor_pid(d: Path) -> int | None:
     return pid if _pid_alive(pid) else None
 
 
-async def _populate(info: ClusterInfo, nodes_per_pool: int, pools: int) -> None:
+async def _populate(info: ClusterInfo, nodes_per_pool: int, pools: int, crds: list[Path]) -> None:
     api = await make_api_client(str(info.kubeconfig))
     async with api:
+        await install_crd_files(api, crds)
         await ensure_device_plugin_daemonset(api)
         for p in range(pools):
             pool = chr(ord("a") + p)
@@ -69,11 +71,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    cluster = DevCluster(d, keep=True)
+    cluster = DevCluster(d)
+    crds = [Path(p) for p in args.crd] if args.crd else sorted(Path("crds").glob("*.yaml"))
     (d / "supervisor.pid").write_text(str(os.getpid()))
     try:
         info = cluster.start()
-        asyncio.run(_populate(info, args.nodes, args.pools))
+        asyncio.run(_populate(info, args.nodes, args.pools, crds))
         (d / "ready").write_text(str(time.time()))
         while not stop.wait(1.0):
             for proc in cluster.procs:
@@ -116,6 +119,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             [
                 *(sys.executable, "-m", "gpushare.devcluster", "_serve", "--dir", str(d)),
                 *("--nodes", str(args.nodes), "--pools", str(args.pools)),
+                *(f"--crd={p}" for p in args.crd),
             ],
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -172,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--nodes", type=int, default=3, help="fake GPU nodes per node pool")
         p.add_argument("--pools", type=int, default=2, help="node pools (np-a, np-b, ...)")
         p.add_argument("--timeout", type=float, default=120.0)
+        p.add_argument(
+            "--crd", action="append", default=[], help="CRD file to install (default: crds/*.yaml if present)"
+        )
         p.set_defaults(func=fn)
     for name, fn in (("down", cmd_down), ("env", cmd_env)):
         p = sub.add_parser(name)

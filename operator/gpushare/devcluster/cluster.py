@@ -192,6 +192,9 @@ class DevCluster:
 
     def _start(self) -> ClusterInfo:
         d = self.dir
+        # Always a fresh cluster: drop the state of an earlier run in the same directory.
+        for sub in ("etcd-data", "logs"):
+            shutil.rmtree(d / sub, ignore_errors=True)
         (d / "logs").mkdir(parents=True, exist_ok=True)
         pki_dir = d / "pki"
         pki_dir.mkdir(exist_ok=True)
