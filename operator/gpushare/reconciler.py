@@ -482,6 +482,8 @@ class Reconciler:
             return "Done", "Restarted"
         if record.state == "Failed":
             return None, ""  # reported; becomes Done if a new plugin pod ever gets Ready
+        if now < since:
+            return None, ""  # see policy.planner.restart_since: delete only once `since` has passed
         for p in old:
             deleted = await self.cluster.delete_pod(p.namespace, p.name, p.uid)
             if deleted:

@@ -107,7 +107,7 @@ def test_first_apply_writes_labels_ownership_and_pending_restart_in_one_patch() 
     }
     record = RestartRecord.parse(p.annotation_patch[c.ANNOTATION_PLUGIN_RESTART])
     assert record is not None
-    assert (record.state, record.pool, record.since) == ("Pending", "gpu", "2026-11-29T12:00:00Z")
+    assert (record.state, record.pool, record.since) == ("Pending", "gpu", "2026-11-29T12:00:01Z")
     assert p.restart_plugin and p.plugin_restart_pending
     assert p.mode_switch == ("default", "cgpu")
     patch = p.node_patch()
@@ -171,7 +171,7 @@ def test_toggle_isolation_relabels_and_owes_a_new_restart() -> None:
     assert c.ANNOTATION_OWNED not in p.annotation_patch  # ownership (and prior) unchanged
     record = RestartRecord.parse(p.annotation_patch[c.ANNOTATION_PLUGIN_RESTART])
     assert record is not None
-    assert (record.state, record.since) == ("Pending", "2026-11-29T13:00:00Z")
+    assert (record.state, record.since) == ("Pending", "2026-11-29T13:00:01Z")
     assert not p.drift
 
 
@@ -474,14 +474,14 @@ def test_pending_restart_for_same_values_is_not_renewed() -> None:
     assert p.label_patch == {c.LABEL_SCHEDULE: "cgpu"}
     assert c.ANNOTATION_PLUGIN_RESTART not in p.annotation_patch
     assert p.plugin_restart_pending  # the restart owed since NOW still stands
-    assert p.plugin_restart is not None and p.plugin_restart.since == "2026-11-29T12:00:00Z"
+    assert p.plugin_restart is not None and p.plugin_restart.since == "2026-11-29T12:00:01Z"
 
 
 def test_new_change_during_pending_restart_renews_since() -> None:
     (n,) = _applied([pool("gpu", "a")], [node("n1", {NP: "a"})])
     p = plan([pool("gpu", "a", placement="spread")], [n], now=LATER).by_node()["n1"]
     assert p.restart_plugin
-    assert p.plugin_restart is not None and p.plugin_restart.since == "2026-11-29T13:00:00Z"
+    assert p.plugin_restart is not None and p.plugin_restart.since == "2026-11-29T13:00:01Z"
 
 
 def test_restart_hash_is_of_the_four_plugin_labels() -> None:

@@ -22,7 +22,7 @@ import hashlib
 import json
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -56,6 +56,17 @@ class Action(StrEnum):
 
 def _iso(now: datetime) -> str:
     return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def restart_since(now: datetime) -> str:
+    """``since`` for a restart owed from ``now``: the next full second.
+
+    Pod ``creationTimestamp`` has one-second resolution, so a plugin pod created in the same
+    second as the label write could have started before or after it. Rounding up makes every such
+    pod "old" (it is replaced); the operator deletes old pods only once the clock has passed
+    ``since``, so the replacements it causes are always "new" and never deleted twice.
+    """
+    return _iso(now.replace(microsecond=0) + timedelta(seconds=1))
 
 
 def _dump(obj: Any) -> str:
@@ -578,7 +589,7 @@ def plan(
     by_name = {p.name: p for p in pools}
     active = [p for p in pools if p.name not in deleting and p.name not in bad]
     on_node = pods_by_node(pods)
-    stamp = _iso(now)
+    stamp = restart_since(now)
     plans = tuple(
         _plan_node(node, active, by_name, deleting, bad, on_node.get(node.name, ()), stamp)
         for node in sorted(nodes, key=lambda n: n.name)
