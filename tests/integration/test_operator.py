@@ -13,6 +13,7 @@ Fixtures:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes_asyncio import client
+from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import constants as c
@@ -400,3 +401,348 @@ async def test_seed_scenario_labels_plugins_status_and_restore(
         annotations = (await node_obj(api, n)).metadata.annotations or {}
         assert c.ANNOTATION_OWNED not in annotations
     await wait_event(api, p_iso, "CleanupDone")
+
+
+class PendingTracker:
+    """Watches nodes of a node pool and records the most nodes with a restart Pending at once."""
+
+    def __init__(self, api: client.ApiClient, nodepool: str) -> None:
+        self.api = api
+        self.nodepool = nodepool
+        self.pending: set[str] = set()
+        self.max_pending = 0
+        self.ever_pending: set[str] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        core = client.CoreV1Api(self.api)
+        w = watch.Watch()
+        async with w.stream(core.list_node, label_selector=f"{POOL_LABEL}={self.nodepool}") as stream:
+            async for event in stream:
+                node = event["object"]
+                record = restart_record(node)
+                name = node.metadata.name
+                if record is not None and record["state"] == "Pending":
+                    self.pending.add(name)
+                    self.ever_pending.add(name)
+                else:
+                    self.pending.discard(name)
+                self.max_pending = max(self.max_pending, len(self.pending))
+
+    async def __aenter__(self) -> PendingTracker:
+        self._task = asyncio.create_task(self._run())
+        await asyncio.sleep(0.5)  # the initial ADDED events
+        self.max_pending = len(self.pending)
+        self.ever_pending = set(self.pending)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+
+class PluginPodTracker:
+    """Records every device-plugin pod UID seen per node (to count restarts)."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+        self.uids: dict[str, set[str]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        core = client.CoreV1Api(self.api)
+        selector = ",".join(f"{k}={v}" for k, v in c.DEFAULT_PLUGIN_LABELS.items())
+        w = watch.Watch()
+        async with w.stream(
+            core.list_namespaced_pod, c.DEFAULT_PLUGIN_NAMESPACE, label_selector=selector
+        ) as stream:
+            async for event in stream:
+                pod = event["object"]
+                if pod.spec.node_name:
+                    self.uids.setdefault(pod.spec.node_name, set()).add(pod.metadata.uid)
+
+    async def __aenter__(self) -> PluginPodTracker:
+        self._task = asyncio.create_task(self._run())
+        await asyncio.sleep(0.5)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+
+async def test_toggle_isolation_rolls_restarts_within_max_unavailable(
+    api: client.ApiClient, fake_nodes: FakeNodeSet, operator: OperatorProc, pools: Pools
+) -> None:
+    np = np_id()
+    nodes = await fake_nodes.create(5, prefix="roll", pool_labels={POOL_LABEL: np})
+    name = f"roll-{np}"
+    await pools.create(name, np, rollout={"maxUnavailable": 2})
+    await wait_labels(api, nodes, {**CGPU, c.LABEL_POOL: name})
+    await wait_restarts_done(api, nodes)
+    await pools.wait_condition(name, "Ready", "True")
+    plugins = {n: await plugin_pod_uids(api, n) for n in nodes}
+    deleted_before = operator.sum_metric("gpushare_plugin_restarts_total", result="deleted")
+
+    async with PendingTracker(api, np) as tracker:
+        await pools.patch_spec(name, {"memoryIsolation": False})
+        await wait_labels(api, nodes, {**SHARE, c.LABEL_POOL: name})
+        await wait_restarts_done(api, nodes)
+        await pools.wait_condition(name, "Ready", "True")
+    assert tracker.ever_pending == set(nodes), "every node owed a restart"
+    assert 1 <= tracker.max_pending <= 2, f"{tracker.max_pending} nodes restarting at once (maxUnavailable 2)"
+    for n in nodes:
+        assert not (await plugin_pod_uids(api, n) & plugins[n]), f"plugin on {n} not restarted"
+    assert operator.sum_metric("gpushare_plugin_restarts_total", result="deleted") - deleted_before == 5
+
+
+async def test_compute_allocation_switches_to_core_mem(
+    api: client.ApiClient, fake_nodes: FakeNodeSet, operator: OperatorProc, pools: Pools
+) -> None:
+    np = np_id()
+    nodes = await fake_nodes.create(1, prefix="core", pool_labels={POOL_LABEL: np}, core_percentage=True)
+    name = f"core-{np}"
+    await pools.create(name, np)
+    await wait_labels(api, nodes, {c.LABEL_SCHEDULE: "cgpu"})
+    await pools.patch_spec(name, {"computeAllocation": True})
+    await wait_labels(api, nodes, {c.LABEL_SCHEDULE: "core_mem", c.LABEL_DISABLE_ISOLATION: "false"})
+    await wait_restarts_done(api, nodes)
+    await pools.wait_condition(name, "Ready", "True")
+    obj = await pools.get(name)
+    assert obj is not None
+    assert obj["status"]["mode"] == "core_mem"
+    assert obj["status"]["capacity"]["gpuCorePercentage"] == 100
+
+
+async def _switch_setup(
+    api: client.ApiClient, fake_nodes: FakeNodeSet, pools: Pools, namespace: str, policy: str
+) -> tuple[str, str, str]:
+    np = np_id()
+    (node,) = await fake_nodes.create(1, prefix=policy.lower(), pool_labels={POOL_LABEL: np})
+    name = f"{policy.lower()}-{np}"
+    await pools.create(name, np, rollout={"modeSwitch": policy})
+    await wait_labels(api, [node], {**CGPU, c.LABEL_POOL: name})
+    await wait_restarts_done(api, [node])
+    pod = await gpu_pod(api, namespace, node)
+    return node, name, pod
+
+
+async def test_mode_switch_wait_holds_until_the_gpu_pod_is_gone(
+    api: client.ApiClient, fake_nodes: FakeNodeSet, operator: OperatorProc, pools: Pools, namespace: str
+) -> None:
+    node, name, pod = await _switch_setup(api, fake_nodes, pools, namespace, "Wait")
+    await pools.patch_spec(name, {"memoryIsolation": False})
+    cond = await pools.wait_condition(name, "Progressing", "True", "NodesHeld")
+    assert node in cond["message"] and pod in cond["message"]
+    await wait_event(api, name, "NodeHeld")
+    await settle(2)
+    assert managed(await node_labels(api, node))[c.LABEL_SCHEDULE] == "cgpu", "held: no label change"
+    assert not (await node_obj(api, node)).spec.unschedulable
+    obj = await pools.get(name)
+    assert obj is not None and obj["status"]["nodes"]["held"] == 1
+
+    await client.CoreV1Api(api).delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
+    await wait_labels(api, [node], {**SHARE, c.LABEL_POOL: name})
+    await wait_restarts_done(api, [node])
+    await pools.wait_condition(name, "Progressing", "False")
+
+
+async def test_mode_switch_cordon_cordons_waits_and_uncordons(
+    api: client.ApiClient, fake_nodes: FakeNodeSet, operator: OperatorProc, pools: Pools, namespace: str
+) -> None:
+    node, name, pod = await _switch_setup(api, fake_nodes, pools, namespace, "Cordon")
+    await pools.patch_spec(name, {"memoryIsolation": False})
+
+    async def cordoned() -> bool:
+        n = await node_obj(api, node)
+        return (
+            bool(n.spec.unschedulable)
+            and (n.metadata.annotations or {}).get(c.ANNOTATION_CORDONED_BY) == name
+        )
+
+    await wait_for(cordoned, what=f"{node} cordoned by {name}", timeout_s=30)
+    assert managed(await node_labels(api, node))[c.LABEL_SCHEDULE] == "cgpu"
+    await client.CoreV1Api(api).delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
+    await wait_labels(api, [node], {**SHARE})
+
+    async def uncordoned() -> bool:
+        n = await node_obj(api, node)
+        return not n.spec.unschedulable and c.ANNOTATION_CORDONED_BY not in (n.metadata.annotations or {})
+
+    await wait_for(uncordoned, what=f"{node} uncordoned", timeout_s=30)
+    record = restart_record(await node_obj(api, node))
+    assert record is not None and record["state"] == "Done"
+
+
+async def test_mode_switch_evict_honours_pdb(
+    api: client.ApiClient, fake_nodes: FakeNodeSet, operator: OperatorProc, pools: Pools, namespace: str
+) -> None:
+    node, name, pod = await _switch_setup(api, fake_nodes, pools, namespace, "Evict")
+    policy = client.PolicyV1Api(api)
+    await policy.create_namespaced_pod_disruption_budget(
+        namespace,
+        {
+            "metadata": {"name": "keep-one"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": pod}}},
+        },
+    )
+
+    async def pdb_computed() -> bool:
+        pdb = await policy.read_namespaced_pod_disruption_budget("keep-one", namespace)
+        return pdb.status is not None and pdb.status.expected_pods == 1
+
+    await wait_for(pdb_computed, what="PDB status computed by the disruption controller", timeout_s=30)
+    await pools.patch_spec(name, {"memoryIsolation": False})
+
+    async def blocked() -> bool:
+        return operator.sum_metric("gpushare_evictions_total", result="blocked") >= 1
+
+    await wait_for(blocked, what="an eviction blocked by the PDB", timeout_s=30)
+    core = client.CoreV1Api(api)
+    assert (await core.read_namespaced_pod(pod, namespace)).metadata.deletion_timestamp is None
+    n = await node_obj(api, node)
+    assert n.spec.unschedulable and managed(n.metadata.labels)[c.LABEL_SCHEDULE] == "cgpu"
+
+    await policy.delete_namespaced_pod_disruption_budget("keep-one", namespace)
+    await wait_labels(api, [node], {**SHARE}, timeout_s=60)
+    assert operator.sum_metric("gpushare_evictions_total", result="evicted") >= 1
+
+    async def uncordoned() -> bool:
+        return not (await node_obj(api, node)).spec.unschedulable
+
+    await wait_for(uncordoned, what=f"{node} uncordoned", timeout_s=30)
+
+
+async def test_admin_cordon_is_preserved(
+    api: client.ApiClient, fake_nodes: FakeNodeSet, operator: OperatorProc, pools: Pools, namespace: str
+) -> None:
+    node, name, pod = await _switch_setup(api, fake_nodes, pools, namespace, "Cordon")
+    core = client.CoreV1Api(api)
+    await core.patch_node(node, {"spec": {"unschedulable": True}})  # the administrator's cordon
+    await pools.patch_spec(name, {"memoryIsolation": False})
+    await pools.wait_condition(name, "Progressing", "True", "NodesHeld")
+    assert c.ANNOTATION_CORDONED_BY not in ((await node_obj(api, node)).metadata.annotations or {})
+    await core.delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
+    await wait_labels(api, [node], {**SHARE})
+    await wait_restarts_done(api, [node])
+    await pools.wait_condition(name, "Progressing", "False")
+    await settle(2)
+    assert (await node_obj(api, node)).spec.unschedulable, "gpushare must not lift an administrator's cordon"
+
+
+async def test_drift_is_corrected_without_a_second_restart(
+    api: client.ApiClient, fake_nodes: FakeNodeSet, operator: OperatorProc, pools: Pools
+) -> None:
+    np = np_id()
+    (node,) = await fake_nodes.create(1, prefix="drift", pool_labels={POOL_LABEL: np})
+    name = f"drift-{np}"
+    await pools.create(name, np)
+    await wait_labels(api, [node], CGPU)
+    await wait_restarts_done(api, [node])
+    plugin = await plugin_pod_uids(api, node)
+    await client.CoreV1Api(api).patch_node(
+        node, {"metadata": {"labels": {c.LABEL_DISABLE_ISOLATION: "true", "owner": "someone"}}}
+    )
+    await wait_event(api, name, "DriftCorrected")
+    await wait_labels(api, [node], CGPU)
+    labels = await node_labels(api, node)
+    assert labels["owner"] == "someone", "the hand-made foreign label stays"
+    await settle(2)
+    assert await plugin_pod_uids(api, node) == plugin, "labels back to what the plugin saw: no restart"
+
+
+async def test_conflict_between_two_pools_changes_neither(
+    api: client.ApiClient, fake_nodes: FakeNodeSet, operator: OperatorProc, pools: Pools
+) -> None:
+    np = np_id()
+    nodes = await fake_nodes.create(2, prefix="conf", pool_labels={POOL_LABEL: np})
+    core = client.CoreV1Api(api)
+    await core.patch_node(nodes[1], {"metadata": {"labels": {"gpushare-test/team": np}}})
+    a, b = f"a-{np}", f"b-{np}"
+    await pools.create(a, np)
+    body = {
+        "apiVersion": c.API_VERSION,
+        "kind": c.KIND,
+        "metadata": {"name": b},
+        "spec": {"nodeSelector": {"matchLabels": {"gpushare-test/team": np}}, "memoryIsolation": False},
+    }
+    await pools.custom.create_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL, body)
+    pools.created.append(b)
+    await wait_labels(api, [nodes[0]], {**CGPU, c.LABEL_POOL: a})
+    for me, other in ((a, b), (b, a)):
+        cond = await pools.wait_condition(me, "Conflict", "True", "NodesInMultiplePools")
+        assert nodes[1] in cond["message"] and other in cond["message"]
+    await wait_event(api, a, "ConflictDetected")
+    assert managed(await node_labels(api, nodes[1])) == {}, "a conflicting node is changed by neither pool"
+
+
+async def test_nodes_joining_and_leaving_the_selector(
+    api: client.ApiClient, fake_nodes: FakeNodeSet, operator: OperatorProc, pools: Pools
+) -> None:
+    np = np_id()
+    nodes = await fake_nodes.create(2, prefix="move", pool_labels={POOL_LABEL: np})
+    (outsider,) = await fake_nodes.create(1, prefix="out", pool_labels={POOL_LABEL: np_id()},
+                                          extra_labels={c.LABEL_PLACEMENT: "spread"})  # fmt: skip
+    name = f"move-{np}"
+    await pools.create(name, np)
+    await wait_labels(api, nodes, CGPU)
+    assert managed(await node_labels(api, outsider)) == {c.LABEL_PLACEMENT: "spread"}
+
+    core = client.CoreV1Api(api)
+    await core.patch_node(outsider, {"metadata": {"labels": {POOL_LABEL: np}}})  # joins
+    await wait_labels(api, [outsider], {**CGPU, c.LABEL_POOL: name})
+    await core.patch_node(nodes[0], {"metadata": {"labels": {POOL_LABEL: "elsewhere"}}})  # leaves
+    await wait_labels(api, [nodes[0]], {c.LABEL_SCHEDULE: "default", c.LABEL_CGPU: None, c.LABEL_POOL: None})
+    await core.patch_node(outsider, {"metadata": {"labels": {POOL_LABEL: "elsewhere"}}})  # leaves again
+    await wait_labels(
+        api, [outsider], {c.LABEL_PLACEMENT: "spread", c.LABEL_SCHEDULE: "default", c.LABEL_POOL: None}
+    )
+    await pools.wait_condition(name, "Ready", "True")
+    obj = await pools.get(name)
+    assert obj is not None and obj["status"]["nodes"]["matched"] == 1
+
+
+async def test_killed_mid_rollout_resumes_without_duplicate_restarts(
+    api: client.ApiClient,
+    fake_nodes: FakeNodeSet,
+    start_operator: Callable[..., OperatorProc],
+    namespace: str,
+) -> None:
+    np = np_id()
+    nodes = await fake_nodes.create(4, prefix="kill", pool_labels={POOL_LABEL: np})
+    first = start_operator()
+    helper = Pools(api)
+    name = f"kill-{np}"
+    try:
+        async with PluginPodTracker(api) as plugins:
+            await helper.create(name, np, rollout={"maxUnavailable": 1})
+
+            async def some_pending() -> bool:
+                for n in nodes:
+                    record = restart_record(await node_obj(api, n))
+                    if record is not None and record["state"] == "Pending":
+                        return True
+                return False
+
+            await wait_for(some_pending, what="a restart in progress", timeout_s=30, interval=0.05)
+            first.kill()
+            second = start_operator()
+            await wait_labels(api, nodes, {**CGPU, c.LABEL_POOL: name})
+            await wait_restarts_done(api, nodes)
+            await helper.wait_condition(name, "Ready", "True")
+            await settle(1)
+        for n in nodes:
+            assert len(plugins.uids.get(n, set())) == 2, (
+                f"{n}: plugin pods seen {plugins.uids.get(n)}, want 2"
+            )
+        await helper.delete(name)
+    finally:
+        if await helper.get(name) is not None:
+            await helper.custom.patch_cluster_custom_object(
+                c.GROUP, c.VERSION, c.PLURAL, name, {"metadata": {"finalizers": None}}, **MERGE
+            )
+    assert second.proc.poll() is None
