@@ -746,3 +746,109 @@ async def test_killed_mid_rollout_resumes_without_duplicate_restarts(
                 c.GROUP, c.VERSION, c.PLURAL, name, {"metadata": {"finalizers": None}}, **MERGE
             )
     assert second.proc.poll() is None
+
+
+PEERING_CRD: dict[str, Any] = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "clusterkopfpeerings.kopf.dev"},
+    "spec": {
+        "scope": "Cluster",
+        "group": "kopf.dev",
+        "names": {
+            "kind": "ClusterKopfPeering",
+            "plural": "clusterkopfpeerings",
+            "singular": "clusterkopfpeering",
+        },
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "properties": {
+                            "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                        },
+                    }
+                },
+            }
+        ],
+    },
+}
+
+
+async def _peering(api: client.ApiClient, name: str) -> None:
+    ext = client.ApiextensionsV1Api(api)
+    try:
+        await ext.create_custom_resource_definition(PEERING_CRD)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+
+    async def established() -> bool:
+        crd = await ext.read_custom_resource_definition("clusterkopfpeerings.kopf.dev")
+        return any(x.type == "Established" and x.status == "True" for x in crd.status.conditions or [])
+
+    await wait_for(established, what="ClusterKopfPeering CRD established", timeout_s=30)
+    custom = client.CustomObjectsApi(api)
+
+    async def create() -> bool:
+        await custom.create_cluster_custom_object(
+            "kopf.dev", "v1", "clusterkopfpeerings",
+            {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": name}},
+        )  # fmt: skip
+        return True
+
+    await wait_for(create, what=f"ClusterKopfPeering {name} created", timeout_s=30)
+
+
+async def _peers(api: client.ApiClient, name: str) -> int:
+    obj = await client.CustomObjectsApi(api).get_cluster_custom_object(
+        "kopf.dev", "v1", "clusterkopfpeerings", name
+    )
+    return len(obj.get("status") or {})
+
+
+async def test_two_replicas_one_reconciles_the_other_takes_over(
+    api: client.ApiClient, fake_nodes: FakeNodeSet, start_operator: Callable[..., OperatorProc]
+) -> None:
+    peering = f"gpushare-{secrets.token_hex(3)}"
+    await _peering(api, peering)
+    leader = start_operator("--peering", peering, "--priority", "200")
+
+    async def peers(n: int) -> Callable[[], Any]:
+        async def check() -> bool:
+            return await _peers(api, peering) == n
+
+        return check
+
+    await wait_for(await peers(1), what="the leader registered in the peering", timeout_s=30)
+    standby = start_operator("--peering", peering, "--priority", "100")
+    await wait_for(await peers(2), what="both replicas registered in the peering", timeout_s=30)
+
+    np_a, np_b = np_id(), np_id()
+    a_nodes = await fake_nodes.create(2, prefix="ha-a", pool_labels={POOL_LABEL: np_a})
+    b_nodes = await fake_nodes.create(2, prefix="ha-b", pool_labels={POOL_LABEL: np_b})
+    helper = Pools(api)
+    try:
+        await helper.create(f"ha-a-{np_a}", np_a)
+        await wait_labels(api, a_nodes, CGPU)
+        await wait_restarts_done(api, a_nodes)
+        assert leader.sum_metric("gpushare_label_patches_total") == 2
+        assert standby.sum_metric("gpushare_label_patches_total") == 0, "the standby replica must not write"
+
+        assert leader.stop() == 0  # graceful: its peering record goes, the standby resumes at once
+        await helper.create(f"ha-b-{np_b}", np_b, memoryIsolation=False)
+        await wait_labels(api, b_nodes, SHARE, timeout_s=60)
+        await wait_restarts_done(api, b_nodes)
+        assert standby.sum_metric("gpushare_label_patches_total") == 2
+        for name in list(helper.created):
+            await helper.delete(name)
+    finally:
+        for name in helper.created:
+            if await helper.get(name) is not None:
+                await helper.custom.patch_cluster_custom_object(
+                    c.GROUP, c.VERSION, c.PLURAL, name, {"metadata": {"finalizers": None}}, **MERGE
+                )
