@@ -225,6 +225,8 @@ class Context:
 
     pools: tuple[GPUSharePool, ...] = ()
     nodes: tuple[NodeInfo, ...] = ()
+    #: Derived data computed once per context (the webhook reuses a context until pools/nodes change).
+    cache: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @classmethod
     def build(cls, pools: Sequence[GPUSharePool] = (), nodes: Sequence[NodeInfo] = ()) -> Context:

@@ -21,10 +21,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from gpushare import constants as c
-from gpushare.admission.model import Context, NodeInfo
+from gpushare.admission.model import Context
 from gpushare.api.v1alpha1 import GPUSharePool
 from gpushare.policy.planner import desired_labels
 
@@ -72,7 +72,7 @@ class Constraints:
 
     def render(self) -> str:
         if self.selector is not None:
-            return json.dumps(dict(self.selector), separators=(", ", ": "))
+            return json.dumps(dict(self.selector), separators=(", ", ": "), sort_keys=True)
         if not self.terms:
             return "<matches no node>"
         return " OR ".join("(" + ", ".join(r.render() for r in t) + ")" for t in self.terms)
@@ -343,20 +343,17 @@ def resolve(constraints: Constraints, ctx: Context) -> Resolution:
         return Resolution(constraints, source="missing")
     res = Resolution(constraints)
     if ctx.pools or ctx.nodes:
-        candidates = [(p, pool_candidate(p)) for p in ctx.pools]
-        effective: dict[str, dict[str, frozenset[str] | None]] = {}
-        for node in ctx.nodes:
-            pool_name = ctx.node_pool.get(node.name)
-            pool = ctx.pool(pool_name) if pool_name else None
-            if pool is not None:
-                effective[node.name] = _exact({**node.labels, **pool_node_labels(pool)})
+        candidates = _pool_candidates(ctx)
+        entries = _node_entries(ctx)
         for term in constraints.terms:
             named = bool(ctx.nodes) and names_nodes(term)
             for pool, cand in candidates:
                 if not named and term_possible(term, cand):
                     _add(res.kinds, pool.spec.mode, pool.name)
-            for node in ctx.nodes:
-                _resolve_node(term, node, ctx, effective.get(node.name), res)
+            # The symbolic pool check already covers a switched node of a matched pool (its labels
+            # are the pool's), so without node names only the others need a look.
+            for entry in entries if named else _unsettled(ctx, entries):
+                _resolve_node(term, entry, res)
         if res.kinds:
             return res
     unknown = False
@@ -380,24 +377,60 @@ def resolve(constraints: Constraints, ctx: Context) -> Resolution:
     return Resolution(constraints, {k: set() for k in kinds}, unpooled=True, source="labels")
 
 
-def _resolve_node(
-    term: Term,
-    node: NodeInfo,
-    ctx: Context,
-    effective: Mapping[str, frozenset[str] | None] | None,
-    res: Resolution,
-) -> None:
-    current = _exact(node.labels)
-    pool_name = ctx.node_pool.get(node.name)
-    pool = ctx.pool(pool_name) if pool_name else None
+@dataclass(frozen=True)
+class _NodeEntry:
+    """A node that can take GPU-sharing pods: in a pool, or sharing by its current ACK labels."""
+
+    name: str
+    pool: GPUSharePool | None
+    current: Mapping[str, frozenset[str] | None]
+    effective: Mapping[str, frozenset[str] | None] | None
+    kind: str | None
+
+
+def _node_entries(ctx: Context) -> list[_NodeEntry]:
+    """Per-context precomputation (cached on the context: the webhook reuses contexts)."""
+    cached = ctx.cache.get("node_entries")
+    if cached is not None:
+        return cast(list[_NodeEntry], cached)
+    out = []
+    for node in ctx.nodes:
+        pool_name = ctx.node_pool.get(node.name)
+        pool = ctx.pool(pool_name) if pool_name else None
+        kind = node_kind(node.labels)
+        if pool is None and kind is None:
+            continue
+        effective = _exact({**node.labels, **pool_node_labels(pool)}) if pool is not None else None
+        out.append(_NodeEntry(node.name, pool, _exact(node.labels), effective, kind))
+    ctx.cache["node_entries"] = out
+    return out
+
+
+def _unsettled(ctx: Context, entries: list[_NodeEntry]) -> list[_NodeEntry]:
+    """Nodes outside every pool, or not yet carrying their pool's kind."""
+    cached = ctx.cache.get("unsettled")
+    if cached is None:
+        cached = ctx.cache["unsettled"] = [e for e in entries if e.pool is None or e.kind != e.pool.spec.mode]
+    return cast(list[_NodeEntry], cached)
+
+
+def _pool_candidates(ctx: Context) -> list[tuple[GPUSharePool, dict[str, frozenset[str] | None]]]:
+    cached = ctx.cache.get("pool_candidates")
+    if cached is None:
+        cached = ctx.cache["pool_candidates"] = [(p, pool_candidate(p)) for p in ctx.pools]
+    return cast(list[tuple[GPUSharePool, dict[str, frozenset[str] | None]]], cached)
+
+
+def _resolve_node(term: Term, entry: _NodeEntry, res: Resolution) -> None:
+    pool = entry.pool
     if (
         pool is not None
-        and effective is not None
-        and term_possible(term, effective, exact=True, name=node.name)
+        and entry.effective is not None
+        and term_possible(term, entry.effective, exact=True, name=entry.name)
     ):
         _add(res.kinds, pool.spec.mode, pool.name)  # once the pool's labels are applied
-    kind = node_kind(node.labels)
-    if kind is not None and term_possible(term, current, exact=True, name=node.name):
+    kind = entry.kind
+    if kind is not None and term_possible(term, entry.current, exact=True, name=entry.name):
         # As labelled today (a node of a pool may not have been switched yet).
         if pool is not None and kind == pool.spec.mode:
             _add(res.kinds, kind, pool.name)

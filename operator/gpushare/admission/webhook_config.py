@@ -1,0 +1,185 @@
+"""The ValidatingWebhookConfiguration gpushare ships (pure builder; no API calls).
+
+One webhook entry per Kopf handler (the handler id is the URL path), so a denial names the
+resource kind (``validate-pods.gpushare.io``). ``namespaceSelector`` excludes ``kube-system`` and
+the operator's own namespace, ``objectSelector`` honours ``gpushare.io/webhook: ignore``,
+``timeoutSeconds`` is at most 5, and ``failurePolicy`` is configurable (default ``Fail``).
+
+``python -m gpushare.admission.webhook_config`` prints the in-cluster manifest (a Service
+reference, no caBundle: the operator keeps ``caBundle`` current). Local runs use a URL on
+127.0.0.1 instead (``url_base``).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import yaml
+
+from gpushare import constants as c
+
+FailurePolicy = Literal["Fail", "Ignore"]
+
+DEFAULT_CONFIGURATION_NAME = "gpushare-webhook"
+DEFAULT_NAMESPACE = "gpushare-system"
+DEFAULT_SERVICE = "gpushare-webhook"
+DEFAULT_PORT = 9443
+MAX_TIMEOUT_SECONDS = 5
+
+
+@dataclass(frozen=True)
+class WebhookTarget:
+    """One admission handler: its id (= URL path segment), the resource it validates, the operations."""
+
+    handler_id: str
+    kind: str
+    group: str
+    version: str
+    plural: str
+    operations: tuple[str, ...]
+    namespaced: bool = True
+
+
+TARGETS: tuple[WebhookTarget, ...] = (
+    WebhookTarget("validate-pods", "Pod", "", "v1", "pods", ("CREATE",)),
+    WebhookTarget("validate-deployments", "Deployment", "apps", "v1", "deployments", ("CREATE", "UPDATE")),
+    WebhookTarget("validate-statefulsets", "StatefulSet", "apps", "v1", "statefulsets", ("CREATE", "UPDATE")),
+    WebhookTarget("validate-daemonsets", "DaemonSet", "apps", "v1", "daemonsets", ("CREATE", "UPDATE")),
+    WebhookTarget("validate-replicasets", "ReplicaSet", "apps", "v1", "replicasets", ("CREATE", "UPDATE")),
+    WebhookTarget("validate-jobs", "Job", "batch", "v1", "jobs", ("CREATE", "UPDATE")),
+    WebhookTarget("validate-cronjobs", "CronJob", "batch", "v1", "cronjobs", ("CREATE", "UPDATE")),
+    WebhookTarget(
+        "validate-gpusharepools", c.KIND, c.GROUP, c.VERSION, c.PLURAL, ("CREATE", "UPDATE"), namespaced=False
+    ),
+)
+TARGETS_BY_ID: dict[str, WebhookTarget] = {t.handler_id: t for t in TARGETS}
+
+
+@dataclass(frozen=True)
+class WebhookSettings:
+    """How the apiserver reaches the webhook and how strict it is."""
+
+    name: str = DEFAULT_CONFIGURATION_NAME
+    #: The operator's namespace: excluded from the webhook, home of the Service and the cert Secret.
+    namespace: str = DEFAULT_NAMESPACE
+    service: str = DEFAULT_SERVICE
+    service_port: int = 443
+    #: Local/dev mode: ``https://127.0.0.1:<port>`` (handler ids are appended); None = Service mode.
+    url_base: str | None = None
+    #: base64 PEM of the CA that signed the serving certificate; None leaves it out.
+    ca_bundle: str | None = None
+    failure_policy: FailurePolicy = "Fail"
+    timeout_seconds: int = MAX_TIMEOUT_SECONDS
+    #: Namespaces never sent to the webhook, in addition to the operator's own.
+    excluded_namespaces: tuple[str, ...] = ("kube-system",)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.timeout_seconds <= MAX_TIMEOUT_SECONDS:
+            raise ValueError(f"timeoutSeconds must be 1..{MAX_TIMEOUT_SECONDS}, got {self.timeout_seconds}")
+        if self.failure_policy not in ("Fail", "Ignore"):
+            raise ValueError(f"failurePolicy must be Fail or Ignore, got {self.failure_policy!r}")
+
+
+def webhook_name(handler_id: str) -> str:
+    return f"{handler_id}.{c.GROUP}"
+
+
+def client_config(settings: WebhookSettings, handler_id: str) -> dict[str, Any]:
+    cfg: dict[str, Any]
+    if settings.url_base is not None:
+        cfg = {"url": f"{settings.url_base.rstrip('/')}/{handler_id}"}
+    else:
+        cfg = {
+            "service": {
+                "name": settings.service,
+                "namespace": settings.namespace,
+                "port": settings.service_port,
+                "path": f"/{handler_id}",
+            }
+        }
+    if settings.ca_bundle:
+        cfg["caBundle"] = settings.ca_bundle
+    return cfg
+
+
+def excluded_namespaces(settings: WebhookSettings) -> list[str]:
+    return sorted({*settings.excluded_namespaces, settings.namespace})
+
+
+def build_webhook(settings: WebhookSettings, target: WebhookTarget) -> dict[str, Any]:
+    hook: dict[str, Any] = {
+        "name": webhook_name(target.handler_id),
+        "admissionReviewVersions": ["v1"],
+        "sideEffects": "None",
+        "failurePolicy": settings.failure_policy,
+        "matchPolicy": "Equivalent",
+        "timeoutSeconds": settings.timeout_seconds,
+        "clientConfig": client_config(settings, target.handler_id),
+        "rules": [
+            {
+                "apiGroups": [target.group],
+                "apiVersions": [target.version],
+                "resources": [target.plural],
+                "operations": list(target.operations),
+                "scope": "Namespaced" if target.namespaced else "Cluster",
+            }
+        ],
+        "objectSelector": {
+            "matchExpressions": [{"key": c.LABEL_WEBHOOK, "operator": "NotIn", "values": [c.WEBHOOK_IGNORE]}]
+        },
+    }
+    if target.namespaced:
+        hook["namespaceSelector"] = {
+            "matchExpressions": [
+                {
+                    "key": "kubernetes.io/metadata.name",
+                    "operator": "NotIn",
+                    "values": excluded_namespaces(settings),
+                }
+            ]
+        }
+    return hook
+
+
+def build_configuration(settings: WebhookSettings) -> dict[str, Any]:
+    """The whole ValidatingWebhookConfiguration."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {
+            "name": settings.name,
+            "labels": {
+                "app.kubernetes.io/name": "gpushare-operator",
+                "app.kubernetes.io/component": "webhook",
+            },
+        },
+        "webhooks": [build_webhook(settings, t) for t in TARGETS],
+    }
+
+
+def build_service(settings: WebhookSettings, target_port: int = DEFAULT_PORT) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": settings.service, "namespace": settings.namespace},
+        "spec": {
+            "selector": {"app.kubernetes.io/name": "gpushare-operator"},
+            "ports": [{"name": "webhook", "port": settings.service_port, "targetPort": target_port}],
+        },
+    }
+
+
+def render_manifest(settings: WebhookSettings | None = None) -> str:
+    settings = settings or WebhookSettings()
+    header = (
+        "# Generated by `python -m gpushare.admission.webhook_config`; do not edit by hand.\n"
+        "# The operator fills in caBundle (from its CA Secret) and keeps it current.\n"
+    )
+    docs = [build_service(settings), build_configuration(settings)]
+    return header + yaml.safe_dump_all(docs, sort_keys=False)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render_manifest())

@@ -1,0 +1,616 @@
+"""The admission webhook, called over TLS by the real kube-apiserver.
+
+A Kopf operator with only the webhook's handlers (``gpushare.handlers.admission.register`` on a
+fresh registry) runs in a background thread for this module, in local mode: the
+ValidatingWebhookConfiguration points at https://127.0.0.1:<port>/<handler-id> and its caBundle
+comes from the CA in the operator's Secret. Requests go through the apiserver (mostly
+server-side dry runs, which also call validating webhooks) with a plain synchronous client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import json
+import secrets
+import socket
+import ssl
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import kopf
+import pytest
+import yaml
+from cryptography import x509
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpushare import metrics
+from gpushare.admission import is_denied
+from gpushare.api.v1alpha1 import parse_pool
+from gpushare.cli.check import build_context, check_objects
+from gpushare.devcluster import ClusterInfo
+from gpushare.handlers.admission import WebhookOptions, register
+from gpushare.k8s import webhook_certs as certs
+from gpushare.k8s.client import make_api_client
+
+REPO = Path(__file__).resolve().parents[2]
+EX = REPO / "examples"
+MEM = "aliyun.com/gpu-mem"
+CORE = "aliyun.com/gpu-core.percentage"
+SUFFIX = secrets.token_hex(3)
+OPERATOR_NS = f"gpushare-system-{SUFFIX}"
+CONFIG_NAME = f"gpushare-webhook-test-{SUFFIX}"
+SECRET = "gpushare-webhook-tls"
+
+
+@dataclass
+class Response:
+    status: int
+    body: dict[str, Any]
+    warnings: list[str]
+
+    @property
+    def message(self) -> str:
+        return str(self.body.get("message", ""))
+
+
+class Kube:
+    """A tiny synchronous Kubernetes client (urllib) for tests that run beside an async operator."""
+
+    def __init__(self, info: ClusterInfo) -> None:
+        self.server = info.server.rstrip("/")
+        self.token = info.token
+        self.ctx = ssl.create_default_context(cafile=str(info.ca_path))
+
+    def request(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json", **params: str
+    ) -> Response:
+        url = self.server + path + (f"?{urllib.parse.urlencode(params)}" if params else "")
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(url, data=data, method=method)
+        req.add_header("Authorization", f"Bearer {self.token}")
+        req.add_header("Content-Type", content_type)
+        try:
+            with urllib.request.urlopen(req, context=self.ctx, timeout=30) as resp:
+                status, raw, headers = resp.status, resp.read(), resp.headers
+        except urllib.error.HTTPError as exc:
+            status, raw, headers = exc.code, exc.read(), exc.headers
+        warnings = [_warning_text(w) for w in headers.get_all("Warning") or []]
+        return Response(status, json.loads(raw) if raw else {}, warnings)
+
+    def create(self, obj: dict[str, Any], namespace: str | None = None, dry_run: bool = True) -> Response:
+        if namespace is not None:
+            obj = {**obj, "metadata": {**obj["metadata"], "namespace": namespace}}
+        path = _collection_path(obj, namespace)
+        return self.request("POST", path, obj, **({"dryRun": "All"} if dry_run else {}))
+
+    def delete(self, obj: dict[str, Any], namespace: str | None = None) -> None:
+        name = obj["metadata"]["name"]
+        self.request("DELETE", f"{_collection_path(obj, namespace)}/{name}", propagationPolicy="Background")
+
+
+def _warning_text(header: str) -> str:
+    """``299 - "text"`` (RFC 7234, as the apiserver writes it) -> ``text``."""
+    code, _, rest = header.partition(" - ")
+    assert code == "299", header
+    assert rest.startswith('"') and rest.endswith('"'), header
+    return rest[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+
+
+_PLURALS = {
+    "Pod": ("/api/v1", "pods"),
+    "Node": ("/api/v1", "nodes"),
+    "Namespace": ("/api/v1", "namespaces"),
+    "Deployment": ("/apis/apps/v1", "deployments"),
+    "Job": ("/apis/batch/v1", "jobs"),
+    "CronJob": ("/apis/batch/v1", "cronjobs"),
+    "GPUSharePool": ("/apis/gpushare.io/v1alpha1", "gpusharepools"),
+}
+
+
+def _collection_path(obj: dict[str, Any], namespace: str | None) -> str:
+    prefix, plural = _PLURALS[obj["kind"]]
+    if obj["kind"] in ("Node", "Namespace", "GPUSharePool"):
+        return f"{prefix}/{plural}"
+    ns = namespace or obj["metadata"].get("namespace") or "default"
+    return f"{prefix}/namespaces/{ns}/{plural}"
+
+
+def load(name: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((EX / name).read_text()) if d]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class Webhook:
+    kube: Kube
+    namespace: str
+    options: WebhookOptions
+    pools: list[dict[str, Any]]
+    nodes: list[dict[str, Any]]
+
+
+def _bad_pod(ns: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"probe-{secrets.token_hex(3)}", "namespace": ns},
+        "spec": {
+            "nodeSelector": {"ack.node.gpu.schedule": "core_mem"},
+            "containers": [{"name": "c", "image": "x", "resources": {"limits": {MEM: "2", CORE: "33"}}}],
+        },
+    }
+
+
+def _node(name: str, nodepool: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {"alibabacloud.com/nodepool-id": nodepool, "kubernetes.io/hostname": name},
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def webhook(cluster: ClusterInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webhook]:
+    kube = Kube(cluster)
+    test_ns = f"wh-{SUFFIX}"
+    for ns in (OPERATOR_NS, test_ns):
+        r = kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}, dry_run=False)
+        assert r.status == 201, r.body
+    pools = [
+        d for f in ("pool-cgpu.yaml", "pool-cgpu-no-isolation.yaml", "pool-gpu-core.yaml") for d in load(f)
+    ]
+    nodes = [_node(f"wh-{SUFFIX}-{np}", np) for np in ("np-cgpu", "np-gpu-core")]
+    for obj in [*pools, *nodes]:
+        r = kube.create(obj, dry_run=False)
+        assert r.status == 201, r.body
+
+    options = WebhookOptions(
+        addr="127.0.0.1",
+        port=free_port(),
+        local=True,
+        host="127.0.0.1",
+        namespace=OPERATOR_NS,
+        configuration=CONFIG_NAME,
+        cert_dir=tmp_path_factory.mktemp("webhook-certs"),
+        kubeconfig=str(cluster.kubeconfig),
+        renew_check_seconds=1.0,
+        file_check_interval=1.0,
+    )
+    registry = kopf.OperatorRegistry()
+    register(registry, options)
+
+    @kopf.on.login(registry=registry)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return kopf.ConnectionInfo(server=cluster.server, ca_path=str(cluster.ca_path), token=cluster.token)
+
+    op_settings = kopf.OperatorSettings()
+    op_settings.watching.server_timeout = 10
+    op_settings.posting.enabled = False
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(
+                kopf.operator(
+                    registry=registry, settings=op_settings, clusterwide=True, standalone=True, stop_flag=stop
+                )
+            )
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, name="webhook-operator", daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 90
+        while True:  # until the apiserver really calls the webhook (configuration propagation)
+            r = kube.create(_bad_pod(test_ns))
+            if r.status == 422 and "GS001-core-percentage-step" in r.message:
+                break
+            assert not errors, errors
+            assert time.monotonic() < deadline, f"webhook never answered: {r.status} {r.message}"
+            time.sleep(0.5)
+        yield Webhook(kube, test_ns, options, pools, nodes)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+        kube.request(
+            "DELETE", f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{CONFIG_NAME}"
+        )
+        for obj in [*pools, *nodes]:
+            kube.delete(obj)
+        for ns in (OPERATOR_NS, test_ns):
+            kube.request("DELETE", f"/api/v1/namespaces/{ns}")
+    assert not errors, errors
+
+
+def _admission_count(kind: str, decision: str, rule: str) -> float:
+    value = metrics.REGISTRY.get_sample_value(
+        "gpushare_admission_requests_total", {"kind": kind, "decision": decision, "rule": rule}
+    )
+    return value or 0.0
+
+
+# --- the configuration ---------------------------------------------------------------------------
+
+
+def test_configuration_is_shipped_shape_with_ca_bundle(webhook: Webhook) -> None:
+    r = webhook.kube.request(
+        "GET", f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{CONFIG_NAME}"
+    )
+    assert r.status == 200
+    hooks = {h["name"]: h for h in r.body["webhooks"]}
+    assert set(hooks) == {
+        f"validate-{k}.gpushare.io"
+        for k in (
+            "pods",
+            "deployments",
+            "statefulsets",
+            "daemonsets",
+            "replicasets",
+            "jobs",
+            "cronjobs",
+            "gpusharepools",
+        )
+    }
+    secret = webhook.kube.request("GET", f"/api/v1/namespaces/{OPERATOR_NS}/secrets/{SECRET}")
+    ca_bundle = secret.body["data"]["ca-bundle.crt"]
+    for name, hook in hooks.items():
+        assert hook["clientConfig"]["caBundle"] == ca_bundle
+        assert hook["clientConfig"]["url"] == f"https://127.0.0.1:{webhook.options.port}/{name.split('.')[0]}"
+        assert hook["timeoutSeconds"] <= 5
+        assert hook["failurePolicy"] == "Fail"
+        assert hook["sideEffects"] == "None"
+    pods = hooks["validate-pods.gpushare.io"]
+    assert pods["rules"][0]["operations"] == ["CREATE"]
+    excluded = pods["namespaceSelector"]["matchExpressions"][0]
+    assert excluded["operator"] == "NotIn" and set(excluded["values"]) == {"kube-system", OPERATOR_NS}
+    assert pods["objectSelector"]["matchExpressions"][0] == {
+        "key": "gpushare.io/webhook",
+        "operator": "NotIn",
+        "values": ["ignore"],
+    }
+
+
+# --- the seed scenarios through the apiserver ------------------------------------------------------
+
+
+def test_cuda_sample_is_admitted(webhook: Webhook) -> None:
+    (job,) = load("job-cuda-sample.yaml")
+    r = webhook.kube.create(job, webhook.namespace, dry_run=False)
+    assert r.status == 201, r.message
+    assert r.warnings == []
+    webhook.kube.delete(job, webhook.namespace)
+
+
+@pytest.mark.parametrize(
+    ("example", "rule", "fix"),
+    [
+        pytest.param("invalid/cuda-sample-33.yaml", "GS001-core-percentage-step", "use 30 or 35", id="33"),
+        pytest.param("invalid/cuda-sample-0.yaml", "GS002-core-percentage-range", "use 5", id="0"),
+        pytest.param("invalid/cuda-sample-105.yaml", "GS002-core-percentage-range", "at most 100", id="105"),
+        pytest.param(
+            "invalid/cuda-sample-core-without-mem.yaml", "GS003-core-without-mem", "add", id="no-mem"
+        ),
+    ],
+)
+def test_invalid_cuda_samples_are_denied_with_the_rule_message(
+    webhook: Webhook, example: str, rule: str, fix: str
+) -> None:
+    (job,) = load(example)
+    before = _admission_count("Job", "denied", rule)
+    r = webhook.kube.create(job, webhook.namespace, dry_run=False)
+    assert r.status == 422
+    name = job["metadata"]["name"]
+    assert r.message.startswith('admission webhook "validate-jobs.gpushare.io" denied the request: ')
+    assert f"Job/{webhook.namespace}/{name}" in r.message and rule in r.message and fix in r.message
+    assert _admission_count("Job", "denied", rule) == before + 1
+
+
+def test_memory_only_workloads_on_the_core_pool_are_denied_before_any_pod_exists(webhook: Webhook) -> None:
+    docs = load("invalid/memory-only-on-gpu-core.yaml")
+    assert [d["kind"] for d in docs] == ["Job", "Deployment", "CronJob"]
+    for obj in docs:
+        r = webhook.kube.create(obj, webhook.namespace, dry_run=False)
+        plural = {"Job": "jobs", "Deployment": "deployments", "CronJob": "cronjobs"}[obj["kind"]]
+        assert r.status == 403, (obj["kind"], r.message)
+        assert f'"validate-{plural}.gpushare.io" denied' in r.message
+        assert "GS009-pool-kind-mismatch" in r.message and "pool gpu-core" in r.message
+    pods = webhook.kube.request("GET", f"/api/v1/namespaces/{webhook.namespace}/pods")
+    assert [
+        p["metadata"]["name"] for p in pods.body["items"] if p["metadata"]["name"].startswith("memory-only")
+    ] == []
+    for plural, prefix in (
+        ("jobs", "/apis/batch/v1"),
+        ("deployments", "/apis/apps/v1"),
+        ("cronjobs", "/apis/batch/v1"),
+    ):
+        listed = webhook.kube.request("GET", f"{prefix}/namespaces/{webhook.namespace}/{plural}")
+        assert [
+            i["metadata"]["name"]
+            for i in listed.body["items"]
+            if i["metadata"]["name"].startswith("memory-only")
+        ] == []
+
+
+def test_gpu_pod_without_node_selector_is_denied(webhook: Webhook) -> None:
+    pod = _bad_pod(webhook.namespace)
+    pod["spec"] = {"containers": [{"name": "c", "image": "x", "resources": {"limits": {MEM: "3"}}}]}
+    r = webhook.kube.create(pod)
+    assert r.status == 403 and "GS007-pool-target-missing" in r.message
+
+
+def test_no_isolation_pod_is_admitted_with_a_warning_the_client_sees(webhook: Webhook) -> None:
+    (job,) = load("job-cgpu-test-no-isolation.yaml")
+    r = webhook.kube.create(job, webhook.namespace)
+    assert r.status == 201, r.message
+    assert len(r.warnings) == 1
+    assert "GS010-no-isolation-sizing" in r.warnings[0] and "ALIYUN_COM_GPU_MEM_CONTAINER" in r.warnings[0]
+
+
+def test_update_to_an_invalid_template_is_denied(webhook: Webhook) -> None:
+    deployment = copy.deepcopy(load("invalid/memory-only-on-gpu-core.yaml")[1])
+    deployment["metadata"]["name"] = "valid-then-invalid"
+    deployment["spec"]["template"]["spec"]["nodeSelector"] = {"gpushare.io/pool": "cgpu"}
+    r = webhook.kube.create(deployment, webhook.namespace, dry_run=False)
+    assert r.status == 201, r.message
+    path = f"/apis/apps/v1/namespaces/{webhook.namespace}/deployments/valid-then-invalid"
+    patch = [
+        {
+            "op": "add",
+            "path": "/spec/template/spec/containers/0/resources/limits/aliyun.com~1gpu-core.percentage",
+            "value": "12",
+        }
+    ]
+    r = webhook.kube.request("PATCH", path, patch, content_type="application/json-patch+json")
+    assert r.status == 422 and "GS001-core-percentage-step" in r.message and "use 10 or 15" in r.message
+    assert '"validate-deployments.gpushare.io" denied' in r.message
+    webhook.kube.request("DELETE", path)
+
+
+def test_overlapping_pool_is_denied_naming_nodes(webhook: Webhook) -> None:
+    (pool,) = load("invalid/pool-overlap.yaml")
+    pool["metadata"]["name"] = f"wide-{SUFFIX}"
+    r = webhook.kube.create(pool)
+    assert r.status == 403, r.message
+    assert '"validate-gpusharepools.gpushare.io" denied' in r.message
+    assert f"wh-{SUFFIX}-np-cgpu that belong to GPUSharePool cgpu" in r.message
+    assert f"wh-{SUFFIX}-np-gpu-core that belong to GPUSharePool gpu-core" in r.message
+
+
+def test_kube_system_and_opted_out_pods_are_never_sent(webhook: Webhook) -> None:
+    before = sum(
+        _admission_count("Pod", d, r)
+        for d in ("allowed", "denied", "warned")
+        for r in ("none", "GS001-core-percentage-step", "GS007-pool-target-missing")
+    )
+    r = webhook.kube.create(_bad_pod("kube-system"))
+    assert r.status == 201, r.message
+    r = webhook.kube.create(_bad_pod(OPERATOR_NS))
+    assert r.status == 201, r.message
+    opted_out = _bad_pod(webhook.namespace)
+    opted_out["metadata"]["labels"] = {"gpushare.io/webhook": "ignore"}
+    r = webhook.kube.create(opted_out)
+    assert r.status == 201, r.message
+    after = sum(
+        _admission_count("Pod", d, r)
+        for d in ("allowed", "denied", "warned")
+        for r in ("none", "GS001-core-percentage-step", "GS007-pool-target-missing")
+    )
+    assert after == before
+
+
+def test_non_gpu_pods_take_the_fast_path(webhook: Webhook) -> None:
+    before = _admission_count("Pod", "allowed", "none")
+    pod = _bad_pod(webhook.namespace)
+    pod["spec"] = {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"cpu": "1"}}}]}
+    r = webhook.kube.create(pod)
+    assert r.status == 201
+    assert _admission_count("Pod", "allowed", "none") == before + 1
+
+
+# --- malformed reviews straight to the webhook ----------------------------------------------------
+
+
+def _post_webhook(webhook: Webhook, path: str, payload: bytes) -> tuple[int, Any]:
+    ctx = ssl.create_default_context(cafile=str(webhook.options.cert_dir / "ca.crt"))
+    req = urllib.request.Request(
+        f"https://127.0.0.1:{webhook.options.port}/{path}", data=payload, method="POST",
+        headers={"Content-Type": "application/json"},
+    )  # fmt: skip
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+
+
+def _review(obj: Any, *, uid: str = "u-1", resource: Any = None, **extra: Any) -> dict[str, Any]:
+    request: dict[str, Any] = {
+        "uid": uid,
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": resource or {"group": "", "version": "v1", "resource": "pods"},
+        "operation": "CREATE",
+        "userInfo": {"username": "test"},
+        "object": obj,
+    }
+    request.update(extra)
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+@pytest.mark.parametrize(
+    ("payload", "status", "code"),
+    [
+        pytest.param(b"not json", 400, None, id="not-json"),
+        pytest.param(b"[]", 400, None, id="array"),
+        pytest.param(b'{"kind": "AdmissionReview"}', 400, None, id="no-request"),
+        pytest.param(json.dumps(_review({}, uid="")).encode(), 400, None, id="no-uid"),
+        pytest.param(json.dumps(_review("a string")).encode(), 200, 400, id="object-not-a-map"),
+        pytest.param(json.dumps(_review({}, userInfo=None)).encode(), 200, 400, id="no-userinfo"),
+        pytest.param(
+            json.dumps(_review({}, resource={"group": "x", "version": "v1", "resource": "widgets"})).encode(),
+            200,
+            400,
+            id="unknown-resource",
+        ),
+        pytest.param(
+            json.dumps(
+                _review(
+                    {
+                        "kind": "Pod",
+                        "metadata": {"name": "p"},
+                        "spec": {"containers": [{"name": "c", "resources": {"limits": {MEM: {"x": 1}}}}]},
+                    }
+                )
+            ).encode(),
+            200,
+            422,
+            id="quantity-is-a-map",
+        ),
+    ],
+)
+def test_malformed_reviews_get_4xx_never_5xx(
+    webhook: Webhook, payload: bytes, status: int, code: int | None
+) -> None:
+    got_status, body = _post_webhook(webhook, "validate-pods", payload)
+    assert got_status == status, body
+    if code is not None:
+        assert body["response"]["allowed"] is False
+        assert body["response"]["status"]["code"] == code
+        assert body["response"]["uid"] == "u-1"
+
+
+# --- hypothesis: through the apiserver, the webhook agrees with `gpushare check` ------------------
+
+LABELS = {
+    "gpushare.io/pool": ["cgpu", "cgpu-no-isolation", "gpu-core", "typo"],
+    "cgpu": ["true"],
+    "cgpu.disable.isolation": ["true", "false"],
+    "ack.node.gpu.schedule": ["cgpu", "share", "core_mem", "default"],
+    "alibabacloud.com/nodepool-id": ["np-cgpu", "np-gpu-core", "np-other"],
+}
+
+
+@st.composite
+def pods(draw: st.DrawFn) -> dict[str, Any]:
+    containers = []
+    for i in range(draw(st.integers(1, 2))):
+        limits: dict[str, str] = {}
+        if draw(st.booleans()):
+            limits[MEM] = str(draw(st.integers(0, 40)))
+        if draw(st.booleans()):
+            limits[CORE] = str(draw(st.sampled_from([0, 5, 30, 33, 100, 105, 7])))
+        containers.append({"name": f"c{i}", "image": "x", "resources": {"limits": limits}})
+    spec: dict[str, Any] = {"containers": containers}
+    selector = {k: draw(st.sampled_from(v)) for k, v in LABELS.items() if draw(st.booleans())}
+    if selector:
+        spec["nodeSelector"] = selector
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hyp", "namespace": "x"}, "spec": spec}
+
+
+def _live_context(kube: Kube) -> tuple[list[Any], list[dict[str, Any]]]:
+    """The pools and nodes the webhook sees, read from the apiserver like `kubectl get -o yaml`."""
+
+    pools = kube.request("GET", "/apis/gpushare.io/v1alpha1/gpusharepools").body["items"]
+    nodes = kube.request("GET", "/api/v1/nodes").body["items"]
+    return [parse_pool(p) for p in pools], [{"kind": "Node", **n} for n in nodes]
+
+
+@given(pod=pods())
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_random_pods_webhook_agrees_with_check(webhook: Webhook, pod: dict[str, Any]) -> None:
+    pod = copy.deepcopy(pod)
+    pod["metadata"]["namespace"] = webhook.namespace
+    ctx = build_context([], *_live_context(webhook.kube))
+    findings = check_objects([pod], ctx)
+    r = webhook.kube.create(pod)
+    assert r.status < 500, r.message
+    if is_denied(findings):
+        assert r.status in (403, 422), (r.status, r.message, findings)
+        missing = [f.message for f in findings if f.verdict == "deny" and f.message not in r.message]
+        assert not missing, (r.message, missing)
+    else:
+        assert r.status == 201, (r.message, findings)
+        assert sorted(r.warnings) == sorted(f.message for f in findings if f.verdict == "warn")
+
+
+# --- certificates: two replicas, renewal -----------------------------------------------------------
+
+
+async def test_two_replicas_agree_on_secret_and_ca_bundle(cluster: ClusterInfo, webhook: Webhook) -> None:
+    api = await make_api_client(str(cluster.kubeconfig))
+    async with api:
+        sans = certs.serving_sans(webhook.options.webhook_settings(None), ["127.0.0.1"])
+        ns = f"{OPERATOR_NS}"
+        name = f"race-{secrets.token_hex(3)}"
+        a, b = await asyncio.gather(
+            certs.ensure_certificates(api, ns, name, sans), certs.ensure_certificates(api, ns, name, sans)
+        )
+        assert a[0] == b[0]  # both replicas end with the one Secret's bundle
+        assert [a[1] is not None, b[1] is not None].count(True) == 1  # exactly one wrote it
+        settings_ = webhook.options.webhook_settings(webhook_ca_bundle(webhook))
+        results = await asyncio.gather(
+            certs.ensure_configuration(api, settings_), certs.ensure_configuration(api, settings_)
+        )
+        assert results == ["unchanged", "unchanged"]  # the running webhook already wrote the same
+
+
+def webhook_ca_bundle(webhook: Webhook) -> str:
+    secret = webhook.kube.request("GET", f"/api/v1/namespaces/{OPERATOR_NS}/secrets/{SECRET}")
+    return str(secret.body["data"]["ca-bundle.crt"])
+
+
+def _served_cert(port: int) -> bytes:
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock, ctx.wrap_socket(sock) as tls:
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return der
+
+
+def test_expiring_certificate_is_renewed_and_served(webhook: Webhook) -> None:
+    path = f"/api/v1/namespaces/{OPERATOR_NS}/secrets/{SECRET}"
+    secret = webhook.kube.request("GET", path).body
+    old = certs.bundle_from_secret_data(secret["data"])
+    assert old is not None
+    now = certs._utcnow()
+    expiring = certs.renew(old, ["127.0.0.1", "localhost"], now, validity=certs.RENEW_BEFORE / 2)
+    assert expiring.ca_cert == old.ca_cert  # same CA: caBundle must not change
+    secret["data"] = certs.secret_data(expiring)
+    assert webhook.kube.request("PUT", path, secret).status == 200
+    deadline = time.monotonic() + 60
+    while True:
+        current = certs.bundle_from_secret_data(webhook.kube.request("GET", path).body["data"])
+        assert current is not None
+        served = x509.load_der_x509_certificate(_served_cert(webhook.options.port))
+        fresh = x509.load_pem_x509_certificate(current.cert)
+        if current.cert != expiring.cert and served == fresh:
+            break
+        assert time.monotonic() < deadline, "the operator did not renew and serve the certificate"
+        time.sleep(0.5)
+    assert fresh.not_valid_after_utc - now > certs.RENEW_BEFORE
+    assert current.ca_cert == old.ca_cert
+    assert base64.b64decode(webhook_ca_bundle(webhook)) == old.ca_cert
+    r = webhook.kube.create(_bad_pod(webhook.namespace))  # still answering over TLS
+    assert r.status == 422 and "GS001" in r.message
