@@ -56,5 +56,10 @@ crds: setup ## Regenerate crds/ from the pydantic models
 clean: ## Remove local build state
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
 
+BENCH_NODES ?= 100,1000
+BENCH_STEADY ?= 60
+bench: setup control-plane ## Operator benchmark on kwok nodes vs kubectl (BENCH_NODES=100,1000 BENCH_STEADY=60); see docs/operator.md
+	$(BIN)/python bench/bench_operator.py --nodes $(BENCH_NODES) --steady $(BENCH_STEADY)
+
 gpu-check: setup ## On an NVIDIA GPU machine: agent inventory via real NVML + quota helper with PyTorch (fails clearly without a GPU)
 	$(BIN)/python -m gpushare.gpu.check
