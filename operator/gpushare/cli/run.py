@@ -46,6 +46,9 @@ def register(subparsers: Any) -> None:
         "with the highest priority; without it the operator runs standalone",
     )  # fmt: skip
     parser.add_argument("--priority", type=int, help="peering priority (default: random, so replicas differ)")
+    from gpushare.handlers.admission import add_arguments as add_webhook_arguments
+
+    add_webhook_arguments(parser)  # --webhook* (docs/webhook.md)
     parser.set_defaults(func=run)
 
 
@@ -55,18 +58,26 @@ def run(args: argparse.Namespace) -> int:
     from gpushare.handlers.options import RunOptions
     from gpushare.k8s.client import KubeConfigError, load_configuration
 
-    configure_logging(args.log_format, logging.DEBUG if args.verbose else logging.INFO)
-    logging.getLogger("aiohttp.access").propagate = False
-    if not args.verbose:
-        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    if args.metrics_port < 0 or args.metrics_port > 65535:
+        raise CLIError(f"--metrics-port {args.metrics_port}: not a port number")
     try:  # fail fast with one line instead of a retrying login loop
         asyncio.run(load_configuration(args.kubeconfig, context=args.context))
     except KubeConfigError as exc:
         raise CLIError(str(exc)) from None
-    if args.metrics_port < 0 or args.metrics_port > 65535:
-        raise CLIError(f"--metrics-port {args.metrics_port}: not a port number")
+    configure_logging(args.log_format, logging.DEBUG if args.verbose else logging.INFO)
+    logging.getLogger("aiohttp.access").propagate = False
+    if not args.verbose:
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
 
     import gpushare.handlers  # noqa: F401 - registers the handlers
+
+    if args.webhook:  # the admission webhook's handlers, server and certificates (docs/webhook.md)
+        from gpushare.handlers import admission
+
+        try:
+            admission.register(kopf.get_default_registry(), admission.options_from_args(args))
+        except ValueError as exc:
+            raise CLIError(str(exc)) from None
 
     options = RunOptions(
         kubeconfig=args.kubeconfig,

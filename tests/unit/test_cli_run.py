@@ -1,0 +1,44 @@
+"""``gpushare run`` fails with one line, before starting Kopf, on unusable options."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpushare.cli import main
+
+
+def test_missing_kubeconfig_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nope.yaml"
+    assert main(["run", "--kubeconfig", str(missing), "--metrics-port", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"gpushare run: error: kubeconfig {str(missing)!r} does not exist "
+        "(pass --kubeconfig or set KUBECONFIG)"
+    )
+
+
+def test_broken_kubeconfig_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "kubeconfig"
+    bad.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\n")
+    assert main(["run", "--kubeconfig", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "Traceback" not in err and str(bad) in err
+
+
+def test_help_lists_the_options(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    for option in (
+        "--kubeconfig",
+        "--namespace-for-events",
+        "--metrics-port",
+        "--liveness",
+        "--log-format",
+        "--peering",
+    ):
+        assert option in out
