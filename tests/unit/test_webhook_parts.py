@@ -1,0 +1,429 @@
+"""Pure parts of the webhook: decisions, review shape checks, the shipped configuration, certificates,
+the Kopf handler's decision function and options, and the HTTPS server on malformed input."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import datetime as dt
+import json
+import ssl
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cryptography import x509
+
+from gpushare.admission import Context, Finding, evaluate
+from gpushare.admission.review import Decision, decide, denial_review, review_problem
+from gpushare.admission.webhook_config import (
+    TARGETS,
+    TARGETS_BY_ID,
+    WebhookSettings,
+    build_configuration,
+    render_manifest,
+)
+from gpushare.handlers import admission
+from gpushare.handlers.webhook_server import GPUShareWebhookServer
+from gpushare.k8s import webhook_certs as certs
+
+REPO = Path(__file__).resolve().parents[2]
+NOW = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
+MEM = "aliyun.com/gpu-mem"
+CORE = "aliyun.com/gpu-core.percentage"
+
+
+def finding(rule: str, verdict: str = "deny", message: str = "m") -> Finding:
+    return Finding(rule, verdict, "Pod/ns/p", None, "spec", None, message)  # type: ignore[arg-type]
+
+
+# --- decisions ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("findings", "allowed", "code", "warnings"),
+    [
+        pytest.param([], True, 200, (), id="clean"),
+        pytest.param([finding("GS010-no-isolation-sizing", "warn", "w")], True, 200, ("w",), id="warning"),
+        pytest.param([finding("GS001-core-percentage-step")], False, 422, (), id="invalid-value"),
+        pytest.param([finding("GS009-pool-kind-mismatch")], False, 403, (), id="policy"),
+        pytest.param(
+            [finding("GS009-pool-kind-mismatch"), finding("GS004-mem-positive-integer")],
+            False,
+            422,
+            (),
+            id="both",
+        ),
+        pytest.param([finding("GP004-pool-overlap")], False, 403, (), id="overlap"),
+        pytest.param([finding("GP002-pool-compute-without-isolation")], False, 422, (), id="pool-invalid"),
+    ],
+)
+def test_decide(findings: list[Finding], allowed: bool, code: int, warnings: tuple[str, ...]) -> None:
+    d = decide(findings)
+    assert (d.allowed, d.code, d.warnings) == (allowed, code, warnings)
+
+
+def test_denial_message_lists_every_denial_and_no_warning() -> None:
+    d = decide(
+        [
+            finding("GS001-core-percentage-step", message="a"),
+            finding("GS010-no-isolation-sizing", "warn", "w"),
+            finding("GS007-pool-target-missing", message="b"),
+        ]
+    )
+    assert d.message == "a\nb"
+    assert d.warnings == ("w",)
+
+
+def _review(**request: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "uid": "u",
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "operation": "CREATE",
+        "userInfo": {"username": "x"},
+        "object": {"kind": "Pod"},
+    }
+    base.update(request)
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": base}
+
+
+@pytest.mark.parametrize(
+    ("data", "uid", "problem"),
+    [
+        pytest.param([], None, "JSON list", id="array"),
+        pytest.param({"kind": "Other"}, None, "not 'AdmissionReview'", id="kind"),
+        pytest.param({"kind": "AdmissionReview"}, None, "request is missing", id="no-request"),
+        pytest.param(_review(uid=None), None, "uid", id="no-uid"),
+        pytest.param(_review(resource={"group": ""}), "u", "resource", id="resource"),
+        pytest.param(_review(operation=None), "u", "operation", id="operation"),
+        pytest.param(_review(userInfo=None), "u", "userInfo", id="userinfo"),
+        pytest.param(_review(object=None), "u", "both missing", id="no-object"),
+        pytest.param(_review(object=[1]), "u", "request.object is not an object", id="object-list"),
+        pytest.param(_review(object=None, oldObject="x"), "u", "oldObject is not an object", id="old-string"),
+    ],
+)
+def test_review_problem(data: Any, uid: str | None, problem: str) -> None:
+    found = review_problem(data)
+    assert found is not None
+    assert found[0] == uid and problem in found[1]
+
+
+def test_good_review_has_no_problem_and_denial_review_shape() -> None:
+    assert review_problem(_review()) is None
+    assert review_problem(_review(operation="DELETE", object=None, oldObject={"kind": "Pod"})) is None
+    out = denial_review(_review(), "u", "bad")
+    assert out == {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": {"uid": "u", "allowed": False, "status": {"code": 400, "message": "bad"}},
+    }
+
+
+# --- the shipped configuration --------------------------------------------------------------------
+
+
+def test_committed_manifest_matches_builder() -> None:
+    path = REPO / "manifests" / "webhook" / "webhook.yaml"
+    assert path.read_text() == render_manifest(), "run: python -m gpushare.admission.webhook_config > " + str(
+        path
+    )
+
+
+def test_configuration_service_mode() -> None:
+    cfg = build_configuration(WebhookSettings(namespace="ops", ca_bundle="Q0E="))
+    assert [h["name"] for h in cfg["webhooks"]] == [f"{t.handler_id}.gpushare.io" for t in TARGETS]
+    for hook, target in zip(cfg["webhooks"], TARGETS, strict=True):
+        assert hook["clientConfig"] == {
+            "service": {
+                "name": "gpushare-webhook",
+                "namespace": "ops",
+                "port": 443,
+                "path": f"/{target.handler_id}",
+            },
+            "caBundle": "Q0E=",
+        }
+        assert hook["timeoutSeconds"] == 5 and hook["failurePolicy"] == "Fail"
+        assert hook["sideEffects"] == "None" and hook["admissionReviewVersions"] == ["v1"]
+        assert hook["objectSelector"]["matchExpressions"] == [
+            {"key": "gpushare.io/webhook", "operator": "NotIn", "values": ["ignore"]}
+        ]
+        if target.namespaced:
+            (expr,) = hook["namespaceSelector"]["matchExpressions"]
+            assert expr == {
+                "key": "kubernetes.io/metadata.name",
+                "operator": "NotIn",
+                "values": ["kube-system", "ops"],
+            }
+        else:
+            assert "namespaceSelector" not in hook
+    assert TARGETS_BY_ID["validate-pods"].operations == ("CREATE",)
+    assert all(t.operations == ("CREATE", "UPDATE") for t in TARGETS if t.kind != "Pod")
+
+
+def test_configuration_local_mode_and_limits() -> None:
+    cfg = build_configuration(
+        WebhookSettings(url_base="https://127.0.0.1:9443/", failure_policy="Ignore", timeout_seconds=2)
+    )
+    hook = cfg["webhooks"][0]
+    assert hook["clientConfig"] == {"url": "https://127.0.0.1:9443/validate-pods"}
+    assert hook["failurePolicy"] == "Ignore" and hook["timeoutSeconds"] == 2
+    with pytest.raises(ValueError, match=r"timeoutSeconds must be 1\.\.5"):
+        WebhookSettings(timeout_seconds=10)
+    with pytest.raises(ValueError, match="failurePolicy"):
+        WebhookSettings(failure_policy="Maybe")  # type: ignore[arg-type]
+
+
+# --- certificates ---------------------------------------------------------------------------------
+
+SANS = ["127.0.0.1", "localhost"]
+
+
+def _cert(pem: bytes) -> x509.Certificate:
+    return x509.load_pem_x509_certificate(pem)
+
+
+def test_new_bundle_is_valid_and_has_the_sans() -> None:
+    bundle = certs.renew(None, SANS, NOW)
+    assert certs.cert_problem(bundle, SANS, NOW) is None
+    cert = _cert(bundle.cert)
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(ip) for ip in san.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+    assert san.get_values_for_type(x509.DNSName) == ["localhost"]
+    cert.verify_directly_issued_by(_cert(bundle.ca_cert))
+    assert bundle.ca_bundle == bundle.ca_cert
+    assert base64.b64decode(bundle.ca_bundle_b64) == bundle.ca_cert
+
+
+@pytest.mark.parametrize(
+    ("later", "problem"),
+    [
+        pytest.param(dt.timedelta(days=300), None, id="fresh"),
+        pytest.param(dt.timedelta(days=340), "serving certificate expires", id="expiring"),
+        pytest.param(dt.timedelta(days=3650 - 300), "CA expires", id="ca-expiring"),
+    ],
+)
+def test_cert_problem_over_time(later: dt.timedelta, problem: str | None) -> None:
+    bundle = certs.renew(None, SANS, NOW)
+    found = certs.cert_problem(bundle, SANS, NOW + later)
+    assert (found is None) if problem is None else (found is not None and problem in found)
+
+
+def test_cert_problem_detects_wrong_sans_wrong_ca_and_garbage() -> None:
+    bundle = certs.renew(None, SANS, NOW)
+    assert "lacks SANs ['gpushare-webhook.ops.svc']" in str(
+        certs.cert_problem(bundle, [*SANS, "gpushare-webhook.ops.svc"], NOW)
+    )
+    other = certs.renew(None, SANS, NOW)
+    mixed = certs.CertBundle(bundle.ca_cert, bundle.ca_key, other.cert, other.key, bundle.ca_bundle)
+    assert certs.cert_problem(mixed, SANS, NOW) == "the serving certificate is not signed by the CA"
+    broken = certs.CertBundle(b"junk", bundle.ca_key, bundle.cert, bundle.key, b"junk")
+    assert "unreadable" in str(certs.cert_problem(broken, SANS, NOW))
+    assert certs.cert_problem(None, SANS, NOW) == "no certificate yet"
+
+
+def test_renewal_keeps_the_ca_and_rollover_trusts_both() -> None:
+    first = certs.renew(None, SANS, NOW)
+    renewed = certs.renew(first, SANS, NOW + dt.timedelta(days=340))
+    assert renewed.ca_cert == first.ca_cert and renewed.cert != first.cert
+    assert renewed.ca_bundle == first.ca_cert
+    late = NOW + dt.timedelta(days=3650 - 100)
+    rolled = certs.renew(first, SANS, late)
+    assert rolled.ca_cert != first.ca_cert
+    assert rolled.ca_bundle == rolled.ca_cert + first.ca_cert  # old CA still trusted until it expires
+    assert certs.cert_problem(rolled, SANS, late) is None
+    expired = certs.renew(first, SANS, NOW + dt.timedelta(days=3700))
+    assert expired.ca_bundle == expired.ca_cert
+
+
+def test_serving_cert_never_outlives_its_ca() -> None:
+    first = certs.renew(None, SANS, NOW)
+    near_end = NOW + dt.timedelta(days=3650 - 400)
+    renewed = certs.renew(first, SANS, near_end)
+    assert _cert(renewed.cert).not_valid_after_utc <= _cert(renewed.ca_cert).not_valid_after_utc
+
+
+def test_secret_round_trip_and_incomplete_data() -> None:
+    bundle = certs.renew(None, SANS, NOW)
+    assert certs.bundle_from_secret_data(certs.secret_data(bundle)) == bundle
+    data = certs.secret_data(bundle)
+    del data["ca.key"]
+    assert certs.bundle_from_secret_data(data) is None
+    assert certs.bundle_from_secret_data({"tls.crt": "%%%"}) is None
+    assert certs.bundle_from_secret_data(None) is None
+
+
+def test_serving_sans_per_mode() -> None:
+    assert certs.serving_sans(WebhookSettings(url_base="https://127.0.0.1:1")) == ["127.0.0.1", "localhost"]
+    assert certs.serving_sans(WebhookSettings(namespace="ops", service="wh")) == [
+        "wh.ops.svc",
+        "wh.ops.svc.cluster.local",
+        "wh.ops",
+        "wh",
+    ]
+
+
+def test_write_files_only_when_changed(tmp_path: Path) -> None:
+    bundle = certs.renew(None, SANS, NOW)
+    files, changed = certs.write_files(bundle, tmp_path / "c")
+    assert (
+        changed
+        and files.certfile.read_bytes() == bundle.cert
+        and files.cafile.read_bytes() == bundle.ca_bundle
+    )
+    assert files.keyfile.stat().st_mode & 0o777 == 0o600
+    assert certs.write_files(bundle, tmp_path / "c") == (files, False)
+
+
+# --- the handler's decision -----------------------------------------------------------------------
+
+
+def _pod(limits: dict[str, Any], selector: dict[str, str] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"limits": limits}}]}
+    if selector:
+        spec["nodeSelector"] = selector
+    return {"kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}, "spec": spec}
+
+
+def _never() -> Context:
+    raise AssertionError("the fast path must not build a context")
+
+
+def test_admit_fast_path_and_operations() -> None:
+    pods = TARGETS_BY_ID["validate-pods"]
+    assert admission.admit(pods, _pod({"cpu": "1"}), "CREATE", _never) == Decision(True)
+    assert admission.admit(pods, _pod({MEM: "2", CORE: "33"}), "UPDATE", _never) == Decision(True)
+    assert admission.admit(pods, _pod({MEM: "2", CORE: "33"}), "DELETE", _never) == Decision(True)
+
+
+def test_admit_denies_and_warns_like_the_engine() -> None:
+    pods = TARGETS_BY_ID["validate-pods"]
+    bad = _pod({MEM: "2", CORE: "33"}, {"ack.node.gpu.schedule": "core_mem"})
+    d = admission.admit(pods, bad, "CREATE", Context)
+    assert not d.allowed and d.code == 422 and d.message == evaluate(bad)[0].message
+    warned = admission.admit(pods, _pod({MEM: "2"}, {"cgpu.disable.isolation": "true"}), "CREATE", Context)
+    assert warned.allowed and len(warned.warnings) == 1 and "GS010" in warned.warnings[0]
+
+
+def test_admit_turns_a_crash_into_a_400_denial() -> None:
+    def broken() -> Context:
+        raise RuntimeError("boom")
+
+    d = admission.admit(TARGETS_BY_ID["validate-pods"], _pod({MEM: "2"}, {"x": "y"}), "CREATE", broken)
+    assert (d.allowed, d.code) == (False, 400)
+    assert d.message == "Pod/ns/p: gpushare could not evaluate the GPU-sharing rules (RuntimeError: boom)"
+
+
+def test_state_reuses_context_until_something_changes() -> None:
+    state = admission.AdmissionState()
+    node = admission.node_info({"metadata": {"name": "n1", "labels": {"a": "b"}}})
+    same = state.node(node)
+    nodes = {"n1": [same]}
+    ctx1 = state.context({}, nodes)
+    # A heartbeat: an equal NodeInfo comes back as the stored object, the context is reused.
+    nodes = {"n1": [state.node(admission.node_info({"metadata": {"name": "n1", "labels": {"a": "b"}}}))]}
+    assert state.context({}, nodes) is ctx1
+    nodes = {"n1": [state.node(admission.node_info({"metadata": {"name": "n1", "labels": {"a": "c"}}}))]}
+    ctx2 = state.context({}, nodes)
+    assert ctx2 is not ctx1 and ctx2.nodes[0].labels == {"a": "c"}
+    assert state.context({}, {}).nodes == ()
+
+
+def test_options_from_args() -> None:
+    parser = argparse.ArgumentParser()
+    admission.add_arguments(parser)
+    opts = admission.options_from_args(
+        parser.parse_args(["--webhook", "--webhook-local", "--webhook-port", "9999"])
+    )
+    assert opts.local and opts.port == 9999 and opts.addr == "127.0.0.1"
+    assert opts.webhook_settings("Q0E=").url_base == "https://127.0.0.1:9999"
+    assert opts.webhook_settings(None).url_base == "https://127.0.0.1:9999"
+    service = admission.options_from_args(
+        parser.parse_args(["--webhook", "--webhook-failure-policy", "Ignore"])
+    )
+    assert service.webhook_settings(None).url_base is None and service.failure_policy == "Ignore"
+    with pytest.raises(ValueError, match=r"must be 1\.\.5"):
+        admission.options_from_args(parser.parse_args(["--webhook-timeout", "30"]))
+
+
+# --- the HTTPS server on malformed input (no apiserver needed) ------------------------------------
+
+
+async def _fake_kopf(review: Any, **_: Any) -> dict[str, Any]:
+    if review["request"]["resource"]["resource"] == "widgets":
+        raise KeyError("no handlers for widgets")
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": {"uid": review["request"]["uid"], "allowed": True},
+    }
+
+
+def _post(port: int, cafile: Path, payload: bytes) -> tuple[int, Any]:
+    ctx = ssl.create_default_context(cafile=str(cafile))
+    req = urllib.request.Request(f"https://127.0.0.1:{port}/validate-pods", data=payload, method="POST")
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+async def test_server_answers_malformed_reviews_with_4xx(tmp_path: Path, unused_tcp_port: int) -> None:
+    bundle = certs.renew(None, SANS, dt.datetime.now(dt.UTC))
+    files, _ = certs.write_files(bundle, tmp_path)
+    calls: list[str] = []
+
+    async def prepare() -> None:
+        calls.append("prepare")
+
+    async def on_listening(cfg: Any) -> None:
+        calls.append(cfg["url"])
+
+    server = GPUShareWebhookServer(
+        addr="127.0.0.1", port=unused_tcp_port, host="127.0.0.1", certfile=str(files.certfile),
+        pkeyfile=str(files.keyfile), cafile=str(files.cafile), prepare=prepare, on_listening=on_listening,
+    )  # fmt: skip
+    gen = server(_fake_kopf)  # type: ignore[arg-type]
+    cfg = await gen.__anext__()
+    try:
+        assert calls == ["prepare", f"https://127.0.0.1:{unused_tcp_port}"]
+        assert base64.b64decode(cfg["caBundle"]) == bundle.ca_bundle
+        cases = [
+            (b"{", 400, None),
+            (b"[]", 400, None),
+            (json.dumps({"kind": "AdmissionReview", "request": {}}).encode(), 400, None),
+            (json.dumps(_review(userInfo=None)).encode(), 200, 400),
+            (
+                json.dumps(_review(resource={"group": "x", "version": "v1", "resource": "widgets"})).encode(),
+                200,
+                400,
+            ),
+            (json.dumps(_review()).encode(), 200, None),
+        ]
+        for payload, status, code in cases:
+            got, body = await asyncio.to_thread(_post, unused_tcp_port, files.cafile, payload)
+            assert got == status, (payload, body)
+            if status == 200 and code is not None:
+                assert body["response"] == {
+                    "uid": "u",
+                    "allowed": False,
+                    "status": {"code": code, "message": body["response"]["status"]["message"]},
+                }
+                assert (
+                    "gpushare webhook" in body["response"]["status"]["message"]
+                    or "malformed" in body["response"]["status"]["message"]
+                )
+            elif status == 200:
+                assert body["response"]["allowed"] is True
+    finally:
+        await gen.aclose()
+
+
+def test_manifest_is_valid_yaml_with_service_and_configuration() -> None:
+    docs = list(yaml.safe_load_all(render_manifest()))
+    assert [d["kind"] for d in docs] == ["Service", "ValidatingWebhookConfiguration"]
+    assert docs[0]["spec"]["ports"][0]["targetPort"] == 9443
