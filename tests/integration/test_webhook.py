@@ -14,8 +14,10 @@ import base64
 import copy
 import json
 import secrets
+import shutil
 import socket
 import ssl
+import subprocess
 import threading
 import time
 import urllib.error
@@ -32,9 +34,11 @@ import yaml
 from cryptography import x509
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kubernetes_asyncio import client
 
 from gpushare import metrics
 from gpushare.admission import is_denied
+from gpushare.admission.webhook_config import WebhookSettings, build_configuration
 from gpushare.api.v1alpha1 import parse_pool
 from gpushare.cli.check import build_context, check_objects
 from gpushare.devcluster import ClusterInfo
@@ -614,3 +618,67 @@ def test_expiring_certificate_is_renewed_and_served(webhook: Webhook) -> None:
     assert base64.b64decode(webhook_ca_bundle(webhook)) == old.ca_cert
     r = webhook.kube.create(_bad_pod(webhook.namespace))  # still answering over TLS
     assert r.status == 422 and "GS001" in r.message
+
+
+# --- kubectl, the real client ----------------------------------------------------------------------
+
+
+def _kubectl(cluster: ClusterInfo, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("kubectl")
+    assert exe is not None, "kubectl is not installed"
+    return subprocess.run(
+        [exe, "--kubeconfig", str(cluster.kubeconfig), *args],
+        input=stdin, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def test_kubectl_apply_prints_the_warning_and_the_denial(cluster: ClusterInfo, webhook: Webhook) -> None:
+    def text(name: str) -> str:
+        return (EX / name).read_text().replace("namespace: default", f"namespace: {webhook.namespace}")
+
+    ok = _kubectl(
+        cluster, "apply", "--dry-run=server", "-f", "-", stdin=text("job-cgpu-test-no-isolation.yaml")
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert "Warning: " in ok.stderr and "GS010-no-isolation-sizing" in ok.stderr
+    bad = _kubectl(cluster, "apply", "-f", "-", stdin=text("invalid/cuda-sample-33.yaml"))
+    assert bad.returncode == 1
+    assert 'admission webhook "validate-jobs.gpushare.io" denied the request' in bad.stderr
+    assert "GS001-core-percentage-step" in bad.stderr and "use 30 or 35" in bad.stderr
+
+
+# --- the shipped (Service-mode) configuration: only caBundle is ours -------------------------------
+
+
+async def test_service_mode_patches_only_the_ca_bundle(cluster: ClusterInfo, webhook: Webhook) -> None:
+    name = f"gpushare-shipped-{SUFFIX}"
+    settings_ = webhook.options.webhook_settings(None)
+    shipped = WebhookSettings(name=name, namespace=OPERATOR_NS, failure_policy="Ignore", timeout_seconds=1)
+    body = build_configuration(shipped)
+    for hook in body["webhooks"]:  # an administrator's edits, and never called during this test
+        hook["objectSelector"] = {"matchLabels": {"never-present": f"x-{SUFFIX}"}}
+        hook["timeoutSeconds"] = 2
+    api = await make_api_client(str(cluster.kubeconfig))
+    async with api:
+        adm = client.AdmissionregistrationV1Api(api)
+        await adm.create_validating_webhook_configuration(body)  # type: ignore[arg-type]
+        try:
+            bundle = webhook_ca_bundle(webhook)
+            replica = WebhookSettings(name=name, namespace=OPERATOR_NS, ca_bundle=bundle)
+            assert settings_.url_base is not None  # the module's webhook runs in local mode
+            first, second = await asyncio.gather(
+                certs.ensure_configuration(api, replica), certs.ensure_configuration(api, replica)
+            )
+            assert sorted([first, second]) == ["patched", "unchanged"]
+            current = api.sanitize_for_serialization(await adm.read_validating_webhook_configuration(name))
+            version = current["metadata"]["resourceVersion"]
+            for hook in current["webhooks"]:
+                assert hook["clientConfig"]["caBundle"] == bundle
+                assert hook["clientConfig"]["service"]["namespace"] == OPERATOR_NS
+                assert hook["timeoutSeconds"] == 2 and hook["failurePolicy"] == "Ignore"
+                assert hook["objectSelector"] == {"matchLabels": {"never-present": f"x-{SUFFIX}"}}
+            assert await certs.ensure_configuration(api, replica) == "unchanged"
+            again = await adm.read_validating_webhook_configuration(name)
+            assert again.metadata.resource_version == version  # no fight: nothing written
+        finally:
+            await certs.delete_configuration(api, name)

@@ -1,0 +1,326 @@
+"""Benchmark of the admission webhook on the local control plane (issue 5 "Measure").
+
+1. Direct HTTPS AdmissionReview load on the webhook (``gpushare run --webhook --webhook-local``,
+   a separate process) at several concurrencies: requests/s and p50/p99 latency, for a GPU pod
+   (the full rules with live pools and nodes: ``cuda-sample``, 2 GiB + 30 % on the core_mem pool)
+   and for a non-GPU pod (the fast path).
+2. Pod creation latency through the real kube-apiserver (sequential creates of the GPU pod),
+   without the ValidatingWebhookConfiguration and with it; the ratio is the webhook's overhead.
+
+Usage: ``python bench/bench_webhook.py [--requests 2000] [--concurrency 1,8,32] [--creates 200]
+[--nodes 30] [--json out.json]``. It starts its own control plane (kwok nodes in 3 node pools
+and the three example pools). Prints a Markdown table. Nothing is asserted: these are
+measurements; the load generator shares the machine with the webhook and the apiserver.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from gpushare import constants as c
+from gpushare.devcluster import DevCluster
+from gpushare.devcluster.cluster import free_port
+from gpushare.devcluster.crds import install_crd_files
+from gpushare.devcluster.fakes import POOL_LABEL, create_gpu_nodes
+from gpushare.k8s.client import make_api_client
+
+REPO = Path(__file__).resolve().parents[1]
+EX = REPO / "examples"
+CONFIGURATION = "gpushare-webhook"
+OPERATOR_NS = "gpushare-system"
+BENCH_NS = "bench-webhook"
+
+
+def gpu_pod(name: str = "cuda-sample") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": BENCH_NS},
+        "spec": {
+            "nodeSelector": {c.LABEL_SCHEDULE: c.SCHEDULE_CORE_MEM},
+            "containers": [
+                {
+                    "name": "cuda-sample",
+                    "image": "registry.cn-beijing.aliyuncs.com/ai-samples/gpushare-sample:benchmark",
+                    "resources": {"limits": {c.RES_GPU_MEM: "2", c.RES_GPU_CORE: "30"}},
+                }
+            ],
+            "restartPolicy": "Never",
+        },
+    }
+
+
+def plain_pod(name: str = "plain") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": BENCH_NS},
+        "spec": {"containers": [{"name": "c", "image": "busybox", "resources": {"limits": {"cpu": "100m"}}}]},
+    }
+
+
+def review(obj: dict[str, Any]) -> bytes:
+    return json.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": str(uuid.uuid4()),
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "operation": "CREATE",
+                "userInfo": {"username": "bench"},
+                "namespace": BENCH_NS,
+                "object": obj,
+            },
+        }
+    ).encode()
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def direct_load(
+    port: int, cafile: Path, obj: dict[str, Any], total: int, concurrency: int
+) -> dict[str, Any]:
+    ctx = ssl.create_default_context(cafile=str(cafile))
+    url = f"https://127.0.0.1:{port}/validate-pods"
+    latencies: list[float] = []
+    statuses: dict[str, int] = {}
+    per_worker = max(1, total // concurrency)
+    connector = aiohttp.TCPConnector(limit=concurrency, ssl=ctx)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def worker() -> None:
+            for _ in range(per_worker):
+                body = review(obj)
+                start = time.perf_counter()
+                async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as resp:
+                    data = await resp.json()
+                latencies.append(time.perf_counter() - start)
+                key = f"{resp.status}/{'allowed' if data['response']['allowed'] else 'denied'}"
+                statuses[key] = statuses.get(key, 0) + 1
+
+        # warm up connections and caches
+        for _ in range(20):
+            async with session.post(url, data=review(obj), headers={"Content-Type": "application/json"}) as r:
+                await r.read()
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - started
+    return {
+        "requests": len(latencies),
+        "rps": len(latencies) / elapsed,
+        "p50_ms": pct(latencies, 0.50) * 1000,
+        "p99_ms": pct(latencies, 0.99) * 1000,
+        "statuses": statuses,
+    }
+
+
+async def create_latency(api: client.ApiClient, count: int, prefix: str) -> dict[str, Any]:
+    core = client.CoreV1Api(api)
+    latencies: list[float] = []
+    for i in range(count):
+        body = gpu_pod(f"{prefix}-{i}")
+        start = time.perf_counter()
+        await core.create_namespaced_pod(BENCH_NS, body)  # type: ignore[arg-type]
+        latencies.append(time.perf_counter() - start)
+    await core.delete_collection_namespaced_pod(BENCH_NS, grace_period_seconds=0)
+    return {
+        "creates": count,
+        "p50_ms": statistics.median(latencies) * 1000,
+        "p99_ms": pct(latencies, 0.99) * 1000,
+        "mean_ms": statistics.fmean(latencies) * 1000,
+    }
+
+
+async def prepare(api: client.ApiClient, nodes: int) -> None:
+    await install_crd_files(api, sorted((REPO / "crds").glob("*.yaml")))
+    core = client.CoreV1Api(api)
+    for ns in (OPERATOR_NS, BENCH_NS):
+        try:
+            await core.create_namespace({"metadata": {"name": ns}})  # type: ignore[arg-type]
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+    per_pool = max(1, nodes // 3)
+    for np in ("np-cgpu", "np-cgpu-no-isolation", "np-gpu-core"):
+        await create_gpu_nodes(api, per_pool, prefix=np, pool_labels={POOL_LABEL: np})
+    co = client.CustomObjectsApi(api)
+    for name in ("pool-cgpu.yaml", "pool-cgpu-no-isolation.yaml", "pool-gpu-core.yaml"):
+        body = yaml.safe_load((EX / name).read_text())
+        try:
+            await co.create_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL, body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
+
+async def wait_pools_settled(api: client.ApiClient, limit_s: float = 120.0) -> None:
+    co = client.CustomObjectsApi(api)
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        listed = await co.list_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL)
+        progressing = [
+            p["metadata"]["name"]
+            for p in listed["items"]
+            if not any(
+                cond.get("type") == "Progressing" and cond.get("status") == "False"
+                for cond in (p.get("status") or {}).get("conditions") or []
+            )
+        ]
+        if not progressing:
+            return
+        await asyncio.sleep(1)
+    print(f"# pools still progressing after {limit_s:.0f}s; measuring anyway", file=sys.stderr)
+
+
+async def configuration_exists(api: client.ApiClient) -> bool:
+    try:
+        await client.AdmissionregistrationV1Api(api).read_validating_webhook_configuration(CONFIGURATION)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
+async def wait_webhook_answers(api: client.ApiClient, limit_s: float = 120.0) -> None:
+    core = client.CoreV1Api(api)
+    bad = gpu_pod("probe")
+    bad["spec"]["containers"][0]["resources"]["limits"][c.RES_GPU_CORE] = "33"
+    deadline = time.monotonic() + limit_s
+    while True:
+        try:
+            await core.create_namespaced_pod(BENCH_NS, bad, dry_run="All")  # type: ignore[arg-type]
+        except ApiException as exc:
+            if exc.status == 422 and "GS001" in str(exc.body):
+                return
+        if time.monotonic() > deadline:
+            raise TimeoutError("the webhook never answered through the apiserver")
+        await asyncio.sleep(0.5)
+
+
+def start_webhook(kubeconfig: Path, port: int, cert_dir: Path) -> subprocess.Popen[bytes]:
+    """``gpushare run --webhook --webhook-local`` as its own process (its own CPU time and GIL)."""
+    log = (Path(tempfile.gettempdir()) / "gpushare-bench-webhook.log").open("w")
+    return subprocess.Popen(
+        [
+            sys.executable, "-m", "gpushare", "run", "--kubeconfig", str(kubeconfig),
+            "--metrics-port", "0", "--webhook", "--webhook-local", "--webhook-port", str(port),
+            "--webhook-cert-dir", str(cert_dir), "--webhook-namespace", OPERATOR_NS,
+        ],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+
+
+def stop_webhook(proc: subprocess.Popen[bytes]) -> None:
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    with DevCluster() as info:
+        api = await make_api_client(str(info.kubeconfig))
+        async with api:
+            await prepare(api, args.nodes)
+            results: dict[str, Any] = {"nodes": args.nodes, "machine_cpus": os.cpu_count()}
+            assert not await configuration_exists(api)
+            results["create_without_webhook"] = await create_latency(api, args.creates, "without")
+
+            port = free_port()
+            cert_dir = Path(tempfile.mkdtemp(prefix="gpushare-bench-certs-"))
+            proc = await asyncio.to_thread(start_webhook, info.kubeconfig, port, cert_dir)
+            try:
+                await wait_webhook_answers(api)
+                await wait_pools_settled(api)  # the operator's own rollout must not share the measurement
+                results["create_with_webhook"] = await create_latency(api, args.creates, "with")
+                direct: list[dict[str, Any]] = []
+                for label, obj in (("GPU pod", gpu_pod()), ("non-GPU pod", plain_pod())):
+                    for conc in args.concurrency:
+                        row = await direct_load(port, cert_dir / "ca.crt", obj, args.requests, conc)
+                        row.update(pod=label, concurrency=conc)
+                        direct.append(row)
+                        print(f"# {label} c={conc}: {row['rps']:.0f} req/s", file=sys.stderr)
+                results["direct"] = direct
+            finally:
+                await asyncio.to_thread(stop_webhook, proc)
+                with contextlib.suppress(ApiException):
+                    await client.AdmissionregistrationV1Api(api).delete_validating_webhook_configuration(
+                        CONFIGURATION
+                    )
+    return results
+
+
+def render(results: dict[str, Any]) -> str:
+    lines = [
+        f"Direct HTTPS AdmissionReview load ({results['nodes']} kwok nodes in 3 pools, "
+        f"{results['machine_cpus']} CPUs shared by client, webhook and control plane):",
+        "",
+        "| pod | concurrency | requests | req/s | p50 ms | p99 ms |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    lines.extend(
+        f"| {row['pod']} | {row['concurrency']} | {row['requests']} | {row['rps']:.0f} | "
+        f"{row['p50_ms']:.2f} | {row['p99_ms']:.2f} |"
+        for row in results["direct"]
+    )
+    wo, wi = results["create_without_webhook"], results["create_with_webhook"]
+    lines += [
+        "",
+        "Pod creation through the kube-apiserver (sequential, GPU pod):",
+        "",
+        "| | creates | p50 ms | p99 ms | mean ms |",
+        "|---|---:|---:|---:|---:|",
+        *(
+            f"| {name} | {r['creates']} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['mean_ms']:.2f} |"
+            for name, r in (("without webhook", wo), ("with webhook", wi))
+        ),
+        f"| overhead ratio (with / without) | | {wi['p50_ms'] / wo['p50_ms']:.2f}x | "
+        f"{wi['p99_ms'] / wo['p99_ms']:.2f}x | {wi['mean_ms'] / wo['mean_ms']:.2f}x |",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=2000, help="direct requests per (pod, concurrency)")
+    parser.add_argument("--concurrency", default="1,8,32", help="comma-separated concurrencies")
+    parser.add_argument("--creates", type=int, default=200, help="pod creates per phase")
+    parser.add_argument("--nodes", type=int, default=30, help="kwok GPU nodes (split over 3 node pools)")
+    parser.add_argument("--json", type=Path, help="also write the raw results here")
+    args = parser.parse_args()
+    args.concurrency = [int(x) for x in args.concurrency.split(",")]
+    results = asyncio.run(main_async(args))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    print(render(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
