@@ -427,3 +427,28 @@ def test_manifest_is_valid_yaml_with_service_and_configuration() -> None:
     docs = list(yaml.safe_load_all(render_manifest()))
     assert [d["kind"] for d in docs] == ["Service", "ValidatingWebhookConfiguration"]
     assert docs[0]["spec"]["ports"][0]["targetPort"] == 9443
+
+
+async def test_mounted_certificate_files_mode(tmp_path: Path) -> None:
+    """cert-manager: the server uses the mounted files and caBundle comes from their ca.crt."""
+    bundle = certs.renew(None, SANS, dt.datetime.now(dt.UTC))
+    certs.write_files(bundle, tmp_path)
+    options = admission.WebhookOptions(local=True, cert_files_dir=tmp_path, manage_configuration=False)
+    state = admission.AdmissionState()
+    server = admission.build_server(options, state)
+    assert (server.certfile, server.pkeyfile, server.cafile) == tuple(
+        str(tmp_path / n) for n in ("tls.crt", "tls.key", "ca.crt")
+    )
+    assert server.prepare is not None and server.on_listening is not None
+    await server.prepare()  # no API client needed: nothing is read from or written to a Secret
+    assert state.ca_bundle == bundle.ca_bundle_b64
+    await server.on_listening({"url": "https://127.0.0.1:1"})  # configuration management is off
+
+
+def test_deleted_nodes_are_forgotten() -> None:
+    state = admission.AdmissionState()
+    a = state.node(admission.node_info({"metadata": {"name": "a"}}))
+    b = state.node(admission.node_info({"metadata": {"name": "b"}}))
+    state.context({}, {"a": [a], "b": [b]})
+    state.context({}, {"a": [a]})
+    assert state.node(admission.node_info({"metadata": {"name": "b"}})) is not b

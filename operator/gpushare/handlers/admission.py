@@ -140,6 +140,9 @@ class AdmissionState:
         if key != self._key:
             self._context = Context.build(sorted(pools, key=lambda p: p.name), nodes)
             self._key = key
+            if len(self._nodes) > len(nodes):  # forget deleted nodes
+                alive = {n.name for n in nodes}
+                self._nodes = {k: v for k, v in self._nodes.items() if k in alive}
         return self._context
 
 
