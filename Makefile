@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help setup test test-unit test-integration lint fmt crds crds-check control-plane cluster cluster-down \
+.PHONY: manifests help setup test test-unit test-integration lint fmt crds crds-check control-plane cluster cluster-down \
         bench demo demo-down gpu-check e2e-kind image clean
 
 help: ## List the targets
@@ -52,6 +52,10 @@ fmt: setup ## Format the code
 
 crds: setup ## Regenerate crds/ from the pydantic models
 	$(BIN)/python -m gpushare.api.crd > crds/gpushare.io_gpusharepools.yaml
+	cp crds/gpushare.io_gpusharepools.yaml manifests/crd/gpushare.io_gpusharepools.yaml
+
+manifests: setup ## Regenerate manifests/crd/ (the CRD copy kustomize can reach) from the models
+	$(BIN)/python -m gpushare.api.crd > manifests/crd/gpushare.io_gpusharepools.yaml
 
 clean: ## Remove local build state
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
@@ -63,3 +67,10 @@ bench: setup control-plane ## Operator benchmark on kwok nodes vs kubectl (BENCH
 
 gpu-check: setup ## On an NVIDIA GPU machine: agent inventory via real NVML + quota helper with PyTorch (fails clearly without a GPU)
 	$(BIN)/python -m gpushare.gpu.check
+
+DEMO_DIR ?= .demo
+demo: setup control-plane ## The whole product on one machine: control plane, fake GPU nodes, operator + webhook, example pools and jobs (docs/demo.md)
+	DEMO_DIR=$(DEMO_DIR) bash hack/demo.sh up
+
+demo-down: ## Stop everything `make demo` started (operator, control plane)
+	DEMO_DIR=$(DEMO_DIR) bash hack/demo.sh down
