@@ -89,13 +89,24 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
+#: kwok under heavy load now and then leaves a bound pod Pending for good; such a pod is deleted
+#: (its DaemonSet recreates it) after this long, and reported.
+STUCK_AFTER_S = 60.0
+kicked: list[str] = []
+
+
 async def plugin_pods_ready(api: client.ApiClient, n: int, after: float | None = None) -> bool:
-    pods = await client.CoreV1Api(api).list_namespaced_pod(
-        c.DEFAULT_PLUGIN_NAMESPACE, label_selector=PLUGIN_SELECTOR
-    )
+    core = client.CoreV1Api(api)
+    pods = await core.list_namespaced_pod(c.DEFAULT_PLUGIN_NAMESPACE, label_selector=PLUGIN_SELECTOR)
     ok = 0
+    now = time.time()
     for pod in pods.items:
         if not pod_running_and_ready(pod):
+            created = pod.metadata.creation_timestamp.timestamp()
+            stuck = pod.status.phase == "Pending" and pod.spec.node_name and now - created > STUCK_AFTER_S
+            if stuck and pod.metadata.deletion_timestamp is None:
+                kicked.append(pod.metadata.name)
+                await core.delete_namespaced_pod(pod.metadata.name, c.DEFAULT_PLUGIN_NAMESPACE)
             continue
         if after is not None and pod.metadata.creation_timestamp.timestamp() < after:
             continue
@@ -235,7 +246,10 @@ async def run_size(n: int, steady: float, log: Any) -> dict[str, Any]:
                     "--wait=false",
                 )
                 await wait(
-                    lambda: plugin_pods_ready(api, n, after=int(start_wall)), 900, "plugin pods replaced"
+                    lambda: plugin_pods_ready(api, n, after=int(start_wall)),
+                    900,
+                    "plugin pods replaced",
+                    interval=0.25,
                 )
                 result["kubectl_rollout_s"] = time.monotonic() - t
                 kubectl(kubeconfig, "label", "nodes", "-l", selector, *unlabel_args())
@@ -243,7 +257,12 @@ async def run_size(n: int, steady: float, log: Any) -> dict[str, Any]:
                 pool = Pool(api, "bench-rollout")
                 t = time.monotonic()
                 await pool.create(rollout={"maxUnavailable": "100%"})
-                await wait(pool.ready, 900, "pool Ready (rollout)", interval=0.05)
+
+                async def ready_kicking() -> bool:
+                    await plugin_pods_ready(api, 0)  # only to unstick kwok, see STUCK_AFTER_S
+                    return await pool.ready()
+
+                await wait(ready_kicking, 900, "pool Ready (rollout)", interval=0.25)
                 result["operator_rollout_s"] = time.monotonic() - t
                 k_s, o_s = result["kubectl_rollout_s"], result["operator_rollout_s"]
                 log(f"[{n}] rollout: kubectl {k_s:.2f}s, operator {o_s:.2f}s")
@@ -308,6 +327,8 @@ def main() -> int:
         print(msg, file=sys.stderr, flush=True)
 
     results = [asyncio.run(run_size(int(n), args.steady, log)) for n in args.nodes.split(",")]
+    if kicked:
+        log(f"kwok left {len(kicked)} plugin pod(s) Pending; deleted them for the DaemonSet to recreate")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     print(f"cpus: {os.cpu_count()}; kwok nodes, local kube-apiserver/etcd/kcm/scheduler")
