@@ -49,6 +49,8 @@ WAIT_REQUEUE = 5.0
 RESYNC = 60.0
 #: At most this many node writes / plugin checks in flight per pass.
 CONCURRENCY = 32
+#: Above this many nodes to check before a mode switch, list all pods once instead of per node.
+PER_NODE_LISTS = 8
 _LIST_MAX = 8
 
 
@@ -194,14 +196,16 @@ class Reconciler:
         if raw is None:
             return PassResult(name, summary="pool is gone")
         node_map = self._nodes(indexed)
-        cp = plan(
-            pools.models, node_map.values(), pods, now=now, deleting=pools.deleting, invalid=pools.invalid
-        )
-        if name in pools.invalid:
-            await self._write_invalid_status(name, raw, pools.invalid[name], now)
-            return PassResult(name, done=name not in pools.deleting, requeue=RESYNC, summary="invalid spec")
+        # Nodes of an invalid pool stay as they are, unless it is being deleted: then they are
+        # restored like those of a vanished pool (default rollout and device plugin).
+        invalid = {k: v for k, v in pools.invalid.items() if k not in pools.deleting}
+        cp = plan(pools.models, node_map.values(), pods, now=now, deleting=pools.deleting, invalid=invalid)
+        if name in invalid:
+            await self._write_invalid_status(name, raw, invalid[name], now)
+            return PassResult(name, requeue=RESYNC, summary="invalid spec")
 
-        model = next(p for p in pools.models if p.name == name)
+        model = next((p for p in pools.models if p.name == name), None)
+        uid = str((raw.get("metadata") or {}).get("uid") or "")
         live = sorted(pools.raw)
         orphans = name == live[0]  # the first pool also restores nodes of pools that vanished
         mine = [
@@ -212,7 +216,9 @@ class Reconciler:
         result = PassResult(name)
 
         # Confirm mode switches against the API (the pod index may lag), then pick the batch.
-        mine = await self._confirm_mode_switches(pools, node_map, mine, now, deleting=pools.deleting)
+        mine = await self._confirm_mode_switches(
+            pools, node_map, mine, now, deleting=pools.deleting, invalid=invalid
+        )
         batches: list[NodePlan] = []
         by_owner: dict[str, list[NodePlan]] = {}
         for p in mine:
@@ -223,7 +229,7 @@ class Reconciler:
             batches.extend(select_batch(owner, rollout, plans))
         waiting = sum(1 for p in mine if p.changed) - len(batches)
 
-        await self._apply(name, model, batches, node_map, result, bound)
+        await self._apply(name, uid, model.spec.mode if model else "", batches, result, bound)
         await self._evict(name, mine, node_map, result, bound)
 
         # Plugin restarts owed by this pool (or by vanished pools, for the first pool).
@@ -238,12 +244,11 @@ class Reconciler:
 
         # Status from a fresh plan over what the nodes are now.
         node_map = self._nodes(node_map.values())
-        after = plan(
-            pools.models, node_map.values(), pods, now=now, deleting=pools.deleting, invalid=pools.invalid
-        )
-        await self._report(
-            name, model, raw, after, node_map, pods, now, result, deleting=name in pools.deleting
-        )
+        after = plan(pools.models, node_map.values(), pods, now=now, deleting=pools.deleting, invalid=invalid)
+        if model is not None:
+            await self._report(
+                name, model, raw, after, node_map, pods, now, result, deleting=name in pools.deleting
+            )
 
         leftover = [
             p
@@ -276,39 +281,35 @@ class Reconciler:
         now: datetime,
         *,
         deleting: set[str],
+        invalid: Mapping[str, str],
     ) -> list[NodePlan]:
         check = [
             p for p in mine if p.mode_switch and p.action in (Action.APPLY, Action.RESTORE) and not p.force
         ]
         if not check:
             return mine
-        sem = asyncio.Semaphore(CONCURRENCY)
-
-        async def fresh(p: NodePlan) -> NodePlan:
-            async with sem:
-                try:
-                    pods = await self.cluster.pods_on_node(p.node)
-                except (ApiException, ApiUnavailable) as exc:
-                    log.warning(
-                        "Listing pods failed; holding the node this pass", node=p.node, error=str(exc)
-                    )
-                    return NodePlan(
-                        node=p.node, pool=p.pool, action=Action.HOLD, reason="PodsUnknown", message=str(exc)
-                    )
-            replanned = plan(
-                pools.models, [node_map[p.node]], pods, now=now, deleting=deleting, invalid=pools.invalid
-            )
-            return replanned.nodes[0]
-
-        updated = {p.node: p for p in await asyncio.gather(*(fresh(p) for p in check))}
-        return [updated.get(p.node, p) for p in mine]
+        try:
+            if len(check) > PER_NODE_LISTS:
+                wanted = {p.node for p in check}
+                pods = [pod for pod in await self.cluster.running_pods() if pod.node_name in wanted]
+            else:
+                lists = await asyncio.gather(*(self.cluster.pods_on_node(p.node) for p in check))
+                pods = [pod for found in lists for pod in found]
+        except (ApiException, ApiUnavailable) as exc:
+            log.warning("Listing pods failed; mode switches wait for the next pass", error=str(exc))
+            unknown = {p.node for p in check}
+            return [p for p in mine if p.node not in unknown]
+        replanned = plan(
+            pools.models, [node_map[p.node] for p in check], pods, now=now, deleting=deleting, invalid=invalid
+        ).by_node()
+        return [replanned.get(p.node, p) for p in mine]
 
     async def _apply(
         self,
         name: str,
-        model: GPUSharePool,
+        uid: str,
+        mode: str,
         batch: Sequence[NodePlan],
-        node_map: dict[str, NodeView],
         result: PassResult,
         bound: Any,
     ) -> None:
@@ -344,12 +345,12 @@ class Reconciler:
         result.patched = len(done)
         labelled = [p.node for p in done if p.label_patch and p.action is Action.APPLY and not p.drift]
         restored = [p.node for p in done if p.action in (Action.RESTORE, Action.RETAIN)]
-        ref = pool_ref(name, model.metadata.uid)
+        ref = pool_ref(name, uid)
         if labelled:
             await self._event(
                 ref,
                 "LabelsApplied",
-                f"Applied {model.spec.mode} labels to {len(labelled)} node(s): {_names(labelled)}",
+                f"Applied {mode} labels to {len(labelled)} node(s): {_names(labelled)}",
             )
         if restored:
             await self._event(

@@ -852,3 +852,25 @@ async def test_two_replicas_one_reconciles_the_other_takes_over(
                 await helper.custom.patch_cluster_custom_object(
                     c.GROUP, c.VERSION, c.PLURAL, name, {"metadata": {"finalizers": None}}, **MERGE
                 )
+
+
+async def test_invalid_pool_is_reported_and_touches_nothing(
+    api: client.ApiClient, fake_nodes: FakeNodeSet, operator: OperatorProc, pools: Pools
+) -> None:
+    """A selector on a label gpushare writes passes the CRD but not the model: InvalidSpec."""
+    np = np_id()
+    (node,) = await fake_nodes.create(1, prefix="inv", pool_labels={POOL_LABEL: np})
+    name = f"inv-{np}"
+    body = {
+        "apiVersion": c.API_VERSION,
+        "kind": c.KIND,
+        "metadata": {"name": name},
+        "spec": {"nodeSelector": {"matchLabels": {POOL_LABEL: np, c.LABEL_CGPU: "true"}}},
+    }
+    await pools.custom.create_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL, body)
+    pools.created.append(name)
+    cond = await pools.wait_condition(name, "Ready", "False", "InvalidSpec")
+    assert "nodeSelector must not use labels gpushare writes itself (cgpu)" in cond["message"]
+    await pools.wait_condition(name, "Degraded", "True", "InvalidSpec")
+    await wait_event(api, name, "InvalidSpec")
+    assert managed(await node_labels(api, node)) == {}

@@ -69,7 +69,13 @@ class Cluster:
 
     async def pods_on_node(self, node: str) -> list[PodView]:
         """Pods bound to ``node`` that have not terminated (field selector, all namespaces)."""
-        selector = f"spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed"
+        return await self._list_pods(f"spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed")
+
+    async def running_pods(self) -> list[PodView]:
+        """Every pod that has not terminated (one paginated list instead of one per node)."""
+        return await self._list_pods("status.phase!=Succeeded,status.phase!=Failed")
+
+    async def _list_pods(self, selector: str) -> list[PodView]:
         out: list[PodView] = []
         token: str | None = None
         while True:
