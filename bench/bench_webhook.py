@@ -48,6 +48,7 @@ EX = REPO / "examples"
 CONFIGURATION = "gpushare-webhook"
 OPERATOR_NS = "gpushare-system"
 BENCH_NS = "bench-webhook"
+POOL_FILES = ("pool-cgpu.yaml", "pool-cgpu-no-isolation.yaml", "pool-gpu-core.yaml")
 
 
 def gpu_pod(name: str = "cuda-sample") -> dict[str, Any]:
@@ -101,8 +102,43 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (Linux /proc), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def engine_cost(nodes: int, repeat: int = 2000) -> dict[str, float]:
+    """CPU microseconds per evaluate() with a cached context of ``nodes`` nodes (no HTTP, no Kopf)."""
+    from gpushare.admission import Context, evaluate, node_info
+    from gpushare.api.v1alpha1 import parse_pool
+
+    pools = [parse_pool(yaml.safe_load((EX / f).read_text())) for f in POOL_FILES]
+    nodepools = ("np-cgpu", "np-cgpu-no-isolation", "np-gpu-core")
+    infos = []
+    for i in range(nodes):
+        labels = {POOL_LABEL: nodepools[i % 3], "kubernetes.io/hostname": f"n{i}"}
+        alloc = {c.RES_GPU_MEM: "60", c.RES_GPU_COUNT: "4"}
+        infos.append(
+            node_info({"metadata": {"name": f"n{i}", "labels": labels}, "status": {"allocatable": alloc}})
+        )
+    ctx = Context.build(pools, infos)
+    out: dict[str, float] = {}
+    for label, obj in (("gpu_us", gpu_pod()), ("plain_us", plain_pod())):
+        evaluate(obj, ctx)
+        start = time.process_time()
+        for _ in range(repeat):
+            evaluate(obj, ctx)
+        out[label] = (time.process_time() - start) / repeat * 1e6
+    start = time.process_time()
+    for _ in range(20):
+        evaluate(gpu_pod(), Context.build(pools, infos))
+    out["fresh_context_ms"] = (time.process_time() - start) / 20 * 1000
+    return out
+
+
 async def direct_load(
-    port: int, cafile: Path, obj: dict[str, Any], total: int, concurrency: int
+    port: int, cafile: Path, obj: dict[str, Any], total: int, concurrency: int, server_pid: int
 ) -> dict[str, Any]:
     ctx = ssl.create_default_context(cafile=str(cafile))
     url = f"https://127.0.0.1:{port}/validate-pods"
@@ -126,14 +162,15 @@ async def direct_load(
         for _ in range(20):
             async with session.post(url, data=review(obj), headers={"Content-Type": "application/json"}) as r:
                 await r.read()
-        started = time.perf_counter()
+        started, cpu0 = time.perf_counter(), cpu_seconds(server_pid)
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-        elapsed = time.perf_counter() - started
+        elapsed, cpu = time.perf_counter() - started, cpu_seconds(server_pid) - cpu0
     return {
         "requests": len(latencies),
         "rps": len(latencies) / elapsed,
         "p50_ms": pct(latencies, 0.50) * 1000,
         "p99_ms": pct(latencies, 0.99) * 1000,
+        "server_cpu_ms_per_request": cpu / len(latencies) * 1000,
         "statuses": statuses,
     }
 
@@ -168,7 +205,7 @@ async def prepare(api: client.ApiClient, nodes: int) -> None:
     for np in ("np-cgpu", "np-cgpu-no-isolation", "np-gpu-core"):
         await create_gpu_nodes(api, per_pool, prefix=np, pool_labels={POOL_LABEL: np})
     co = client.CustomObjectsApi(api)
-    for name in ("pool-cgpu.yaml", "pool-cgpu-no-isolation.yaml", "pool-gpu-core.yaml"):
+    for name in POOL_FILES:
         body = yaml.safe_load((EX / name).read_text())
         try:
             await co.create_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL, body)
@@ -249,6 +286,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         async with api:
             await prepare(api, args.nodes)
             results: dict[str, Any] = {"nodes": args.nodes, "machine_cpus": os.cpu_count()}
+            results["engine"] = {str(n): engine_cost(n) for n in (args.nodes, 1000)}
+            results["load_average_start"] = os.getloadavg()
             assert not await configuration_exists(api)
             results["create_without_webhook"] = await create_latency(api, args.creates, "without")
 
@@ -262,11 +301,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 direct: list[dict[str, Any]] = []
                 for label, obj in (("GPU pod", gpu_pod()), ("non-GPU pod", plain_pod())):
                     for conc in args.concurrency:
-                        row = await direct_load(port, cert_dir / "ca.crt", obj, args.requests, conc)
+                        row = await direct_load(port, cert_dir / "ca.crt", obj, args.requests, conc, proc.pid)
                         row.update(pod=label, concurrency=conc)
                         direct.append(row)
                         print(f"# {label} c={conc}: {row['rps']:.0f} req/s", file=sys.stderr)
                 results["direct"] = direct
+                results["load_average_end"] = os.getloadavg()
             finally:
                 await asyncio.to_thread(stop_webhook, proc)
                 with contextlib.suppress(ApiException):
@@ -281,14 +321,28 @@ def render(results: dict[str, Any]) -> str:
         f"Direct HTTPS AdmissionReview load ({results['nodes']} kwok nodes in 3 pools, "
         f"{results['machine_cpus']} CPUs shared by client, webhook and control plane):",
         "",
-        "| pod | concurrency | requests | req/s | p50 ms | p99 ms |",
-        "|---|---:|---:|---:|---:|---:|",
+        f"(load average {results['load_average_start'][0]:.1f} at start, "
+        f"{results['load_average_end'][0]:.1f} at end)",
+        "",
+        "| pod | concurrency | requests | req/s | p50 ms | p99 ms | webhook CPU ms/request |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     lines.extend(
         f"| {row['pod']} | {row['concurrency']} | {row['requests']} | {row['rps']:.0f} | "
-        f"{row['p50_ms']:.2f} | {row['p99_ms']:.2f} |"
+        f"{row['p50_ms']:.2f} | {row['p99_ms']:.2f} | {row['server_cpu_ms_per_request']:.2f} |"
         for row in results["direct"]
     )
+    lines += [
+        "",
+        "Rules engine alone (CPU time per decision, context cached as the webhook does):",
+        "",
+        "| nodes | GPU pod µs | non-GPU pod µs | rebuilding the context ms |",
+        "|---:|---:|---:|---:|",
+        *(
+            f"| {n} | {e['gpu_us']:.0f} | {e['plain_us']:.1f} | {e['fresh_context_ms']:.1f} |"
+            for n, e in results["engine"].items()
+        ),
+    ]
     wo, wi = results["create_without_webhook"], results["create_with_webhook"]
     lines += [
         "",

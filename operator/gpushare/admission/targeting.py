@@ -407,10 +407,16 @@ def _node_entries(ctx: Context) -> list[_NodeEntry]:
 
 
 def _unsettled(ctx: Context, entries: list[_NodeEntry]) -> list[_NodeEntry]:
-    """Nodes outside every pool, or not yet carrying their pool's kind."""
+    """Nodes sharing GPUs today outside every pool, or as another kind than their pool's.
+
+    A pool node without sharing labels yet adds nothing here: its future labels are the pool's,
+    which the symbolic pool check already covers.
+    """
     cached = ctx.cache.get("unsettled")
     if cached is None:
-        cached = ctx.cache["unsettled"] = [e for e in entries if e.pool is None or e.kind != e.pool.spec.mode]
+        cached = ctx.cache["unsettled"] = [
+            e for e in entries if e.kind is not None and (e.pool is None or e.kind != e.pool.spec.mode)
+        ]
     return cast(list[_NodeEntry], cached)
 
 
