@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# make demo / make demo-down: the whole product on one machine (docs/demo.md).
+#
+#   hack/demo.sh up     start a local control plane with fake GPU nodes, the operator with its
+#                       webhook, apply the example pools and jobs, show each step; leave it running
+#   hack/demo.sh down   stop the operator and the control plane; nothing is left running
+#
+# Environment: DEMO_DIR (state, default .demo/ in the repo), DEMO_TIMEOUT (seconds per wait,
+# default 120), VENV (default .venv), KUBECTL (default kubectl).
+# Exit status: 0 when every step that should succeed did, 1 otherwise (the rejected 33 % job is
+# expected to fail; the demo fails if it is admitted).
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
+DEMO_DIR="${DEMO_DIR:-$REPO/.demo}"
+mkdir -p "$DEMO_DIR"
+DEMO_DIR="$(cd "$DEMO_DIR" && pwd)"
+VENV="${VENV:-$REPO/.venv}"
+PY="$VENV/bin/python"
+GPUSHARE="$VENV/bin/gpushare"
+KUBECTL="${KUBECTL:-kubectl}"
+TIMEOUT="${DEMO_TIMEOUT:-120}"
+OP_PID_FILE="$DEMO_DIR/operator.pid"
+OP_LOG="$DEMO_DIR/operator.log"
+OP_NS=gpushare-system
+PLUGIN_SELECTOR=name=gpushare-device-plugin-ds
+LABEL_COLUMNS=cgpu,cgpu.disable.isolation,ack.node.gpu.schedule,ack.node.gpu.placement,gpushare.io/pool
+
+bold() { if [[ -t 1 ]]; then printf '\033[1m%s\033[0m\n' "$*"; else printf '%s\n' "$*"; fi; }
+die() { echo "demo: FAILED: $*" >&2; [[ -f "$OP_LOG" ]] && echo "demo: operator log: $OP_LOG" >&2; exit 1; }
+
+# step "one line explaining it" command...: explain, echo the command, run it, fail the demo if it fails.
+step() {
+  local what="$1"; shift
+  echo
+  bold "# $what"
+  local shown=("${@#"$VENV/bin/"}")  # show "gpushare ...", not the venv path
+  echo "\$ ${shown[*]}"
+  "$@" 2>&1 || die "step failed (exit $?): $*"
+}
+
+free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+operator_pid() {
+  local pid
+  pid="$(cat "$OP_PID_FILE" 2>/dev/null)" || return 1
+  [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null && echo "$pid"
+}
+
+stop_operator() {
+  local pid
+  if pid="$(operator_pid)"; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
+    echo "# stopped the operator (pid $pid)" >&2
+  fi
+  rm -f "$OP_PID_FILE"
+}
+
+down() {
+  stop_operator
+  "$PY" -m gpushare.devcluster down --dir "$DEMO_DIR"
+  rm -rf "$DEMO_DIR/webhook-certs"
+}
+
+# wait_until "what" command...: retry the command every second until it succeeds or TIMEOUT passes.
+wait_until() {
+  local what="$1"; shift
+  local deadline=$((SECONDS + TIMEOUT))
+  until "$@" >/dev/null 2>&1; do
+    operator_pid >/dev/null || die "the operator exited while waiting for $what; last lines of $OP_LOG:
+$(tail -n 20 "$OP_LOG" 2>/dev/null)"
+    ((SECONDS < deadline)) || die "timed out after ${TIMEOUT}s waiting for $what"
+    sleep 1
+  done
+}
+
+webhook_rejects_33() {
+  local out
+  out="$("$KUBECTL" apply --dry-run=server -f examples/invalid/cuda-sample-33.yaml 2>&1)" && return 1
+  grep -q GS001-core-percentage-step <<<"$out"
+}
+
+
+
+up() {
+  local started=$SECONDS
+  [[ -x "$GPUSHARE" ]] || die "$GPUSHARE not found: run 'make setup' (make demo does it)"
+  command -v "$KUBECTL" >/dev/null || die "$KUBECTL not found on PATH"
+
+  bold "# gpushare demo: a real kube-apiserver, etcd, controller-manager, scheduler and kwok on 127.0.0.1"
+  echo "# state, logs and kubeconfig: $DEMO_DIR"
+  if operator_pid >/dev/null || [[ -f "$DEMO_DIR/supervisor.pid" ]]; then
+    echo "# an earlier demo is still running in $DEMO_DIR: stopping it first"
+    down
+  fi
+
+  echo
+  bold "# Start the local control plane; it installs the GPUSharePool CRD and the stand-in device plugin DaemonSet"
+  echo "\$ python -m gpushare.devcluster up --dir $DEMO_DIR --nodes 0 --pools 0"
+  "$PY" -m gpushare.devcluster up --dir "$DEMO_DIR" --nodes 0 --pools 0 >/dev/null \
+    || die "the control plane did not start (see $DEMO_DIR/supervisor.log)"
+  export KUBECONFIG="$DEMO_DIR/kubeconfig"
+
+  step "Add 6 fake GPU nodes in 3 ACK node pools (kwok), and run the node agent once on each (NVML stand-in)" \
+    "$PY" -m gpushare.devcluster.demo nodes --kubeconfig "$KUBECONFIG"
+
+  local metrics_port webhook_port
+  metrics_port="$(free_port)"
+  webhook_port="$(free_port)"
+  echo
+  bold "# Start the operator with its admission webhook on https://127.0.0.1:$webhook_port (log: $OP_LOG)"
+  "$KUBECTL" create namespace "$OP_NS" --dry-run=client -o yaml | "$KUBECTL" apply -f - >/dev/null \
+    || die "cannot create namespace $OP_NS"
+  echo "\$ gpushare run --webhook --webhook-local --webhook-port $webhook_port --metrics-port $metrics_port &"
+  # setsid: the operator outlives this script and gets no SIGINT from the terminal; demo-down stops it.
+  setsid "$GPUSHARE" run --kubeconfig "$KUBECONFIG" --metrics-port "$metrics_port" \
+    --webhook --webhook-local --webhook-port "$webhook_port" --webhook-namespace "$OP_NS" \
+    --webhook-cert-dir "$DEMO_DIR/webhook-certs" </dev/null >"$OP_LOG" 2>&1 &
+  echo $! >"$OP_PID_FILE"
+  echo "operator pid $(cat "$OP_PID_FILE"), metrics http://127.0.0.1:$metrics_port/metrics"
+  wait_until "the webhook to answer (kubectl apply --dry-run=server of a 33 % job)" webhook_rejects_33
+  echo "webhook registered and answering"
+
+  wait_until "the device plugin pods to be Ready" \
+    "$KUBECTL" -n kube-system rollout status ds/gpushare-device-plugin-ds --timeout=5s
+  step "The nodes' GPU-sharing labels BEFORE: none yet (nodes are grouped by alibabacloud.com/nodepool-id)" \
+    "$KUBECTL" get nodes -L alibabacloud.com/nodepool-id,$LABEL_COLUMNS
+  step "The stand-in device plugin pods BEFORE (note names and ages)" "$KUBECTL" -n kube-system get pods -l "$PLUGIN_SELECTOR" -o wide --sort-by=.spec.nodeName
+
+  step "Apply the example GPUSharePools: cgpu (isolation), cgpu-no-isolation (sharing), gpu-core (memory + compute)" \
+    "$KUBECTL" apply -f examples/pool-cgpu.yaml -f examples/pool-cgpu-no-isolation.yaml -f examples/pool-gpu-core.yaml
+  step "Wait until the operator has labelled every node and restarted its device plugin" \
+    "$KUBECTL" wait gsp --all --for=condition=Ready --timeout="${TIMEOUT}s"
+  step "The pools: mode, placement, Ready nodes / matched, Ready" "$KUBECTL" get gsp
+  step "The nodes' labels AFTER: the ACK labels each node pool needs, set by the operator" \
+    "$KUBECTL" get nodes -L alibabacloud.com/nodepool-id,$LABEL_COLUMNS
+  wait_until "the device plugin pods to be Ready again" \
+    "$KUBECTL" -n kube-system rollout status ds/gpushare-device-plugin-ds --timeout=5s
+  step "The device plugin pods AFTER: each one was replaced (new names, seconds old) so it rereads the labels" \
+    "$KUBECTL" -n kube-system get pods -l "$PLUGIN_SELECTOR" -o wide --sort-by=.spec.nodeName
+  step "A pool in detail: spec, per-node status, conditions and the operator's Events" \
+    "$KUBECTL" describe gsp gpu-core
+
+  step "Submit the seed jobs: admitted by the webhook (the no-isolation one with a warning)" \
+    "$KUBECTL" apply -f examples/job-cgpu-test.yaml -f examples/job-cgpu-test-no-isolation.yaml -f examples/job-cuda-sample.yaml
+  step "Wait for the jobs: the scheduler places each pod on its pool's nodes; kwok (no real GPU) runs it to completion" \
+    "$KUBECTL" wait job/cgpu-test job/cgpu-test-no-isolation job/cuda-sample --for=condition=Complete --timeout="${TIMEOUT}s"
+  step "Where each seed job ran: cgpu-test on np-cgpu, cgpu-test-no-isolation on np-cgpu-no-isolation, cuda-sample on np-gpu-core" \
+    "$KUBECTL" get pods -o wide
+
+  echo
+  bold "# Submit a bad job asking for 33 % of a GPU: the webhook rejects it (gpu-core.percentage must be a multiple of 5)"
+  echo "\$ $KUBECTL apply -f examples/invalid/cuda-sample-33.yaml"
+  local out rc=0
+  out="$("$KUBECTL" apply -f examples/invalid/cuda-sample-33.yaml 2>&1)" || rc=$?
+  printf '%s\n' "$out"
+  if ((rc == 0)); then
+    die "the 33 % job was admitted; the webhook should have rejected it"
+  fi
+  grep -q "denied the request" <<<"$out" || die "kubectl failed, but not with the webhook's denial"
+  echo "(rejected as expected: kubectl exit code $rc)"
+
+  step "gpushare inspect (also kubectl gpushare inspect): per pool and node, mode, isolation, GPU memory and compute" \
+    "$GPUSHARE" inspect
+
+  echo
+  bold "# Demo ready in $((SECONDS - started))s. The cluster and the operator keep running. Explore:"
+  cat <<EOF
+export KUBECONFIG=$KUBECONFIG
+kubectl get gsp
+kubectl get nodes -L $LABEL_COLUMNS
+kubectl describe gsp cgpu
+kubectl delete gsp cgpu-no-isolation      # the operator restores those nodes' labels
+$GPUSHARE inspect -d
+tail -f $OP_LOG
+make demo-down                            # stop everything
+EOF
+}
+
+case "${1:-up}" in
+  up) up ;;
+  down) down ;;
+  *) echo "usage: $0 [up|down]" >&2; exit 2 ;;
+esac

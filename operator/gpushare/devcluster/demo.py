@@ -1,0 +1,103 @@
+"""Fake GPU nodes for ``make demo`` (``hack/demo.sh``): three ACK node pools, one agent pass each.
+
+``python -m gpushare.devcluster.demo nodes --kubeconfig FILE`` creates six kwok GPU nodes whose
+``alibabacloud.com/nodepool-id`` values are the ones the pools in ``examples/`` select, then runs
+one ``gpushare agent`` cycle per node with the NVML stand-in (``gpushare.gpu.fake``) and a fake
+``/proc``, so ``gpushare inspect`` shows real agent data (GPU model, cGPU isolation). Demo
+tooling only: the operator never uses the stand-in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpushare.cli.agent import run_cycle
+from gpushare.devcluster.fakes import POOL_LABEL, create_gpu_nodes
+from gpushare.gpu.fake import FakeGPU, FakeNVML
+from gpushare.gpu.isolation import MODULE_NAME, IsolationPaths
+from gpushare.k8s.client import make_api_client
+
+
+@dataclass(frozen=True)
+class DemoNodePool:
+    """One ACK node pool of the demo: ``count`` nodes named ``<prefix>-<i>``."""
+
+    nodepool_id: str
+    prefix: str
+    count: int
+    gpus: int
+    gpu_name: str
+    gpu_mem_gib: int
+    gpu_mem_mib: int
+    core_percentage: bool
+    #: whether the fake node has the cGPU kernel module (what the agent reports)
+    cgpu_km: bool
+
+
+DEMO_POOLS: tuple[DemoNodePool, ...] = (
+    DemoNodePool("np-cgpu", "gpu-cgpu", 2, 1, "Tesla V100-SXM2-16GB", 16, 16160, False, True),
+    DemoNodePool("np-cgpu-no-isolation", "gpu-shared", 2, 1, "Tesla T4", 15, 15360, False, False),
+    DemoNodePool("np-gpu-core", "gpu-core", 2, 2, "NVIDIA A10", 22, 23028, True, True),
+)
+
+
+def _proc_dir(root: Path, with_module: bool) -> IsolationPaths:
+    root.mkdir(parents=True, exist_ok=True)
+    modules = root / "modules"
+    lines = ["nvidia_uvm 1802240 0 - Live 0x0000000000000000 (POE)"]
+    if with_module:
+        lines.append(f"{MODULE_NAME} 1241088 0 - Live 0x0000000000000000 (POE)")
+    modules.write_text("\n".join(lines) + "\n")
+    return IsolationPaths(proc_modules=modules, proc_cgpu=root / "cgpu_km")
+
+
+async def create_demo_nodes(kubeconfig: str, pools: tuple[DemoNodePool, ...] = DEMO_POOLS) -> list[str]:
+    """Create the nodes and publish each one's agent labels once; returns the node names."""
+    names: list[str] = []
+    api = await make_api_client(kubeconfig)
+    async with api:
+        for pool in pools:
+            created = await create_gpu_nodes(
+                api,
+                pool.count,
+                prefix=pool.prefix,
+                pool_labels={POOL_LABEL: pool.nodepool_id},
+                gpus_per_node=pool.gpus,
+                gpu_mem_gib_per_gpu=pool.gpu_mem_gib,
+                core_percentage=pool.core_percentage,
+            )
+            with tempfile.TemporaryDirectory(prefix="gpushare-demo-proc-") as tmp:
+                paths = _proc_dir(Path(tmp), pool.cgpu_km)
+                for i, name in enumerate(created):
+                    gpus = [
+                        FakeGPU(
+                            name=pool.gpu_name,
+                            memory_mib=pool.gpu_mem_mib,
+                            uuid=f"GPU-{pool.prefix}-{i}-{g}",
+                            mig=None,
+                        )
+                        for g in range(pool.gpus)
+                    ]
+                    await run_cycle(api, name, FakeNVML(gpus=gpus), paths)
+            names.extend(created)
+    return names
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpushare.devcluster.demo", description=__doc__)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    nodes = sub.add_parser("nodes", help="create the demo's fake GPU nodes and run the agent once on each")
+    nodes.add_argument("--kubeconfig", required=True)
+    args = parser.parse_args(argv)
+    names = asyncio.run(create_demo_nodes(args.kubeconfig))
+    print(f"created {len(names)} fake GPU nodes: {' '.join(names)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+"""``make demo`` end to end: hack/demo.sh up, its output, then hack/demo.sh down leaves nothing running.
+
+The demo gets its own state directory (its own control plane on its own free ports), so it never
+touches the session-scoped test cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "hack" / "demo.sh"
+VENV_BIN = Path(sys.executable).parent
+
+# The example pools' label mapping (docs/planner.md):
+# nodepool -> cgpu, cgpu.disable.isolation, ack.node.gpu.schedule, ack.node.gpu.placement, gpushare.io/pool
+EXPECTED_LABELS = {
+    "np-cgpu": ("true", "false", "cgpu", "binpack", "cgpu"),
+    "np-cgpu-no-isolation": ("true", "true", "share", "binpack", "cgpu-no-isolation"),
+    "np-gpu-core": ("true", "false", "core_mem", "binpack", "gpu-core"),
+}
+
+
+def _env(demo_dir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("KUBECONFIG", None)
+    env.update(
+        DEMO_DIR=str(demo_dir),
+        VENV=str(VENV_BIN.parent),
+        PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
+    )
+    return env
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline and int(proc.name) != os.getpid():
+            found.append(f"{proc.name}: {cmdline[:200]}")
+    return found
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def _section(out: str, heading: str) -> str:
+    """The output of the step whose one-line explanation starts with ``heading``."""
+    start = out.index(f"# {heading}")
+    end = out.find("\n# ", start + 1)
+    return out[start : end if end != -1 else len(out)]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subprocess.CompletedProcess[str], Path]]:
+    demo_dir = tmp_path_factory.mktemp("demo")
+    env = _env(demo_dir)
+    try:
+        up = subprocess.run(
+            ["bash", str(SCRIPT), "up"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+        )
+        yield up, demo_dir
+    finally:
+        subprocess.run(["bash", str(SCRIPT), "down"], cwd=REPO, env=env, capture_output=True, timeout=120)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(900)
+def test_demo_up_shows_the_product_and_down_leaves_nothing(
+    demo: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    up, demo_dir = demo
+    out = up.stdout
+    assert up.returncode == 0, f"demo failed:\n{out[-4000:]}\n{up.stderr[-4000:]}"
+
+    # the pools are Ready with all their nodes
+    gsp = _section(out, "The pools:")
+    for pool, mode in (("cgpu", "cgpu"), ("cgpu-no-isolation", "share"), ("gpu-core", "core_mem")):
+        assert re.search(rf"^{re.escape(pool)}\s+{mode}\s+binpack\s+2\s+2\s+True\s", gsp, re.M), gsp
+
+    # labels before: none of ours; after: the mapping, per node pool
+    before = _section(out, "The nodes' GPU-sharing labels BEFORE")
+    after = _section(out, "The nodes' labels AFTER")
+    node_rows = 0
+    for line in before.splitlines():
+        fields = line.split()
+        if fields and fields[0].startswith("gpu-"):
+            assert fields[-1] in EXPECTED_LABELS, line  # the nodepool id is the last column: nothing after it
+    for line in after.splitlines():
+        fields = line.split()
+        if fields and fields[0].startswith("gpu-"):
+            node_rows += 1
+            assert tuple(fields[-5:]) == EXPECTED_LABELS[fields[-6]], line
+    assert node_rows == 6, after
+
+    # every device-plugin pod was replaced
+    def plugin_pods(section: str) -> dict[str, str]:
+        rows = [
+            line.split() for line in section.splitlines() if line.startswith("gpushare-device-plugin-ds-")
+        ]
+        return {row[6]: row[0] for row in rows}  # node -> pod name
+
+    old = plugin_pods(_section(out, "The stand-in device plugin pods BEFORE"))
+    new = plugin_pods(_section(out, "The device plugin pods AFTER"))
+    assert sorted(old) == sorted(new) and len(old) == 6, (old, new)
+    assert all(old[node] != new[node] for node in old), (old, new)
+
+    # describe: conditions and the operator's Events
+    describe = _section(out, "A pool in detail")
+    assert "AllNodesReady" in describe and "Events:" in describe, describe
+    assert "LabelsApplied" in describe.split("Events:")[1] and "DevicePluginRestarted" in describe, describe
+
+    # seed jobs admitted (one with the GS010 warning), each on its pool's nodes
+    jobs = _section(out, "Submit the seed jobs")
+    for job in ("cgpu-test", "cgpu-test-no-isolation", "cuda-sample"):
+        assert f"job.batch/{job} created" in jobs, jobs
+    assert "GS010-no-isolation-sizing" in jobs, jobs
+    pods = _section(out, "Where each seed job ran")
+    for prefix, node in (
+        ("cgpu-test-no-isolation-", "gpu-shared-"),
+        ("cgpu-test-", "gpu-cgpu-"),
+        ("cuda-sample-", "gpu-core-"),
+    ):
+        row = next(line for line in pods.splitlines() if re.match(rf"{prefix}[a-z0-9]{{5}}\s", line))
+        assert f" {node}" in row, row
+
+    # the 33 % job is rejected with the webhook's message, and the demo carried on
+    bad = _section(out, "Submit a bad job asking for 33 %")
+    assert 'admission webhook "validate-jobs.gpushare.io" denied the request' in bad, bad
+    assert "is not a multiple of 5 (rule GS001-core-percentage-step); use 30 or 35" in bad, bad
+
+    inspect = _section(out, "gpushare inspect")
+    assert "POOL gpu-core  mode=core_mem" in inspect and "ready=True (AllNodesReady)" in inspect, inspect
+    assert re.search(r"gpu-cgpu-0\s+cgpu\s+active\s+1\s+0/16", inspect), inspect
+
+    assert f"export KUBECONFIG={demo_dir}/kubeconfig" in out
+
+    # while it runs: the operator and the control plane are up, on the demo's own ports
+    operator_pid = int((demo_dir / "operator.pid").read_text())
+    os.kill(operator_pid, 0)
+    ports = list(json.loads((demo_dir / "cluster.json").read_text())["ports"].values())
+    webhook = re.search(r"admission webhook on https://127\.0\.0\.1:(\d+)", out)
+    metrics = re.search(r"metrics http://127\.0\.0\.1:(\d+)/metrics", out)
+    assert webhook and metrics, out
+    ports += [int(webhook.group(1)), int(metrics.group(1))]
+    assert all(_listening(p) for p in ports), ports
+
+    down = subprocess.run(
+        ["bash", str(SCRIPT), "down"],
+        cwd=REPO,
+        env=_env(demo_dir),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert down.returncode == 0, down.stderr
+    assert "stopped the operator" in down.stderr and "stopped the cluster" in down.stderr, down.stderr
+    # `down` returns once the operator and the supervisor are gone; their children die with them
+    deadline = time.monotonic() + 10
+    while (
+        _processes_mentioning(str(demo_dir)) or any(map(_listening, ports))
+    ) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _processes_mentioning(str(demo_dir)) == []
+    assert [p for p in ports if _listening(p)] == []
+    assert not (demo_dir / "operator.pid").exists()
