@@ -452,3 +452,52 @@ def test_deleted_nodes_are_forgotten() -> None:
     state.context({}, {"a": [a], "b": [b]})
     state.context({}, {"a": [a]})
     assert state.node(admission.node_info({"metadata": {"name": "b"}})) is not b
+
+
+def _count(kind: str) -> float:
+    from gpushare import metrics
+
+    value = metrics.REGISTRY.get_sample_value(
+        "gpushare_admission_requests_total", {"kind": kind, "decision": "allowed", "rule": "none"}
+    )
+    return value or 0.0
+
+
+@pytest.mark.parametrize(
+    ("handler_id", "request_", "fast"),
+    [
+        pytest.param(
+            "validate-pods", {"operation": "CREATE", "object": _pod({"cpu": "1"})}, True, id="plain-pod"
+        ),
+        pytest.param(
+            "validate-pods", {"operation": "CREATE", "object": _pod({MEM: "2"})}, False, id="gpu-pod"
+        ),
+        pytest.param(
+            "validate-pods", {"operation": "UPDATE", "object": _pod({MEM: "2"})}, True, id="pod-update"
+        ),
+        pytest.param("validate-pods", {"operation": "CREATE", "object": None}, False, id="no-object"),
+        pytest.param(
+            "validate-gpusharepools",
+            {"operation": "CREATE", "object": {"kind": "GPUSharePool"}},
+            False,
+            id="pool",
+        ),
+        pytest.param(
+            "validate-widgets", {"operation": "CREATE", "object": _pod({"cpu": "1"})}, False, id="unknown-id"
+        ),
+    ],
+)
+def test_fast_allow(handler_id: str, request_: dict[str, Any], fast: bool) -> None:
+    """Allowed before Kopf only when the handler would allow it without looking at state."""
+    kind = TARGETS_BY_ID[handler_id].kind if handler_id in TARGETS_BY_ID else "Pod"
+    before = _count(kind)
+    target = TARGETS_BY_ID.get(handler_id, TARGETS_BY_ID["validate-pods"])
+    resource = {"group": target.group, "version": target.version, "resource": target.plural}
+    assert admission.fast_allow(handler_id, {"request": {"resource": resource, **request_}}) is fast
+    assert _count(kind) == before + (1 if fast else 0)
+
+
+def test_fast_allow_needs_the_resource_of_the_handler() -> None:
+    review = {"request": {"operation": "CREATE", "object": _pod({"cpu": "1"})}}
+    review["request"]["resource"] = {"group": "x", "version": "v1", "resource": "widgets"}
+    assert admission.fast_allow("validate-pods", review) is False

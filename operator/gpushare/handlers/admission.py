@@ -47,6 +47,7 @@ from gpushare.admission.webhook_config import (
     DEFAULT_SERVICE,
     MAX_TIMEOUT_SECONDS,
     TARGETS,
+    TARGETS_BY_ID,
     FailurePolicy,
     WebhookSettings,
     WebhookTarget,
@@ -177,6 +178,26 @@ def admit(
             f"{describe(obj)}: gpushare could not evaluate the GPU-sharing rules"
             f" ({type(exc).__name__}: {exc})",
         )
+
+
+def fast_allow(handler_id: str, review: Mapping[str, Any]) -> bool:
+    """True when the request can be allowed before Kopf: no GPU sharing requested, or an operation
+    the handler does not check. Same answer as the handler, at a fraction of the cost."""
+    started = time.perf_counter()
+    target = TARGETS_BY_ID.get(handler_id)
+    if target is None or target.kind == c.KIND:
+        return False
+    request = review.get("request") or {}
+    resource = request.get("resource") or {}
+    if (resource.get("group"), resource.get("resource")) != (target.group, target.plural):
+        return False  # a configuration routing something else here: let Kopf decide
+    obj = request.get("object")
+    if request.get("operation") in target.operations and (
+        not isinstance(obj, Mapping) or requests_gpu_sharing(obj)
+    ):
+        return False
+    _record(target.kind, Decision(True), time.perf_counter() - started)
+    return True
 
 
 def _record(kind: str, decision: Decision, elapsed: float) -> None:
@@ -318,6 +339,7 @@ def build_server(options: WebhookOptions, state: AdmissionState) -> GPUShareWebh
                 logger.warning("Webhook certificate check failed (will retry): %s", exc)
 
     return GPUShareWebhookServer(
+        fast_allow=fast_allow,
         addr=options.addr,
         port=options.port,
         host=options.host if options.local else None,
