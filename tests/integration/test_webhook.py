@@ -185,6 +185,12 @@ def webhook(cluster: ClusterInfo, tmp_path_factory: pytest.TempPathFactory) -> I
     nodes = [_node(f"wh-{SUFFIX}-{np}", np) for np in ("np-cgpu", "np-gpu-core")]
     for obj in [*pools, *nodes]:
         r = kube.create(obj, dry_run=False)
+        if r.status == 409:  # left over by an earlier test: start from the example as written
+            kube.delete(obj)
+            deadline = time.monotonic() + 30
+            while r.status == 409 and time.monotonic() < deadline:
+                time.sleep(0.5)
+                r = kube.create(obj, dry_run=False)
         assert r.status == 201, r.body
 
     options = WebhookOptions(
