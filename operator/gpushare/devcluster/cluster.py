@@ -183,7 +183,7 @@ class DevCluster:
         if self._own_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
         else:
-            for sub in ("etcd-data", "pki", "logs", "kubeconfig", "cluster.json"):
+            for sub in ("etcd-data", "pki", "logs", "kubeconfig", "cluster.json", "kwok.yaml"):
                 p = self.dir / sub
                 if p.is_dir():
                     shutil.rmtree(p, ignore_errors=True)
@@ -287,10 +287,13 @@ class DevCluster:
             )
             kwok_port = free_port()
             ports["kwok"] = kwok_port
+            # An explicit, empty config: kwok's built-in fast stages, never ~/.kwok/kwok.yaml.
+            (d / "kwok.yaml").write_text("# gpushare devcluster: kwok defaults (fast node and pod stages)\n")
             kwok = self._spawn(
                 "kwok",
                 [
                     f"--kubeconfig={kc}",
+                    f"--config={d / 'kwok.yaml'}",
                     "--manage-all-nodes=false",
                     "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
                     f"--cidr={POD_CIDR}",
