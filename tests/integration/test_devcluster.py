@@ -221,3 +221,49 @@ def test_kill_9_of_the_owner_leaves_no_process_and_no_port(tmp_path: Path, clust
     bound = {n: p for n, p in ports.items() if not _port_free(p)}
     assert not alive, f"orphans after kill -9: {alive}"
     assert not bound, f"ports still bound after kill -9: {bound}"
+
+
+# --- python -m gpushare.devcluster up/env/down (make cluster / cluster-down) ----------------
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpushare.devcluster", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def test_cli_up_env_down(tmp_path: Path, cluster: ClusterInfo) -> None:
+    repo = Path(__file__).resolve().parents[2]
+    d = tmp_path / "cl"
+    crd = repo / "crds" / "gpushare.io_gpusharepools.yaml"
+    up = _cli("up", "--dir", str(d), "--nodes", "1", "--pools", "2", f"--crd={crd}", cwd=tmp_path)
+    try:
+        assert up.returncode == 0, up.stderr
+        assert f"export KUBECONFIG={d / 'kubeconfig'}" in up.stdout
+        assert (
+            _cli("env", "--dir", str(d), cwd=tmp_path).stdout.strip()
+            == f"export KUBECONFIG={d / 'kubeconfig'}"
+        )
+        again = _cli("up", "--dir", str(d), cwd=tmp_path)
+        assert again.returncode == 0 and "already running" in again.stderr
+        info = json.loads((d / "cluster.json").read_text())
+        env = {**os.environ, "KUBECONFIG": str(d / "kubeconfig")}
+        nodes = subprocess.run(
+            ["kubectl", "get", "nodes", "-L", POOL_LABEL, "--no-headers"],
+            env=env, capture_output=True, text=True, timeout=60, check=True,
+        ).stdout  # fmt: skip
+        assert sorted(line.split()[-1] for line in nodes.splitlines()) == ["np-a", "np-b"]
+        gsp = subprocess.run(
+            ["kubectl", "get", "gsp"], env=env, capture_output=True, text=True, timeout=60
+        )  # fmt: skip
+        assert gsp.returncode == 0, gsp.stderr
+    finally:
+        down = _cli("down", "--dir", str(d), cwd=tmp_path)
+    assert down.returncode == 0, down.stderr
+    assert all(_gone(p) for p in info["pids"].values())
+    assert not (d / "kubeconfig").exists()
+    assert _cli("env", "--dir", str(d), cwd=tmp_path).returncode == 1
