@@ -706,9 +706,11 @@ def test_nodes_resolve_pool_membership_for_host_selectors() -> None:
     # The named node is in gpu-core (by its nodepool id): a memory-only pod must not go there.
     assert ids(evaluate(obj, ctx)) == [("GS009-pool-kind-mismatch", "deny")]
     assert evaluate(pod({MEM: 2, CORE: 30}, selector={"kubernetes.io/hostname": "gpu-core-n1"}), ctx) == []
-    # Without nodes the hostname says nothing about the pool: every pool is possible.
-    loose = ids(evaluate(obj, SEED_CTX))
-    assert loose == [("GS008-pool-target-ambiguous", "deny")]
+    # Without nodes the hostname says nothing about the pool: no targeting finding.
+    assert evaluate(obj, SEED_CTX) == []
+    # ... unless other labels decide it.
+    with_label = pod({MEM: 3}, selector={"kubernetes.io/hostname": "x", "ack.node.gpu.schedule": "core_mem"})
+    assert ids(evaluate(with_label, SEED_CTX)) == [("GS009-pool-kind-mismatch", "deny")]
     by_pool = pod({MEM: 3}, selector={"gpushare.io/pool": "cgpu", "kubernetes.io/hostname": "cgpu-n1"})
     assert evaluate(by_pool, ctx) == []
 
@@ -944,3 +946,38 @@ def test_node_of_a_pool_not_yet_switched_counts_by_its_current_labels() -> None:
     # The isolation label alone matches it both ways (cgpu today, core_mem soon): ambiguous.
     found = ids(evaluate(pod({MEM: 2}, selector={"cgpu.disable.isolation": "false"}), ctx))
     assert found == [("GS008-pool-target-ambiguous", "deny")]
+
+
+def test_node_name_counts_as_targeting() -> None:
+    bound = pod({MEM: 3})
+    bound["spec"]["nodeName"] = "cgpu-n1"
+    # Without nodes the named node's kind is unknown: no targeting finding.
+    assert evaluate(bound, SEED_CTX) == []
+    assert evaluate(bound, Context()) == []
+    # With nodes it is resolved by that node's pool.
+    ctx = seed_nodes()
+    assert evaluate(bound, ctx) == []
+    bound["spec"]["nodeName"] = "gpu-core-n1"
+    (f,) = evaluate(bound, ctx)
+    assert f.rule_id == "GS009-pool-kind-mismatch" and f.field == "spec.nodeName"
+    bound["spec"]["nodeName"] = "no-such-node"
+    assert ids(evaluate(bound, ctx)) == [("GS011-pool-target-unknown", "deny")]
+
+
+def test_daemonset_pods_are_resolved_by_their_node() -> None:
+    """The DaemonSet controller binds each pod with matchFields metadata.name In [node]."""
+    ds_pod = pod({MEM: 2, CORE: 30}, selector={"gpushare.io/pool": "gpu-core"})
+    ds_pod["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-core-n1"]}]}
+                ]
+            }
+        }
+    }
+    assert evaluate(ds_pod, seed_nodes()) == []
+    ds_pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ][0]["matchFields"][0]["values"] = ["cgpu-n1"]
+    assert ids(evaluate(ds_pod, seed_nodes())) == [("GS011-pool-target-unknown", "deny")]

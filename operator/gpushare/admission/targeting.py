@@ -102,11 +102,17 @@ def _requirements(items: Any, is_field: bool) -> list[Requirement] | None:
 
 
 def node_constraints(spec_path: str, spec: Mapping[str, Any]) -> Constraints:
-    """The node constraints of a pod spec (nodeSelector AND (term OR term ...))."""
+    """The node constraints of a pod spec (nodeName AND nodeSelector AND (term OR term ...)).
+
+    ``spec.nodeName`` (a pod bound by hand, bypassing the scheduler) counts as naming that node.
+    """
     selector = spec.get("nodeSelector")
     base: list[Requirement] = []
     if isinstance(selector, Mapping):
         base = [Requirement(str(k), "In", (_label_value(v),)) for k, v in selector.items()]
+    node_name = spec.get("nodeName")
+    if isinstance(node_name, str) and node_name:
+        base.append(Requirement("metadata.name", "In", (node_name,), is_field=True))
     affinity = spec.get("affinity")
     node_aff = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
     required = (
@@ -130,7 +136,10 @@ def node_constraints(spec_path: str, spec: Mapping[str, Any]) -> Constraints:
                 continue  # a null/empty/malformed term matches no node
             terms.append((*base, *exprs, *fields))
         return Constraints(True, tuple(terms), where)
-    shown = {r.key: r.values[0] for r in base}
+    shown = {r.key: r.values[0] for r in base if not r.is_field}
+    if any(r.is_field for r in base):
+        where = f"{spec_path}.nodeName" if not shown else f"{spec_path}.nodeName+nodeSelector"
+        return Constraints(True, (tuple(base),), where)
     return Constraints(bool(base), (tuple(base),), where, shown)
 
 
@@ -193,6 +202,10 @@ def names_nodes(term: Term) -> bool:
         r.operator == "In" and (r.key in IDENTITY_LABELS or (r.is_field and r.key == "metadata.name"))
         for r in term
     )
+
+
+def _identity_only(term: Term) -> bool:
+    return all(r.is_field or r.key in IDENTITY_LABELS for r in term)
 
 
 def pool_node_labels(pool: GPUSharePool) -> dict[str, str]:
@@ -342,10 +355,13 @@ def resolve(constraints: Constraints, ctx: Context) -> Resolution:
     if not constraints.present:
         return Resolution(constraints, source="missing")
     res = Resolution(constraints)
+    # Without nodes, a term that only names nodes (nodeName, hostname) says nothing about the kind.
+    opaque = [t for t in constraints.terms if not ctx.nodes and names_nodes(t) and _identity_only(t)]
+    terms = [t for t in constraints.terms if not any(t is o for o in opaque)]
     if ctx.pools or ctx.nodes:
         candidates = _pool_candidates(ctx)
         entries = _node_entries(ctx)
-        for term in constraints.terms:
+        for term in terms:
             named = bool(ctx.nodes) and names_nodes(term)
             for pool, cand in candidates:
                 if not named and term_possible(term, cand):
@@ -356,9 +372,11 @@ def resolve(constraints: Constraints, ctx: Context) -> Resolution:
                 _resolve_node(term, entry, res)
         if res.kinds:
             return res
-    unknown = False
+    unknown = bool(opaque)
     kinds: set[str] = set()
-    for term in constraints.terms:
+    for term in terms:
+        if ctx.nodes and names_nodes(term):
+            continue  # the named nodes are known, and none of them shares GPUs this way
         if _requires_pool_label(term) and (ctx.pools or ctx.nodes):
             continue  # only nodes of a known pool carry gpushare.io/pool, and none matched
         if any(_implies_pool(term, p) for p in ctx.pools):
@@ -368,10 +386,10 @@ def resolve(constraints: Constraints, ctx: Context) -> Resolution:
             unknown = True
         else:
             kinds |= found
-    if (ctx.pools or ctx.nodes) and len(kinds) != 1:
-        return Resolution(constraints, source="none")
     if not kinds and unknown:
         return Resolution(constraints, source="unknown")
+    if (ctx.pools or ctx.nodes) and len(kinds) != 1:
+        return Resolution(constraints, source="none")
     if not kinds:
         return Resolution(constraints, source="none")
     return Resolution(constraints, {k: set() for k in kinds}, unpooled=True, source="labels")
