@@ -267,3 +267,36 @@ def test_cli_up_env_down(tmp_path: Path, cluster: ClusterInfo) -> None:
     assert all(_gone(p) for p in info["pids"].values())
     assert not (d / "kubeconfig").exists()
     assert _cli("env", "--dir", str(d), cwd=tmp_path).returncode == 1
+
+
+def _listening(pid: int) -> list[str]:
+    """Local addresses (hex ip:port from /proc/net/tcp*) of the sockets ``pid`` listens on."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = str(fd.readlink())
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    out = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A = LISTEN
+                out.append(fields[1])
+    return out
+
+
+def test_every_component_listens_on_loopback_only(cluster: ClusterInfo) -> None:
+    loopback_v4 = "0100007F"  # 127.0.0.1, little-endian hex
+    loopback_v6 = "00000000000000000000000001000000"  # ::1
+    seen = {}
+    for name, pid in cluster.pids.items():
+        addrs = _listening(pid)
+        seen[name] = addrs
+        for addr in addrs:
+            ip = addr.split(":")[0]
+            assert ip in (loopback_v4, loopback_v6), f"{name} listens on {addr} (not loopback)"
+    assert seen["kube-apiserver"] and seen["etcd"] and seen["kwok"]
+    assert not seen["kube-controller-manager"] and not seen["kube-scheduler"]  # --secure-port=0
