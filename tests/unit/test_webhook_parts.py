@@ -501,3 +501,28 @@ def test_fast_allow_needs_the_resource_of_the_handler() -> None:
     review = {"request": {"operation": "CREATE", "object": _pod({"cpu": "1"})}}
     review["request"]["resource"] = {"group": "x", "version": "v1", "resource": "widgets"}
     assert admission.fast_allow("validate-pods", review) is False
+
+
+async def test_configuration_errors_do_not_stop_the_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    calls: list[str] = []
+
+    async def forbidden(api: Any, settings_: WebhookSettings, **_: Any) -> str:
+        calls.append(settings_.name)
+        raise certs.WebhookCertError(
+            "cannot create ValidatingWebhookConfiguration gpushare-webhook: 403 Forbidden"
+        )
+
+    async def no_sleep(_: float) -> None:
+        return None
+
+    monkeypatch.setattr(certs, "ensure_configuration", forbidden)
+    monkeypatch.setattr(admission.asyncio, "sleep", no_sleep)
+    state = admission.AdmissionState()
+    state.api = object()  # type: ignore[assignment]
+    server = admission.build_server(admission.WebhookOptions(cert_dir=tmp_path), state)
+    assert server.on_listening is not None
+    await server.on_listening({"url": "https://x"})
+    assert calls == ["gpushare-webhook"] * 5
+    assert "Could not update ValidatingWebhookConfiguration gpushare-webhook: cannot create" in caplog.text

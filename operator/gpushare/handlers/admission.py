@@ -327,7 +327,10 @@ def build_server(options: WebhookOptions, state: AdmissionState) -> GPUShareWebh
         await _retry("prepare the webhook certificate", refresh_certificates)
 
     async def on_listening(_: kopf.WebhookClientConfig) -> None:
-        await _retry("register the webhook configuration", refresh_configuration)
+        try:  # not fatal: the server keeps answering and the hourly check tries again
+            await _retry("register the webhook configuration", refresh_configuration, attempts=5)
+        except (certs.WebhookCertError, OSError, client.ApiException) as exc:
+            logger.error("Could not update ValidatingWebhookConfiguration %s: %s", options.configuration, exc)
 
     async def background() -> None:
         while True:
