@@ -74,3 +74,6 @@ demo: setup control-plane ## The whole product on one machine: control plane, fa
 
 demo-down: ## Stop everything `make demo` started (operator, control plane)
 	DEMO_DIR=$(DEMO_DIR) bash hack/demo.sh down
+
+e2e-kind: setup ## With Docker + kind: build the image, deploy manifests/ to a kind cluster, run tests/e2e (prints SKIPPED and tests nothing without them)
+	bash hack/e2e-kind.sh
