@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: manifests help setup test test-unit test-integration lint fmt crds crds-check control-plane cluster cluster-down \
-        bench demo demo-down gpu-check e2e-kind image clean
+        bench bench-webhook demo demo-down gpu-check e2e-kind image clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -64,6 +64,9 @@ BENCH_NODES ?= 100,1000
 BENCH_STEADY ?= 60
 bench: setup control-plane ## Operator benchmark on kwok nodes vs kubectl (BENCH_NODES=100,1000 BENCH_STEADY=60); see docs/operator.md
 	$(BIN)/python bench/bench_operator.py --nodes $(BENCH_NODES) --steady $(BENCH_STEADY)
+
+bench-webhook: setup control-plane ## Admission webhook benchmark: direct HTTPS load, pod create latency with/without; see docs/webhook.md
+	$(BIN)/python bench/bench_webhook.py --requests 2000 --creates 200 --nodes 30
 
 gpu-check: setup ## On an NVIDIA GPU machine: agent inventory via real NVML + quota helper with PyTorch (fails clearly without a GPU)
 	$(BIN)/python -m gpushare.gpu.check
