@@ -220,13 +220,12 @@ class Reconciler:
             pools, node_map, mine, now, deleting=pools.deleting, invalid=invalid
         )
         batches: list[NodePlan] = []
-        by_owner: dict[str, list[NodePlan]] = {}
-        for p in mine:
-            by_owner.setdefault(p.pool or "", []).append(p)
-        for owner, plans in by_owner.items():
+        taken = {p.node for p in mine}
+        context = [*mine, *(p for p in cp.nodes if p.node not in taken)]  # for restarts still in flight
+        for owner in sorted({p.pool for p in mine if p.pool is not None}):
             owner_model = next((m for m in pools.models if m.name == owner), None)
             rollout = owner_model.spec.rollout if owner_model else Rollout()
-            batches.extend(select_batch(owner, rollout, plans))
+            batches.extend(select_batch(owner, rollout, context))
         waiting = sum(1 for p in mine if p.changed) - len(batches)
 
         await self._apply(name, uid, model.spec.mode if model else "", batches, result, bound)
@@ -414,16 +413,42 @@ class Reconciler:
         restarted: list[str] = []
         failed: list[str] = []
 
-        async def one(node: NodeView, record: RestartRecord) -> None:
+        def plugin_of(record: RestartRecord) -> DevicePlugin:
             owner = next((m for m in pools.models if m.name == record.pool), None)
-            dp = owner.spec.device_plugin if owner else DevicePlugin()
+            return owner.spec.device_plugin if owner else DevicePlugin()
+
+        # Many nodes: one list per (namespace, selector) instead of one per node.
+        listed: dict[tuple[str, str], dict[str, list[PluginPod]]] = {}
+        groups: dict[tuple[str, str], int] = {}
+        for _, record in owed:
+            dp = plugin_of(record)
+            key = (dp.namespace, dp.pod_selector.to_query())
+            groups[key] = groups.get(key, 0) + 1
+        for key, count in groups.items():
+            if count > PER_NODE_LISTS:
+                try:
+                    everywhere = await self.cluster.plugin_pods(*key)
+                except (ApiException, ApiUnavailable) as exc:
+                    log.warning("Listing device plugin pods failed", namespace=key[0], error=str(exc))
+                    continue
+                by_node: dict[str, list[PluginPod]] = {}
+                for pod in everywhere:
+                    by_node.setdefault(pod.node, []).append(pod)
+                listed[key] = by_node
+
+        async def one(node: NodeView, record: RestartRecord) -> None:
+            dp = plugin_of(record)
+            key = (dp.namespace, dp.pod_selector.to_query())
             since = _parse_time(record.since) or now
             async with sem:
-                try:
-                    pods = await self.cluster.plugin_pods(dp.namespace, dp.pod_selector.to_query(), node.name)
-                except (ApiException, ApiUnavailable) as exc:
-                    result.errors[node.name] = f"listing device plugin pods failed: {exc}"
-                    return
+                if key in listed:
+                    pods = listed[key].get(node.name, [])
+                else:
+                    try:
+                        pods = await self.cluster.plugin_pods(*key, node.name)
+                    except (ApiException, ApiUnavailable) as exc:
+                        result.errors[node.name] = f"listing device plugin pods failed: {exc}"
+                        return
                 new_state, outcome = await self._restart_step(
                     node.name, record, pods, since, now, dp, bound, name
                 )

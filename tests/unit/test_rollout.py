@@ -82,3 +82,20 @@ def _restart_done(n: NodeView) -> NodeView:
     assert rec is not None
     done = RestartRecord(rec.hash, rec.since, "Done", rec.pool)
     return NodeView(n.name, n.labels, {**n.annotations, c.ANNOTATION_PLUGIN_RESTART: done.dump()})
+
+
+def test_restores_are_paced_too() -> None:
+    p = pool()
+    state = [
+        _restart_done(n)
+        for n in (apply_node_patch(n, plan([p], nodes(3), now=NOW).by_node()[n.name]) for n in nodes(3))
+    ]
+    cp = plan([p], state, now=NOW, deleting={"gpu"})
+    first = select_batch("gpu", p.spec.rollout, cp.nodes)
+    assert [(b.node, b.action.value, b.restart_plugin) for b in first] == [("n0", "Restore", True)]
+    state = [apply_node_patch(n, first[0]) if n.name == "n0" else n for n in state]
+    cp = plan([p], state, now=NOW, deleting={"gpu"})
+    # n0 left the pool but its plugin restart is still owed by "gpu": nothing else may start.
+    assert in_flight("gpu", cp.nodes) == ["n0"]
+    assert select_batch("gpu", p.spec.rollout, cp.nodes) == []
+    assert [x.node for x in cp.for_pool("gpu")] == ["n0", "n1", "n2"]

@@ -31,6 +31,7 @@ FIELD_MANAGER = "gpushare-operator"
 
 @dataclass(frozen=True)
 class PluginPod:
+    node: str
     namespace: str
     name: str
     uid: str
@@ -92,11 +93,15 @@ class Cluster:
             if not token:
                 return out
 
-    async def plugin_pods(self, namespace: str, label_selector: str, node: str) -> list[PluginPod]:
+    async def plugin_pods(
+        self, namespace: str, label_selector: str, node: str | None = None
+    ) -> list[PluginPod]:
+        """Device-plugin pods on ``node`` (field selector), or on every node when ``node`` is None."""
+        kwargs: dict[str, Any] = {"label_selector": label_selector}
+        if node is not None:
+            kwargs["field_selector"] = f"spec.nodeName={node}"
         page = await call(
-            lambda: self.core.list_namespaced_pod(
-                namespace, label_selector=label_selector, field_selector=f"spec.nodeName={node}"
-            ),
+            lambda: self.core.list_namespaced_pod(namespace, **kwargs),
             verb="list",
             resource="pods",
         )
@@ -105,6 +110,7 @@ class Cluster:
             conditions = pod.status.conditions if pod.status else None
             out.append(
                 PluginPod(
+                    node=pod.spec.node_name or "",
                     namespace=pod.metadata.namespace,
                     name=pod.metadata.name,
                     uid=pod.metadata.uid,

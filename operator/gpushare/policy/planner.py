@@ -44,6 +44,9 @@ RestartState = Literal["Pending", "Done", "Failed", "Skipped"]
 Patch = Mapping[str, "str | None"]
 
 
+_OWED = ("Pending", "Failed")
+
+
 class Action(StrEnum):
     APPLY = "Apply"
     RESTORE = "Restore"
@@ -277,8 +280,19 @@ class ClusterPlan:
     invalid_pools: Mapping[str, str] = field(default_factory=dict)
 
     def for_pool(self, name: str) -> list[NodePlan]:
-        """Plans the pool acts on or reports: its nodes, nodes leaving it, and its conflicts."""
-        return [p for p in self.nodes if p.pool == name or name in p.conflict_pools]
+        """Plans the pool acts on or reports: its nodes, nodes leaving it, its conflicts, and nodes
+        whose plugin restart it still owes (e.g. restored ones)."""
+        return [
+            p
+            for p in self.nodes
+            if p.pool == name
+            or name in p.conflict_pools
+            or (
+                p.plugin_restart is not None
+                and p.plugin_restart.pool == name
+                and p.plugin_restart.state in _OWED
+            )
+        ]
 
     def changes(self) -> list[NodePlan]:
         return [p for p in self.nodes if p.changed]

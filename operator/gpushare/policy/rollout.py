@@ -16,20 +16,22 @@ def disrupts(p: NodePlan) -> bool:
 
 
 def in_flight(pool: str, plans: Sequence[NodePlan]) -> list[str]:
-    """Nodes of ``pool`` still unavailable from earlier passes: restart owed, or held cordoned."""
+    """Nodes still unavailable for ``pool`` from earlier passes: a restart it owes (also on nodes
+    that already left it, e.g. restored ones), or its nodes held cordoned."""
     out = []
     for p in plans:
-        if p.pool != pool:
-            continue
-        owed = p.plugin_restart is not None and p.plugin_restart.pending and p.plugin_restart.pool == pool
-        cordoned = p.action is Action.HOLD and p.hold in ("Cordon", "Evict") and not p.cordon
-        if (owed and not p.restart_plugin) or cordoned:
+        record = p.plugin_restart
+        owed = record is not None and record.pending and record.pool == pool and not p.restart_plugin
+        cordoned = (
+            p.pool == pool and p.action is Action.HOLD and p.hold in ("Cordon", "Evict") and not p.cordon
+        )
+        if owed or cordoned:
             out.append(p.node)
     return out
 
 
 def select_batch(pool: str, rollout: Rollout, plans: Sequence[NodePlan]) -> list[NodePlan]:
-    """The plans of ``pool`` to execute in this pass.
+    """The plans of ``pool`` to execute in this pass (``plans``: the whole cluster's, or more).
 
     Changes that disrupt nothing (labels the plugin does not read, ownership, uncordon) all go.
     Disrupting ones go while fewer than ``maxUnavailable`` nodes of the pool are unavailable,
@@ -37,7 +39,7 @@ def select_batch(pool: str, rollout: Rollout, plans: Sequence[NodePlan]) -> list
     """
     mine = [p for p in plans if p.pool == pool]
     total = sum(1 for p in mine if p.action in _MEMBERS)
-    budget = rollout.max_unavailable_for(max(total, 1)) - len(in_flight(pool, mine))
+    budget = rollout.max_unavailable_for(max(total, 1)) - len(in_flight(pool, plans))
     out = []
     for p in sorted(mine, key=lambda p: p.node):
         if not p.changed:

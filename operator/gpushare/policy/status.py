@@ -45,6 +45,15 @@ def node_state(
         others = [name for name in p.conflict_pools if name != pool]
         return NodeState(p.node, "Conflict", "MultiplePools", f"also selected by pool {', '.join(others)}")
     if p.pool != pool:
+        record = p.plugin_restart
+        if record is not None and record.pool == pool and record.state == "Pending":
+            return NodeState(
+                p.node, "Restarting", "DevicePluginRestarting", "restarting after leaving the pool"
+            )
+        if record is not None and record.pool == pool and record.state == "Failed":
+            return NodeState(
+                p.node, "Failed", "DevicePluginNotReady", record.result or "device plugin not Ready"
+            )
         return None
     if p.action is Action.SKIP:
         return NodeState(p.node, "Skipped", "SkipLabel", p.message)
