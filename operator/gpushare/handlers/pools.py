@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 from collections.abc import Iterable
 from typing import Any, TypeVar
@@ -18,6 +19,8 @@ log = structlog.get_logger("gpushare.handlers")
 T = TypeVar("T")
 #: After a wake-up, wait this long so a burst of node/pod events becomes one pass.
 DEBOUNCE = 0.1
+#: While cleaning up, look again at least this often (seconds).
+CLEANUP_POLL = 2.0
 
 
 @kopf.index(c.GROUP, c.VERSION, c.PLURAL)
@@ -85,9 +88,21 @@ def spec_changed(name: str, memo: kopf.Memo, **_: Any) -> None:
 
 @kopf.on.delete(c.GROUP, c.VERSION, c.PLURAL, id="cleanup")
 async def cleanup(name: str, meta: kopf.Meta, memo: kopf.Memo, **kwargs: Any) -> None:
-    """Restore (or retain) the pool's nodes; the finalizer goes only when nothing is left."""
-    result = await _pass(name, memo, _indices(kwargs))
-    if not result.done:
-        raise kopf.TemporaryError(f"Cleanup of GPUSharePool {name} in progress: {result.summary}", delay=2)
+    """Restore (or retain) the pool's nodes; the finalizer goes only when nothing is left.
+
+    The handler keeps running passes (woken like the daemon) until the cleanup is done, rather
+    than failing temporarily, so Kopf posts no Event per retry. If the operator stops meanwhile,
+    the finalizer stays and the next operator resumes the cleanup.
+    """
     reconciler: Reconciler = memo.reconciler
+    wake = reconciler.wakeup(name)
+    while True:
+        wake.clear()
+        result = await _pass(name, memo, _indices(kwargs))
+        if result.done:
+            break
+        log.info("Cleanup in progress", pool=name, summary=result.summary)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wake.wait(), timeout=min(result.requeue, CLEANUP_POLL))
+            await asyncio.sleep(DEBOUNCE)
     await reconciler.cleanup_done(name, meta.get("uid"))
