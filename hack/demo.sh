@@ -28,7 +28,14 @@ PLUGIN_SELECTOR=name=gpushare-device-plugin-ds
 LABEL_COLUMNS=cgpu,cgpu.disable.isolation,ack.node.gpu.schedule,ack.node.gpu.placement,gpushare.io/pool
 
 bold() { if [[ -t 1 ]]; then printf '\033[1m%s\033[0m\n' "$*"; else printf '%s\n' "$*"; fi; }
-die() { echo "demo: FAILED: $*" >&2; [[ -f "$OP_LOG" ]] && echo "demo: operator log: $OP_LOG" >&2; exit 1; }
+die() {
+  echo "demo: FAILED: $*" >&2
+  if [[ -f "$OP_LOG" ]]; then echo "demo: operator log: $OP_LOG" >&2; fi
+  if [[ -f "$DEMO_DIR/supervisor.pid" || -f "$OP_PID_FILE" ]]; then
+    echo "demo: what was started is left running for inspection; stop it with: make demo-down" >&2
+  fi
+  exit 1
+}
 
 # step "one line explaining it" command...: explain, echo the command, run it, fail the demo if it fails.
 step() {
