@@ -874,3 +874,43 @@ async def test_invalid_pool_is_reported_and_touches_nothing(
     await pools.wait_condition(name, "Degraded", "True", "InvalidSpec")
     await wait_event(api, name, "InvalidSpec")
     assert managed(await node_labels(api, node)) == {}
+
+
+async def test_agent_reporting_no_cgpu_module_makes_the_node_isolation_unavailable(
+    api: client.ApiClient, fake_nodes: FakeNodeSet, operator: OperatorProc, pools: Pools, tmp_path: Path
+) -> None:
+    """Issue 6: the real agent cycle publishes `absent`; an isolated pool reports IsolationUnavailable."""
+    from gpushare.cli.agent import run_cycle
+    from gpushare.gpu.fake import FakeGPU, FakeNVML
+    from gpushare.gpu.isolation import MODULE_NAME, IsolationPaths
+
+    np = np_id()
+    without, with_module = await fake_nodes.create(2, prefix="iso", pool_labels={POOL_LABEL: np})
+    for node, modules in ((without, "nvidia 1 0 - Live\n"), (with_module, f"{MODULE_NAME} 1 0 - Live\n")):
+        proc = tmp_path / node
+        proc.mkdir()
+        (proc / "modules").write_text(modules)
+        nvml = FakeNVML(gpus=[FakeGPU(name="Tesla T4", memory_mib=15360, uuid=f"GPU-{node}", mig=None)])
+        await run_cycle(api, node, nvml, IsolationPaths(proc / "modules", proc / "cgpu_km"))
+    assert (await node_labels(api, without))[c.LABEL_CGPU_ISOLATION] == "absent"
+    assert (await node_labels(api, with_module))[c.LABEL_CGPU_ISOLATION] == "active"
+
+    name = f"cgpu-{np}"
+    await pools.create(name, np)
+    await wait_labels(api, [without, with_module], {**CGPU, c.LABEL_POOL: name})
+    await wait_restarts_done(api, [without, with_module])
+    await pools.wait_condition(name, "Progressing", "False", "RolloutComplete")
+    degraded = await pools.wait_condition(name, "Degraded", "True", "IsolationUnavailable")
+    assert without in degraded["message"] and with_module not in degraded["message"]
+    status = (await pools.get(name) or {})["status"]
+    by_node = {s["name"]: s for s in status["nodeStatuses"]}
+    assert (by_node[without]["phase"], by_node[without]["reason"]) == ("Degraded", "IsolationUnavailable")
+    assert by_node[with_module]["phase"] == "Ready"
+
+    # The module appears (driver reinstalled): the next agent cycle flips the label, the pool recovers.
+    proc = tmp_path / without
+    (proc / "modules").write_text(f"{MODULE_NAME} 1 0 - Live\n")
+    nvml = FakeNVML(gpus=[FakeGPU(name="Tesla T4", memory_mib=15360, uuid=f"GPU-{without}", mig=None)])
+    await run_cycle(api, without, nvml, IsolationPaths(proc / "modules", proc / "cgpu_km"))
+    await pools.wait_condition(name, "Degraded", "False", "AsExpected")
+    await pools.wait_condition(name, "Ready", "True", "AllNodesReady")

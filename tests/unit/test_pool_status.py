@@ -157,3 +157,44 @@ def test_invalid_pool() -> None:
     cp = plan(pools, [], now=NOW, invalid={"gpu": "bad"})
     st = pool_status(pools[0], cp, {}, [], now=NOW)
     assert (_cond(st, "Ready")["reason"], _cond(st, "Degraded")["reason"]) == ("InvalidSpec", "InvalidSpec")
+
+
+def _with_isolation(nodes: list[NodeView], value: str) -> list[NodeView]:
+    return [
+        NodeView(
+            n.name, {**n.labels, c.LABEL_CGPU_ISOLATION: value}, n.annotations, allocatable=n.allocatable
+        )
+        for n in nodes
+    ]
+
+
+def test_isolation_absent_on_an_isolated_pool_degrades_the_node_and_the_pool() -> None:
+    pools = [pool("iso", "a")]
+    nodes = _done(
+        [NodeView("n1", {NP: "a"}, allocatable=ALLOC), NodeView("n2", {NP: "a"}, allocatable=ALLOC)], pools
+    )
+    nodes = [*_with_isolation(nodes[:1], "absent"), *_with_isolation(nodes[1:], "active")]
+    st = _status(pools, nodes, [], "iso")
+    assert st["nodeStatuses"][0]["name"] == "n1"
+    assert st["nodeStatuses"][0]["phase"] == "Degraded"
+    assert st["nodeStatuses"][0]["reason"] == "IsolationUnavailable"
+    assert "cgpu.isolation=absent" in st["nodeStatuses"][0]["message"]
+    degraded = _cond(st, "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "IsolationUnavailable")
+    assert "n1" in degraded["message"] and "n2" not in degraded["message"]
+    assert _cond(st, "Ready")["status"] == "False"
+    assert st["nodes"]["ready"] == 1
+
+
+def test_isolation_absent_is_fine_for_a_pool_without_isolation_and_unknown_is_not_degraded() -> None:
+    shared = [pool("shared", "a", memoryIsolation=False)]
+    nodes = _with_isolation(_done([NodeView("n1", {NP: "a"}, allocatable=ALLOC)], shared), "absent")
+    st = _status(shared, nodes, [], "shared")
+    assert _cond(st, "Degraded")["status"] == "False"
+    assert _cond(st, "Ready")["status"] == "True"
+
+    isolated = [pool("iso", "a")]
+    nodes = _with_isolation(_done([NodeView("n1", {NP: "a"}, allocatable=ALLOC)], isolated), "unknown")
+    st = _status(isolated, nodes, [], "iso")
+    assert _cond(st, "Degraded")["status"] == "False"
+    assert st["nodeStatuses"][0]["phase"] == "Ready"

@@ -9,6 +9,7 @@ from typing import Any
 
 from gpushare import constants as c
 from gpushare.api.v1alpha1 import MAX_NODE_STATUSES, GPUSharePool, GPUSharePoolStatus, NodePhase
+from gpushare.gpu.inventory import isolation_state
 from gpushare.policy import conditions as cond
 from gpushare.policy.planner import Action, ClusterPlan, NodePlan
 from gpushare.policy.views import NodeView, PodView
@@ -16,6 +17,7 @@ from gpushare.policy.views import NodeView, PodView
 #: Phases of a node that belongs to the pool and is not yet (or no longer) as it should be.
 _IN_POOL = (Action.APPLY, Action.NOOP, Action.HOLD)
 _LIST_MAX = 10
+ISOLATION_UNAVAILABLE = "IsolationUnavailable"
 
 
 @dataclass(frozen=True)
@@ -36,8 +38,14 @@ def node_state(
     node_plan: NodePlan,
     node: NodeView | None,
     errors: Mapping[str, str],
+    *,
+    memory_isolation: bool = False,
 ) -> NodeState | None:
-    """The phase of one node as pool ``pool`` reports it, or None when the pool does not list it."""
+    """The phase of one node as pool ``pool`` reports it, or None when the pool does not list it.
+
+    ``memory_isolation``: the pool demands cGPU memory isolation, so a node whose agent reports
+    it ``absent`` is Degraded (``IsolationUnavailable``) even with every label right.
+    """
     p = node_plan
     if p.node in errors and (p.pool == pool):
         return NodeState(p.node, "Failed", "ApplyFailed", errors[p.node])
@@ -82,6 +90,14 @@ def node_state(
         return NodeState(p.node, "Degraded", "PoolInvalid", p.message)
     if node is not None and not node.ready:
         return NodeState(p.node, "Degraded", "NodeNotReady", "the node's Ready condition is not True")
+    if memory_isolation and node is not None and isolation_state(node.labels, node.annotations) == "absent":
+        return NodeState(
+            p.node,
+            "Degraded",
+            ISOLATION_UNAVAILABLE,
+            f"the pool demands memory isolation but the node agent found no cGPU kernel module "
+            f"({c.LABEL_CGPU_ISOLATION}=absent); pods here would share GPU memory without isolation",
+        )
     if record is not None and record.result == "NoDevicePluginPod":
         return NodeState(
             p.node, "Ready", "NoDevicePluginPod", "labels applied; no device plugin pod runs on the node"
@@ -110,7 +126,12 @@ def pool_status(
     errors = errors or {}
     name = pool.name
     plans = cluster_plan.for_pool(name)
-    states = [s for s in (node_state(name, p, nodes.get(p.node), errors) for p in plans) if s is not None]
+    isolation = pool.spec.memory_isolation
+    states = [
+        s
+        for s in (node_state(name, p, nodes.get(p.node), errors, memory_isolation=isolation) for p in plans)
+        if s is not None
+    ]
     member = {p.node for p in plans if p.pool == name and p.action in _IN_POOL}
     by_phase: dict[str, list[NodeState]] = {}
     for s in states:
@@ -191,8 +212,17 @@ def pool_status(
         put(cond.PROGRESSING, "False", "RolloutComplete", "no node is changing")
 
     failed = [s for s in states if s.phase == "Failed"]
+    unisolated = [s for s in states if s.reason == ISOLATION_UNAVAILABLE]
     if invalid:
         put(cond.DEGRADED, "True", "InvalidSpec", invalid)
+    elif unisolated and not failed:
+        put(
+            cond.DEGRADED,
+            "True",
+            ISOLATION_UNAVAILABLE,
+            f"cGPU memory isolation is not active on {len(unisolated)} node(s): "
+            + _names([s.name for s in unisolated]),
+        )
     elif failed:
         put(
             cond.DEGRADED,
