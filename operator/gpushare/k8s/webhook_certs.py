@@ -20,26 +20,21 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import ipaddress
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.hazmat.primitives import serialization
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare.admission.webhook_config import WebhookSettings, build_configuration
+from gpushare.pki import CERT_VALIDITY, CertificateError, generate_ca, issue_serving_cert
 
-CERT_VALIDITY = dt.timedelta(days=365)
-CA_VALIDITY = dt.timedelta(days=3650)
 RENEW_BEFORE = dt.timedelta(days=30)
 CA_RENEW_BEFORE = dt.timedelta(days=365)
-_BACKDATE = dt.timedelta(minutes=5)
 
 KEY_CERT, KEY_KEY, KEY_CA, KEY_CA_KEY, KEY_BUNDLE = "tls.crt", "tls.key", "ca.crt", "ca.key", "ca-bundle.crt"
 
@@ -74,88 +69,6 @@ class CertFiles:
 
 
 # --- pure certificate maths -----------------------------------------------------------------------
-
-
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-
-
-def generate_ca(now: dt.datetime, common_name: str = "gpushare-webhook-ca") -> tuple[bytes, bytes]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - _BACKDATE)
-        .not_valid_after(now + CA_VALIDITY)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
-
-
-def _san_entries(sans: Sequence[str]) -> list[x509.GeneralName]:
-    out: list[x509.GeneralName] = []
-    for san in sans:
-        try:
-            out.append(x509.IPAddress(ipaddress.ip_address(san)))
-        except ValueError:
-            out.append(x509.DNSName(san))
-    return out
-
-
-def issue_serving_cert(
-    ca_cert_pem: bytes,
-    ca_key_pem: bytes,
-    sans: Sequence[str],
-    now: dt.datetime,
-    validity: dt.timedelta = CERT_VALIDITY,
-) -> tuple[bytes, bytes]:
-    """A serving certificate for ``sans`` (DNS names and IPs; Go checks SANs, not the CN)."""
-    ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
-    ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
-    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
-        raise WebhookCertError("ca.key is not an EC private key")
-    key = ec.generate_private_key(ec.SECP256R1())
-    not_after = min(now + validity, ca_cert.not_valid_after_utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, sans[0] if sans else "gpushare")]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - _BACKDATE)
-        .not_valid_after(not_after)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.SubjectAlternativeName(_san_entries(sans)), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_cert.public_key()),  # type: ignore[arg-type]
-            critical=False,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
 
 
 def _sans_of(cert: x509.Certificate) -> set[str]:
@@ -226,8 +139,11 @@ def renew(
             elif ca.not_valid_after_utc > now:
                 previous = old.ca_cert  # still trusted until it expires
     if ca_cert is None or ca_key is None:
-        ca_cert, ca_key = generate_ca(now)
-    cert, key = issue_serving_cert(ca_cert, ca_key, sans, now, validity)
+        ca_cert, ca_key = generate_ca(now, "gpushare-webhook-ca")
+    try:
+        cert, key = issue_serving_cert(ca_cert, ca_key, sans, now, validity)
+    except CertificateError as exc:
+        raise WebhookCertError(f"ca.key: {exc}") from None
     bundle = ca_cert if not previous or previous == ca_cert else ca_cert + previous
     return CertBundle(ca_cert=ca_cert, ca_key=ca_key, cert=cert, key=key, ca_bundle=bundle)
 
