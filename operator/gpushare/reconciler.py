@@ -231,7 +231,9 @@ class Reconciler:
         await self._apply(name, uid, model.spec.mode if model else "", batches, result, bound)
         await self._evict(name, mine, node_map, result, bound)
 
-        # Plugin restarts owed by this pool (or by vanished pools, for the first pool).
+        # Plugin restarts owed by this pool (or by vanished pools, for the first pool), as the
+        # nodes are after this pass's writes (never act on a record we just replaced).
+        node_map = {**node_map, **self._fresh}
         owed = []
         for n in node_map.values():
             record = RestartRecord.parse(n.annotations.get(c.ANNOTATION_PLUGIN_RESTART))
@@ -242,7 +244,8 @@ class Reconciler:
         restarting = await self._advance_restarts(name, pools, owed, now, result, bound)
 
         # Status from a fresh plan over what the nodes are now.
-        node_map = self._nodes(node_map.values())
+        # (Merge, not `_nodes()`: that would take our own writes for the index having caught up.)
+        node_map = {**node_map, **self._fresh}
         after = plan(pools.models, node_map.values(), pods, now=now, deleting=pools.deleting, invalid=invalid)
         if model is not None:
             await self._report(

@@ -1,0 +1,153 @@
+"""Reconciler passes over an in-memory API that records writes, with a node index that lags.
+
+A real apiserver cannot be made to deliver watch events late on purpose; this stand-in can,
+which is exactly the case that matters: the operator must never repeat a write (or a plugin
+restart) because its index has not seen its own previous write yet.
+"""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from gpushare import constants as c
+from gpushare.k8s.cluster import PluginPod
+from gpushare.policy import NodeView, PodView
+from gpushare.reconciler import Reconciler
+
+NP = "alibabacloud.com/nodepool-id"
+T0 = datetime(2026, 11, 29, 12, 0, 0, 300000, tzinfo=UTC)
+
+
+def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict):
+            _merge(target.setdefault(key, {}), value)
+        else:
+            target[key] = value
+
+
+class FakeCluster:
+    """The operator's API surface (gpushare.k8s.cluster.Cluster) over a dict of nodes."""
+
+    def __init__(self, nodes: list[str]) -> None:
+        self.rv = 100
+        self.nodes: dict[str, dict[str, Any]] = {}
+        for name in nodes:
+            self.rv += 1
+            self.nodes[name] = {
+                "metadata": {"name": name, "labels": {NP: "a"}, "resourceVersion": str(self.rv)}
+            }
+        self.writes: list[tuple[str, str, Any]] = []
+        self.plugin: dict[str, list[PluginPod]] = {}
+
+    def views(self) -> list[NodeView]:
+        return [NodeView.from_obj(copy.deepcopy(obj)) for obj in self.nodes.values()]
+
+    async def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any] | None:
+        self.writes.append(("patch", name, patch))
+        self.rv += 1
+        obj = self.nodes[name]
+        _merge(obj, copy.deepcopy(patch))
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        return copy.deepcopy(obj)
+
+    async def pods_on_node(self, node: str) -> list[PodView]:
+        return []
+
+    async def running_pods(self) -> list[PodView]:
+        return []
+
+    async def plugin_pods(
+        self, namespace: str, label_selector: str, node: str | None = None
+    ) -> list[PluginPod]:
+        if node is None:
+            return [p for pods in self.plugin.values() for p in pods]
+        return list(self.plugin.get(node, []))
+
+    async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
+        self.writes.append(("delete", name, uid))
+        for node, pods in self.plugin.items():
+            self.plugin[node] = [p for p in pods if p.uid != uid]
+        return True
+
+    async def evict_pod(self, namespace: str, name: str) -> str:
+        self.writes.append(("evict", name, None))
+        return "evicted"
+
+    async def patch_pool_status(self, name: str, status: dict[str, Any]) -> bool:
+        self.writes.append(("status", name, status))
+        return True
+
+    async def event(self, obj: dict[str, str], *, reason: str, message: str, type_: str = "Normal") -> None:
+        self.writes.append(("event", reason, message))
+
+
+POOL = {
+    "apiVersion": c.API_VERSION,
+    "kind": c.KIND,
+    "metadata": {"name": "gpu", "generation": 1, "uid": "u1"},
+    "spec": {"nodeSelector": {"matchLabels": {NP: "a"}}, "rollout": {"maxUnavailable": "100%"}},
+}
+
+
+def _node_writes(fake: FakeCluster) -> list[tuple[str, str, Any]]:
+    return [w for w in fake.writes if w[0] in ("patch", "delete")]
+
+
+async def test_a_lagging_index_never_repeats_writes_or_restarts() -> None:
+    fake = FakeCluster(["n0", "n1", "n2"])
+    for i, node in enumerate(fake.nodes):
+        fake.plugin[node] = [
+            PluginPod(node, "kube-system", f"dp-{i}", f"uid-{i}", T0 - timedelta(hours=1), True, False)
+        ]
+    clock = [T0]
+    rec = Reconciler(fake, clock=lambda: clock[0])  # type: ignore[arg-type]
+    stale = fake.views()  # the index never sees any of our writes in this test
+
+    first = await rec.reconcile("gpu", pools=[POOL], nodes=stale, pods=[])
+    assert [w[1] for w in _node_writes(fake)] == ["n0", "n1", "n2"]
+    assert first.requeue == 1.0 and not first.done
+
+    # Before `since` (the next full second): nothing to do, nothing written.
+    fake.writes.clear()
+    await rec.reconcile("gpu", pools=[POOL], nodes=stale, pods=[])
+    assert _node_writes(fake) == []
+
+    # After `since`: the old plugin pods are deleted once; the DaemonSet's replacements get Ready.
+    clock[0] = T0 + timedelta(seconds=2)
+    await rec.reconcile("gpu", pools=[POOL], nodes=stale, pods=[])
+    assert sorted(w[1] for w in _node_writes(fake) if w[0] == "delete") == ["dp-0", "dp-1", "dp-2"]
+    for i, node in enumerate(fake.nodes):
+        fake.plugin[node] = [PluginPod(node, "kube-system", f"dp-new-{i}", f"new-{i}", clock[0], True, False)]
+    fake.writes.clear()
+    done = await rec.reconcile("gpu", pools=[POOL], nodes=stale, pods=[])
+    writes = _node_writes(fake)
+    assert [w[0] for w in writes] == ["patch"] * 3  # the Done records, nothing else
+    assert all(
+        '"state":"Done"' in w[2]["metadata"]["annotations"][c.ANNOTATION_PLUGIN_RESTART] for w in writes
+    )
+    assert done.done
+
+    # Still stale, much later: zero writes of any kind.
+    fake.writes.clear()
+    clock[0] = T0 + timedelta(minutes=5)
+    quiet = await rec.reconcile("gpu", pools=[POOL], nodes=stale, pods=[])
+    assert fake.writes == []
+    assert quiet.done and quiet.requeue == 60.0
+
+
+async def test_index_newer_than_own_write_wins() -> None:
+    fake = FakeCluster(["n0"])
+    rec = Reconciler(fake, clock=lambda: T0)  # type: ignore[arg-type]
+    await rec.reconcile("gpu", pools=[POOL], nodes=fake.views(), pods=[])
+    # Someone edits a managed label after our write; the index shows it (newer resourceVersion).
+    await fake.patch_node("n0", {"metadata": {"labels": {c.LABEL_SCHEDULE: "share"}}})
+    fake.writes.clear()
+    await rec.reconcile("gpu", pools=[POOL], nodes=fake.views(), pods=[])
+    patches = [w for w in fake.writes if w[0] == "patch"]
+    assert [p[2]["metadata"]["labels"] for p in patches] == [{c.LABEL_SCHEDULE: "cgpu"}]
+    assert ("event", "DriftCorrected") in [(w[0], w[1]) for w in fake.writes]
