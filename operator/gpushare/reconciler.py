@@ -14,6 +14,7 @@ node index catches up, so a stale index never makes the operator repeat a change
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -82,6 +83,8 @@ class PassResult:
     done: bool = True
     requeue: float = RESYNC
     patched: int = 0
+    #: Patches refused because the node had changed since it was planned (planned again next pass).
+    conflicts: int = 0
     errors: dict[str, str] = field(default_factory=dict)
     summary: str = ""
 
@@ -228,7 +231,7 @@ class Reconciler:
             batches.extend(select_batch(owner, rollout, context))
         waiting = sum(1 for p in mine if p.changed) - len(batches)
 
-        await self._apply(name, uid, model.spec.mode if model else "", batches, result, bound)
+        await self._apply(name, uid, model.spec.mode if model else "", batches, node_map, result, bound)
         await self._evict(name, mine, node_map, result, bound)
 
         # Plugin restarts owed by this pool (or by vanished pools, for the first pool), as the
@@ -262,8 +265,8 @@ class Reconciler:
             for p in after.nodes
         )
         held = any(p.action is Action.HOLD for p in leftover)
-        result.done = not leftover and not pending and not result.errors
-        if pending or waiting > 0 or result.errors:
+        result.done = not leftover and not pending and not result.errors and not result.conflicts
+        if pending or waiting > 0 or result.errors or result.conflicts:
             result.requeue = FAST_REQUEUE
         elif held or any(p.changed for p in after.for_pool(name)):
             result.requeue = WAIT_REQUEUE
@@ -312,19 +315,36 @@ class Reconciler:
         uid: str,
         mode: str,
         batch: Sequence[NodePlan],
+        node_map: Mapping[str, NodeView],
         result: PassResult,
         bound: Any,
     ) -> None:
         sem = asyncio.Semaphore(CONCURRENCY)
 
         async def one(p: NodePlan) -> NodePlan | None:
+            patch = p.node_patch()
+            seen = node_map.get(p.node)
+            if seen is not None and seen.resource_version:
+                # Only onto the version this plan was made from: a stale view (index lagging
+                # behind someone else's write) must not produce a wrong minimal patch or prior.
+                patch.setdefault("metadata", {})["resourceVersion"] = seen.resource_version
             async with sem:
                 try:
-                    obj = await self.cluster.patch_node(p.node, p.node_patch())
-                except (ApiException, ApiUnavailable) as exc:
-                    reason = f"HTTP {exc.status} {exc.reason}" if isinstance(exc, ApiException) else str(exc)
-                    result.errors[p.node] = f"patching the node failed: {reason}"
-                    bound.error("Patching Node failed", node=p.node, error=reason)
+                    obj = await self.cluster.patch_node(p.node, patch)
+                except ApiException as exc:
+                    if exc.status != 409:
+                        reason = f"HTTP {exc.status} {exc.reason}"
+                        result.errors[p.node] = f"patching the node failed: {reason}"
+                        bound.error("Patching Node failed", node=p.node, error=reason)
+                        return None
+                    result.conflicts += 1
+                    with contextlib.suppress(ApiException, ApiUnavailable):  # plan again next pass
+                        self._remember(await self.cluster.read_node(p.node))
+                    bound.info("Node changed since it was planned; planning again", node=p.node)
+                    return None
+                except ApiUnavailable as exc:
+                    result.errors[p.node] = f"patching the node failed: {exc}"
+                    bound.error("Patching Node failed", node=p.node, error=str(exc))
                     return None
             self._remember(obj)
             if obj is None:

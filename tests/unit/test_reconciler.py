@@ -8,8 +8,11 @@ restart) because its index has not seen its own previous write yet.
 from __future__ import annotations
 
 import copy
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import constants as c
 from gpushare.k8s.cluster import PluginPod
@@ -47,11 +50,19 @@ class FakeCluster:
     def views(self) -> list[NodeView]:
         return [NodeView.from_obj(copy.deepcopy(obj)) for obj in self.nodes.values()]
 
+    async def read_node(self, name: str) -> dict[str, Any] | None:
+        return copy.deepcopy(self.nodes.get(name))
+
     async def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any] | None:
+        obj = self.nodes[name]
+        patch = copy.deepcopy(patch)
+        wanted = patch.get("metadata", {}).pop("resourceVersion", None)
+        if wanted is not None and wanted != obj["metadata"]["resourceVersion"]:
+            self.writes.append(("conflict", name, patch))
+            raise ApiException(status=409, reason="Conflict")
         self.writes.append(("patch", name, patch))
         self.rv += 1
-        obj = self.nodes[name]
-        _merge(obj, copy.deepcopy(patch))
+        _merge(obj, patch)
         obj["metadata"]["resourceVersion"] = str(self.rv)
         return copy.deepcopy(obj)
 
@@ -151,3 +162,22 @@ async def test_index_newer_than_own_write_wins() -> None:
     patches = [w for w in fake.writes if w[0] == "patch"]
     assert [p[2]["metadata"]["labels"] for p in patches] == [{c.LABEL_SCHEDULE: "cgpu"}]
     assert ("event", "DriftCorrected") in [(w[0], w[1]) for w in fake.writes]
+
+
+async def test_a_patch_planned_from_a_stale_view_is_refused_and_planned_again() -> None:
+    fake = FakeCluster(["n0"])
+    stale = fake.views()
+    # Someone labels the node after the index last saw it (the index lags).
+    await fake.patch_node("n0", {"metadata": {"labels": {c.LABEL_PLACEMENT: "spread"}}})
+    fake.writes.clear()
+    rec = Reconciler(fake, clock=lambda: T0)  # type: ignore[arg-type]
+    first = await rec.reconcile("gpu", pools=[POOL], nodes=stale, pods=[])
+    assert [w[0] for w in fake.writes if w[0] in ("patch", "conflict")] == ["conflict"]
+    assert first.conflicts == 1 and first.requeue == 1.0 and not first.done
+    # Next pass (index still stale): planned from the node as read back; the prior is right.
+    fake.writes.clear()
+    await rec.reconcile("gpu", pools=[POOL], nodes=stale, pods=[])
+    (patch,) = [w[2] for w in fake.writes if w[0] == "patch"]
+    assert patch["metadata"]["labels"][c.LABEL_PLACEMENT] == "binpack"
+    owned = json.loads(patch["metadata"]["annotations"][c.ANNOTATION_OWNED])
+    assert owned["prior"][c.LABEL_PLACEMENT] == "spread"

@@ -51,8 +51,23 @@ class Cluster:
 
     # --- nodes ---------------------------------------------------------------------------------
 
+    async def read_node(self, name: str) -> dict[str, Any] | None:
+        """The node as the apiserver has it now; None if it is gone."""
+        try:
+            node = await call(lambda: self.core.read_node(name), verb="get", resource="nodes")
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        out: dict[str, Any] = self.api.sanitize_for_serialization(node)
+        return out
+
     async def patch_node(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any] | None:
-        """One JSON merge patch (labels, annotations and cordon state together); None if the node is gone."""
+        """One JSON merge patch (labels, annotations and cordon state together); None if the node is gone.
+
+        With ``metadata.resourceVersion`` in the patch the apiserver applies it only to that version
+        (409 Conflict otherwise), so a patch planned from a stale view is never applied.
+        """
         try:
             result = await call(
                 lambda: self.core.patch_node(name, dict(patch), field_manager=FIELD_MANAGER, **_MERGE),
