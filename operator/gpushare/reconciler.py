@@ -14,7 +14,6 @@ node index catches up, so a stale index never makes the operator repeat a change
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,7 +38,7 @@ from gpushare.k8s.retry import ApiUnavailable
 from gpushare.policy import Action, ClusterPlan, NodePlan, NodeView, PodView, RestartRecord, plan
 from gpushare.policy import conditions as cond
 from gpushare.policy.planner import RestartState
-from gpushare.policy.rollout import select_batch
+from gpushare.policy.rollout import disrupts, select_batch
 from gpushare.policy.status import pool_status
 
 log = structlog.get_logger("gpushare.reconciler")
@@ -52,6 +51,8 @@ RESYNC = 60.0
 CONCURRENCY = 32
 #: Above this many nodes to check before a mode switch, list all pods once instead of per node.
 PER_NODE_LISTS = 8
+#: A node patch refused with 409 (the node changed) is read, planned and sent again this often.
+PATCH_ATTEMPTS = 3
 _LIST_MAX = 8
 
 
@@ -231,7 +232,14 @@ class Reconciler:
             batches.extend(select_batch(owner, rollout, context))
         waiting = sum(1 for p in mine if p.changed) - len(batches)
 
-        await self._apply(name, uid, model.spec.mode if model else "", batches, node_map, result, bound)
+        def replan(view: NodeView) -> NodePlan:
+            return plan(pools.models, [view], pods, now=now, deleting=pools.deleting, invalid=invalid).nodes[
+                0
+            ]
+
+        await self._apply(
+            name, uid, model.spec.mode if model else "", batches, node_map, replan, result, bound
+        )
         await self._evict(name, mine, node_map, result, bound)
 
         # Plugin restarts owed by this pool (or by vanished pools, for the first pool), as the
@@ -316,35 +324,54 @@ class Reconciler:
         mode: str,
         batch: Sequence[NodePlan],
         node_map: Mapping[str, NodeView],
+        replan: Callable[[NodeView], NodePlan],
         result: PassResult,
         bound: Any,
     ) -> None:
         sem = asyncio.Semaphore(CONCURRENCY)
 
         async def one(p: NodePlan) -> NodePlan | None:
-            patch = p.node_patch()
             seen = node_map.get(p.node)
-            if seen is not None and seen.resource_version:
-                # Only onto the version this plan was made from: a stale view (index lagging
-                # behind someone else's write) must not produce a wrong minimal patch or prior.
-                patch.setdefault("metadata", {})["resourceVersion"] = seen.resource_version
+            obj: dict[str, Any] | None = None
             async with sem:
-                try:
-                    obj = await self.cluster.patch_node(p.node, patch)
-                except ApiException as exc:
-                    if exc.status != 409:
-                        reason = f"HTTP {exc.status} {exc.reason}"
-                        result.errors[p.node] = f"patching the node failed: {reason}"
-                        bound.error("Patching Node failed", node=p.node, error=reason)
+                for _ in range(PATCH_ATTEMPTS):
+                    patch = p.node_patch()
+                    if seen is not None and seen.resource_version:
+                        # Only onto the version this plan was made from: a stale view (index
+                        # lagging behind someone else's write) must not yield a wrong patch or prior.
+                        patch.setdefault("metadata", {})["resourceVersion"] = seen.resource_version
+                    try:
+                        obj = await self.cluster.patch_node(p.node, patch)
+                        break
+                    except ApiException as exc:
+                        if exc.status != 409:
+                            reason = f"HTTP {exc.status} {exc.reason}"
+                            result.errors[p.node] = f"patching the node failed: {reason}"
+                            bound.error("Patching Node failed", node=p.node, error=reason)
+                            return None
+                    except ApiUnavailable as exc:
+                        result.errors[p.node] = f"patching the node failed: {exc}"
+                        bound.error("Patching Node failed", node=p.node, error=str(exc))
                         return None
+                    # 409: the node changed since it was planned. Read it and plan it again; go on
+                    # only with an equivalent change (same pool and action, no new disruption).
+                    try:
+                        current = await self.cluster.read_node(p.node)
+                    except (ApiException, ApiUnavailable):
+                        current = None
+                    self._remember(current)
+                    if current is None:
+                        return None
+                    seen = NodeView.from_obj(current)
+                    again = replan(seen)
+                    same = again.pool == p.pool and again.action is p.action
+                    if not again.changed or not same or (disrupts(again) and not disrupts(p)):
+                        result.conflicts += 1
+                        return None
+                    p = again
+                else:
                     result.conflicts += 1
-                    with contextlib.suppress(ApiException, ApiUnavailable):  # plan again next pass
-                        self._remember(await self.cluster.read_node(p.node))
-                    bound.info("Node changed since it was planned; planning again", node=p.node)
-                    return None
-                except ApiUnavailable as exc:
-                    result.errors[p.node] = f"patching the node failed: {exc}"
-                    bound.error("Patching Node failed", node=p.node, error=str(exc))
+                    bound.info("Node kept changing while being patched; planning again", node=p.node)
                     return None
             self._remember(obj)
             if obj is None:

@@ -172,12 +172,28 @@ async def test_a_patch_planned_from_a_stale_view_is_refused_and_planned_again() 
     fake.writes.clear()
     rec = Reconciler(fake, clock=lambda: T0)  # type: ignore[arg-type]
     first = await rec.reconcile("gpu", pools=[POOL], nodes=stale, pods=[])
-    assert [w[0] for w in fake.writes if w[0] in ("patch", "conflict")] == ["conflict"]
-    assert first.conflicts == 1 and first.requeue == 1.0 and not first.done
-    # Next pass (index still stale): planned from the node as read back; the prior is right.
-    fake.writes.clear()
-    await rec.reconcile("gpu", pools=[POOL], nodes=stale, pods=[])
-    (patch,) = [w[2] for w in fake.writes if w[0] == "patch"]
+    # Refused, read back, planned again from the real node and sent once more.
+    assert [w[0] for w in fake.writes if w[0] in ("patch", "conflict")] == ["conflict", "patch"]
+    assert first.conflicts == 0
+    patch = next(w[2] for w in fake.writes if w[0] == "patch")
     assert patch["metadata"]["labels"][c.LABEL_PLACEMENT] == "binpack"
     owned = json.loads(patch["metadata"]["annotations"][c.ANNOTATION_OWNED])
-    assert owned["prior"][c.LABEL_PLACEMENT] == "spread"
+    assert owned["prior"][c.LABEL_PLACEMENT] == "spread", "the prior comes from the node, not the stale view"
+    # Nothing more to do while the index still lags.
+    fake.writes.clear()
+    await rec.reconcile("gpu", pools=[POOL], nodes=stale, pods=[])
+    assert [w for w in fake.writes if w[0] in ("patch", "conflict")] == []
+
+
+async def test_nothing_is_sent_when_a_stale_view_needs_nothing() -> None:
+    fake = FakeCluster(["n0"])
+    never = {**POOL, "spec": {**POOL["spec"], "devicePlugin": {"restart": "Never"}}}
+    rec = Reconciler(fake, clock=lambda: T0)  # type: ignore[arg-type]
+    await rec.reconcile("gpu", pools=[never], nodes=fake.views(), pods=[])
+    stale = fake.views()
+    await fake.patch_node("n0", {"metadata": {"labels": {c.LABEL_POOL: "x"}}})  # not plugin-relevant
+    await fake.patch_node("n0", {"metadata": {"labels": {c.LABEL_POOL: "gpu"}}})
+    fake.writes.clear()
+    # Same labels as the stale view, newer version: the plan is a Noop, so nothing is sent.
+    await rec.reconcile("gpu", pools=[never], nodes=stale, pods=[])
+    assert [w[0] for w in fake.writes if w[0] in ("patch", "conflict")] == []
