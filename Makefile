@@ -9,7 +9,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
         bench bench-webhook demo demo-down gpu-check e2e-kind image clean
 
 help: ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 $(BIN)/gpushare: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -62,8 +62,9 @@ clean: ## Remove local build state
 
 BENCH_NODES ?= 100,1000
 BENCH_STEADY ?= 60
-bench: setup control-plane ## Operator benchmark on kwok nodes vs kubectl (BENCH_NODES=100,1000 BENCH_STEADY=60); see docs/operator.md
+bench: setup control-plane ## All benchmarks: operator vs kubectl on kwok nodes (BENCH_NODES=100,1000 BENCH_STEADY=60), then the webhook
 	$(BIN)/python bench/bench_operator.py --nodes $(BENCH_NODES) --steady $(BENCH_STEADY)
+	$(BIN)/python bench/bench_webhook.py --requests 2000 --creates 200 --nodes 30
 
 bench-webhook: setup control-plane ## Admission webhook benchmark: direct HTTPS load, pod create latency with/without; see docs/webhook.md
 	$(BIN)/python bench/bench_webhook.py --requests 2000 --creates 200 --nodes 30
@@ -77,6 +78,10 @@ demo: setup control-plane ## The whole product on one machine: control plane, fa
 
 demo-down: ## Stop everything `make demo` started (operator, control plane)
 	DEMO_DIR=$(DEMO_DIR) bash hack/demo.sh down
+
+image: ## Build the operator/agent image (needs a Docker engine)
+	@docker info >/dev/null 2>&1 || { echo "image: no Docker engine (docker info failed); nothing was built"; exit 1; }
+	docker build -t gpushare-operator:0.1.0 .
 
 e2e-kind: setup ## With Docker + kind: build the image, deploy manifests/ to a kind cluster, run tests/e2e (prints SKIPPED and tests nothing without them)
 	bash hack/e2e-kind.sh
