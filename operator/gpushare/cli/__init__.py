@@ -2,7 +2,8 @@
 
 Each sub-command module exposes ``register(subparsers)``, which adds its parser and sets
 ``func`` to a callable taking the parsed ``argparse.Namespace`` and returning the exit code.
-Errors a user can fix are raised as ``CLIError`` and printed as one line, never a traceback.
+Errors a user can fix are raised as ``CLIError`` (or ``ManifestError`` for unreadable files) and
+printed as one line, never a traceback.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from gpushare import __version__
+from gpushare.manifests import ManifestError
 
 #: Sub-command modules, in the order `gpushare --help` lists them. Missing ones are skipped.
 SUBCOMMANDS = ("check", "plan", "inspect", "run", "agent", "quota")
@@ -52,6 +54,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "gpushare") -> int:
     except CLIError as exc:
         print(f"{prog} {args.command}: error: {exc}", file=sys.stderr)
         return exc.code
+    except ManifestError as exc:  # any sub-command reading files: unreadable input is exit 2
+        print(f"{prog} {args.command}: error: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
     return code

@@ -16,7 +16,7 @@ from gpushare import constants as c
 from gpushare.admission import Context, Finding, evaluate, is_denied, node_info
 from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
 from gpushare.cli import CLIError
-from gpushare.manifests import ManifestError, describe, load_files
+from gpushare.manifests import describe, load_files
 
 
 def register(subparsers: Any) -> None:
@@ -45,17 +45,10 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def _load(paths: list[str]) -> list[dict[str, Any]]:
-    try:
-        return load_files(paths)
-    except ManifestError as exc:
-        raise CLIError(str(exc)) from None
-
-
 def _context_objects(paths: list[str], option: str) -> tuple[list[GPUSharePool], list[dict[str, Any]]]:
     pools: list[GPUSharePool] = []
     nodes: list[dict[str, Any]] = []
-    for obj in _load(paths):
+    for obj in load_files(paths):
         kind = obj.get("kind")
         if kind == c.KIND:
             try:
@@ -96,7 +89,7 @@ def build_context(
 
 
 def run(args: argparse.Namespace) -> int:
-    objects = _load(args.files)
+    objects = load_files(args.files)
     pools, nodes = _context_objects(args.pools, "--pools")
     more_pools, more_nodes = _context_objects(args.nodes, "--nodes")
     ctx = build_context(objects, pools + more_pools, nodes + more_nodes)

@@ -20,17 +20,14 @@ from gpushare.cli import CLIError
 from gpushare.inspection import Report, build_report, render_text
 from gpushare.k8s import KubeConfigError, make_api_client
 from gpushare.k8s.inspect_read import InspectReadError, read_cluster
-from gpushare.manifests import ManifestError, load_files
+from gpushare.manifests import load_files
 
 Objects = list[dict[str, Any]]
 
 
 def _from_files(args: argparse.Namespace) -> tuple[Objects, Objects, Objects]:
     def kind(paths: list[str], wanted: str) -> Objects:
-        try:
-            return [o for o in load_files(paths) if o.get("kind") == wanted] if paths else []
-        except ManifestError as exc:
-            raise CLIError(str(exc)) from None
+        return [o for o in load_files(paths) if o.get("kind") == wanted] if paths else []
 
     return kind(args.nodes, "Node"), kind(args.pods, "Pod"), kind(args.pools, c.KIND)
 

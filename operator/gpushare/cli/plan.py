@@ -18,7 +18,7 @@ from typing import Any
 from gpushare import constants as c
 from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
 from gpushare.cli import CLIError
-from gpushare.manifests import ManifestError, load_files
+from gpushare.manifests import load_files
 from gpushare.policy import Action, ClusterPlan, NodePlan, NodeView, PodView, plan
 
 ABSENT = "<none>"
@@ -57,10 +57,7 @@ def register(subparsers: Any) -> None:
 
 
 def _objects(paths: list[str], kind: str) -> list[dict[str, Any]]:
-    try:
-        return [obj for obj in load_files(paths) if obj.get("kind") == kind]
-    except ManifestError as exc:
-        raise CLIError(str(exc)) from None
+    return [obj for obj in load_files(paths) if obj.get("kind") == kind]
 
 
 def load_inputs(
