@@ -110,6 +110,21 @@ INVALID = [
         id="readyTimeout-below-min",
     ),
     pytest.param({}, "spec.nodeSelector: Required value", id="missing-nodeSelector"),
+    pytest.param(
+        {"nodeSelector": {"matchLabels": {"cgpu": "true"}}},
+        "nodeSelector must not use labels gpushare writes itself",
+        id="selector-on-managed-label",
+    ),
+    pytest.param(
+        {"nodeSelector": {"matchExpressions": [{"key": "gpushare.io/pool", "operator": "Exists"}]}},
+        "nodeSelector must not use labels gpushare writes itself",
+        id="selector-expression-on-managed-label",
+    ),
+    pytest.param(
+        {"nodeSelector": {"matchLabels": {f"k{i}": "v" for i in range(33)}}},
+        "spec.nodeSelector.matchLabels: Too many: 33: must have at most 32 items",
+        id="selector-too-many-terms",
+    ),
 ]
 
 

@@ -857,7 +857,11 @@ async def test_two_replicas_one_reconciles_the_other_takes_over(
 async def test_invalid_pool_is_reported_and_touches_nothing(
     api: client.ApiClient, fake_nodes: FakeNodeSet, operator: OperatorProc, pools: Pools
 ) -> None:
-    """A selector on a label gpushare writes passes the CRD but not the model: InvalidSpec."""
+    """A pool stored before the CRD rejected selectors on managed labels (an upgrade): InvalidSpec.
+
+    The current CRD refuses such a selector (CEL), so the test stores the pool under a CRD without
+    that rule, as an older gpushare would have, then puts the real CRD back.
+    """
     np = np_id()
     (node,) = await fake_nodes.create(1, prefix="inv", pool_labels={POOL_LABEL: np})
     name = f"inv-{np}"
@@ -867,7 +871,35 @@ async def test_invalid_pool_is_reported_and_touches_nothing(
         "metadata": {"name": name},
         "spec": {"nodeSelector": {"matchLabels": {POOL_LABEL: np, c.LABEL_CGPU: "true"}}},
     }
-    await pools.custom.create_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL, body)
+    ext = client.ApiextensionsV1Api(api)
+    path = (
+        "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/nodeSelector"
+        "/x-kubernetes-validations"
+    )
+    crd = await ext.read_custom_resource_definition(c.CRD_NAME)
+    rules = crd.spec.versions[0].schema.open_apiv3_schema.properties["spec"].properties["nodeSelector"]
+    original = [{"rule": r.rule, "message": r.message} for r in rules.x_kubernetes_validations]
+    older = [r for r in original if "gpushare writes itself" not in r["message"]]
+    assert len(older) == len(original) - 1
+    patch = [{"op": "replace", "path": path, "value": older}]
+    await ext.patch_custom_resource_definition(c.CRD_NAME, patch, _content_type="application/json-patch+json")
+    try:
+
+        async def stored() -> bool:
+            try:
+                await pools.custom.create_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL, body)
+            except ApiException as exc:
+                if exc.status == 422:
+                    return False  # the apiserver still validates with the old schema
+                raise
+            return True
+
+        await wait_for(stored, what="the pool to be stored under the older CRD", timeout_s=30)
+    finally:
+        restore = [{"op": "replace", "path": path, "value": original}]
+        await ext.patch_custom_resource_definition(
+            c.CRD_NAME, restore, _content_type="application/json-patch+json"
+        )
     pools.created.append(name)
     cond = await pools.wait_condition(name, "Ready", "False", "InvalidSpec")
     assert "nodeSelector must not use labels gpushare writes itself (cgpu)" in cond["message"]

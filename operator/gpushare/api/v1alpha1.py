@@ -34,6 +34,10 @@ class _Model(BaseModel):
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
+#: Bound on matchLabels / matchExpressions entries (keeps the CRD's CEL rules cheap to evaluate).
+MAX_SELECTOR_TERMS = 32
+
+
 class LabelSelectorRequirement(_Model):
     model_config = ConfigDict(
         json_schema_extra={
@@ -62,8 +66,10 @@ class LabelSelectorRequirement(_Model):
 class LabelSelector(_Model):
     """A standard Kubernetes label selector (matchLabels AND matchExpressions)."""
 
-    match_labels: dict[str, str] = Field(default_factory=dict)
-    match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list)
+    match_labels: dict[str, str] = Field(default_factory=dict, max_length=MAX_SELECTOR_TERMS)
+    match_expressions: list[LabelSelectorRequirement] = Field(
+        default_factory=list, max_length=MAX_SELECTOR_TERMS
+    )
 
     def is_empty(self) -> bool:
         return not self.match_labels and not self.match_expressions
@@ -160,6 +166,8 @@ class Admission(_Model):
 
 
 _OBJ_DEFAULT: dict[str, Any] = {"default": {}}
+#: The managed label keys as a CEL list literal, for the CRD's selector rule.
+_MANAGED_CEL = "[" + ", ".join(f"'{key}'" for key in c.MANAGED_LABELS) + "]"
 
 
 class GPUSharePoolSpec(_Model):
@@ -170,7 +178,16 @@ class GPUSharePoolSpec(_Model):
                     "rule": "(has(self.matchLabels) && size(self.matchLabels) > 0) || "
                     "(has(self.matchExpressions) && size(self.matchExpressions) > 0)",
                     "message": "nodeSelector must not be empty: an empty selector would take over every node",
-                }
+                },
+                {
+                    "rule": "(!has(self.matchLabels) || "
+                    f"!self.matchLabels.exists(k, k in {_MANAGED_CEL})) && "
+                    "(!has(self.matchExpressions) || "
+                    f"self.matchExpressions.all(e, !(e.key in {_MANAGED_CEL})))",
+                    "message": f"nodeSelector must not use labels gpushare writes itself "
+                    f"({', '.join(c.MANAGED_LABELS)}): select nodes by a label gpushare does not manage, "
+                    "such as alibabacloud.com/nodepool-id",
+                },
             ]
         }
     )
