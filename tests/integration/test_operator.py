@@ -34,6 +34,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from gpushare import constants as c
 from gpushare.devcluster import ClusterInfo, wait_for
 from gpushare.devcluster.cluster import free_port
+from gpushare.devcluster.crds import install_crd_files
 from gpushare.devcluster.fakes import POOL_LABEL, FakeNodeSet
 
 MERGE: dict[str, Any] = {"_content_type": "application/merge-patch+json"}
@@ -748,50 +749,14 @@ async def test_killed_mid_rollout_resumes_without_duplicate_restarts(
     assert second.proc.poll() is None
 
 
-PEERING_CRD: dict[str, Any] = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "clusterkopfpeerings.kopf.dev"},
-    "spec": {
-        "scope": "Cluster",
-        "group": "kopf.dev",
-        "names": {
-            "kind": "ClusterKopfPeering",
-            "plural": "clusterkopfpeerings",
-            "singular": "clusterkopfpeering",
-        },
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "properties": {
-                            "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-                        },
-                    }
-                },
-            }
-        ],
-    },
-}
+#: Kopf's peering CRD as shipped in manifests/ (the deployment uses the same file).
+PEERING_CRD_FILE = (
+    Path(__file__).resolve().parents[2] / "manifests" / "crd" / "kopf.dev_clusterkopfpeerings.yaml"
+)
 
 
 async def _peering(api: client.ApiClient, name: str) -> None:
-    ext = client.ApiextensionsV1Api(api)
-    try:
-        await ext.create_custom_resource_definition(PEERING_CRD)
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
-
-    async def established() -> bool:
-        crd = await ext.read_custom_resource_definition("clusterkopfpeerings.kopf.dev")
-        return any(x.type == "Established" and x.status == "True" for x in crd.status.conditions or [])
-
-    await wait_for(established, what="ClusterKopfPeering CRD established", timeout_s=30)
+    await install_crd_files(api, [PEERING_CRD_FILE])
     custom = client.CustomObjectsApi(api)
 
     async def create() -> bool:
