@@ -4,6 +4,8 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
+# The one version, from pyproject.toml (the image tag; gpushare --version reads the same).
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 
 .PHONY: manifests help setup test test-unit test-integration lint fmt crds crds-check control-plane cluster cluster-down \
         bench bench-webhook demo demo-down gpu-check e2e-kind image clean
@@ -81,7 +83,7 @@ demo-down: ## Stop everything `make demo` started (operator, control plane)
 
 image: ## Build the operator/agent image (needs a Docker engine)
 	@docker info >/dev/null 2>&1 || { echo "image: no Docker engine (docker info failed); nothing was built"; exit 1; }
-	docker build -t gpushare-operator:0.1.0 .
+	docker build -t gpushare-operator:$(VERSION) .
 
 e2e-kind: setup ## With Docker + kind: build the image, deploy manifests/ to a kind cluster, run tests/e2e (prints SKIPPED and tests nothing without them)
 	bash hack/e2e-kind.sh
