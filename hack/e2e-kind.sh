@@ -13,7 +13,10 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
 CLUSTER="${E2E_CLUSTER:-gpushare-e2e}"
-VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)"
+VERSION=""  # the one version, from pyproject.toml (bash only: the tests run this with a bare PATH)
+while IFS= read -r line; do
+  if [[ $line =~ ^version\ =\ \"([^\"]+)\"$ ]]; then VERSION="${BASH_REMATCH[1]}"; break; fi
+done < pyproject.toml
 IMAGE="${IMAGE:-gpushare-operator:$VERSION}"
 VENV="${VENV:-$REPO/.venv}"
 KUBECTL="${KUBECTL:-kubectl}"
