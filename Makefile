@@ -8,7 +8,8 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 
 .PHONY: manifests help setup test test-unit test-integration lint fmt crds crds-check control-plane cluster cluster-down \
-        bench bench-webhook demo demo-down gpu-check e2e-kind image clean
+        bench bench-webhook demo demo-down gpu-check e2e-kind image clean \
+        promtool monitoring-check
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -32,14 +33,20 @@ cluster: setup control-plane ## Start a local control plane with fake GPU nodes 
 cluster-down: ## Stop the control plane started by `make cluster`
 	$(BIN)/python -m gpushare.devcluster down --dir $(CLUSTER_DIR)
 
-test: setup control-plane ## Run every test: unit, property and integration (real kube-apiserver)
+test: setup control-plane promtool ## Run every test: unit, property and integration (real kube-apiserver)
 	$(BIN)/pytest tests
 
 test-integration: setup control-plane ## Run only the tests against the local control plane
 	$(BIN)/pytest tests -m integration
 
-test-unit: setup ## Run the tests that need no control plane
+test-unit: setup promtool ## Run the tests that need no control plane
 	$(BIN)/pytest tests -m "not integration"
+
+promtool: ## Find promtool, or install it (Debian's prometheus package) to check the monitoring rules
+	bash hack/promtool.sh
+
+monitoring-check: setup promtool ## Alerts, ServiceMonitor, dashboard: promtool check/test rules, every dashboard query, metric names
+	$(BIN)/pytest -q tests/unit/test_monitoring.py
 
 lint: setup ## ruff, mypy --strict, and the CRD drift check
 	$(BIN)/ruff check operator tests

@@ -76,7 +76,8 @@ ADMISSION_SECONDS = Histogram(
 
 POOL_INFO = Gauge(
     "gpushare_pool_info",
-    "1 for each pool, labelled with the ack.node.gpu.schedule mode it puts on its nodes (cgpu, share, core_mem)",
+    "1 for each pool, labelled with the ack.node.gpu.schedule mode it puts on its nodes "
+    "(cgpu, share, core_mem)",
     ["pool", "mode"],
     registry=REGISTRY,
 )

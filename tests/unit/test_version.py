@@ -44,15 +44,16 @@ def test_kubectl_plugin_version(capsys: object) -> None:
     assert out.strip() == f"kubectl gpushare {VERSION}"
 
 
-def _kustomize_tag(path: Path) -> str:
-    doc = yaml.safe_load(path.read_text())
-    (image,) = [i for i in doc["images"] if i["name"] == "gpushare-operator"]
-    return str(image["newTag"])
-
-
 def test_kustomize_image_tags_match() -> None:
-    for rel in ("manifests/kustomization.yaml", "manifests/overlays/cert-manager/kustomization.yaml"):
-        assert _kustomize_tag(ROOT / rel) == VERSION, f"{rel}: newTag must be {VERSION} (pyproject.toml)"
+    checked = []
+    for path in sorted((ROOT / "manifests").rglob("kustomization.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        for image in doc.get("images") or []:
+            if image["name"] == "gpushare-operator":
+                rel = path.relative_to(ROOT)
+                assert str(image["newTag"]) == VERSION, f"{rel}: newTag must be {VERSION} (pyproject.toml)"
+                checked.append(str(rel))
+    assert "manifests/kustomization.yaml" in checked and len(checked) >= 3, checked
 
 
 def test_every_image_reference_in_the_repo_matches() -> None:
