@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from gpushare.api.crd import field_paths
@@ -26,6 +27,19 @@ def _explain(kubectl: str, kubeconfig: str, cache: str, path: str) -> subprocess
     )  # fmt: skip
 
 
+def _published(
+    kubectl: str, kubeconfig: str, cache: str, timeout_s: float = 120
+) -> subprocess.CompletedProcess[str]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        proc = _explain(kubectl, kubeconfig, cache, "spec")
+        if proc.returncode == 0 or time.monotonic() > deadline:
+            return proc
+        # a stale discovery cache would keep saying "couldn't find resource": start over
+        shutil.rmtree(cache, ignore_errors=True)
+        time.sleep(1)
+
+
 def _words(text: str) -> list[str]:
     return re.sub(r"\s+", " ", text).strip().split(" ")
 
@@ -36,8 +50,9 @@ def test_kubectl_explain_describes_every_field(cluster: ClusterInfo) -> None:
     paths = field_paths()
     assert len(paths) > 40
     with tempfile.TemporaryDirectory() as cache:
-        # The first call fills kubectl's discovery/OpenAPI cache; the rest reuse it.
-        first = _explain(kubectl, str(cluster.kubeconfig), cache, "spec")
+        # The API server publishes a new CRD's OpenAPI a little after it is Established: wait for it
+        # (this first call also fills kubectl's discovery/OpenAPI cache for the rest).
+        first = _published(kubectl, str(cluster.kubeconfig), cache)
         assert first.returncode == 0, first.stderr
         with ThreadPoolExecutor(max_workers=4) as pool:
             results = list(
@@ -61,11 +76,24 @@ def test_kubectl_explain_describes_every_field(cluster: ClusterInfo) -> None:
     assert not failures, "\n".join(failures)
 
 
+def test_kubectl_explain_standard_fields_come_from_the_apiserver(cluster: ClusterInfo) -> None:
+    """apiVersion, kind and metadata are documented by the API server itself, not by our CRD."""
+    kubectl = shutil.which("kubectl")
+    assert kubectl is not None, "kubectl is not installed"
+    with tempfile.TemporaryDirectory() as cache:
+        assert _published(kubectl, str(cluster.kubeconfig), cache).returncode == 0
+        for path in ("apiVersion", "kind", "metadata", "metadata.name"):
+            proc = _explain(kubectl, str(cluster.kubeconfig), cache, path)
+            assert proc.returncode == 0, proc.stderr
+            assert proc.stdout.split("DESCRIPTION:", 1)[1].strip(), path
+
+
 def test_kubectl_explain_mode_switch_answers_the_error_messages(cluster: ClusterInfo) -> None:
     """Error messages send users to `kubectl explain gsp.spec.rollout.modeSwitch`: it must help."""
     kubectl = shutil.which("kubectl")
     assert kubectl is not None, "kubectl is not installed"
     with tempfile.TemporaryDirectory() as cache:
+        assert _published(kubectl, str(cluster.kubeconfig), cache).returncode == 0
         proc = _explain(kubectl, str(cluster.kubeconfig), cache, "spec.rollout.modeSwitch")
     assert proc.returncode == 0, proc.stderr
     text = " ".join(_words(proc.stdout))

@@ -122,16 +122,12 @@ def build_crd() -> dict[str, Any]:
                             "description": "GPUSharePool declares GPU sharing for a set of nodes.",
                             "required": ["spec"],
                             "properties": {
-                                "apiVersion": {
-                                    "type": "string",
-                                    "description": f"The API version of this object: {c.API_VERSION}.",
-                                },
-                                "kind": {"type": "string", "description": f"The object kind: {c.KIND}."},
-                                "metadata": {
-                                    "type": "object",
-                                    "description": "Standard object metadata; the name is the pool's name "
-                                    f"(written to the {c.LABEL_POOL} label of its nodes).",
-                                },
+                                # The API server documents these itself (it replaces our text for
+                                # apiVersion and kind, and rejects anything but name constraints on
+                                # metadata).
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
                                 "spec": spec_schema,
                                 "status": status_schema,
                             },
@@ -143,16 +139,23 @@ def build_crd() -> dict[str, Any]:
     }
 
 
+#: Top-level fields every object has; the API server publishes their documentation.
+STANDARD_FIELDS = ("apiVersion", "kind", "metadata")
+
+
 def field_paths(schema: dict[str, Any] | None = None, prefix: str = "") -> list[tuple[str, str]]:
     """Every field of the schema as ``(dotted path, description)``, the paths ``kubectl explain`` takes.
 
     Array fields are entered through their items (``nodeSelector.matchExpressions.key``); maps
-    (``matchLabels``) and scalars are leaves. The default schema is the CRD's openAPIV3Schema.
+    (``matchLabels``) and scalars are leaves. The default schema is the CRD's openAPIV3Schema;
+    ``apiVersion``, ``kind`` and ``metadata`` (documented by the API server) are left out.
     """
     if schema is None:
         schema = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     out: list[tuple[str, str]] = []
     for name, sub in (schema.get("properties") or {}).items():
+        if not prefix and name in STANDARD_FIELDS:
+            continue
         path = f"{prefix}.{name}" if prefix else name
         out.append((path, str(sub.get("description") or "")))
         inner = sub.get("items") if sub.get("type") == "array" else sub
