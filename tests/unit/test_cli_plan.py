@@ -166,3 +166,69 @@ def test_invalid_yaml(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     bad.write_text("kind: [unclosed\n")
     assert main(["plan", "--pools", str(bad), "--nodes", NODES]) == 2
     assert "is not valid YAML" in capsys.readouterr().err
+
+
+# --- -f: what applying a file would change (offline here; live in tests/integration/test_live_cli.py) ---
+
+
+def test_apply_preview_offline_shows_spec_diff_and_node_changes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    changed = tmp_path / "cgpu.yaml"
+    changed.write_text(
+        (EXAMPLES / "pool-cgpu.yaml").read_text().replace("placement: binpack", "placement: spread")
+    )
+    new = tmp_path / "new.yaml"
+    new.write_text(
+        "apiVersion: gpushare.io/v1alpha1\nkind: GPUSharePool\nmetadata: {name: extra}\n"
+        "spec: {nodeSelector: {matchLabels: {alibabacloud.com/nodepool-id: np-none}}}\n"
+    )
+    pools = ["--pools", str(EXAMPLES / "pool-cgpu.yaml"), "--pools", str(EXAMPLES / "pool-gpu-core.yaml")]
+    data = _json(capsys, *pools, "--nodes", NODES, "-f", str(changed), "-f", str(new))
+    by_pool = {p["name"]: p for p in data["pools"]}
+    assert by_pool["cgpu"]["change"] == "update"
+    assert by_pool["cgpu"]["fields"] == [{"path": "spec.placement", "from": "binpack", "to": "spread"}]
+    assert by_pool["extra"]["change"] == "create"
+    assert {"path": "spec.rollout.modeSwitch", "from": None, "to": "Wait"} in by_pool["extra"]["fields"]
+    node = _by_node(data)["np-cgpu-node-1"]
+    assert {x["key"]: x["to"] for x in node["labels"]}[c.LABEL_PLACEMENT] == "spread"
+
+    assert (
+        main(
+            ["plan", *pools, "--nodes", NODES, "-f", str(changed), "-f", str(EXAMPLES / "pool-gpu-core.yaml")]
+        )
+        == 0
+    )
+    text = capsys.readouterr().out.splitlines()
+    assert text[:3] == [
+        "GPUSharePool/cgpu: would be configured",
+        "    spec.placement: binpack -> spread",
+        "GPUSharePool/gpu-core: unchanged",
+    ]
+
+
+def test_apply_preview_without_pools_files(capsys: pytest.CaptureFixture[str]) -> None:
+    """-f alone is enough offline: the file's pools against the nodes, all of them created."""
+    data = _json(capsys, "--nodes", NODES, "-f", str(EXAMPLES / "pool-cgpu.yaml"))
+    assert [(p["name"], p["change"]) for p in data["pools"]] == [("cgpu", "create")]
+    assert data["summary"]["changed"] > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(
+            ["--pools", str(EXAMPLES / "pool-cgpu.yaml")], "--nodes FILE is required offline", id="no-nodes"
+        ),
+        pytest.param(["--nodes", NODES, "-f", NODES], "-f ", id="f-without-pools"),
+        pytest.param(
+            ["--kubeconfig", "/nonexistent/kubeconfig", "-f", str(EXAMPLES / "pool-cgpu.yaml")],
+            "kubeconfig '/nonexistent/kubeconfig' does not exist",
+            id="live-no-kubeconfig",
+        ),
+    ],
+)
+def test_apply_preview_bad_input(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
