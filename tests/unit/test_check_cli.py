@@ -263,5 +263,6 @@ def test_without_context_files_check_reads_the_cluster(
     assert code == 2
     assert err == (
         f"gpushare check: error: kubeconfig '{missing}' does not exist "
-        "(pass --kubeconfig or set KUBECONFIG); to check without a cluster use --offline or --pools/--nodes files"
+        "(pass --kubeconfig or set KUBECONFIG); "
+        "to check without a cluster use --offline or --pools/--nodes files"
     )
