@@ -232,3 +232,40 @@ def test_apply_preview_bad_input(args: list[str], message: str, capsys: pytest.C
     assert main(["plan", *args]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_live_inputs_without_a_cluster(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The live path's handling, with the cluster read replaced by the example files."""
+    from gpushare.cli import plan as plan_cli
+    from gpushare.k8s.readonly import LiveState
+    from gpushare.manifests import load_files
+
+    pools = [o for o in load_files([str(EXAMPLES)]) if o.get("kind") == c.KIND]
+    for obj in pools:
+        if obj["metadata"]["name"] == "cgpu-no-isolation":  # finalizer pending: planned as a deletion
+            obj["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:00Z"
+    bad = {"apiVersion": c.API_VERSION, "kind": c.KIND, "metadata": {"name": "stored-bad"}, "spec": {}}
+    state = LiveState(
+        server="https://example.invalid:6443",
+        pools=[*pools, bad],
+        nodes=[o for o in load_files([NODES]) if o.get("kind") == "Node"],
+        pods=[o for o in load_files([PODS]) if o.get("kind") == "Pod"],
+    )
+    seen: list[str | None] = []
+
+    def fake_read(kubeconfig: str | None = None, *, with_pods: bool = True) -> LiveState:
+        seen.append(kubeconfig)
+        return state
+
+    monkeypatch.setattr(plan_cli, "read_live_sync", fake_read)
+    data = _json(capsys, "--kubeconfig", "kc", "--delete", "cgpu")
+    assert seen == ["kc"]
+    assert data["invalidPools"].keys() == {"stored-bad"}
+    assert data["pools"] == [{"name": "cgpu", "change": "delete", "fields": []}]
+    actions = {n["node"]: n["action"] for n in data["nodes"]}
+    # neither cgpu's nodes nor the deleting pool's nodes join their pool
+    assert actions["np-cgpu-node-1"] != "Apply" and actions["np-cgpu-no-isolation-node-1"] != "Apply"
+    assert main(["plan"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].startswith("live: https://example.invalid:6443: 4 pool(s)")

@@ -267,6 +267,7 @@ def render_pool_changes(changes: list[PoolChange], pools: Mapping[str, GPUShareP
 def _live_inputs(
     kubeconfig: str | None,
 ) -> tuple[LiveState, list[GPUSharePool], dict[str, str], list[NodeView], list[PodView]]:
+    """The cluster's pools (valid ones; invalid ones by name -> why), nodes and bound pods."""
     try:
         state = read_live_sync(kubeconfig)
     except LiveReadError as exc:
@@ -305,6 +306,7 @@ def run(args: argparse.Namespace) -> int:
     offline = bool(args.pools or args.nodes or args.pods)
     invalid: dict[str, str] = {}
     header: list[str] = []
+    being_deleted: set[str] = set()
     if offline:
         if not args.nodes:
             raise CLIError(
@@ -314,6 +316,12 @@ def run(args: argparse.Namespace) -> int:
         source = "--pools or -f"
     else:
         state, current, invalid, nodes, all_pods = _live_inputs(args.kubeconfig)
+        # pools already being deleted (finalizer pending) are planned as the operator does: cleanup
+        being_deleted = {
+            str(obj["metadata"]["name"])
+            for obj in state.pools
+            if (obj.get("metadata") or {}).get("deletionTimestamp")
+        }
         pods = _relevant_pods(all_pods, [*current, *applied])
         source = "the cluster or -f"
         header = [
@@ -329,7 +337,8 @@ def run(args: argparse.Namespace) -> int:
     unknown = [name for name in args.delete if name not in by_pool]
     if unknown:
         raise CLIError(f"--delete {unknown[0]}: no such {c.KIND} in {source}")
-    cp = plan(pools, nodes, pods, now=datetime.now(UTC), deleting=frozenset(args.delete), invalid=invalid)
+    deleting = frozenset(args.delete) | frozenset(being_deleted & set(by_pool))
+    cp = plan(pools, nodes, pods, now=datetime.now(UTC), deleting=deleting, invalid=invalid)
     changes = diff_pools(current, applied, args.delete) if (applied or args.delete) else []
     by_node = {n.name: n for n in nodes}
     if args.output == "json":
