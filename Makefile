@@ -4,9 +4,12 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
+# The one version, from pyproject.toml (the image tag; gpushare --version reads the same).
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 
 .PHONY: manifests help setup test test-unit test-integration lint fmt crds crds-check control-plane cluster cluster-down \
-        bench bench-webhook demo demo-down gpu-check e2e-kind image clean
+        bench bench-webhook demo demo-down gpu-check e2e-kind image clean \
+        promtool monitoring-check
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -30,14 +33,20 @@ cluster: setup control-plane ## Start a local control plane with fake GPU nodes 
 cluster-down: ## Stop the control plane started by `make cluster`
 	$(BIN)/python -m gpushare.devcluster down --dir $(CLUSTER_DIR)
 
-test: setup control-plane ## Run every test: unit, property and integration (real kube-apiserver)
+test: setup control-plane promtool ## Run every test: unit, property and integration (real kube-apiserver)
 	$(BIN)/pytest tests
 
 test-integration: setup control-plane ## Run only the tests against the local control plane
 	$(BIN)/pytest tests -m integration
 
-test-unit: setup ## Run the tests that need no control plane
+test-unit: setup promtool ## Run the tests that need no control plane
 	$(BIN)/pytest tests -m "not integration"
+
+promtool: ## Find promtool, or install it (Debian's prometheus package) to check the monitoring rules
+	bash hack/promtool.sh
+
+monitoring-check: setup promtool ## Alerts, ServiceMonitor, dashboard: promtool check/test rules, every dashboard query, metric names
+	$(BIN)/pytest -q tests/unit/test_monitoring.py
 
 lint: setup ## ruff, mypy --strict, and the CRD drift check
 	$(BIN)/ruff check operator tests
@@ -81,7 +90,7 @@ demo-down: ## Stop everything `make demo` started (operator, control plane)
 
 image: ## Build the operator/agent image (needs a Docker engine)
 	@docker info >/dev/null 2>&1 || { echo "image: no Docker engine (docker info failed); nothing was built"; exit 1; }
-	docker build -t gpushare-operator:0.1.0 .
+	docker build -t gpushare-operator:$(VERSION) .
 
 e2e-kind: setup ## With Docker + kind: build the image, deploy manifests/ to a kind cluster, run tests/e2e (prints SKIPPED and tests nothing without them)
 	bash hack/e2e-kind.sh

@@ -6,14 +6,18 @@
 # and exits 0: that is NOT a pass, nothing ran (see docs/demo.md).
 #
 # Environment: E2E_CLUSTER (kind cluster name, default gpushare-e2e), E2E_KEEP=1 (keep the cluster
-# afterwards), IMAGE (default gpushare-operator:0.1.0, the tag manifests/kustomization.yaml uses),
+# afterwards), IMAGE (default gpushare-operator:<version in pyproject.toml>, the tag manifests/kustomization.yaml uses),
 # VENV (default .venv), KUBECTL (default kubectl), E2E_TIMEOUT (seconds per wait, default 300).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
 CLUSTER="${E2E_CLUSTER:-gpushare-e2e}"
-IMAGE="${IMAGE:-gpushare-operator:0.1.0}"
+VERSION=""  # the one version, from pyproject.toml (bash only: the tests run this with a bare PATH)
+while IFS= read -r line; do
+  if [[ $line =~ ^version\ =\ \"([^\"]+)\"$ ]]; then VERSION="${BASH_REMATCH[1]}"; break; fi
+done < pyproject.toml
+IMAGE="${IMAGE:-gpushare-operator:$VERSION}"
 VENV="${VENV:-$REPO/.venv}"
 KUBECTL="${KUBECTL:-kubectl}"
 TIMEOUT="${E2E_TIMEOUT:-300}"

@@ -1,4 +1,4 @@
-"""Prometheus metrics of the gpushare operator (and, later, the admission webhook).
+"""Prometheus metrics of the gpushare operator and its admission webhook.
 
 Metric objects live in one private registry so tests and several operators in one process do
 not collide with the global default registry. ``serve(port)`` exposes them over HTTP.
@@ -7,6 +7,9 @@ not collide with the global default registry. ``serve(port)`` exposes them over 
 from __future__ import annotations
 
 import contextlib
+import time
+from collections.abc import Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
@@ -71,7 +74,44 @@ ADMISSION_SECONDS = Histogram(
     buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
 )
 
+POOL_INFO = Gauge(
+    "gpushare_pool_info",
+    "1 for each pool, labelled with the ack.node.gpu.schedule mode it puts on its nodes "
+    "(cgpu, share, core_mem)",
+    ["pool", "mode"],
+    registry=REGISTRY,
+)
+POOL_CONDITION = Gauge(
+    "gpushare_pool_condition",
+    "1 when the pool's condition (Ready, Progressing, Degraded, Conflict) is True, else 0",
+    ["pool", "condition"],
+    registry=REGISTRY,
+)
+POOL_MATCHED = Gauge(
+    "gpushare_pool_matched_nodes",
+    "Nodes that belong to the pool (selected, not skipped, not in conflict), as in status.nodes.matched",
+    ["pool"],
+    registry=REGISTRY,
+)
+POOL_READY_TIMEOUT = Gauge(
+    "gpushare_pool_ready_timeout_seconds",
+    "The pool's spec.devicePlugin.readyTimeoutSeconds: how long one node's device plugin restart may take",
+    ["pool"],
+    registry=REGISTRY,
+)
+POOL_LAST_PROGRESS = Gauge(
+    "gpushare_pool_last_progress_timestamp_seconds",
+    "Unix time the pool's node counts last changed (or the operator first saw the pool); "
+    "a rollout that stays Progressing long after it is stuck",
+    ["pool"],
+    registry=REGISTRY,
+)
+
 PHASES = ("Ready", "Pending", "Restarting", "Held", "Conflict", "Failed", "Skipped", "Degraded")
+CONDITIONS = ("Ready", "Progressing", "Degraded", "Conflict")
+_MODES = ("cgpu", "share", "core_mem")
+#: The last node counts seen per pool, to tell progress from standing still.
+_last_counts: dict[str, tuple[tuple[str, int], ...]] = {}
 
 
 def set_pool_nodes(pool: str, counts: dict[str, int]) -> None:
@@ -79,10 +119,48 @@ def set_pool_nodes(pool: str, counts: dict[str, int]) -> None:
         NODES.labels(pool=pool, phase=phase).set(counts.get(phase, 0))
 
 
+def set_pool_status(
+    pool: str, status: Mapping[str, Any], *, ready_timeout_seconds: float, now: float | None = None
+) -> None:
+    """Export what the pool's status says: mode, conditions, matched nodes, and when it last moved.
+
+    ``status`` is the status JSON the operator computed (camelCase keys). Cheap: a handful of
+    gauge sets per reconcile pass.
+    """
+    mode = str(status.get("mode") or "")
+    for other in _MODES:
+        if other != mode:
+            with contextlib.suppress(KeyError):
+                POOL_INFO.remove(pool, other)
+    if mode:
+        POOL_INFO.labels(pool=pool, mode=mode).set(1)
+    by_type = {str(cond.get("type")): cond for cond in status.get("conditions") or []}
+    for ctype in CONDITIONS:
+        value = 1 if (by_type.get(ctype) or {}).get("status") == "True" else 0
+        POOL_CONDITION.labels(pool=pool, condition=ctype).set(value)
+    nodes = dict(status.get("nodes") or {})
+    POOL_MATCHED.labels(pool=pool).set(int(nodes.get("matched", 0)))
+    POOL_READY_TIMEOUT.labels(pool=pool).set(ready_timeout_seconds)
+    counts = tuple(sorted((str(k), int(v)) for k, v in nodes.items()))
+    if _last_counts.get(pool) != counts:
+        _last_counts[pool] = counts
+        POOL_LAST_PROGRESS.labels(pool=pool).set(time.time() if now is None else now)
+
+
 def forget_pool(pool: str) -> None:
     for phase in PHASES:
         with contextlib.suppress(KeyError):
             NODES.remove(pool, phase)
+    for mode in _MODES:
+        with contextlib.suppress(KeyError):
+            POOL_INFO.remove(pool, mode)
+    for ctype in CONDITIONS:
+        with contextlib.suppress(KeyError):
+            POOL_CONDITION.remove(pool, ctype)
+    for gauge in (POOL_MATCHED, POOL_READY_TIMEOUT, POOL_LAST_PROGRESS):
+        with contextlib.suppress(KeyError):
+            gauge.remove(pool)
+    _last_counts.pop(pool, None)
 
 
 def serve(port: int, addr: str = "127.0.0.1") -> None:

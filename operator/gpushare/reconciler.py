@@ -611,6 +611,9 @@ class Reconciler:
                 "Failed": counts.get("failed", 0),
             },
         )
+        metrics.set_pool_status(
+            name, status, ready_timeout_seconds=model.spec.device_plugin.ready_timeout_seconds
+        )
         ref = pool_ref(name, model.metadata.uid)
         await self._transitions(name, ref, cp)
         if status in (base, current):

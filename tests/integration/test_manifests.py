@@ -17,6 +17,7 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
+from gpushare import __version__
 from gpushare.devcluster import ClusterInfo, DevCluster, create_gpu_nodes, wait_for
 from gpushare.devcluster.fakes import POOL_LABEL
 from gpushare.k8s.client import make_api_client
@@ -146,7 +147,7 @@ def test_containers_are_hardened() -> None:
             assert sc["readOnlyRootFilesystem"] is True
             assert sc["capabilities"]["drop"] == ["ALL"]
             assert ctr["resources"]["requests"]
-            assert ctr["image"] == "gpushare-operator:0.1.0"
+            assert ctr["image"] == f"gpushare-operator:{__version__}"
 
 
 CAN = [

@@ -142,17 +142,17 @@ def test_without_nodes(name: str, rules: list[str], capsys: pytest.CaptureFixtur
 
 def test_without_pools_the_rules_that_need_no_pool_still_apply(capsys: pytest.CaptureFixture[str]) -> None:
     # The seed selector alone resolves by the ACK labels: cgpu.disable.isolation=false is the cgpu kind.
-    assert run_check(capsys, "-f", str(EX / "invalid/cgpu-test-ambiguous.yaml")) == (0, [])
-    code, findings = run_check(capsys, "-f", str(EX / "invalid/cuda-sample-0.yaml"))
+    assert run_check(capsys, "--offline", "-f", str(EX / "invalid/cgpu-test-ambiguous.yaml")) == (0, [])
+    code, findings = run_check(capsys, "--offline", "-f", str(EX / "invalid/cuda-sample-0.yaml"))
     assert (code, [f["rule_id"] for f in findings]) == (1, ["GS002-core-percentage-range"])
-    code, findings = run_check(capsys, "-f", str(EX / "invalid/cgpu-test-no-node-selector.yaml"))
+    code, findings = run_check(capsys, "--offline", "-f", str(EX / "invalid/cgpu-test-no-node-selector.yaml"))
     assert (code, [f["rule_id"] for f in findings]) == (1, ["GS007-pool-target-missing"])
-    code, findings = run_check(capsys, "-f", str(EX / "job-cgpu-test-no-isolation.yaml"))
+    code, findings = run_check(capsys, "--offline", "-f", str(EX / "job-cgpu-test-no-isolation.yaml"))
     assert (code, [f["rule_id"] for f in findings]) == (0, ["GS010-no-isolation-sizing"])
 
 
 def test_pools_in_f_files_are_context(capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["-f", str(EX / "invalid/cgpu-test-ambiguous.yaml")]
+    args = ["--offline", "-f", str(EX / "invalid/cgpu-test-ambiguous.yaml")]
     for p in POOLS:
         args += ["-f", str(p)]
     code, findings = run_check(capsys, *args)
@@ -175,6 +175,7 @@ def test_text_output(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(
         [
             "check",
+            "--offline",
             "-f",
             str(EX / "invalid/cuda-sample-33.yaml"),
             "-f",
@@ -250,3 +251,18 @@ def test_console_script_subprocess() -> None:
     assert ok.returncode == 0 and "0 denied, 1 warning(s)" in ok.stdout
     bad = subprocess.run([exe, "check", "-f", "/nonexistent"], capture_output=True, text=True, check=False)
     assert bad.returncode == 2 and bad.stderr.strip() == "gpushare check: error: /nonexistent: no such file"
+
+
+def test_without_context_files_check_reads_the_cluster(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No --pools/--nodes/--offline: the live cluster is the context; no kubeconfig is one line, exit 2."""
+    missing = tmp_path / "nope" / "kubeconfig"
+    code = main(["check", "-f", str(EX / "job-cuda-sample.yaml"), "--kubeconfig", str(missing)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert err == (
+        f"gpushare check: error: kubeconfig '{missing}' does not exist "
+        "(pass --kubeconfig or set KUBECONFIG); "
+        "to check without a cluster use --offline or --pools/--nodes files"
+    )

@@ -166,3 +166,106 @@ def test_invalid_yaml(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     bad.write_text("kind: [unclosed\n")
     assert main(["plan", "--pools", str(bad), "--nodes", NODES]) == 2
     assert "is not valid YAML" in capsys.readouterr().err
+
+
+# --- -f: what applying a file would change (offline here; live in tests/integration/test_live_cli.py) ---
+
+
+def test_apply_preview_offline_shows_spec_diff_and_node_changes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    changed = tmp_path / "cgpu.yaml"
+    changed.write_text(
+        (EXAMPLES / "pool-cgpu.yaml").read_text().replace("placement: binpack", "placement: spread")
+    )
+    new = tmp_path / "new.yaml"
+    new.write_text(
+        "apiVersion: gpushare.io/v1alpha1\nkind: GPUSharePool\nmetadata: {name: extra}\n"
+        "spec: {nodeSelector: {matchLabels: {alibabacloud.com/nodepool-id: np-none}}}\n"
+    )
+    pools = ["--pools", str(EXAMPLES / "pool-cgpu.yaml"), "--pools", str(EXAMPLES / "pool-gpu-core.yaml")]
+    data = _json(capsys, *pools, "--nodes", NODES, "-f", str(changed), "-f", str(new))
+    by_pool = {p["name"]: p for p in data["pools"]}
+    assert by_pool["cgpu"]["change"] == "update"
+    assert by_pool["cgpu"]["fields"] == [{"path": "spec.placement", "from": "binpack", "to": "spread"}]
+    assert by_pool["extra"]["change"] == "create"
+    assert {"path": "spec.rollout.modeSwitch", "from": None, "to": "Wait"} in by_pool["extra"]["fields"]
+    node = _by_node(data)["np-cgpu-node-1"]
+    assert {x["key"]: x["to"] for x in node["labels"]}[c.LABEL_PLACEMENT] == "spread"
+
+    assert (
+        main(
+            ["plan", *pools, "--nodes", NODES, "-f", str(changed), "-f", str(EXAMPLES / "pool-gpu-core.yaml")]
+        )
+        == 0
+    )
+    text = capsys.readouterr().out.splitlines()
+    assert text[:3] == [
+        "GPUSharePool/cgpu: would be configured",
+        "    spec.placement: binpack -> spread",
+        "GPUSharePool/gpu-core: unchanged",
+    ]
+
+
+def test_apply_preview_without_pools_files(capsys: pytest.CaptureFixture[str]) -> None:
+    """-f alone is enough offline: the file's pools against the nodes, all of them created."""
+    data = _json(capsys, "--nodes", NODES, "-f", str(EXAMPLES / "pool-cgpu.yaml"))
+    assert [(p["name"], p["change"]) for p in data["pools"]] == [("cgpu", "create")]
+    assert data["summary"]["changed"] > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(
+            ["--pools", str(EXAMPLES / "pool-cgpu.yaml")], "--nodes FILE is required offline", id="no-nodes"
+        ),
+        pytest.param(["--nodes", NODES, "-f", NODES], "-f ", id="f-without-pools"),
+        pytest.param(
+            ["--kubeconfig", "/nonexistent/kubeconfig", "-f", str(EXAMPLES / "pool-cgpu.yaml")],
+            "kubeconfig '/nonexistent/kubeconfig' does not exist",
+            id="live-no-kubeconfig",
+        ),
+    ],
+)
+def test_apply_preview_bad_input(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_live_inputs_without_a_cluster(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The live path's handling, with the cluster read replaced by the example files."""
+    from gpushare.cli import plan as plan_cli
+    from gpushare.k8s.readonly import LiveState
+    from gpushare.manifests import load_files
+
+    pools = [o for o in load_files([str(EXAMPLES)]) if o.get("kind") == c.KIND]
+    for obj in pools:
+        if obj["metadata"]["name"] == "cgpu-no-isolation":  # finalizer pending: planned as a deletion
+            obj["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:00Z"
+    bad = {"apiVersion": c.API_VERSION, "kind": c.KIND, "metadata": {"name": "stored-bad"}, "spec": {}}
+    state = LiveState(
+        server="https://example.invalid:6443",
+        pools=[*pools, bad],
+        nodes=[o for o in load_files([NODES]) if o.get("kind") == "Node"],
+        pods=[o for o in load_files([PODS]) if o.get("kind") == "Pod"],
+    )
+    seen: list[str | None] = []
+
+    def fake_read(kubeconfig: str | None = None, *, with_pods: bool = True) -> LiveState:
+        seen.append(kubeconfig)
+        return state
+
+    monkeypatch.setattr(plan_cli, "read_live_sync", fake_read)
+    data = _json(capsys, "--kubeconfig", "kc", "--delete", "cgpu")
+    assert seen == ["kc"]
+    assert data["invalidPools"].keys() == {"stored-bad"}
+    assert data["pools"] == [{"name": "cgpu", "change": "delete", "fields": []}]
+    actions = {n["node"]: n["action"] for n in data["nodes"]}
+    # neither cgpu's nodes nor the deleting pool's nodes join their pool
+    assert actions["np-cgpu-node-1"] != "Apply" and actions["np-cgpu-no-isolation-node-1"] != "Apply"
+    assert main(["plan"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].startswith("live: https://example.invalid:6443: 4 pool(s)")

@@ -39,6 +39,8 @@ MAX_SELECTOR_TERMS = 32
 
 
 class LabelSelectorRequirement(_Model):
+    """One term of a label selector: a label key, an operator and (for In/NotIn) a list of values."""
+
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
@@ -50,9 +52,19 @@ class LabelSelectorRequirement(_Model):
             ]
         }
     )
-    key: str = Field(min_length=1, max_length=317)
-    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
-    values: list[str] = Field(default_factory=list)
+    key: str = Field(
+        min_length=1,
+        max_length=317,
+        description="The node (or pod) label key this term tests, e.g. alibabacloud.com/nodepool-id.",
+    )
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"] = Field(
+        description="How the label is tested. In: its value is one of values. NotIn: it is absent or its "
+        "value is none of values. Exists: the label is present (any value). DoesNotExist: it is absent."
+    )
+    values: list[str] = Field(
+        default_factory=list,
+        description="The values for In and NotIn (at least one). Must be empty for Exists and DoesNotExist.",
+    )
 
     @model_validator(mode="after")
     def _values_match_operator(self) -> LabelSelectorRequirement:
@@ -64,11 +76,19 @@ class LabelSelectorRequirement(_Model):
 
 
 class LabelSelector(_Model):
-    """A standard Kubernetes label selector (matchLabels AND matchExpressions)."""
+    """A standard Kubernetes label selector: an object must satisfy every matchLabels entry AND every
+    matchExpressions term."""
 
-    match_labels: dict[str, str] = Field(default_factory=dict, max_length=MAX_SELECTOR_TERMS)
+    match_labels: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=MAX_SELECTOR_TERMS,
+        description="Label key/value pairs that must all be present with exactly these values "
+        f"(at most {MAX_SELECTOR_TERMS} entries).",
+    )
     match_expressions: list[LabelSelectorRequirement] = Field(
-        default_factory=list, max_length=MAX_SELECTOR_TERMS
+        default_factory=list,
+        max_length=MAX_SELECTOR_TERMS,
+        description=f"Label terms (key, operator, values) that must all hold (at most {MAX_SELECTOR_TERMS}).",
     )
 
     def is_empty(self) -> bool:
@@ -112,15 +132,39 @@ def _default_plugin_selector() -> LabelSelector:
 
 
 class DevicePlugin(_Model):
-    """Where the gpushare device plugin runs and how it is restarted after a label change."""
+    """Where the gpushare device plugin runs and how it is restarted after a label change. The plugin reads
+    its node's labels (cgpu.disable.isolation in particular) only when it starts, so a relabelled node
+    needs a fresh plugin pod."""
 
-    namespace: str = Field(default=c.DEFAULT_PLUGIN_NAMESPACE, min_length=1, max_length=63)
+    namespace: str = Field(
+        default=c.DEFAULT_PLUGIN_NAMESPACE,
+        min_length=1,
+        max_length=63,
+        description="Namespace of the gpushare device plugin DaemonSet's pods. "
+        f"Default {c.DEFAULT_PLUGIN_NAMESPACE}.",
+    )
     pod_selector: LabelSelector = Field(
         default_factory=_default_plugin_selector,
         json_schema_extra={"default": {"matchLabels": dict(c.DEFAULT_PLUGIN_LABELS)}},
+        description="Labels of the device plugin pods, matched together with the node name to find the "
+        "pod to restart on a node. Default matchLabels "
+        + ", ".join(f"{k}={v}" for k, v in c.DEFAULT_PLUGIN_LABELS.items())
+        + " (the ACK gpushare-device-plugin-ds DaemonSet).",
     )
-    restart: Literal["Rolling", "Never"] = "Rolling"
-    ready_timeout_seconds: int = Field(default=300, ge=10, le=3600)
+    restart: Literal["Rolling", "Never"] = Field(
+        default="Rolling",
+        description="Rolling (default): after a node's labels change, delete its device plugin pod and wait "
+        "until the DaemonSet's new pod is Ready, at most rollout.maxUnavailable nodes at a time. Never: "
+        "only relabel; you restart the plugin yourself.",
+    )
+    ready_timeout_seconds: int = Field(
+        default=300,
+        ge=10,
+        le=3600,
+        description="How long to wait for the new device plugin pod to become Ready before the node is "
+        "reported Failed (reason DevicePluginNotReady) and the pool Degraded. Seconds, 10 to 3600, "
+        "default 300.",
+    )
 
 
 class Rollout(_Model):
@@ -128,6 +172,9 @@ class Rollout(_Model):
 
     max_unavailable: int | str = Field(
         default=1,
+        description="How many nodes of the pool may be changing at once (device plugin restarting, or "
+        "cordoned for a mode switch): an integer >= 1 or a percentage of the pool's nodes from 1% to 100% "
+        "(rounded up, at least 1). Default 1.",
         json_schema_extra={
             "x-kubernetes-int-or-string": True,
             "x-kubernetes-validations": [
@@ -138,7 +185,15 @@ class Rollout(_Model):
             ],
         },
     )
-    mode_switch: Literal["Wait", "Cordon", "Evict", "Force"] = "Wait"
+    mode_switch: Literal["Wait", "Cordon", "Evict", "Force"] = Field(
+        default="Wait",
+        description=f"What to do when a node must change {c.LABEL_SCHEDULE} while pods using "
+        f"{c.RES_GPU_MEM} run on it (switching under them corrupts the scheduler's GPU ledger). "
+        "Wait (default): hold the node (phase Held) until they finish. Cordon: cordon the node, wait, then "
+        "uncordon. Evict: cordon and evict the pods through the Eviction API (PodDisruptionBudgets are "
+        "honoured), then uncordon. Force: switch now and emit a warning Event. A node an administrator "
+        "cordoned is never uncordoned.",
+    )
 
     @field_validator("max_unavailable")
     @classmethod
@@ -162,7 +217,14 @@ class Rollout(_Model):
 
 
 class Admission(_Model):
-    mode: Literal["Enforce", "Warn", "Off"] = "Enforce"
+    """How the gpushare admission webhook treats pods and workloads aimed at this pool."""
+
+    mode: Literal["Enforce", "Warn", "Off"] = Field(
+        default="Enforce",
+        description="Enforce (default): deny GPU-sharing pods that break a pool rule (wrong request kind, "
+        "gpu-mem larger than one GPU, no pool nodeSelector...). Warn: admit them with a warning. Off: skip "
+        "the pool-specific rules (the rules on the request values themselves still apply).",
+    )
 
 
 _OBJ_DEFAULT: dict[str, Any] = {"default": {}}
@@ -171,7 +233,14 @@ _MANAGED_CEL = "[" + ", ".join(f"'{key}'" for key in c.MANAGED_LABELS) + "]"
 
 
 class GPUSharePoolSpec(_Model):
+    """Which nodes form the pool and how their GPUs are shared (memory isolation, compute allocation,
+    placement), plus how changes roll out."""
+
     node_selector: LabelSelector = Field(
+        description="Required, non-empty: the nodes of this pool, e.g. matchLabels "
+        "alibabacloud.com/nodepool-id: np-gpu. It must not use a label gpushare writes "
+        f"({', '.join(c.MANAGED_LABELS)}). A node selected by two pools is a Conflict and neither pool "
+        f"changes it; a node labelled {c.LABEL_SKIP}=true is left alone.",
         json_schema_extra={
             "x-kubernetes-validations": [
                 {
@@ -189,15 +258,50 @@ class GPUSharePoolSpec(_Model):
                     "such as alibabacloud.com/nodepool-id",
                 },
             ]
-        }
+        },
     )
-    memory_isolation: bool = True
-    compute_allocation: bool = False
-    placement: Literal["binpack", "spread"] = "binpack"
-    device_plugin: DevicePlugin = Field(default_factory=DevicePlugin, json_schema_extra=_OBJ_DEFAULT)
-    rollout: Rollout = Field(default_factory=Rollout, json_schema_extra=_OBJ_DEFAULT)
-    admission: Admission = Field(default_factory=Admission, json_schema_extra=_OBJ_DEFAULT)
-    cleanup: Literal["Restore", "Retain"] = "Restore"
+    memory_isolation: bool = Field(
+        default=True,
+        description="true (default): cGPU isolates each pod's GPU memory; nodes get "
+        f"{c.LABEL_SCHEDULE}=cgpu (core_mem with computeAllocation) and {c.LABEL_DISABLE_ISOLATION}=false. "
+        f"false: sharing without isolation ({c.LABEL_SCHEDULE}=share, {c.LABEL_DISABLE_ISOLATION}=true); "
+        "containers see the whole GPU and must size themselves (gpushare quota).",
+    )
+    compute_allocation: bool = Field(
+        default=False,
+        description=f"true: compute is allocated too ({c.LABEL_SCHEDULE}=core_mem); pods request "
+        f"{c.RES_GPU_CORE} (5 to 100, multiples of 5) with {c.RES_GPU_MEM}. Requires memoryIsolation: "
+        "true. Default false.",
+    )
+    placement: Literal["binpack", "spread"] = Field(
+        default="binpack",
+        description=f"Card-level placement on multi-GPU nodes ({c.LABEL_PLACEMENT}): binpack (default) "
+        "fills one GPU before the next; spread distributes pods across the GPUs.",
+    )
+    device_plugin: DevicePlugin = Field(
+        default_factory=DevicePlugin,
+        json_schema_extra=_OBJ_DEFAULT,
+        description="Where the gpushare device plugin runs and how it is restarted after a node's labels "
+        "change (it reads them only at start).",
+    )
+    rollout: Rollout = Field(
+        default_factory=Rollout,
+        json_schema_extra=_OBJ_DEFAULT,
+        description="How a change reaches the nodes: how many at a time, and what to do with running GPU "
+        "pods when a node's mode must switch.",
+    )
+    admission: Admission = Field(
+        default_factory=Admission,
+        json_schema_extra=_OBJ_DEFAULT,
+        description="How the admission webhook treats GPU-sharing pods aimed at this pool.",
+    )
+    cleanup: Literal["Restore", "Retain"] = Field(
+        default="Restore",
+        description="What happens to a node's labels when the pool is deleted or the node leaves the "
+        f"selector. Restore (default): put back the values recorded in the {c.ANNOTATION_OWNED} annotation "
+        f"({c.LABEL_SCHEDULE}=default where there was none). Retain: leave the ACK labels; only "
+        f"{c.LABEL_POOL} and the annotation are removed.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> GPUSharePoolSpec:
@@ -229,36 +333,77 @@ class GPUSharePoolSpec(_Model):
 
 
 class Condition(_Model):
-    """metav1.Condition."""
+    """A standard Kubernetes condition (metav1.Condition) of the pool."""
 
-    type: str = Field(max_length=316)
-    status: Literal["True", "False", "Unknown"]
-    reason: str = Field(max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
-    message: str = Field(default="", max_length=32768)
-    last_transition_time: str
-    observed_generation: int | None = Field(default=None, ge=0)
+    type: str = Field(
+        max_length=316,
+        description="Ready (every matched node has the pool's labels and a Ready device plugin), Progressing "
+        "(a change is rolling out or held), Degraded (a node failed: plugin not Ready, isolation missing, "
+        "patch rejected) or Conflict (a node is selected by another pool too).",
+    )
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str = Field(
+        max_length=1024,
+        pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
+        description="One CamelCase word for the cause, e.g. NodesHeld, DevicePluginNotReady, NodeConflict.",
+    )
+    message: str = Field(
+        default="",
+        max_length=32768,
+        description="Human-readable details: which nodes, pods or pools, and why.",
+    )
+    last_transition_time: str = Field(description="When status last changed (RFC 3339).")
+    observed_generation: int | None = Field(
+        default=None,
+        ge=0,
+        description="The metadata.generation of the spec this condition was computed from.",
+    )
 
 
 class NodeCounts(_Model):
-    matched: int = 0
-    ready: int = 0
-    pending: int = 0
-    held: int = 0
-    conflicting: int = 0
-    failed: int = 0
+    """How many of the pool's nodes are in each state."""
+
+    matched: int = Field(
+        default=0, description="Nodes that belong to the pool: selected, not skipped, not in conflict."
+    )
+    ready: int = Field(default=0, description="Nodes with the pool's labels and a Ready device plugin.")
+    pending: int = Field(
+        default=0, description="Nodes waiting for their turn, a label patch or a device plugin restart."
+    )
+    held: int = Field(
+        default=0, description="Nodes whose mode switch waits for running GPU pods (rollout.modeSwitch)."
+    )
+    conflicting: int = Field(default=0, description="Nodes also selected by another pool; left unchanged.")
+    failed: int = Field(
+        default=0, description="Nodes that failed (device plugin not Ready in time, isolation missing...)."
+    )
 
 
 class Resources(_Model):
-    gpus: int = 0
-    gpu_mem_gi_b: int = Field(default=0, alias="gpuMemGiB")
-    gpu_core_percentage: int = 0
+    """GPU resources summed over the pool's nodes."""
+
+    gpus: int = Field(default=0, description="Physical GPUs (aliyun.com/gpu-count).")
+    gpu_mem_gi_b: int = Field(
+        default=0,
+        alias="gpuMemGiB",
+        description=f"GPU memory in GiB ({c.RES_GPU_MEM}; the device plugin floors each GPU to whole GiB).",
+    )
+    gpu_core_percentage: int = Field(
+        default=0, description=f"Compute in {c.RES_GPU_CORE} units (100 per GPU; core_mem pools only)."
+    )
 
 
 class NodeStatus(_Model):
-    name: str
-    phase: NodePhase
-    reason: str = ""
-    message: str = ""
+    """The state of one node of the pool."""
+
+    name: str = Field(description="The node's name.")
+    phase: NodePhase = Field(
+        description="Ready (done), Pending (waiting for a patch or its rollout turn), Restarting (device "
+        "plugin restarting), Held (mode switch waits for GPU pods), Conflict (another pool selects it), "
+        f"Failed, Skipped (labelled {c.LABEL_SKIP}=true) or Degraded (e.g. cGPU isolation unavailable)."
+    )
+    reason: str = Field(default="", description="One CamelCase word for the cause, e.g. NoDevicePluginPod.")
+    message: str = Field(default="", description="Details: the pods holding the node, the other pool...")
 
 
 #: The per-node list in status is bounded; nodes not Ready are listed first.
@@ -266,16 +411,33 @@ MAX_NODE_STATUSES = 100
 
 
 class GPUSharePoolStatus(_Model):
-    observed_generation: int | None = None
-    mode: str | None = None
+    """What the operator observed and did; written by the operator only."""
+
+    observed_generation: int | None = Field(
+        default=None, description="The metadata.generation of the spec the operator last acted on."
+    )
+    mode: str | None = Field(
+        default=None,
+        description=f"The {c.LABEL_SCHEDULE} value the pool puts on its nodes: cgpu, share or core_mem.",
+    )
     conditions: list[Condition] = Field(
         default_factory=list,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+        description="Ready, Progressing, Degraded and Conflict, one entry per type.",
     )
-    nodes: NodeCounts = Field(default_factory=NodeCounts)
-    capacity: Resources = Field(default_factory=Resources)
-    allocated: Resources = Field(default_factory=Resources)
-    node_statuses: list[NodeStatus] = Field(default_factory=list, max_length=MAX_NODE_STATUSES)
+    nodes: NodeCounts = Field(default_factory=NodeCounts, description="Node counts by state.")
+    capacity: Resources = Field(
+        default_factory=Resources, description="GPU resources the pool's nodes advertise as allocatable."
+    )
+    allocated: Resources = Field(
+        default_factory=Resources,
+        description="GPU resources requested by the unfinished pods bound to the pool's nodes.",
+    )
+    node_statuses: list[NodeStatus] = Field(
+        default_factory=list,
+        max_length=MAX_NODE_STATUSES,
+        description=f"Per-node state, at most {MAX_NODE_STATUSES} entries, nodes not Ready first.",
+    )
 
 
 class ObjectMeta(BaseModel):

@@ -1,4 +1,8 @@
-"""``gpushare check``: run the admission rules on manifests, offline.
+"""``gpushare check``: run the admission rules on manifests.
+
+Context (the pools and nodes the pool rules need): the live cluster's GPUSharePools and Nodes,
+read through the kubeconfig (get/list only), unless ``--pools``/``--nodes`` files are given or
+``--offline`` says to use only what ``-f`` holds (for CI without a cluster).
 
 Exit codes: 0 nothing denied (warnings allowed), 1 something denied, 2 unreadable input.
 Output: ``-o text`` (default) prints one line per finding, ``VERDICT RULE-ID MESSAGE`` (the message
@@ -9,6 +13,7 @@ finding objects (keys: rule_id, verdict, object, container, field, value, messag
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from typing import Any
 
@@ -16,6 +21,7 @@ from gpushare import constants as c
 from gpushare.admission import Context, Finding, evaluate, is_denied, node_info
 from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
 from gpushare.cli import CLIError
+from gpushare.k8s.readonly import LiveReadError, read_live_sync
 from gpushare.manifests import describe, load_files
 
 
@@ -24,9 +30,10 @@ def register(subparsers: Any) -> None:
         "check",
         help="check pods, workloads and GPUSharePools against the GPU-sharing admission rules",
         description=(
-            "Check manifests against the admission rules the webhook enforces. GPUSharePools and Nodes "
-            "found in -f files are also used as context. Exit 0 when nothing is denied, 1 when "
-            "something is, 2 when input cannot be read."
+            "Check manifests against the admission rules the webhook enforces, with the live cluster's "
+            "GPUSharePools and Nodes as context (read-only), or --pools/--nodes files, or --offline. "
+            "GPUSharePools and Nodes found in -f files are also used as context. Exit 0 when nothing is "
+            "denied, 1 when something is, 2 when input or the cluster cannot be read."
         ),
     )
     parser.add_argument(
@@ -41,6 +48,13 @@ def register(subparsers: Any) -> None:
         "--nodes", action="append", default=[], metavar="FILE",
         help="Nodes to check against (e.g. `kubectl get nodes -o yaml`)",
     )  # fmt: skip
+    parser.add_argument(
+        "--offline", action="store_true",
+        help="do not read the cluster: only -f (and --pools/--nodes) files give context",
+    )  # fmt: skip
+    parser.add_argument(
+        "--kubeconfig", help="kubeconfig file (default: in-cluster, else KUBECONFIG, ~/.kube/config)"
+    )
     parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
     parser.set_defaults(func=run)
 
@@ -88,10 +102,27 @@ def build_context(
     return Context.build(list(by_name.values()), list(by_node.values()))
 
 
+def _live_context(kubeconfig: str | None) -> tuple[list[GPUSharePool], list[dict[str, Any]]]:
+    """The cluster's valid pools and its nodes (an invalid stored pool is skipped, as the webhook does)."""
+    try:
+        state = read_live_sync(kubeconfig, with_pods=False)
+    except LiveReadError as exc:
+        raise CLIError(f"{exc}; to check without a cluster use --offline or --pools/--nodes files") from None
+    pools: list[GPUSharePool] = []
+    for obj in state.pools:
+        with contextlib.suppress(PoolValidationError):
+            pools.append(parse_pool(obj))
+    return pools, state.nodes
+
+
 def run(args: argparse.Namespace) -> int:
     objects = load_files(args.files)
-    pools, nodes = _context_objects(args.pools, "--pools")
-    more_pools, more_nodes = _context_objects(args.nodes, "--nodes")
+    if args.pools or args.nodes or args.offline:
+        pools, nodes = _context_objects(args.pools, "--pools")
+        more_pools, more_nodes = _context_objects(args.nodes, "--nodes")
+    else:
+        pools, nodes = _live_context(args.kubeconfig)
+        more_pools, more_nodes = [], []
     ctx = build_context(objects, pools + more_pools, nodes + more_nodes)
     findings = check_objects(objects, ctx)
     if args.output == "json":

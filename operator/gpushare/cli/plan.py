@@ -1,10 +1,13 @@
 """``gpushare plan``: the dry run of what the operator would do to each node.
 
-Reads GPUSharePools, Nodes and (optionally) Pods from files (``kubectl get ... -o yaml`` Lists or
-manifests; objects of other kinds are ignored, so ``--pools examples/`` works) and prints, per
-node, the label changes (``key: old -> new``), device-plugin restarts, held mode switches with the
-pods that block them, conflicts and skips. Nothing is written. Exit 0; 2 on unreadable or invalid
-input (one line naming the object and the problem).
+Live (the default): reads the cluster's GPUSharePools, Nodes and GPU pods through the kubeconfig
+(get/list only) and shows what applying the pools in ``-f`` files (or deleting ``--delete`` pools)
+would change, as ``kubectl diff`` does: per pool the spec fields that change, then per node the
+label changes (``key: old -> new``), device-plugin restarts, held mode switches with the pods that
+block them, conflicts and skips. Offline: ``--pools``/``--nodes``/``--pods`` files (``kubectl get
+... -o yaml`` Lists or manifests; other kinds are ignored, so ``--pools examples/`` works) stand in
+for the cluster. Nothing is written. Exit 0; 2 on unreadable or invalid input or an unreachable
+cluster (one line naming the object or source and the problem).
 """
 
 from __future__ import annotations
@@ -18,8 +21,10 @@ from typing import Any
 from gpushare import constants as c
 from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
 from gpushare.cli import CLIError
+from gpushare.k8s.readonly import LiveReadError, LiveState, read_live_sync
 from gpushare.manifests import load_files
 from gpushare.policy import Action, ClusterPlan, NodePlan, NodeView, PodView, plan
+from gpushare.policy.pooldiff import PoolChange, diff_pools, show
 
 ABSENT = "<none>"
 
@@ -29,21 +34,31 @@ def register(subparsers: Any) -> None:
         "plan",
         help="preview the node labels, plugin restarts, holds and conflicts the operator would produce",
         description=(
-            "Dry run of the operator: given GPUSharePools, Nodes and Pods (files from `kubectl get -o yaml` "
-            "or manifests), print what would change on each node. Nothing is written."
+            "Dry run of the operator, like `kubectl diff`: what applying the GPUSharePools in -f files "
+            "(or deleting --delete pools) would change, per pool and per node. Reads the live cluster "
+            "through the kubeconfig (get/list only), or, offline, --pools/--nodes/--pods files. "
+            "Nothing is written."
         ),
     )
     parser.add_argument(
-        "--pools", action="append", required=True, metavar="FILE",
-        help="GPUSharePools (file, directory or '-'; repeatable; other kinds are ignored)",
+        "-f", "--filename", dest="files", action="append", default=[], metavar="FILE",
+        help="GPUSharePools to preview applying (file, directory or '-'; repeatable; other kinds are "
+        "ignored); they replace the pools of the same name",
     )  # fmt: skip
     parser.add_argument(
-        "--nodes", action="append", required=True, metavar="FILE",
-        help="Nodes, e.g. `kubectl get nodes -o yaml` (repeatable)",
+        "--kubeconfig", help="kubeconfig file (default: in-cluster, else KUBECONFIG, ~/.kube/config)"
+    )
+    parser.add_argument(
+        "--pools", action="append", default=[], metavar="FILE",
+        help="offline: the current GPUSharePools instead of the cluster's (repeatable)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--nodes", action="append", default=[], metavar="FILE",
+        help="offline: Nodes, e.g. `kubectl get nodes -o yaml` (repeatable; required offline)",
     )  # fmt: skip
     parser.add_argument(
         "--pods", action="append", default=[], metavar="FILE",
-        help="Pods, e.g. `kubectl get pods -A -o yaml` (running GPU pods can hold a mode switch)",
+        help="offline: Pods, e.g. `kubectl get pods -A -o yaml` (running GPU pods can hold a mode switch)",
     )  # fmt: skip
     parser.add_argument(
         "--delete", action="append", default=[], metavar="POOL",
@@ -60,22 +75,27 @@ def _objects(paths: list[str], kind: str) -> list[dict[str, Any]]:
     return [obj for obj in load_files(paths) if obj.get("kind") == kind]
 
 
-def load_inputs(
-    pool_files: list[str], node_files: list[str], pod_files: list[str]
-) -> tuple[list[GPUSharePool], list[NodeView], list[PodView]]:
+def _parse_pools(objs: list[dict[str, Any]], option: str) -> list[GPUSharePool]:
     pools: list[GPUSharePool] = []
-    for obj in _objects(pool_files, c.KIND):
+    for obj in objs:
         try:
             pools.append(parse_pool(obj))
         except PoolValidationError as exc:
             raise CLIError(str(exc)) from None
-    if not pools:
-        raise CLIError(f"--pools {' '.join(pool_files)}: no {c.KIND} found")
     seen: set[str] = set()
     for p in pools:
         if p.name in seen:
-            raise CLIError(f"--pools: {c.KIND}/{p.name} is given twice")
+            raise CLIError(f"{option}: {c.KIND}/{p.name} is given twice")
         seen.add(p.name)
+    return pools
+
+
+def load_inputs(
+    pool_files: list[str], node_files: list[str], pod_files: list[str], *, pools_required: bool = True
+) -> tuple[list[GPUSharePool], list[NodeView], list[PodView]]:
+    pools = _parse_pools(_objects(pool_files, c.KIND), "--pools") if pool_files else []
+    if not pools and pools_required:
+        raise CLIError(f"--pools {' '.join(pool_files)}: no {c.KIND} found")
     nodes = [NodeView.from_obj(obj) for obj in _objects(node_files, "Node")]
     if not nodes:
         raise CLIError(f"--nodes {' '.join(node_files)}: no Node found")
@@ -225,17 +245,111 @@ def render_text(
     return "\n".join(lines)
 
 
+def render_pool_changes(changes: list[PoolChange], pools: Mapping[str, GPUSharePool]) -> list[str]:
+    """``kubectl diff`` for the pools: created / configured (field: old -> new) / unchanged / deleted."""
+    lines: list[str] = []
+    for ch in changes:
+        ref = f"{c.KIND}/{ch.name}"
+        if ch.change == "delete":
+            cleanup = pools[ch.name].spec.cleanup if ch.name in pools else "Restore"
+            lines.append(f"{ref}: would be deleted (cleanup {cleanup})")
+        elif ch.change == "unchanged":
+            lines.append(f"{ref}: unchanged")
+        elif ch.change == "create":
+            lines.append(f"{ref}: would be created")
+            lines.extend(f"    {f.path}: {show(f.new)}" for f in ch.fields)
+        else:
+            lines.append(f"{ref}: would be configured")
+            lines.extend(f"    {f.path}: {show(f.old)} -> {show(f.new)}" for f in ch.fields)
+    return lines
+
+
+def _live_inputs(
+    kubeconfig: str | None,
+) -> tuple[LiveState, list[GPUSharePool], dict[str, str], list[NodeView], list[PodView]]:
+    """The cluster's pools (valid ones; invalid ones by name -> why), nodes and bound pods."""
+    try:
+        state = read_live_sync(kubeconfig)
+    except LiveReadError as exc:
+        raise CLIError(str(exc)) from None
+    pools: list[GPUSharePool] = []
+    invalid: dict[str, str] = {}
+    for obj in state.pools:
+        try:
+            pools.append(parse_pool(obj))
+        except PoolValidationError as exc:  # stored before a rule existed: the operator ignores it too
+            invalid[exc.name] = "; ".join(exc.problems)
+    nodes = [NodeView.from_obj(obj) for obj in state.nodes]
+    pods = [PodView.from_obj(obj) for obj in state.pods]
+    return state, pools, invalid, nodes, pods
+
+
+def _relevant_pods(pods: list[PodView], pools: list[GPUSharePool]) -> list[PodView]:
+    """GPU pods (they can hold a mode switch) and device plugin pods (they get restarted)."""
+
+    def plugin(p: PodView) -> bool:
+        if dict(p.labels).items() >= c.DEFAULT_PLUGIN_LABELS.items():
+            return True
+        return any(
+            p.namespace == pool.spec.device_plugin.namespace
+            and pool.spec.device_plugin.pod_selector.matches(dict(p.labels))
+            for pool in pools
+        )
+
+    return [p for p in pods if p.gpu_mem or p.gpu_core or p.gpu_count or plugin(p)]
+
+
 def run(args: argparse.Namespace) -> int:
-    pools, nodes, pods = load_inputs(args.pools, args.nodes, args.pods)
-    names = {p.name for p in pools}
-    unknown = [name for name in args.delete if name not in names]
-    if unknown:
-        raise CLIError(f"--delete {unknown[0]}: no such {c.KIND} in --pools")
-    cp = plan(pools, nodes, pods, now=datetime.now(UTC), deleting=frozenset(args.delete))
-    by_node = {n.name: n for n in nodes}
-    by_pool = {p.name: p for p in pools}
-    if args.output == "json":
-        print(json.dumps(plan_json(cp, by_node, by_pool, pods), indent=2))
+    applied = _parse_pools(_objects(args.files, c.KIND), "-f") if args.files else []
+    if args.files and not applied:
+        raise CLIError(f"-f {' '.join(args.files)}: no {c.KIND} found")
+    offline = bool(args.pools or args.nodes or args.pods)
+    invalid: dict[str, str] = {}
+    header: list[str] = []
+    being_deleted: set[str] = set()
+    if offline:
+        if not args.nodes:
+            raise CLIError(
+                "--nodes FILE is required offline (with --pools/--pods); omit all three to read the cluster"
+            )
+        current, nodes, pods = load_inputs(args.pools, args.nodes, args.pods, pools_required=not applied)
+        source = "--pools or -f"
     else:
-        print(render_text(cp, by_node, by_pool, pods, args.all))
+        state, current, invalid, nodes, all_pods = _live_inputs(args.kubeconfig)
+        # pools already being deleted (finalizer pending) are planned as the operator does: cleanup
+        being_deleted = {
+            str(obj["metadata"]["name"])
+            for obj in state.pools
+            if (obj.get("metadata") or {}).get("deletionTimestamp")
+        }
+        pods = _relevant_pods(all_pods, [*current, *applied])
+        source = "the cluster or -f"
+        header = [
+            f"live: {state.server}: {len(current) + len(invalid)} pool(s), {len(nodes)} node(s), "
+            f"{len(pods)} GPU or device plugin pod(s)",
+            *(f"warning: {w}" for w in state.warnings),
+        ]
+    by_pool = {p.name: p for p in current}
+    by_pool.update({p.name: p for p in applied})
+    for name in by_pool:
+        invalid.pop(name, None)  # a pool in -f replaces the invalid stored one
+    pools = list(by_pool.values())
+    unknown = [name for name in args.delete if name not in by_pool]
+    if unknown:
+        raise CLIError(f"--delete {unknown[0]}: no such {c.KIND} in {source}")
+    deleting = frozenset(args.delete) | frozenset(being_deleted & set(by_pool))
+    cp = plan(pools, nodes, pods, now=datetime.now(UTC), deleting=deleting, invalid=invalid)
+    changes = diff_pools(current, applied, args.delete) if (applied or args.delete) else []
+    by_node = {n.name: n for n in nodes}
+    if args.output == "json":
+        out = plan_json(cp, by_node, by_pool, pods)
+        out["pools"] = [ch.to_dict() for ch in changes]
+        print(json.dumps(out, indent=2))
+    else:
+        lines = [
+            *header,
+            *render_pool_changes(changes, by_pool),
+            render_text(cp, by_node, by_pool, pods, args.all),
+        ]
+        print("\n".join(lines))
     return 0
