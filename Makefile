@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: manifests help setup test test-unit test-integration lint fmt crds crds-check control-plane cluster cluster-down \
-        bench bench-webhook demo demo-down gpu-check e2e-kind image clean
+        bench bench-webhook demo demo-down gpu-check e2e-kind image image-check helm clean
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -22,6 +22,9 @@ setup: $(BIN)/gpushare ## Create .venv and install gpushare with its test and li
 control-plane: ## Build (or reuse) kube-apiserver, kcm, scheduler, etcd and kwok in ~/.cache/gpushare
 	bash hack/build-control-plane.sh
 
+helm: ## Build (or reuse) the helm CLI in ~/.cache/gpushare (for the chart's tests)
+	bash hack/build-helm.sh
+
 CLUSTER_DIR ?= .cluster
 
 cluster: setup control-plane ## Start a local control plane with fake GPU nodes (2 pools) in the background
@@ -30,13 +33,13 @@ cluster: setup control-plane ## Start a local control plane with fake GPU nodes 
 cluster-down: ## Stop the control plane started by `make cluster`
 	$(BIN)/python -m gpushare.devcluster down --dir $(CLUSTER_DIR)
 
-test: setup control-plane ## Run every test: unit, property and integration (real kube-apiserver)
+test: setup control-plane helm ## Run every test: unit, property and integration (real kube-apiserver)
 	$(BIN)/pytest tests
 
-test-integration: setup control-plane ## Run only the tests against the local control plane
+test-integration: setup control-plane helm ## Run only the tests against the local control plane
 	$(BIN)/pytest tests -m integration
 
-test-unit: setup ## Run the tests that need no control plane
+test-unit: setup helm ## Run the tests that need no control plane
 	$(BIN)/pytest tests -m "not integration"
 
 lint: setup ## ruff, mypy --strict, and the CRD drift check
@@ -53,9 +56,11 @@ fmt: setup ## Format the code
 crds: setup ## Regenerate crds/ from the pydantic models
 	$(BIN)/python -m gpushare.api.crd > crds/gpushare.io_gpusharepools.yaml
 	cp crds/gpushare.io_gpusharepools.yaml manifests/crd/gpushare.io_gpusharepools.yaml
+	cp crds/gpushare.io_gpusharepools.yaml charts/gpushare-operator/crds/gpushare.io_gpusharepools.yaml
 
 manifests: setup ## Regenerate manifests/crd/ (the CRD copy kustomize can reach) from the models
 	$(BIN)/python -m gpushare.api.crd > manifests/crd/gpushare.io_gpusharepools.yaml
+	cp manifests/crd/gpushare.io_gpusharepools.yaml charts/gpushare-operator/crds/gpushare.io_gpusharepools.yaml
 
 clean: ## Remove local build state
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
@@ -82,6 +87,9 @@ demo-down: ## Stop everything `make demo` started (operator, control plane)
 image: ## Build the operator/agent image (needs a Docker engine)
 	@docker info >/dev/null 2>&1 || { echo "image: no Docker engine (docker info failed); nothing was built"; exit 1; }
 	docker build -t gpushare-operator:0.1.0 .
+
+image-check: setup control-plane ## Build the image (local Debian base when no registry is reachable) and run it: --version, check, operator vs local control plane (prints "skipped, no engine" without Docker)
+	bash hack/image-check.sh
 
 e2e-kind: setup ## With Docker + kind: build the image, deploy manifests/ to a kind cluster, run tests/e2e (prints SKIPPED and tests nothing without them)
 	bash hack/e2e-kind.sh

@@ -1,0 +1,382 @@
+"""The Helm chart charts/gpushare-operator, rendered offline (`helm lint`, `helm template`).
+
+One source of truth with manifests/: with default values the chart renders the same objects as
+``kubectl kustomize manifests/`` (helm's own labels aside), its CRDs are byte-identical to crds/,
+and its webhooks equal what ``gpushare.admission.webhook_config`` generates for the same
+settings. The value sets (cert-manager, agent off, device-plugin namespaces, extra workload kinds,
+monitoring, webhook policy) are rendered and checked object by object.
+
+helm comes from ``make helm`` (the ``helm_bin`` fixture fails, never skips, without it).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpushare.admission.webhook_config import WebhookSettings, build_configuration
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "gpushare-operator"
+NS = "gpushare-system"
+HELM_LABELS = (
+    "helm.sh/chart",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+)
+
+Key = tuple[str, str, str]  # kind, namespace, name
+
+
+def helm(helm_bin: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([helm_bin, *args], capture_output=True, text=True, timeout=120)
+    if check and proc.returncode != 0:
+        pytest.fail(f"helm {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def template(helm_bin: str, *sets: str, chart: Path = CHART, crds: bool = False) -> dict[Key, dict[str, Any]]:
+    args = ["template", "gpushare", str(chart), "--namespace", NS]
+    args += ["--include-crds"] if crds else []
+    for s in sets:
+        args += ["--set-json" if s.startswith("json:") else "--set", s.removeprefix("json:")]
+    return by_key(yaml.safe_load_all(helm(helm_bin, *args).stdout))
+
+
+def kustomize(path: Path) -> dict[Key, dict[str, Any]]:
+    out = subprocess.run(
+        ["kubectl", "kustomize", str(path)], capture_output=True, text=True, check=True, timeout=60
+    )
+    return by_key(yaml.safe_load_all(out.stdout))
+
+
+def by_key(docs: Any) -> dict[Key, dict[str, Any]]:
+    out: dict[Key, dict[str, Any]] = {}
+    for d in docs:
+        if not d:
+            continue
+        key = (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"])
+        assert key not in out, f"{key} rendered twice"
+        out[key] = d
+    return out
+
+
+def normalized(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object without helm's bookkeeping labels (everything else is compared)."""
+    obj = json.loads(json.dumps(obj))
+    labels = obj["metadata"].get("labels") or {}
+    for k in HELM_LABELS:
+        labels.pop(k, None)
+    if not labels:
+        obj["metadata"].pop("labels", None)
+    return obj
+
+
+def leaf_diff(a: Any, b: Any, path: str = "") -> list[tuple[str, str, str]]:
+    """Where two JSON-like values differ: (path, a, b) per differing leaf (absent: '-')."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in sorted(set(a) | set(b)):
+            if k not in a or k not in b:
+                out.append(
+                    (f"{path}.{k}", json.dumps(a[k]) if k in a else "-", json.dumps(b[k]) if k in b else "-")
+                )
+            else:
+                out += leaf_diff(a[k], b[k], f"{path}.{k}")
+        return out
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in leaf_diff(x, y, f"{path}[{i}]")]
+    return [] if a == b else [(path or ".", json.dumps(a), json.dumps(b))]
+
+
+def container(objs: dict[Key, dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    ctr: dict[str, Any] = objs[(kind, NS, name)]["spec"]["template"]["spec"]["containers"][0]
+    return ctr
+
+
+# --- lint and the single source of truth -------------------------------------------------------
+
+
+def test_helm_lint_strict_passes(helm_bin: str) -> None:
+    out = helm(helm_bin, "lint", "--strict", str(CHART), "--namespace", NS)
+    assert "1 chart(s) linted, 0 chart(s) failed" in out.stdout
+
+
+def test_chart_crds_are_the_same_bytes_as_crds_and_manifests() -> None:
+    chart_crds = sorted(p.name for p in (CHART / "crds").glob("*.yaml"))
+    assert chart_crds == ["gpushare.io_gpusharepools.yaml", "kopf.dev_clusterkopfpeerings.yaml"]
+    gsp = (CHART / "crds" / "gpushare.io_gpusharepools.yaml").read_bytes()
+    assert gsp == (REPO / "crds" / "gpushare.io_gpusharepools.yaml").read_bytes(), "run 'make crds'"
+    assert gsp == (REPO / "manifests" / "crd" / "gpushare.io_gpusharepools.yaml").read_bytes()
+    peering = (CHART / "crds" / "kopf.dev_clusterkopfpeerings.yaml").read_bytes()
+    assert peering == (REPO / "manifests" / "crd" / "kopf.dev_clusterkopfpeerings.yaml").read_bytes()
+
+
+def test_default_values_render_the_objects_of_manifests(helm_bin: str) -> None:
+    chart = template(helm_bin, crds=True)
+    kust = kustomize(REPO / "manifests")
+    # The release namespace is created before `helm install` (Helm stores the release in it), with
+    # the Pod Security labels of manifests/namespace. The chart owns the webhook's certificate
+    # Secret (so that `helm uninstall` removes it); with kustomize the operator creates it.
+    assert sorted(set(kust) - set(chart)) == [("Namespace", "", NS)]
+    assert sorted(set(chart) - set(kust)) == [("Secret", NS, "gpushare-webhook-tls")]
+    different = []
+    for key in sorted(set(chart) & set(kust)):
+        if key[0] == "CustomResourceDefinition":  # crds/ is not templated; kustomize labels them
+            kust[key]["metadata"]["labels"].pop("app.kubernetes.io/part-of")
+        got, want = normalized(chart[key]), normalized(kust[key])
+        if got != want:
+            lines = "\n".join(f"  {path}: chart={a} manifests={b}" for path, a, b in leaf_diff(got, want))
+            different.append(f"{'/'.join(filter(None, key))}:\n{lines}")
+    assert not different, "chart and manifests/ differ:\n" + "\n".join(different)
+
+
+def test_chart_labels_every_object_for_helm(helm_bin: str) -> None:
+    for key, obj in template(helm_bin).items():
+        labels = obj["metadata"]["labels"]
+        assert labels["app.kubernetes.io/managed-by"] == "Helm", key
+        assert labels["app.kubernetes.io/part-of"] == "gpushare", key
+        assert labels["app.kubernetes.io/instance"] == "gpushare", key
+
+
+def test_chart_version_and_app_version_follow_pyproject(helm_bin: str) -> None:
+    import tomllib
+
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["appVersion"] == version
+    assert chart["version"] == version
+    objs = template(helm_bin)
+    assert container(objs, "Deployment", "gpushare-operator")["image"] == f"gpushare-operator:{version}"
+    assert container(objs, "DaemonSet", "gpushare-agent")["image"] == f"gpushare-operator:{version}"
+
+
+@pytest.mark.parametrize(
+    ("sets", "settings"),
+    [
+        ((), WebhookSettings()),
+        (
+            (
+                "webhook.failurePolicy=Ignore",
+                "webhook.timeoutSeconds=3",
+                "webhook.excludedNamespaces={kube-system,monitoring}",
+            ),
+            WebhookSettings(
+                failure_policy="Ignore", timeout_seconds=3, excluded_namespaces=("kube-system", "monitoring")
+            ),
+        ),
+        (("json:webhook.excludedNamespaces=[]",), WebhookSettings(excluded_namespaces=())),
+    ],
+    ids=["defaults", "ignore-3s-monitoring", "no-exclusions"],
+)
+def test_webhooks_equal_the_generated_configuration(
+    helm_bin: str, sets: tuple[str, ...], settings: WebhookSettings
+) -> None:
+    objs = template(helm_bin, *sets)
+    vwc = objs[("ValidatingWebhookConfiguration", "", "gpushare-webhook")]
+    assert vwc["webhooks"] == build_configuration(settings)["webhooks"]
+    args = container(objs, "Deployment", "gpushare-operator")["args"]
+    # The operator gets the same policy (it only writes caBundle in-cluster, but its local mode
+    # and its logs use these).
+    if settings.failure_policy != "Fail":
+        assert f"--webhook-failure-policy={settings.failure_policy}" in args
+    if settings.timeout_seconds != 5:
+        assert f"--webhook-timeout={settings.timeout_seconds}" in args
+
+
+# --- value sets --------------------------------------------------------------------------------
+
+
+def test_image_replicas_resources(helm_bin: str) -> None:
+    objs = template(
+        helm_bin,
+        "image.repository=registry.example/gpushare", "image.tag=1.2.3", "image.pullPolicy=Always",
+        "operator.replicas=3", "operator.resources.requests.cpu=250m", "agent.resources.limits.memory=64Mi",
+        "json:imagePullSecrets=[{\"name\":\"pull\"}]",
+    )  # fmt: skip
+    dep = objs[("Deployment", NS, "gpushare-operator")]
+    assert dep["spec"]["replicas"] == 3
+    for kind, name in (("Deployment", "gpushare-operator"), ("DaemonSet", "gpushare-agent")):
+        ctr = container(objs, kind, name)
+        assert ctr["image"] == "registry.example/gpushare:1.2.3"
+        assert ctr["imagePullPolicy"] == "Always"
+        assert objs[(kind, NS, name)]["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "pull"}]
+    assert container(objs, "Deployment", "gpushare-operator")["resources"]["requests"]["cpu"] == "250m"
+    assert container(objs, "DaemonSet", "gpushare-agent")["resources"]["limits"]["memory"] == "64Mi"
+
+
+def test_cert_manager_mode_matches_the_kustomize_overlay(helm_bin: str) -> None:
+    chart = template(helm_bin, "webhook.tls.mode=cert-manager")
+    overlay = kustomize(REPO / "manifests" / "overlays" / "cert-manager")
+    cm_keys = sorted(k for k in overlay if k[0] in ("Issuer", "Certificate"))
+    assert len(cm_keys) == 4
+    for key in [*cm_keys, ("Deployment", NS, "gpushare-operator")]:
+        assert normalized(chart[key]) == normalized(overlay[key]), key
+    # cert-manager writes the certificate: no Secret owned by the chart, no Secret access at all.
+    assert ("Secret", NS, "gpushare-webhook-tls") not in chart
+    assert ("Role", NS, "gpushare-operator-webhook-certs") not in chart
+    assert ("RoleBinding", NS, "gpushare-operator-webhook-certs") not in chart
+
+
+def test_agent_off_renders_no_agent_objects(helm_bin: str) -> None:
+    on, off = template(helm_bin), template(helm_bin, "agent.enabled=false")
+    gone = sorted(set(on) - set(off))
+    assert gone == [
+        ("ClusterRole", "", "gpushare-agent"),
+        ("ClusterRoleBinding", "", "gpushare-agent"),
+        ("DaemonSet", NS, "gpushare-agent"),
+        ("ServiceAccount", NS, "gpushare-agent"),
+    ]
+    assert set(off) <= set(on)
+
+
+def test_agent_node_selector_and_tolerations(helm_bin: str) -> None:
+    objs = template(
+        helm_bin,
+        "agent.nodeSelector.gpu=yes",
+        'json:agent.tolerations=[{"key":"nvidia.com/gpu","operator":"Exists","effect":"NoSchedule"}]',
+        "agent.affinity=null",
+    )
+    spec = objs[("DaemonSet", NS, "gpushare-agent")]["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {"gpu": "yes"}
+    assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert "affinity" not in spec
+
+
+def _pod_verbs(objs: dict[Key, dict[str, Any]]) -> list[str]:
+    rules = objs[("ClusterRole", "", "gpushare-operator")]["rules"]
+    verbs: list[str] = next(r["verbs"] for r in rules if r["resources"] == ["pods"])
+    return verbs
+
+
+def test_device_plugin_namespaces_get_a_role_each_and_no_cluster_wide_delete(helm_bin: str) -> None:
+    assert "delete" in _pod_verbs(template(helm_bin))  # default: as manifests/ (cluster-wide)
+    objs = template(helm_bin, "devicePlugin.namespaces={kube-system,gpu-operator}")
+    assert _pod_verbs(objs) == ["get", "list", "watch"]
+    for ns in ("kube-system", "gpu-operator"):
+        role = objs[("Role", ns, "gpushare-operator-device-plugin")]
+        assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]}]
+        binding = objs[("RoleBinding", ns, "gpushare-operator-device-plugin")]
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "gpushare-operator", "namespace": NS}
+        ]
+        assert binding["roleRef"]["name"] == "gpushare-operator-device-plugin"
+
+
+def test_extra_workload_kinds_become_a_mounted_file_and_the_flag(helm_bin: str) -> None:
+    kinds = [{"group": "example.com", "version": "v1", "kind": "TrainingRun", "plural": "trainingruns",
+              "podTemplates": ["spec.template"]}]  # fmt: skip
+    objs = template(helm_bin, f"json:workloadKinds={json.dumps(kinds)}")
+    cm = objs[("ConfigMap", NS, "gpushare-workload-kinds")]
+    assert yaml.safe_load(cm["data"]["workload-kinds.yaml"]) == kinds
+    dep = objs[("Deployment", NS, "gpushare-operator")]
+    ctr = dep["spec"]["template"]["spec"]["containers"][0]
+    assert "--workload-kinds=/etc/gpushare/workload-kinds.yaml" in ctr["args"]
+    mount = next(m for m in ctr["volumeMounts"] if m["name"] == "workload-kinds")
+    assert mount == {"name": "workload-kinds", "mountPath": "/etc/gpushare", "readOnly": True}
+    vol = next(v for v in dep["spec"]["template"]["spec"]["volumes"] if v["name"] == "workload-kinds")
+    assert vol["configMap"]["name"] == "gpushare-workload-kinds"
+    # A changed list rolls the pods.
+    other = template(helm_bin, f"json:workloadKinds={json.dumps([{**kinds[0], 'kind': 'Other'}])}")
+    ann = "gpushare.io/workload-kinds-sha256"
+    pod_ann = dep["spec"]["template"]["metadata"]["annotations"][ann]
+    assert (
+        pod_ann
+        != other[("Deployment", NS, "gpushare-operator")]["spec"]["template"]["metadata"]["annotations"][ann]
+    )
+    # None by default: no ConfigMap, no flag.
+    default = template(helm_bin)
+    assert ("ConfigMap", NS, "gpushare-workload-kinds") not in default
+    assert not any(
+        a.startswith("--workload-kinds")
+        for a in container(default, "Deployment", "gpushare-operator")["args"]
+    )
+
+
+RULES = """\
+groups:
+- name: gpushare-test
+  rules:
+  - alert: GPUShareOperatorDown
+    expr: absent(up{job="gpushare-operator-metrics"} == 1)
+    for: 5m
+    labels: {severity: critical}
+    annotations: {summary: no gpushare operator is scraped}
+"""
+
+
+def test_monitoring_toggles_render_service_monitor_rule_and_dashboard(helm_bin: str, tmp_path: Path) -> None:
+    chart = tmp_path / "gpushare-operator"
+    shutil.copytree(CHART, chart)
+    (chart / "files" / "prometheus-rules.yaml").write_text(RULES)
+    (chart / "files" / "grafana-dashboard.json").write_text('{"title": "gpushare", "panels": []}\n')
+    off = template(helm_bin, chart=chart)
+    assert not [k for k in off if k[0] in ("ServiceMonitor", "PrometheusRule")]
+    objs = template(
+        helm_bin, "monitoring.serviceMonitor.enabled=true", "monitoring.prometheusRule.enabled=true",
+        "monitoring.dashboard.enabled=true", "monitoring.prometheusRule.labels.release=kps", chart=chart,
+    )  # fmt: skip
+    sm = objs[("ServiceMonitor", NS, "gpushare-operator")]
+    svc = objs[("Service", NS, "gpushare-operator-metrics")]
+    # The ServiceMonitor selects the metrics Service (and only it) and scrapes its named port.
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    webhook_svc = objs[("Service", NS, "gpushare-webhook")]
+    assert not sm["spec"]["selector"]["matchLabels"].items() <= webhook_svc["metadata"]["labels"].items()
+    assert [e["port"] for e in sm["spec"]["endpoints"]] == [p["name"] for p in svc["spec"]["ports"]]
+    rule = objs[("PrometheusRule", NS, "gpushare-operator")]
+    assert rule["spec"] == yaml.safe_load(RULES)
+    assert rule["metadata"]["labels"]["release"] == "kps"
+    dash = objs[("ConfigMap", NS, "gpushare-grafana-dashboard")]
+    assert json.loads(dash["data"]["gpushare.json"])["title"] == "gpushare"
+    assert dash["metadata"]["labels"]["grafana_dashboard"] == "1"
+
+
+def test_monitoring_rule_without_its_file_fails_clearly(helm_bin: str, tmp_path: Path) -> None:
+    chart = tmp_path / "gpushare-operator"
+    shutil.copytree(CHART, chart)
+    (chart / "files" / "prometheus-rules.yaml").unlink(missing_ok=True)
+    out = helm(
+        helm_bin, "template", "x", str(chart), "--set", "monitoring.prometheusRule.enabled=true", check=False
+    )
+    assert out.returncode != 0
+    assert "monitoring.prometheusRule.enabled: the chart has no files/prometheus-rules.yaml" in out.stderr
+
+
+def test_shipped_monitoring_files_render_when_present(helm_bin: str) -> None:
+    """The alerts and dashboard the chart ships (files/) render as they are written."""
+    rules, dash = CHART / "files" / "prometheus-rules.yaml", CHART / "files" / "grafana-dashboard.json"
+    present = [p for p in (rules, dash) if p.exists()]
+    sets = ["monitoring.serviceMonitor.enabled=true"]
+    sets += ["monitoring.prometheusRule.enabled=true"] if rules.exists() else []
+    sets += ["monitoring.dashboard.enabled=true"] if dash.exists() else []
+    objs = template(helm_bin, *sets)
+    assert ("ServiceMonitor", NS, "gpushare-operator") in objs
+    if rules in present:
+        assert objs[("PrometheusRule", NS, "gpushare-operator")]["spec"] == yaml.safe_load(rules.read_text())
+    if dash in present:
+        cm = objs[("ConfigMap", NS, "gpushare-grafana-dashboard")]
+        assert json.loads(cm["data"]["gpushare.json"]) == json.loads(dash.read_text())
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("webhook.failurePolicy=Maybe", "at '/webhook/failurePolicy': value must be one of 'Fail', 'Ignore'"),
+        ("webhook.timeoutSeconds=9", "at '/webhook/timeoutSeconds': maximum: got 9, want 5"),
+        ("webhook.tls.mode=vault", "at '/webhook/tls/mode'"),
+        ("operator.replicas=0", "at '/operator/replicas': minimum: got 0, want 1"),
+        ("image.pullPolicy=Sometimes", "at '/image/pullPolicy'"),
+    ],
+)
+def test_bad_values_are_refused_naming_the_field(helm_bin: str, value: str, message: str) -> None:
+    out = helm(helm_bin, "template", "x", str(CHART), "--set", value, check=False)
+    assert out.returncode != 0
+    assert message in out.stderr
+    assert "goroutine" not in out.stderr
