@@ -380,3 +380,10 @@ def test_bad_values_are_refused_naming_the_field(helm_bin: str, value: str, mess
     assert out.returncode != 0
     assert message in out.stderr
     assert "goroutine" not in out.stderr
+
+
+def test_operator_pods_give_kopf_their_name_as_peering_identity(helm_bin: str) -> None:
+    # Kopf reads POD_ID; without it, it builds user@host from getpass.getuser(), which fails for the
+    # image's uid unless /etc/passwd has it (hack/image-check.sh runs that path).
+    env = container(template(helm_bin), "Deployment", "gpushare-operator")["env"]
+    assert {"name": "POD_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in env
