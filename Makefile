@@ -58,9 +58,10 @@ crds: setup ## Regenerate crds/ from the pydantic models
 	cp crds/gpushare.io_gpusharepools.yaml manifests/crd/gpushare.io_gpusharepools.yaml
 	cp crds/gpushare.io_gpusharepools.yaml charts/gpushare-operator/crds/gpushare.io_gpusharepools.yaml
 
-manifests: setup ## Regenerate manifests/crd/ (the CRD copy kustomize can reach) from the models
+manifests: setup ## Regenerate manifests/crd/ (the CRD copy kustomize can reach) and the chart's CRD and webhooks from the code
 	$(BIN)/python -m gpushare.api.crd > manifests/crd/gpushare.io_gpusharepools.yaml
 	cp manifests/crd/gpushare.io_gpusharepools.yaml charts/gpushare-operator/crds/gpushare.io_gpusharepools.yaml
+	$(BIN)/python hack/chart-webhooks.py
 
 clean: ## Remove local build state
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -14,13 +14,19 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from gpushare.admission.webhook_config import WebhookSettings, build_configuration
+from gpushare.admission.webhook_config import (
+    WebhookSettings,
+    WebhookTarget,
+    build_configuration,
+    build_webhook,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "gpushare-operator"
@@ -191,6 +197,41 @@ def test_webhooks_equal_the_generated_configuration(
         assert f"--webhook-timeout={settings.timeout_seconds}" in args
 
 
+def test_generated_webhooks_file_is_current() -> None:
+    out = subprocess.run(
+        [sys.executable, str(REPO / "hack" / "chart-webhooks.py"), "--print"],
+        capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    assert (CHART / "files" / "webhooks.yaml").read_text() == out.stdout, "stale: run 'make manifests'"
+
+
+def test_extra_workload_kinds_get_their_webhooks(helm_bin: str) -> None:
+    kinds = [
+        {"kind": "TrainingRun", "group": "example.com", "version": "v1", "plural": "trainingruns",
+         "podSpecs": ["spec.template.spec"]},
+        {"kind": "ClusterJob", "group": "batch.example.io", "versions": ["v2", "v1"], "plural": "clusterjobs",
+         "namespaced": False, "operations": ["CREATE"], "podSpecs": ["spec.pod"]},
+    ]  # fmt: skip
+    objs = template(helm_bin, f"json:workloadKinds={json.dumps(kinds)}", "webhook.failurePolicy=Ignore")
+    hooks = {
+        h["name"]: h for h in objs[("ValidatingWebhookConfiguration", "", "gpushare-webhook")]["webhooks"]
+    }
+    settings = WebhookSettings(failure_policy="Ignore")
+    want = [
+        WebhookTarget(handler_id="validate-trainingruns-example-com", kind="TrainingRun", group="example.com",
+                      version="v1", plural="trainingruns", operations=("CREATE", "UPDATE")),
+        WebhookTarget(handler_id="validate-clusterjobs-batch-example-io", kind="ClusterJob",
+                      group="batch.example.io", version="v2", plural="clusterjobs", operations=("CREATE",),
+                      namespaced=False),
+    ]  # fmt: skip
+    for target in want:
+        expected = build_webhook(settings, target)
+        if target.handler_id.startswith("validate-clusterjobs"):
+            expected["rules"][0]["apiVersions"] = ["v2", "v1"]
+        assert hooks[expected["name"]] == expected
+    assert len(hooks) == len(build_configuration(settings)["webhooks"]) + 2
+
+
 # --- value sets --------------------------------------------------------------------------------
 
 
@@ -260,6 +301,8 @@ def test_device_plugin_namespaces_get_a_role_each_and_no_cluster_wide_delete(hel
     assert "delete" in _pod_verbs(template(helm_bin))  # default: as manifests/ (cluster-wide)
     objs = template(helm_bin, "devicePlugin.namespaces={kube-system,gpu-operator}")
     assert _pod_verbs(objs) == ["get", "list", "watch"]
+    env = container(objs, "Deployment", "gpushare-operator")["env"]
+    assert {"name": "GPUSHARE_PLUGIN_NAMESPACES", "value": "kube-system,gpu-operator"} in env
     for ns in ("kube-system", "gpu-operator"):
         role = objs[("Role", ns, "gpushare-operator-device-plugin")]
         assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]}]
@@ -272,7 +315,7 @@ def test_device_plugin_namespaces_get_a_role_each_and_no_cluster_wide_delete(hel
 
 def test_extra_workload_kinds_become_a_mounted_file_and_the_flag(helm_bin: str) -> None:
     kinds = [{"group": "example.com", "version": "v1", "kind": "TrainingRun", "plural": "trainingruns",
-              "podTemplates": ["spec.template"]}]  # fmt: skip
+              "podSpecs": ["spec.template.spec"]}]  # fmt: skip
     objs = template(helm_bin, f"json:workloadKinds={json.dumps(kinds)}")
     cm = objs[("ConfigMap", NS, "gpushare-workload-kinds")]
     assert yaml.safe_load(cm["data"]["workload-kinds.yaml"]) == kinds

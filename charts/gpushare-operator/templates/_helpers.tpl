@@ -11,12 +11,6 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 
-{{/* Namespaces excluded from the webhook: the configured ones plus the release namespace, sorted. */}}
-{{- define "gpushare.webhookExcluded" -}}
-{{- $ns := append (.Values.webhook.excludedNamespaces | default list) .Release.Namespace -}}
-{{- toYaml ($ns | uniq | sortAlpha) -}}
-{{- end -}}
-
 {{- define "gpushare.podSecurityContext" -}}
 runAsNonRoot: true
 runAsUser: 65532
