@@ -62,6 +62,9 @@ manifests: setup ## Regenerate manifests/crd/ (the CRD copy kustomize can reach)
 	$(BIN)/python -m gpushare.api.crd > manifests/crd/gpushare.io_gpusharepools.yaml
 	cp manifests/crd/gpushare.io_gpusharepools.yaml charts/gpushare-operator/crds/gpushare.io_gpusharepools.yaml
 	$(BIN)/python hack/chart-webhooks.py
+	if [ -d manifests/monitoring ]; then mkdir -p charts/gpushare-operator/files/dashboards \
+	  && cp manifests/monitoring/prometheusrule.yaml charts/gpushare-operator/files/ \
+	  && cp manifests/monitoring/dashboards/gpushare-operator.json charts/gpushare-operator/files/dashboards/; fi
 
 clean: ## Remove local build state
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

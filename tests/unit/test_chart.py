@@ -343,25 +343,39 @@ def test_extra_workload_kinds_become_a_mounted_file_and_the_flag(helm_bin: str) 
     )
 
 
-RULES = """\
-groups:
-- name: gpushare-test
-  rules:
-  - alert: GPUShareOperatorDown
-    expr: absent(up{job="gpushare-operator-metrics"} == 1)
-    for: 5m
-    labels: {severity: critical}
-    annotations: {summary: no gpushare operator is scraped}
+RULE = """\
+# a PrometheusRule as manifests/monitoring ships it; the chart uses its spec
+apiVersion: monitoring.coreos.com/v1
+kind: PrometheusRule
+metadata:
+  name: gpushare-operator
+  namespace: gpushare-system
+spec:
+  groups:
+  - name: gpushare-test
+    rules:
+    - alert: GPUShareOperatorDown
+      expr: absent(up{job="gpushare-operator"} == 1)
+      for: 5m
+      labels: {severity: critical}
+      annotations: {summary: no gpushare operator is scraped}
 """
+MONITORING_FILES = ("files/prometheusrule.yaml", "files/dashboards/gpushare-operator.json")
+
+
+def _chart_with_monitoring_files(tmp_path: Path) -> Path:
+    chart = tmp_path / "gpushare-operator"
+    shutil.copytree(CHART, chart)
+    (chart / "files" / "dashboards").mkdir(exist_ok=True)
+    (chart / MONITORING_FILES[0]).write_text(RULE)
+    (chart / MONITORING_FILES[1]).write_text('{"title": "gpushare", "panels": []}\n')
+    return chart
 
 
 def test_monitoring_toggles_render_service_monitor_rule_and_dashboard(helm_bin: str, tmp_path: Path) -> None:
-    chart = tmp_path / "gpushare-operator"
-    shutil.copytree(CHART, chart)
-    (chart / "files" / "prometheus-rules.yaml").write_text(RULES)
-    (chart / "files" / "grafana-dashboard.json").write_text('{"title": "gpushare", "panels": []}\n')
+    chart = _chart_with_monitoring_files(tmp_path)
     off = template(helm_bin, chart=chart)
-    assert not [k for k in off if k[0] in ("ServiceMonitor", "PrometheusRule")]
+    assert not [k for k in off if k[0] in ("ServiceMonitor", "PrometheusRule") or "dashboard" in k[2]]
     objs = template(
         helm_bin, "monitoring.serviceMonitor.enabled=true", "monitoring.prometheusRule.enabled=true",
         "monitoring.dashboard.enabled=true", "monitoring.prometheusRule.labels.release=kps", chart=chart,
@@ -373,39 +387,56 @@ def test_monitoring_toggles_render_service_monitor_rule_and_dashboard(helm_bin: 
     webhook_svc = objs[("Service", NS, "gpushare-webhook")]
     assert not sm["spec"]["selector"]["matchLabels"].items() <= webhook_svc["metadata"]["labels"].items()
     assert [e["port"] for e in sm["spec"]["endpoints"]] == [p["name"] for p in svc["spec"]["ports"]]
+    assert svc["metadata"]["labels"][sm["spec"]["jobLabel"]] == "gpushare-operator"
     rule = objs[("PrometheusRule", NS, "gpushare-operator")]
-    assert rule["spec"] == yaml.safe_load(RULES)
+    assert rule["spec"] == yaml.safe_load(RULE)["spec"]
     assert rule["metadata"]["labels"]["release"] == "kps"
-    dash = objs[("ConfigMap", NS, "gpushare-grafana-dashboard")]
-    assert json.loads(dash["data"]["gpushare.json"])["title"] == "gpushare"
+    dash = objs[("ConfigMap", NS, "gpushare-operator-dashboard")]
+    assert json.loads(dash["data"]["gpushare-operator.json"])["title"] == "gpushare"
     assert dash["metadata"]["labels"]["grafana_dashboard"] == "1"
 
 
-def test_monitoring_rule_without_its_file_fails_clearly(helm_bin: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("toggle", ["prometheusRule", "dashboard"])
+def test_monitoring_without_its_file_fails_clearly(helm_bin: str, tmp_path: Path, toggle: str) -> None:
     chart = tmp_path / "gpushare-operator"
     shutil.copytree(CHART, chart)
-    (chart / "files" / "prometheus-rules.yaml").unlink(missing_ok=True)
+    for f in MONITORING_FILES:
+        (chart / f).unlink(missing_ok=True)
     out = helm(
-        helm_bin, "template", "x", str(chart), "--set", "monitoring.prometheusRule.enabled=true", check=False
+        helm_bin, "template", "x", str(chart), "--set", f"monitoring.{toggle}.enabled=true", check=False
     )
     assert out.returncode != 0
-    assert "monitoring.prometheusRule.enabled: the chart has no files/prometheus-rules.yaml" in out.stderr
+    assert f"monitoring.{toggle}.enabled: the chart has no files/" in out.stderr
 
 
-def test_shipped_monitoring_files_render_when_present(helm_bin: str) -> None:
-    """The alerts and dashboard the chart ships (files/) render as they are written."""
-    rules, dash = CHART / "files" / "prometheus-rules.yaml", CHART / "files" / "grafana-dashboard.json"
-    present = [p for p in (rules, dash) if p.exists()]
-    sets = ["monitoring.serviceMonitor.enabled=true"]
-    sets += ["monitoring.prometheusRule.enabled=true"] if rules.exists() else []
-    sets += ["monitoring.dashboard.enabled=true"] if dash.exists() else []
-    objs = template(helm_bin, *sets)
-    assert ("ServiceMonitor", NS, "gpushare-operator") in objs
-    if rules in present:
-        assert objs[("PrometheusRule", NS, "gpushare-operator")]["spec"] == yaml.safe_load(rules.read_text())
-    if dash in present:
-        cm = objs[("ConfigMap", NS, "gpushare-grafana-dashboard")]
-        assert json.loads(cm["data"]["gpushare.json"]) == json.loads(dash.read_text())
+def test_monitoring_is_the_same_as_manifests_monitoring(helm_bin: str) -> None:
+    """The chart's monitoring files are byte copies of manifests/monitoring (make manifests copies
+    them), and render the same objects as the kustomize overlay manifests/overlays/monitoring."""
+    source = REPO / "manifests" / "monitoring"
+    copies = {CHART / f: source / f.removeprefix("files/") for f in MONITORING_FILES}
+    if not source.exists():
+        shipped = [str(c.relative_to(REPO)) for c in copies if c.exists()]
+        assert not shipped, f"the chart ships {shipped} but manifests/monitoring does not exist"
+        return
+    for copy, original in copies.items():
+        assert copy.read_bytes() == original.read_bytes(), f"{copy} is stale: run 'make manifests'"
+    chart = template(
+        helm_bin, "monitoring.serviceMonitor.enabled=true", "monitoring.prometheusRule.enabled=true",
+        "monitoring.dashboard.enabled=true",
+    )  # fmt: skip
+    kust = kustomize(REPO / "manifests" / "overlays" / "monitoring")
+    keys = [
+        k
+        for k in kust
+        if k[0] in ("ServiceMonitor", "PrometheusRule") or k[2] == "gpushare-operator-dashboard"
+    ]
+    assert len(keys) == 3, keys
+    for key in keys:
+        got, want = normalized(chart[key]), normalized(kust[key])
+        if key[0] == "ConfigMap":
+            name = "gpushare-operator.json"
+            assert json.loads(got["data"].pop(name)) == json.loads(want["data"].pop(name))
+        assert leaf_diff(got, want) == [], key
 
 
 @pytest.mark.parametrize(
