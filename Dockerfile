@@ -16,7 +16,10 @@ LABEL org.opencontainers.image.title="gpushare-operator" \
       org.opencontainers.image.description="GPUSharePool operator, admission webhook and GPU node agent"
 COPY --from=build /opt/gpushare /opt/gpushare
 ENV PATH=/opt/gpushare/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
-# Non-root, numeric so `runAsNonRoot: true` can verify it.
+# Non-root, numeric so `runAsNonRoot: true` can verify it, with a passwd entry: Python's
+# getpass.getuser() (Kopf's peering identity outside a pod) fails for a uid that has none.
+RUN echo 'gpushare:x:65532:65532:gpushare:/nonexistent:/usr/sbin/nologin' >> /etc/passwd \
+ && echo 'gpushare:x:65532:' >> /etc/group
 USER 65532:65532
 ENTRYPOINT ["gpushare"]
 CMD ["run"]

@@ -8,7 +8,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 
 .PHONY: manifests help setup test test-unit test-integration lint fmt crds crds-check control-plane cluster cluster-down \
-        bench bench-webhook demo demo-down gpu-check e2e-kind image clean \
+        bench bench-webhook demo demo-down gpu-check e2e-kind image image-check helm clean \
         promtool monitoring-check
 
 help: ## List the targets
@@ -25,6 +25,9 @@ setup: $(BIN)/gpushare ## Create .venv and install gpushare with its test and li
 control-plane: ## Build (or reuse) kube-apiserver, kcm, scheduler, etcd and kwok in ~/.cache/gpushare
 	bash hack/build-control-plane.sh
 
+helm: ## Build (or reuse) the helm CLI in ~/.cache/gpushare (for the chart's tests)
+	bash hack/build-helm.sh
+
 CLUSTER_DIR ?= .cluster
 
 cluster: setup control-plane ## Start a local control plane with fake GPU nodes (2 pools) in the background
@@ -33,13 +36,13 @@ cluster: setup control-plane ## Start a local control plane with fake GPU nodes 
 cluster-down: ## Stop the control plane started by `make cluster`
 	$(BIN)/python -m gpushare.devcluster down --dir $(CLUSTER_DIR)
 
-test: setup control-plane promtool ## Run every test: unit, property and integration (real kube-apiserver)
+test: setup control-plane helm promtool ## Run every test: unit, property and integration (real kube-apiserver)
 	$(BIN)/pytest tests
 
-test-integration: setup control-plane ## Run only the tests against the local control plane
+test-integration: setup control-plane helm ## Run only the tests against the local control plane
 	$(BIN)/pytest tests -m integration
 
-test-unit: setup promtool ## Run the tests that need no control plane
+test-unit: setup helm promtool ## Run the tests that need no control plane
 	$(BIN)/pytest tests -m "not integration"
 
 promtool: ## Find promtool, or install it (Debian's prometheus package) to check the monitoring rules
@@ -62,9 +65,15 @@ fmt: setup ## Format the code
 crds: setup ## Regenerate crds/ from the pydantic models
 	$(BIN)/python -m gpushare.api.crd > crds/gpushare.io_gpusharepools.yaml
 	cp crds/gpushare.io_gpusharepools.yaml manifests/crd/gpushare.io_gpusharepools.yaml
+	cp crds/gpushare.io_gpusharepools.yaml charts/gpushare-operator/crds/gpushare.io_gpusharepools.yaml
 
-manifests: setup ## Regenerate manifests/crd/ (the CRD copy kustomize can reach) from the models
+manifests: setup ## Regenerate manifests/crd/ (the CRD copy kustomize can reach) and the chart's CRD and webhooks from the code
 	$(BIN)/python -m gpushare.api.crd > manifests/crd/gpushare.io_gpusharepools.yaml
+	cp manifests/crd/gpushare.io_gpusharepools.yaml charts/gpushare-operator/crds/gpushare.io_gpusharepools.yaml
+	$(BIN)/python hack/chart-webhooks.py
+	if [ -d manifests/monitoring ]; then mkdir -p charts/gpushare-operator/files/dashboards \
+	  && cp manifests/monitoring/prometheusrule.yaml charts/gpushare-operator/files/ \
+	  && cp manifests/monitoring/dashboards/gpushare-operator.json charts/gpushare-operator/files/dashboards/; fi
 
 clean: ## Remove local build state
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
@@ -91,6 +100,9 @@ demo-down: ## Stop everything `make demo` started (operator, control plane)
 image: ## Build the operator/agent image (needs a Docker engine)
 	@docker info >/dev/null 2>&1 || { echo "image: no Docker engine (docker info failed); nothing was built"; exit 1; }
 	docker build -t gpushare-operator:$(VERSION) .
+
+image-check: setup control-plane ## Build the image (local Debian base when no registry is reachable) and run it: --version, check, operator vs local control plane (prints "skipped, no engine" without Docker)
+	bash hack/image-check.sh
 
 e2e-kind: setup ## With Docker + kind: build the image, deploy manifests/ to a kind cluster, run tests/e2e (prints SKIPPED and tests nothing without them)
 	bash hack/e2e-kind.sh

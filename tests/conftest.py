@@ -1,12 +1,36 @@
-"""Collection rules shared by every test directory.
+"""Collection rules and fixtures shared by every test directory.
 
 tests/e2e/ runs only against a deployed cluster (``make e2e-kind`` sets GPUSHARE_E2E=1 and
 KUBECONFIG). Without GPUSHARE_E2E it is not collected at all, so ``make test`` neither runs it nor
 reports it as skipped or passed.
+
+``helm_bin``: the helm binary for the chart's tests, built by hack/build-helm.sh into
+~/.cache/gpushare (``make helm``; ``make test`` builds it first). Without it those tests FAIL
+with that message; they are never skipped.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
 
 collect_ignore: list[str] = [] if os.environ.get("GPUSHARE_E2E") == "1" else ["e2e"]
+
+
+@pytest.fixture(scope="session")
+def helm_bin() -> str:
+    """Path of the helm binary: $GPUSHARE_HELM, else the one hack/build-helm.sh built."""
+    if os.environ.get("GPUSHARE_HELM"):
+        return os.environ["GPUSHARE_HELM"]
+    proc = subprocess.run(
+        ["bash", str(REPO / "hack" / "build-helm.sh"), "--print-bin", "--no-build"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        pytest.fail(proc.stderr.strip() or "helm is not built: run 'make helm'", pytrace=False)
+    return proc.stdout.strip()

@@ -2,6 +2,9 @@
 
 Uses its own cluster (module scope): the shipped ValidatingWebhookConfiguration fails closed
 for pods, and no operator serves it here, so it must not leak into the shared session cluster.
+The tests taking ``deployed`` (objects exist, Pod Security, the RBAC matrix) run twice: on
+manifests/ applied with kubectl, and on the Helm chart (charts/gpushare-operator, default values)
+installed with ``helm install`` into a second cluster.
 """
 
 from __future__ import annotations
@@ -67,7 +70,41 @@ def installed(cluster: ClusterInfo) -> Iterator[ClusterInfo]:
         dev.stop()
 
 
-def test_every_rendered_object_exists_after_apply(installed: ClusterInfo) -> None:
+@pytest.fixture(scope="module")
+def installed_chart(cluster: ClusterInfo, helm_bin: str) -> Iterator[ClusterInfo]:
+    """The chart with default values, installed as docs/install.md says."""
+    dev = DevCluster()
+    info = dev.start()
+    try:
+        asyncio.run(_nodes(info))
+        kubectl(info, "create", "namespace", NS)
+        kubectl(
+            info, "label", "namespace", NS, "pod-security.kubernetes.io/enforce=restricted",
+            "pod-security.kubernetes.io/enforce-version=latest",
+        )  # fmt: skip
+        env = {**os.environ, "KUBECONFIG": str(info.kubeconfig)}
+        chart = REPO / "charts" / "gpushare-operator"
+        proc = subprocess.run(
+            [helm_bin, "install", "gpushare", str(chart), "--namespace", NS, "--wait", "--timeout", "180s"],
+            env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            pytest.fail(f"helm install failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        yield info
+    finally:
+        dev.stop()
+
+
+@pytest.fixture(scope="module", params=["manifests", "chart"])
+def deployed(request: pytest.FixtureRequest) -> ClusterInfo:
+    info: ClusterInfo = request.getfixturevalue(
+        "installed" if request.param == "manifests" else "installed_chart"
+    )
+    return info
+
+
+def test_every_rendered_object_exists_after_apply(deployed: ClusterInfo) -> None:
+    installed = deployed
     for obj in rendered():
         kind, name = obj["kind"], obj["metadata"]["name"]
         ns = obj["metadata"].get("namespace")
@@ -121,7 +158,8 @@ async def test_operator_and_agent_pods_run_and_pdb_allows_one_disruption(install
         assert pdb.status.disruptions_allowed == 1
 
 
-def test_pod_security_restricted_is_enforced_and_satisfied(installed: ClusterInfo) -> None:
+def test_pod_security_restricted_is_enforced_and_satisfied(deployed: ClusterInfo) -> None:
+    installed = deployed
     ns = kubectl(installed, "get", "ns", NS, "-o", "yaml").stdout
     assert "pod-security.kubernetes.io/enforce: restricted" in ns
     bad = kubectl(
@@ -212,10 +250,10 @@ def _can_i(info: ClusterInfo, who: str, verb: str, resource: str, ns: str | None
 
 
 @pytest.mark.parametrize(("who", "verb", "resource", "ns"), CAN, ids=lambda v: str(v).split(":")[-1])
-def test_rbac_allows(installed: ClusterInfo, who: str, verb: str, resource: str, ns: str | None) -> None:
-    assert _can_i(installed, who, verb, resource, ns), f"{who} should be able to {verb} {resource} in {ns}"
+def test_rbac_allows(deployed: ClusterInfo, who: str, verb: str, resource: str, ns: str | None) -> None:
+    assert _can_i(deployed, who, verb, resource, ns), f"{who} should be able to {verb} {resource} in {ns}"
 
 
 @pytest.mark.parametrize(("who", "verb", "resource", "ns"), CANNOT, ids=lambda v: str(v).split(":")[-1])
-def test_rbac_denies(installed: ClusterInfo, who: str, verb: str, resource: str, ns: str | None) -> None:
-    assert not _can_i(installed, who, verb, resource, ns), f"{who} must not {verb} {resource} in {ns}"
+def test_rbac_denies(deployed: ClusterInfo, who: str, verb: str, resource: str, ns: str | None) -> None:
+    assert not _can_i(deployed, who, verb, resource, ns), f"{who} must not {verb} {resource} in {ns}"

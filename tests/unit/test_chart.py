@@ -1,0 +1,471 @@
+"""The Helm chart charts/gpushare-operator, rendered offline (`helm lint`, `helm template`).
+
+One source of truth with manifests/: with default values the chart renders the same objects as
+``kubectl kustomize manifests/`` (helm's own labels aside), its CRDs are byte-identical to crds/,
+and its webhooks equal what ``gpushare.admission.webhook_config`` generates for the same
+settings. The value sets (cert-manager, agent off, device-plugin namespaces, extra workload kinds,
+monitoring, webhook policy) are rendered and checked object by object.
+
+helm comes from ``make helm`` (the ``helm_bin`` fixture fails, never skips, without it).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpushare.admission.webhook_config import (
+    WebhookSettings,
+    WebhookTarget,
+    build_configuration,
+    build_webhook,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "gpushare-operator"
+NS = "gpushare-system"
+HELM_LABELS = (
+    "helm.sh/chart",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+)
+
+Key = tuple[str, str, str]  # kind, namespace, name
+
+
+def helm(helm_bin: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([helm_bin, *args], capture_output=True, text=True, timeout=120)
+    if check and proc.returncode != 0:
+        pytest.fail(f"helm {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def template(helm_bin: str, *sets: str, chart: Path = CHART, crds: bool = False) -> dict[Key, dict[str, Any]]:
+    args = ["template", "gpushare", str(chart), "--namespace", NS]
+    args += ["--include-crds"] if crds else []
+    for s in sets:
+        args += ["--set-json" if s.startswith("json:") else "--set", s.removeprefix("json:")]
+    return by_key(yaml.safe_load_all(helm(helm_bin, *args).stdout))
+
+
+def kustomize(path: Path) -> dict[Key, dict[str, Any]]:
+    out = subprocess.run(
+        ["kubectl", "kustomize", str(path)], capture_output=True, text=True, check=True, timeout=60
+    )
+    return by_key(yaml.safe_load_all(out.stdout))
+
+
+def by_key(docs: Any) -> dict[Key, dict[str, Any]]:
+    out: dict[Key, dict[str, Any]] = {}
+    for d in docs:
+        if not d:
+            continue
+        key = (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"])
+        assert key not in out, f"{key} rendered twice"
+        out[key] = d
+    return out
+
+
+def normalized(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object without helm's bookkeeping labels (everything else is compared)."""
+    obj = json.loads(json.dumps(obj))
+    labels = obj["metadata"].get("labels") or {}
+    for k in HELM_LABELS:
+        labels.pop(k, None)
+    if not labels:
+        obj["metadata"].pop("labels", None)
+    return obj
+
+
+def leaf_diff(a: Any, b: Any, path: str = "") -> list[tuple[str, str, str]]:
+    """Where two JSON-like values differ: (path, a, b) per differing leaf (absent: '-')."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in sorted(set(a) | set(b)):
+            if k not in a or k not in b:
+                out.append(
+                    (f"{path}.{k}", json.dumps(a[k]) if k in a else "-", json.dumps(b[k]) if k in b else "-")
+                )
+            else:
+                out += leaf_diff(a[k], b[k], f"{path}.{k}")
+        return out
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in leaf_diff(x, y, f"{path}[{i}]")]
+    return [] if a == b else [(path or ".", json.dumps(a), json.dumps(b))]
+
+
+def container(objs: dict[Key, dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    ctr: dict[str, Any] = objs[(kind, NS, name)]["spec"]["template"]["spec"]["containers"][0]
+    return ctr
+
+
+# --- lint and the single source of truth -------------------------------------------------------
+
+
+def test_helm_lint_strict_passes(helm_bin: str) -> None:
+    out = helm(helm_bin, "lint", "--strict", str(CHART), "--namespace", NS)
+    assert "1 chart(s) linted, 0 chart(s) failed" in out.stdout
+
+
+def test_chart_crds_are_the_same_bytes_as_crds_and_manifests() -> None:
+    chart_crds = sorted(p.name for p in (CHART / "crds").glob("*.yaml"))
+    assert chart_crds == ["gpushare.io_gpusharepools.yaml", "kopf.dev_clusterkopfpeerings.yaml"]
+    gsp = (CHART / "crds" / "gpushare.io_gpusharepools.yaml").read_bytes()
+    assert gsp == (REPO / "crds" / "gpushare.io_gpusharepools.yaml").read_bytes(), "run 'make crds'"
+    assert gsp == (REPO / "manifests" / "crd" / "gpushare.io_gpusharepools.yaml").read_bytes()
+    peering = (CHART / "crds" / "kopf.dev_clusterkopfpeerings.yaml").read_bytes()
+    assert peering == (REPO / "manifests" / "crd" / "kopf.dev_clusterkopfpeerings.yaml").read_bytes()
+
+
+def chart_vs_kustomize(chart: dict[Key, dict[str, Any]], kust: dict[Key, dict[str, Any]]) -> list[str]:
+    """Every difference, one line per missing object or differing field (lead-friendly report)."""
+    # The release namespace is created before `helm install` (Helm stores the release in it), with
+    # the Pod Security labels of manifests/namespace. The chart owns the webhook's certificate
+    # Secret (so that `helm uninstall` removes it); with kustomize the operator creates it.
+    only_kust = sorted(set(kust) - set(chart) - {("Namespace", "", NS)})
+    only_chart = sorted(set(chart) - set(kust) - {("Secret", NS, "gpushare-webhook-tls")})
+    report = [f"only in manifests/: {'/'.join(filter(None, k))}" for k in only_kust]
+    report += [f"only in the chart: {'/'.join(filter(None, k))}" for k in only_chart]
+    for key in sorted(set(chart) & set(kust)):
+        want = json.loads(json.dumps(kust[key]))
+        if key[0] == "CustomResourceDefinition":  # crds/ is not templated; kustomize labels them
+            want["metadata"]["labels"].pop("app.kubernetes.io/part-of", None)
+        for path, got_v, want_v in leaf_diff(normalized(chart[key]), normalized(want)):
+            report.append(f"{'/'.join(filter(None, key))} {path}: chart={got_v} manifests={want_v}")
+    return report
+
+
+def test_default_values_render_the_objects_of_manifests(helm_bin: str) -> None:
+    chart = template(helm_bin, crds=True)
+    kust = kustomize(REPO / "manifests")
+    assert ("Namespace", "", NS) in kust
+    assert ("Secret", NS, "gpushare-webhook-tls") in chart
+    report = chart_vs_kustomize(chart, kust)
+    assert not report, "chart (default values) and manifests/ differ:\n" + "\n".join(report)
+
+
+def test_chart_labels_every_object_for_helm(helm_bin: str) -> None:
+    for key, obj in template(helm_bin).items():
+        labels = obj["metadata"]["labels"]
+        assert labels["app.kubernetes.io/managed-by"] == "Helm", key
+        assert labels["app.kubernetes.io/part-of"] == "gpushare", key
+        assert labels["app.kubernetes.io/instance"] == "gpushare", key
+
+
+def test_chart_version_and_app_version_follow_pyproject(helm_bin: str) -> None:
+    import tomllib
+
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["appVersion"] == version
+    assert chart["version"] == version
+    objs = template(helm_bin)
+    assert container(objs, "Deployment", "gpushare-operator")["image"] == f"gpushare-operator:{version}"
+    assert container(objs, "DaemonSet", "gpushare-agent")["image"] == f"gpushare-operator:{version}"
+
+
+@pytest.mark.parametrize(
+    ("sets", "settings"),
+    [
+        ((), WebhookSettings()),
+        (
+            (
+                "webhook.failurePolicy=Ignore",
+                "webhook.timeoutSeconds=3",
+                "webhook.excludedNamespaces={kube-system,monitoring}",
+            ),
+            WebhookSettings(
+                failure_policy="Ignore", timeout_seconds=3, excluded_namespaces=("kube-system", "monitoring")
+            ),
+        ),
+        (("json:webhook.excludedNamespaces=[]",), WebhookSettings(excluded_namespaces=())),
+    ],
+    ids=["defaults", "ignore-3s-monitoring", "no-exclusions"],
+)
+def test_webhooks_equal_the_generated_configuration(
+    helm_bin: str, sets: tuple[str, ...], settings: WebhookSettings
+) -> None:
+    objs = template(helm_bin, *sets)
+    vwc = objs[("ValidatingWebhookConfiguration", "", "gpushare-webhook")]
+    assert vwc["webhooks"] == build_configuration(settings)["webhooks"]
+    args = container(objs, "Deployment", "gpushare-operator")["args"]
+    # The operator gets the same policy (it only writes caBundle in-cluster, but its local mode
+    # and its logs use these).
+    if settings.failure_policy != "Fail":
+        assert f"--webhook-failure-policy={settings.failure_policy}" in args
+    if settings.timeout_seconds != 5:
+        assert f"--webhook-timeout={settings.timeout_seconds}" in args
+
+
+def test_generated_webhooks_file_is_current() -> None:
+    out = subprocess.run(
+        [sys.executable, str(REPO / "hack" / "chart-webhooks.py"), "--print"],
+        capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    assert (CHART / "files" / "webhooks.yaml").read_text() == out.stdout, "stale: run 'make manifests'"
+
+
+def test_extra_workload_kinds_get_their_webhooks(helm_bin: str) -> None:
+    kinds = [
+        {"kind": "TrainingRun", "group": "example.com", "version": "v1", "plural": "trainingruns",
+         "podSpecs": ["spec.template.spec"]},
+        {"kind": "ClusterJob", "group": "batch.example.io", "versions": ["v2", "v1"], "plural": "clusterjobs",
+         "namespaced": False, "operations": ["CREATE"], "podSpecs": ["spec.pod"]},
+    ]  # fmt: skip
+    objs = template(helm_bin, f"json:workloadKinds={json.dumps(kinds)}", "webhook.failurePolicy=Ignore")
+    hooks = {
+        h["name"]: h for h in objs[("ValidatingWebhookConfiguration", "", "gpushare-webhook")]["webhooks"]
+    }
+    settings = WebhookSettings(failure_policy="Ignore")
+    want = [
+        WebhookTarget(handler_id="validate-trainingruns-example-com", kind="TrainingRun", group="example.com",
+                      version="v1", plural="trainingruns", operations=("CREATE", "UPDATE")),
+        WebhookTarget(handler_id="validate-clusterjobs-batch-example-io", kind="ClusterJob",
+                      group="batch.example.io", version="v2", plural="clusterjobs", operations=("CREATE",),
+                      namespaced=False),
+    ]  # fmt: skip
+    for target in want:
+        expected = build_webhook(settings, target)
+        if target.handler_id.startswith("validate-clusterjobs"):
+            expected["rules"][0]["apiVersions"] = ["v2", "v1"]
+        assert hooks[expected["name"]] == expected
+    assert len(hooks) == len(build_configuration(settings)["webhooks"]) + 2
+
+
+# --- value sets --------------------------------------------------------------------------------
+
+
+def test_image_replicas_resources(helm_bin: str) -> None:
+    objs = template(
+        helm_bin,
+        "image.repository=registry.example/gpushare", "image.tag=1.2.3", "image.pullPolicy=Always",
+        "operator.replicas=3", "operator.resources.requests.cpu=250m", "agent.resources.limits.memory=64Mi",
+        "json:imagePullSecrets=[{\"name\":\"pull\"}]",
+    )  # fmt: skip
+    dep = objs[("Deployment", NS, "gpushare-operator")]
+    assert dep["spec"]["replicas"] == 3
+    for kind, name in (("Deployment", "gpushare-operator"), ("DaemonSet", "gpushare-agent")):
+        ctr = container(objs, kind, name)
+        assert ctr["image"] == "registry.example/gpushare:1.2.3"
+        assert ctr["imagePullPolicy"] == "Always"
+        assert objs[(kind, NS, name)]["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "pull"}]
+    assert container(objs, "Deployment", "gpushare-operator")["resources"]["requests"]["cpu"] == "250m"
+    assert container(objs, "DaemonSet", "gpushare-agent")["resources"]["limits"]["memory"] == "64Mi"
+
+
+def test_cert_manager_mode_matches_the_kustomize_overlay(helm_bin: str) -> None:
+    chart = template(helm_bin, "webhook.tls.mode=cert-manager")
+    overlay = kustomize(REPO / "manifests" / "overlays" / "cert-manager")
+    cm_keys = sorted(k for k in overlay if k[0] in ("Issuer", "Certificate"))
+    assert len(cm_keys) == 4
+    for key in [*cm_keys, ("Deployment", NS, "gpushare-operator")]:
+        assert leaf_diff(normalized(chart[key]), normalized(overlay[key])) == [], key
+    # cert-manager writes the certificate: no Secret owned by the chart, no Secret access at all.
+    assert ("Secret", NS, "gpushare-webhook-tls") not in chart
+    assert ("Role", NS, "gpushare-operator-webhook-certs") not in chart
+    assert ("RoleBinding", NS, "gpushare-operator-webhook-certs") not in chart
+
+
+def test_agent_off_renders_no_agent_objects(helm_bin: str) -> None:
+    on, off = template(helm_bin), template(helm_bin, "agent.enabled=false")
+    gone = sorted(set(on) - set(off))
+    assert gone == [
+        ("ClusterRole", "", "gpushare-agent"),
+        ("ClusterRoleBinding", "", "gpushare-agent"),
+        ("DaemonSet", NS, "gpushare-agent"),
+        ("ServiceAccount", NS, "gpushare-agent"),
+    ]
+    assert set(off) <= set(on)
+
+
+def test_agent_node_selector_and_tolerations(helm_bin: str) -> None:
+    objs = template(
+        helm_bin,
+        "agent.nodeSelector.gpu=yes",
+        'json:agent.tolerations=[{"key":"nvidia.com/gpu","operator":"Exists","effect":"NoSchedule"}]',
+        "agent.affinity=null",
+    )
+    spec = objs[("DaemonSet", NS, "gpushare-agent")]["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {"gpu": "yes"}
+    assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert "affinity" not in spec
+
+
+def _pod_verbs(objs: dict[Key, dict[str, Any]]) -> list[str]:
+    rules = objs[("ClusterRole", "", "gpushare-operator")]["rules"]
+    verbs: list[str] = next(r["verbs"] for r in rules if r["resources"] == ["pods"])
+    return verbs
+
+
+def test_device_plugin_namespaces_get_a_role_each_and_no_cluster_wide_delete(helm_bin: str) -> None:
+    assert "delete" in _pod_verbs(template(helm_bin))  # default: as manifests/ (cluster-wide)
+    objs = template(helm_bin, "devicePlugin.namespaces={kube-system,gpu-operator}")
+    assert _pod_verbs(objs) == ["get", "list", "watch"]
+    env = container(objs, "Deployment", "gpushare-operator")["env"]
+    assert {"name": "GPUSHARE_PLUGIN_NAMESPACES", "value": "kube-system,gpu-operator"} in env
+    for ns in ("kube-system", "gpu-operator"):
+        role = objs[("Role", ns, "gpushare-operator-device-plugin")]
+        assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]}]
+        binding = objs[("RoleBinding", ns, "gpushare-operator-device-plugin")]
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "gpushare-operator", "namespace": NS}
+        ]
+        assert binding["roleRef"]["name"] == "gpushare-operator-device-plugin"
+
+
+def test_extra_workload_kinds_become_a_mounted_file_and_the_flag(helm_bin: str) -> None:
+    kinds = [{"group": "example.com", "version": "v1", "kind": "TrainingRun", "plural": "trainingruns",
+              "podSpecs": ["spec.template.spec"]}]  # fmt: skip
+    objs = template(helm_bin, f"json:workloadKinds={json.dumps(kinds)}")
+    cm = objs[("ConfigMap", NS, "gpushare-workload-kinds")]
+    assert yaml.safe_load(cm["data"]["workload-kinds.yaml"]) == kinds
+    dep = objs[("Deployment", NS, "gpushare-operator")]
+    ctr = dep["spec"]["template"]["spec"]["containers"][0]
+    assert "--workload-kinds=/etc/gpushare/workload-kinds.yaml" in ctr["args"]
+    mount = next(m for m in ctr["volumeMounts"] if m["name"] == "workload-kinds")
+    assert mount == {"name": "workload-kinds", "mountPath": "/etc/gpushare", "readOnly": True}
+    vol = next(v for v in dep["spec"]["template"]["spec"]["volumes"] if v["name"] == "workload-kinds")
+    assert vol["configMap"]["name"] == "gpushare-workload-kinds"
+    # A changed list rolls the pods.
+    other = template(helm_bin, f"json:workloadKinds={json.dumps([{**kinds[0], 'kind': 'Other'}])}")
+    ann = "gpushare.io/workload-kinds-sha256"
+    pod_ann = dep["spec"]["template"]["metadata"]["annotations"][ann]
+    assert (
+        pod_ann
+        != other[("Deployment", NS, "gpushare-operator")]["spec"]["template"]["metadata"]["annotations"][ann]
+    )
+    # None by default: no ConfigMap, no flag.
+    default = template(helm_bin)
+    assert ("ConfigMap", NS, "gpushare-workload-kinds") not in default
+    assert not any(
+        a.startswith("--workload-kinds")
+        for a in container(default, "Deployment", "gpushare-operator")["args"]
+    )
+
+
+RULE = """\
+# a PrometheusRule as manifests/monitoring ships it; the chart uses its spec
+apiVersion: monitoring.coreos.com/v1
+kind: PrometheusRule
+metadata:
+  name: gpushare-operator
+  namespace: gpushare-system
+spec:
+  groups:
+  - name: gpushare-test
+    rules:
+    - alert: GPUShareOperatorDown
+      expr: absent(up{job="gpushare-operator"} == 1)
+      for: 5m
+      labels: {severity: critical}
+      annotations: {summary: no gpushare operator is scraped}
+"""
+MONITORING_FILES = ("files/prometheusrule.yaml", "files/dashboards/gpushare-operator.json")
+
+
+def _chart_with_monitoring_files(tmp_path: Path) -> Path:
+    chart = tmp_path / "gpushare-operator"
+    shutil.copytree(CHART, chart)
+    (chart / "files" / "dashboards").mkdir(exist_ok=True)
+    (chart / MONITORING_FILES[0]).write_text(RULE)
+    (chart / MONITORING_FILES[1]).write_text('{"title": "gpushare", "panels": []}\n')
+    return chart
+
+
+def test_monitoring_toggles_render_service_monitor_rule_and_dashboard(helm_bin: str, tmp_path: Path) -> None:
+    chart = _chart_with_monitoring_files(tmp_path)
+    off = template(helm_bin, chart=chart)
+    assert not [k for k in off if k[0] in ("ServiceMonitor", "PrometheusRule") or "dashboard" in k[2]]
+    objs = template(
+        helm_bin, "monitoring.serviceMonitor.enabled=true", "monitoring.prometheusRule.enabled=true",
+        "monitoring.dashboard.enabled=true", "monitoring.prometheusRule.labels.release=kps", chart=chart,
+    )  # fmt: skip
+    sm = objs[("ServiceMonitor", NS, "gpushare-operator")]
+    svc = objs[("Service", NS, "gpushare-operator-metrics")]
+    # The ServiceMonitor selects the metrics Service (and only it) and scrapes its named port.
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    webhook_svc = objs[("Service", NS, "gpushare-webhook")]
+    assert not sm["spec"]["selector"]["matchLabels"].items() <= webhook_svc["metadata"]["labels"].items()
+    assert [e["port"] for e in sm["spec"]["endpoints"]] == [p["name"] for p in svc["spec"]["ports"]]
+    assert svc["metadata"]["labels"][sm["spec"]["jobLabel"]] == "gpushare-operator"
+    rule = objs[("PrometheusRule", NS, "gpushare-operator")]
+    assert rule["spec"] == yaml.safe_load(RULE)["spec"]
+    assert rule["metadata"]["labels"]["release"] == "kps"
+    dash = objs[("ConfigMap", NS, "gpushare-operator-dashboard")]
+    assert json.loads(dash["data"]["gpushare-operator.json"])["title"] == "gpushare"
+    assert dash["metadata"]["labels"]["grafana_dashboard"] == "1"
+
+
+@pytest.mark.parametrize("toggle", ["prometheusRule", "dashboard"])
+def test_monitoring_without_its_file_fails_clearly(helm_bin: str, tmp_path: Path, toggle: str) -> None:
+    chart = tmp_path / "gpushare-operator"
+    shutil.copytree(CHART, chart)
+    for f in MONITORING_FILES:
+        (chart / f).unlink(missing_ok=True)
+    out = helm(
+        helm_bin, "template", "x", str(chart), "--set", f"monitoring.{toggle}.enabled=true", check=False
+    )
+    assert out.returncode != 0
+    assert f"monitoring.{toggle}.enabled: the chart has no files/" in out.stderr
+
+
+def test_monitoring_is_the_same_as_manifests_monitoring(helm_bin: str) -> None:
+    """The chart's monitoring files are byte copies of manifests/monitoring (make manifests copies
+    them), and render the same objects as the kustomize overlay manifests/overlays/monitoring."""
+    source = REPO / "manifests" / "monitoring"
+    copies = {CHART / f: source / f.removeprefix("files/") for f in MONITORING_FILES}
+    if not source.exists():
+        shipped = [str(c.relative_to(REPO)) for c in copies if c.exists()]
+        assert not shipped, f"the chart ships {shipped} but manifests/monitoring does not exist"
+        return
+    for copy, original in copies.items():
+        assert copy.read_bytes() == original.read_bytes(), f"{copy} is stale: run 'make manifests'"
+    chart = template(
+        helm_bin, "monitoring.serviceMonitor.enabled=true", "monitoring.prometheusRule.enabled=true",
+        "monitoring.dashboard.enabled=true",
+    )  # fmt: skip
+    kust = kustomize(REPO / "manifests" / "overlays" / "monitoring")
+    keys = [
+        k
+        for k in kust
+        if k[0] in ("ServiceMonitor", "PrometheusRule") or k[2] == "gpushare-operator-dashboard"
+    ]
+    assert len(keys) == 3, keys
+    for key in keys:
+        got, want = normalized(chart[key]), normalized(kust[key])
+        if key[0] == "ConfigMap":
+            name = "gpushare-operator.json"
+            assert json.loads(got["data"].pop(name)) == json.loads(want["data"].pop(name))
+        assert leaf_diff(got, want) == [], key
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("webhook.failurePolicy=Maybe", "at '/webhook/failurePolicy': value must be one of 'Fail', 'Ignore'"),
+        ("webhook.timeoutSeconds=9", "at '/webhook/timeoutSeconds': maximum: got 9, want 5"),
+        ("webhook.tls.mode=vault", "at '/webhook/tls/mode'"),
+        ("operator.replicas=0", "at '/operator/replicas': minimum: got 0, want 1"),
+        ("image.pullPolicy=Sometimes", "at '/image/pullPolicy'"),
+    ],
+)
+def test_bad_values_are_refused_naming_the_field(helm_bin: str, value: str, message: str) -> None:
+    out = helm(helm_bin, "template", "x", str(CHART), "--set", value, check=False)
+    assert out.returncode != 0
+    assert message in out.stderr
+    assert "goroutine" not in out.stderr
+
+
+def test_operator_pods_give_kopf_their_name_as_peering_identity(helm_bin: str) -> None:
+    # Kopf reads POD_ID; without it, it builds user@host from getpass.getuser(), which fails for the
+    # image's uid unless /etc/passwd has it (hack/image-check.sh runs that path).
+    env = container(template(helm_bin), "Deployment", "gpushare-operator")["env"]
+    assert {"name": "POD_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in env
