@@ -91,3 +91,37 @@ def test_mode_isolation_and_state_annotation() -> None:
     assert seen_pod({"gpushare.io/simulated-plugin": raw}) == "uid-1"
     assert seen_pod({"gpushare.io/simulated-plugin": "not json"}) == ""
     assert seen_pod(None) == ""
+
+
+def _pod(node: str, uid: str, phase: str = "Running", deleting: bool = False) -> dict[str, object]:
+    meta: dict[str, object] = {"uid": uid}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {"metadata": meta, "spec": {"nodeName": node}, "status": {"phase": phase}}
+
+
+async def test_only_running_pods_on_opted_in_nodes_reach_the_api() -> None:
+    from kubernetes_asyncio import client
+
+    from gpushare.devcluster.pluginsim import PluginSimulator
+
+    calls: list[tuple[str, str]] = []
+
+    class Recording(PluginSimulator):
+        async def handle(self, node_name: str, uid: str) -> None:
+            calls.append((node_name, uid))
+
+    async with client.ApiClient() as api:  # never called: handle() is replaced
+        sim = Recording(api)
+        await sim._pod("ADDED", _pod("plain", "u0"))  # a node that does not opt in: nothing read
+        await sim._pod("ADDED", _pod("sim", "u1", phase="Pending"))
+        assert calls == []
+        await sim._node("ADDED", {"metadata": {"name": "sim"}})
+        assert calls == [], "no Running pod yet"
+        await sim._pod("MODIFIED", _pod("sim", "u1"))
+        await sim._pod("MODIFIED", _pod("sim", "u2", deleting=True))
+        assert calls == [("sim", "u1")]
+        # A pod Running before its node's event arrived is handled when the node opts in.
+        await sim._pod("ADDED", _pod("late", "u3"))
+        await sim._node("ADDED", {"metadata": {"name": "late"}})
+        assert calls == [("sim", "u1"), ("late", "u3")]

@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from kubernetes_asyncio import client, watch
+from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import constants as c
@@ -124,24 +124,36 @@ def seen_pod(annotations: Mapping[str, str] | None) -> str:
     return str(data.get("pod", "")) if isinstance(data, dict) else ""
 
 
-def _running(pod: Any) -> bool:
+def _running(pod: Mapping[str, Any]) -> bool:
+    meta = pod.get("metadata") or {}
     return bool(
-        pod.spec.node_name and pod.metadata.deletion_timestamp is None and pod.status.phase == "Running"
+        (pod.get("spec") or {}).get("nodeName")
+        and not meta.get("deletionTimestamp")
+        and (pod.get("status") or {}).get("phase") == "Running"
     )
 
 
 class PluginSimulator:
-    """List+watch the plugin pods; act once per new Running pod UID."""
+    """List+watch the plugin pods and the opted-in nodes; act once per new Running pod UID.
+
+    Both watches read raw JSON (no model objects), and nodes that do not opt in cost nothing but
+    a dict entry: the simulator runs in every devcluster, benchmarks with thousands of nodes too.
+    """
 
     def __init__(self, api: client.ApiClient, namespace: str = c.DEFAULT_PLUGIN_NAMESPACE) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
         self.namespace = namespace
         self.selector = ",".join(f"{k}={v}" for k, v in c.DEFAULT_PLUGIN_LABELS.items())
+        #: nodes labelled LABEL_SIMULATED=ack (from the node watch)
+        self.opted: set[str] = set()
+        #: node -> the latest Running plugin pod UID seen on it
+        self.latest: dict[str, str] = {}
         #: node -> the last plugin pod UID acted on (or found not to need action)
         self.done: dict[str, str] = {}
-        #: node -> a Running pod UID waiting for the node's inventory
+        #: node -> a Running pod UID to act on again (no inventory yet, or an API error)
         self.waiting: dict[str, str] = {}
+        self._lock = asyncio.Lock()
 
     async def handle(self, node_name: str, uid: str) -> None:
         if self.done.get(node_name) == uid:
@@ -191,15 +203,35 @@ class PluginSimulator:
         )
 
     async def _safe(self, node_name: str, uid: str) -> None:
-        try:
-            await self.handle(node_name, uid)
-        except ApiException as exc:
-            log.warning("node %s: API error %s %s; retrying", node_name, exc.status, exc.reason)
-            self.waiting[node_name] = uid
+        async with self._lock:  # one node at a time: events for a node are handled in order
+            try:
+                await self.handle(node_name, uid)
+            except ApiException as exc:
+                log.warning("node %s: API error %s %s; retrying", node_name, exc.status, exc.reason)
+                self.waiting[node_name] = uid
 
-    async def _pod(self, pod: Any) -> None:
-        if _running(pod):
-            await self._safe(pod.spec.node_name, pod.metadata.uid)
+    async def _pod(self, event_type: str, pod: Mapping[str, Any]) -> None:
+        node = str((pod.get("spec") or {}).get("nodeName") or "")
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        if event_type == "DELETED" or not _running(pod):
+            return
+        self.latest[node] = uid
+        if node in self.opted:
+            await self._safe(node, uid)
+
+    async def _node(self, event_type: str, node: Mapping[str, Any]) -> None:
+        meta = node.get("metadata") or {}
+        name = str(meta.get("name") or "")
+        if event_type == "DELETED":
+            self.opted.discard(name)
+            self.latest.pop(name, None)
+            self.done.pop(name, None)
+            self.waiting.pop(name, None)
+            return
+        if name not in self.opted:
+            self.opted.add(name)
+            if name in self.latest:
+                await self._safe(name, self.latest[name])
 
     async def retry_loop(self, interval: float = 1.0) -> None:
         while True:
@@ -207,32 +239,56 @@ class PluginSimulator:
             for node_name, uid in list(self.waiting.items()):
                 await self._safe(node_name, uid)
 
-    async def watch_loop(self) -> None:
+    async def _list_watch(
+        self, what: str, list_fn: Any, args: tuple[Any, ...], selector: str, on: Any
+    ) -> None:
+        """List, then watch from that resourceVersion; raw JSON lines; list again on any end."""
         while True:
             try:
-                pods = await self.core.list_namespaced_pod(self.namespace, label_selector=self.selector)
-                for pod in pods.items:
-                    await self._pod(pod)
-                rv = pods.metadata.resource_version
-                w = watch.Watch()
-                async with w.stream(
-                    self.core.list_namespaced_pod,
-                    self.namespace,
-                    label_selector=self.selector,
-                    resource_version=rv,
-                    timeout_seconds=120,
-                ) as stream:
-                    async for event in stream:
-                        if event["type"] in ("ADDED", "MODIFIED"):
-                            await self._pod(event["object"])
+                resp = await list_fn(*args, label_selector=selector, _preload_content=False)
+                async with resp:
+                    listed = json.loads(await resp.read())
+                for item in listed.get("items") or []:
+                    await on("ADDED", item)
+                rv = (listed.get("metadata") or {}).get("resourceVersion")
+                while True:
+                    resp = await list_fn(
+                        *args,
+                        label_selector=selector,
+                        watch=True,
+                        resource_version=rv,
+                        timeout_seconds=120,
+                        allow_watch_bookmarks=True,
+                        _preload_content=False,
+                    )
+                    async with resp:
+                        async for line in resp.content:
+                            if not line.strip():
+                                continue
+                            event = json.loads(line)
+                            kind = event.get("type")
+                            obj = event.get("object") or {}
+                            if kind == "ERROR":
+                                raise RuntimeError(f"watch error: {obj.get('message', obj)}")
+                            rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                            if kind != "BOOKMARK":
+                                await on(kind, obj)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("watch of plugin pods ended (%s); listing again", exc)
+                log.warning("watch of %s ended (%s); listing again", what, exc)
                 await asyncio.sleep(0.5)
 
     async def run(self) -> None:
-        await asyncio.gather(self.watch_loop(), self.retry_loop())
+        await asyncio.gather(
+            self._list_watch(
+                "nodes", self.core.list_node, (), f"{LABEL_SIMULATED}={SIMULATED_VALUE}", self._node
+            ),
+            self._list_watch(
+                "plugin pods", self.core.list_namespaced_pod, (self.namespace,), self.selector, self._pod
+            ),
+            self.retry_loop(),
+        )
 
 
 async def _main(kubeconfig: str) -> None:
