@@ -84,6 +84,84 @@ $(tail -n 20 "$OP_LOG" 2>/dev/null)"
   done
 }
 
+# The GPU columns of the nodes of one ACK node pool: labelled mode and what the device plugin advertises.
+GPU_COLUMNS='NAME:.metadata.name,SCHEDULE:.metadata.labels.ack\.node\.gpu\.schedule,GPU-MEM:.status.allocatable.aliyun\.com/gpu-mem,GPU-COUNT:.status.allocatable.aliyun\.com/gpu-count,GPU-CORE%:.status.allocatable.aliyun\.com/gpu-core\.percentage,PLUGIN-SAW:.metadata.annotations.gpushare\.io/simulated-plugin'
+
+pool_condition_reason() {  # pool_condition_reason POOL TYPE REASON: the condition has that reason
+  local got
+  got="$("$KUBECTL" get gsp "$1" -o jsonpath="{.status.conditions[?(@.type==\"$2\")].reason}")"
+  [[ "$got" == "$3" ]]
+}
+
+pod_unschedulable() {  # pod_unschedulable JOB: the job's pod was refused by kube-scheduler
+  local got
+  got="$("$KUBECTL" get pods -l "job-name=$1" -o jsonpath='{.items[0].status.conditions[?(@.type=="PodScheduled")].reason}')"
+  [[ "$got" == Unschedulable ]]
+}
+
+restart_plugins_on() {  # what ACK's documentation tells you to do after relabelling: delete the plugin pod
+  local node
+  for node in "$@"; do
+    "$KUBECTL" -n kube-system delete pod -l "$PLUGIN_SELECTOR" --field-selector "spec.nodeName=$node"
+  done
+}
+
+core_job_yaml() {
+  cat <<'EOF'
+# 4 GiB and 50 % of one GPU on the np-cgpu node pool (needs aliyun.com/gpu-core.percentage there)
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: core-on-np-cgpu
+  namespace: default
+spec:
+  template:
+    spec:
+      nodeSelector:
+        alibabacloud.com/nodepool-id: np-cgpu
+      containers:
+      - name: cuda-sample
+        image: registry.cn-beijing.aliyuncs.com/ai-samples/gpushare-sample:benchmark-tensorflow-2.2.3
+        resources:
+          limits:
+            aliyun.com/gpu-mem: 4
+            aliyun.com/gpu-core.percentage: 50
+      restartPolicy: Never
+EOF
+}
+
+switch_cgpu_to_core_mem() {
+  echo
+  bold "# Part 2: switch pool cgpu to core_mem. ACK's device plugin reads the labels only when it starts"
+  bold "# (here: the plugin simulator, gpushare.devcluster.pluginsim), so labels alone change nothing."
+  step "The np-cgpu nodes now: labelled cgpu, advertising GPU memory and no gpu-core.percentage" \
+    "$KUBECTL" get nodes -l alibabacloud.com/nodepool-id=np-cgpu -o custom-columns="$GPU_COLUMNS"
+  step "Switch the pool to core_mem with devicePlugin.restart: Never: the operator relabels the nodes, restarts nothing" \
+    "$KUBECTL" patch gsp cgpu --type merge -p '{"spec":{"computeAllocation":true,"devicePlugin":{"restart":"Never"}}}'
+  wait_until "pool cgpu to report the nodes whose plugin needs a restart" \
+    pool_condition_reason cgpu Degraded PluginRestartNeeded
+  step "Labelled core_mem, but the plugins still advertise what they saw at start: no gpu-core.percentage" \
+    "$KUBECTL" get nodes -l alibabacloud.com/nodepool-id=np-cgpu -o custom-columns="$GPU_COLUMNS"
+  step "The pool does not claim Ready: it names the nodes that still need a device plugin restart" \
+    "$GPUSHARE" inspect cgpu
+  core_job_yaml >"$DEMO_DIR/job-core-on-np-cgpu.yaml"
+  step "Submit a job asking for 50 % of a GPU on np-cgpu: admitted (the pool is core_mem now)" \
+    "$KUBECTL" apply -f "$DEMO_DIR/job-core-on-np-cgpu.yaml"
+  wait_until "kube-scheduler to leave the core job Pending" pod_unschedulable core-on-np-cgpu
+  step "It stays Pending: no np-cgpu node advertises aliyun.com/gpu-core.percentage yet" \
+    "$KUBECTL" get pods -l job-name=core-on-np-cgpu \
+    -o custom-columns='NAME:.metadata.name,STATUS:.status.phase,NODE:.spec.nodeName,WHY:.status.conditions[?(@.type=="PodScheduled")].message'
+  step "Restart the device plugin on each np-cgpu node, as ACK's documentation says (delete the pod; the DaemonSet recreates it)" \
+    restart_plugins_on gpu-cgpu-0 gpu-cgpu-1
+  step "Wait until the pool is Ready: the operator sees every node advertise core_mem resources" \
+    "$KUBECTL" wait gsp cgpu --for=condition=Ready --timeout="${TIMEOUT}s"
+  step "The new plugins read core_mem at start: gpu-core.percentage 100 per GPU" \
+    "$KUBECTL" get nodes -l alibabacloud.com/nodepool-id=np-cgpu -o custom-columns="$GPU_COLUMNS"
+  step "The job that was Pending is scheduled onto an np-cgpu node and runs (kwok completes it)" \
+    "$KUBECTL" wait job/core-on-np-cgpu --for=condition=Complete --timeout="${TIMEOUT}s"
+  step "Where it ran" "$KUBECTL" get pods -l job-name=core-on-np-cgpu -o wide
+}
+
 webhook_rejects_33() {
   local out
   out="$("$KUBECTL" apply --dry-run=server -f examples/invalid/cuda-sample-33.yaml 2>&1)" && return 1
@@ -172,6 +250,8 @@ up() {
 
   step "gpushare inspect (also kubectl gpushare inspect): per pool and node, mode, isolation, GPU memory and compute" \
     "$GPUSHARE" inspect
+
+  switch_cgpu_to_core_mem
 
   echo
   bold "# Demo ready in $((SECONDS - started))s. The cluster and the operator keep running. Explore:"

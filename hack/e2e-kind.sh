@@ -65,8 +65,14 @@ kind create cluster --name "$CLUSTER" --config hack/e2e-kind/kind-config.yaml --
 say "Load the image into the kind nodes"
 kind load docker-image "$IMAGE" --name "$CLUSTER"
 
-say "Advertise fake GPU capacity on the workers (aliyun.com/gpu-mem 16, gpu-count 1, gpu-core.percentage 100)"
-for node in $("$KUBECTL" get nodes -l gpushare=true -o name); do
+# What ACK's plugin would advertise once restarted in each pool's mode (no plugin simulator on kind):
+# the operator reports a node Ready only when its allocatable matches its pool's mode.
+say "Advertise fake GPU capacity on the workers (np-cgpu: gpu-mem 16, gpu-count 1; np-gpu-core: also gpu-core.percentage 100)"
+for node in $("$KUBECTL" get nodes -l alibabacloud.com/nodepool-id=np-cgpu -o name); do
+  "$KUBECTL" patch "$node" --subresource=status --type=merge -p \
+    '{"status":{"capacity":{"aliyun.com/gpu-mem":"16","aliyun.com/gpu-count":"1","aliyun.com/gpu-core.percentage":"0"}}}'
+done
+for node in $("$KUBECTL" get nodes -l alibabacloud.com/nodepool-id=np-gpu-core -o name); do
   "$KUBECTL" patch "$node" --subresource=status --type=merge -p \
     '{"status":{"capacity":{"aliyun.com/gpu-mem":"16","aliyun.com/gpu-count":"1","aliyun.com/gpu-core.percentage":"100"}}}'
 done

@@ -12,6 +12,8 @@ Numbers:
   GiB by default).
 * **gpu-core allocated/total**: the same for ``aliyun.com/gpu-core.percentage`` (100 per GPU);
   ``-`` when the node has no such capacity.
+* **effective mode**: what the node's device plugin advertises (``policy.plugin_mode``):
+  ``core_mem``, ``cgpu|share``, ``default`` or ``none``; it lags the labels until the plugin restarts.
 * **isolation**: what the node agent found (``active``/``absent``/``unknown``), or ``no agent``.
 * **phase**: the node's entry in the pool's ``status.nodeStatuses`` (``-`` when not listed).
 * **pending**: pods that request GPU sharing, are **not yet scheduled to any node**, and whose
@@ -32,6 +34,7 @@ from gpushare.admission.model import Context, node_info
 from gpushare.admission.targeting import node_constraints, node_kind, resolve
 from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
 from gpushare.gpu.inventory import inventory_from_annotations, isolation_state
+from gpushare.policy import plugin_mode as pm
 from gpushare.policy.views import NodeView, PodView, quantity_int
 
 NO_AGENT = "no agent"
@@ -94,11 +97,14 @@ class NodeLine:
     gpu_product: str = ""
     gpu_memory_mib: tuple[int, ...] = ()
     pods: tuple[PodLine, ...] = ()
+    #: what the device plugin advertises (see gpushare.policy.plugin_mode)
+    effective_mode: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "mode": self.mode,
+            "effectiveMode": self.effective_mode,
             "isolation": self.isolation,
             "gpus": self.gpus,
             "gpuProduct": self.gpu_product or None,
@@ -258,6 +264,7 @@ def _node_line(
             PodLine(p.namespace, p.name, p.phase, p.gpu_mem, p.gpu_core, node=node.name, gpu=_gpu_of(raw))
             for p, raw in sorted(active, key=lambda item: item[0].ref)
         ),
+        effective_mode=pm.effective_mode(node.allocatable),
     )
 
 
@@ -323,6 +330,14 @@ def build_report(
             for n in lines
             if pool.spec.memory_isolation and n.isolation == "absent"
         ]
+        by_name = {n.name: n for n in members[pool.name]}
+        pool_warnings += [
+            f"node {n.name}: labelled {pool.spec.mode} but its device plugin advertises "
+            f"{n.effective_mode}; it has not restarted since the labels changed"
+            for n in lines
+            if by_name[n.name].labels.get(c.LABEL_SCHEDULE) == pool.spec.mode
+            and not pm.advertises(pool.spec.mode, by_name[n.name].allocatable)
+        ]
         sections.append(
             PoolSection(
                 name=pool.name,
@@ -375,6 +390,7 @@ def _section_text(section: PoolSection, details: bool) -> list[str]:
             [
                 "NODE",
                 "MODE(node)",
+                "MODE(plugin)",
                 "ISOLATION",
                 "GPUS",
                 "GPU-MEM(alloc/total)",
@@ -388,6 +404,7 @@ def _section_text(section: PoolSection, details: bool) -> list[str]:
                 [
                     n.name,
                     n.mode,
+                    n.effective_mode,
                     n.isolation,
                     str(n.gpus),
                     _ratio(n.gpu_mem_allocated, n.gpu_mem_total),
@@ -399,6 +416,7 @@ def _section_text(section: PoolSection, details: bool) -> list[str]:
         rows.append(
             [
                 "TOTAL",
+                "",
                 "",
                 "",
                 str(t.gpus),

@@ -39,7 +39,7 @@ from gpushare.policy import Action, ClusterPlan, NodePlan, NodeView, PodView, Re
 from gpushare.policy import conditions as cond
 from gpushare.policy.planner import RestartState
 from gpushare.policy.rollout import disrupts, select_batch
-from gpushare.policy.status import pool_status
+from gpushare.policy.status import awaiting_plugin_mode, pool_status
 
 log = structlog.get_logger("gpushare.reconciler")
 
@@ -258,10 +258,12 @@ class Reconciler:
         # (Merge, not `_nodes()`: that would take our own writes for the index having caught up.)
         node_map = {**node_map, **self._fresh}
         after = plan(pools.models, node_map.values(), pods, now=now, deleting=pools.deleting, invalid=invalid)
+        mode_pending = False
         if model is not None:
-            await self._report(
+            status = await self._report(
                 name, model, raw, after, node_map, pods, now, result, deleting=name in pools.deleting
             )
+            mode_pending = awaiting_plugin_mode(status)
 
         leftover = [
             p
@@ -276,7 +278,7 @@ class Reconciler:
         result.done = not leftover and not pending and not result.errors and not result.conflicts
         if pending or waiting > 0 or result.errors or result.conflicts:
             result.requeue = FAST_REQUEUE
-        elif held or any(p.changed for p in after.for_pool(name)):
+        elif held or mode_pending or any(p.changed for p in after.for_pool(name)):
             result.requeue = WAIT_REQUEUE
         result.summary = (
             f"{result.patched} node(s) patched, {waiting} waiting for rollout budget, "
@@ -592,7 +594,7 @@ class Reconciler:
         result: PassResult,
         *,
         deleting: bool,
-    ) -> None:
+    ) -> dict[str, Any]:
         current = dict(raw.get("status") or {})
         base = self._last_status.get(name, current)
         try:
@@ -618,14 +620,15 @@ class Reconciler:
         await self._transitions(name, ref, cp)
         if status in (base, current):
             self._last_status[name] = status
-            return
+            return status
         try:
             ok = await self.cluster.patch_pool_status(name, status)
         except (ApiException, ApiUnavailable) as exc:
             log.error("Patching GPUSharePool status failed", pool=name, error=str(exc))
-            return
+            return status
         if ok:
             self._last_status[name] = status
+        return status
 
     async def _transitions(self, name: str, ref: Mapping[str, str], cp: ClusterPlan) -> None:
         """Events for new holds and conflicts (once per change of the set, not every pass)."""

@@ -153,7 +153,37 @@ def test_demo_up_shows_the_product_and_down_leaves_nothing(
 
     inspect = _section(out, "gpushare inspect")
     assert "POOL gpu-core  mode=core_mem" in inspect and "ready=True (AllNodesReady)" in inspect, inspect
-    assert re.search(r"gpu-cgpu-0\s+cgpu\s+active\s+1\s+0/16", inspect), inspect
+    # labelled mode, what the (simulated) plugin advertises, isolation, GPUs, gpu-mem (16160 MiB: 15 GiB)
+    assert re.search(r"gpu-cgpu-0\s+cgpu\s+cgpu\|share\s+active\s+1\s+0/15", inspect), inspect
+    assert re.search(r"gpu-core-0\s+core_mem\s+core_mem\s+active\s+2\s+0/44\s+0/200", inspect), inspect
+
+    # Part 2: cgpu -> core_mem. Labels alone change nothing; gpu-core comes only with a new plugin.
+    def gpu_rows(section: str) -> dict[str, list[str]]:
+        return {
+            line.split()[0]: line.split() for line in section.splitlines() if line.startswith("gpu-cgpu-")
+        }
+
+    before_switch = gpu_rows(_section(out, "The np-cgpu nodes now"))
+    stale = gpu_rows(_section(out, "Labelled core_mem, but the plugins still advertise"))
+    fresh = gpu_rows(_section(out, "The new plugins read core_mem at start"))
+    assert sorted(before_switch) == sorted(stale) == sorted(fresh) == ["gpu-cgpu-0", "gpu-cgpu-1"]
+    for node in fresh:
+        # NAME SCHEDULE GPU-MEM GPU-COUNT GPU-CORE% PLUGIN-SAW
+        assert before_switch[node][1:5] == ["cgpu", "15", "1", "0"], before_switch[node]
+        assert stale[node][1:5] == ["core_mem", "15", "1", "0"], stale[node]
+        assert stale[node][5] == before_switch[node][5], "no plugin restart, nothing re-read"
+        assert fresh[node][1:5] == ["core_mem", "15", "1", "100"], fresh[node]
+        assert '"mode":"core_mem"' in fresh[node][5]
+    not_ready = _section(out, "The pool does not claim Ready")
+    assert "ready=False (NodesNotReady)" in not_ready and "PluginRestartNeeded" in not_ready, not_ready
+    assert re.search(r"gpu-cgpu-1\s+core_mem\s+cgpu\|share\s", not_ready), not_ready
+    pending = _section(out, "It stays Pending")
+    assert re.search(
+        r"core-on-np-cgpu-\S+\s+Pending\s+<none>\s.*Insufficient aliyun.com/gpu-core.percentage", pending
+    ), pending
+    ran = _section(out, "Where it ran")
+    row = next(line for line in ran.splitlines() if line.startswith("core-on-np-cgpu-"))
+    assert "Completed" in row and " gpu-cgpu-" in row, row
 
     assert f"export KUBECONFIG={demo_dir}/kubeconfig" in out
 

@@ -206,6 +206,7 @@ def test_kill_9_of_the_owner_leaves_no_process_and_no_port(tmp_path: Path, clust
                 "kube-controller-manager",
                 "kube-scheduler",
                 "kwok",
+                "pluginsim",
             }
             assert not any(_gone(p) for p in pids.values())
             assert not any(_port_free(p) for name, p in ports.items() if name != "etcd-peer")

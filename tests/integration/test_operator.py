@@ -35,7 +35,8 @@ from gpushare import constants as c
 from gpushare.devcluster import ClusterInfo, wait_for
 from gpushare.devcluster.cluster import free_port
 from gpushare.devcluster.crds import install_crd_files
-from gpushare.devcluster.fakes import POOL_LABEL, FakeNodeSet
+from gpushare.devcluster.fakes import POOL_LABEL, FakeNodeSet, plugin_pods_on, wait_plugin_registered
+from gpushare.devcluster.pluginsim import ANNOTATION_HANG, ANNOTATION_STATE
 
 MERGE: dict[str, Any] = {"_content_type": "application/merge-patch+json"}
 
@@ -911,3 +912,258 @@ async def test_agent_reporting_no_cgpu_module_makes_the_node_isolation_unavailab
     await run_cycle(api, without, nvml, IsolationPaths(proc / "modules", proc / "cgpu_km"))
     await pools.wait_condition(name, "Degraded", "False", "AsExpected")
     await pools.wait_condition(name, "Ready", "True", "AllNodesReady")
+
+
+# --- issue 16: the device-plugin simulator and the effective mode ------------------------------
+# The nodes' GPU resources come from ``pluginsim`` (``create_gpu_nodes(simulate_plugin=True)``): it
+# sets them from the labels each time a node's device-plugin pod starts, as ACK's plugin does.
+
+NVIDIA = "nvidia.com/gpu"
+GPU_KEYS = (NVIDIA, c.RES_GPU_MEM, c.RES_GPU_COUNT, c.RES_GPU_CORE)
+
+
+async def gpu_alloc(api: client.ApiClient, node: str) -> dict[str, str]:
+    obj = await client.CoreV1Api(api).read_node(node)
+    alloc = obj.status.allocatable or {}
+    return {k: alloc.get(k, "absent") for k in GPU_KEYS}
+
+
+async def sim_state(api: client.ApiClient, node: str) -> dict[str, Any]:
+    obj = await client.CoreV1Api(api).read_node(node)
+    raw = (obj.metadata.annotations or {}).get(ANNOTATION_STATE)
+    return json.loads(raw) if raw else {}
+
+
+async def delete_plugin_pods(api: client.ApiClient, node: str) -> None:
+    core = client.CoreV1Api(api)
+    for pod in await plugin_pods_on(api, node):
+        await core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
+
+
+def alloc_of(gpus: int, mem_per_gpu: int, mode: str) -> dict[str, str]:
+    mem = str(gpus * mem_per_gpu) if mode != "default" else "0"
+    return {
+        NVIDIA: str(gpus) if mode == "default" else "0",
+        c.RES_GPU_MEM: mem,
+        c.RES_GPU_COUNT: "0" if mode == "default" else str(gpus),
+        c.RES_GPU_CORE: str(100 * gpus) if mode == "core_mem" else "0",
+    }
+
+
+async def wait_alloc(
+    api: client.ApiClient, nodes: list[str], want: dict[str, str], timeout_s: float = 60
+) -> None:
+    async def check() -> bool:
+        return all([await gpu_alloc(api, n) == want for n in nodes])
+
+    await wait_for(check, what=f"{nodes} to advertise {want}", timeout_s=timeout_s)
+
+
+def core_job_pod(name: str, nodepool: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {POOL_LABEL: nodepool},
+            "containers": [
+                {
+                    "name": "cuda",
+                    "image": "registry.invalid/cuda-sample:fake",
+                    "resources": {"limits": {c.RES_GPU_MEM: "4", c.RES_GPU_CORE: "50"}},
+                }
+            ],
+        },
+    }
+
+
+async def node_statuses(pools: Pools, name: str) -> dict[str, dict[str, Any]]:
+    obj = await pools.get(name) or {}
+    return {s["name"]: s for s in (obj.get("status") or {}).get("nodeStatuses") or []}
+
+
+# --- the simulator alone ---------------------------------------------------------------------
+
+
+async def test_simulated_plugin_advertises_the_labels_it_saw_at_start_and_survives_kwok(
+    api: client.ApiClient, fake_nodes: FakeNodeSet
+) -> None:
+    from gpushare.gpu.fake import FakeGPU
+
+    np = np_id()
+    (node,) = await fake_nodes.create(
+        1, prefix="sim", pool_labels={POOL_LABEL: np}, simulate_plugin=True,
+        gpus=[FakeGPU(name="Tesla V100-SXM2-16GB", memory_mib=16160)] * 2,
+    )  # fmt: skip
+    # No schedule label: ACK's default (exclusive) mode.
+    assert await gpu_alloc(api, node) == alloc_of(2, 15, "default")
+    first = await sim_state(api, node)
+    assert first["mode"] == "default" and first["pod"] in await plugin_pod_uids(api, node)
+
+    # Labels alone change nothing: the plugin read them when it started.
+    core = client.CoreV1Api(api)
+    await core.patch_node(
+        node, {"metadata": {"labels": {c.LABEL_SCHEDULE: "cgpu", c.LABEL_DISABLE_ISOLATION: "true"}}}
+    )
+    await asyncio.sleep(3)
+    assert await gpu_alloc(api, node) == alloc_of(2, 15, "default")
+    assert (await sim_state(api, node))["pod"] == first["pod"]
+
+    # A new plugin pod reads them: 2 x floor(16160 MiB / 1024) = 30 GiB, gpu-count 2.
+    await delete_plugin_pods(api, node)
+    await wait_plugin_registered(api, [node], other_than={node: first["pod"]})
+    assert await gpu_alloc(api, node) == alloc_of(2, 15, "cgpu")
+    state = await sim_state(api, node)
+    assert (state["mode"], state["isolation"]) == ("cgpu", "disabled")
+
+    # kwok owns the node's heartbeats; it must keep the resources the plugin set.
+    obj = await core.read_node(node)
+    beat = max(cond.last_heartbeat_time for cond in obj.status.conditions)
+
+    async def heartbeat() -> bool:
+        now = await core.read_node(node)
+        return max(cond.last_heartbeat_time for cond in now.status.conditions) > beat
+
+    await wait_for(heartbeat, what=f"a kwok heartbeat on {node}", timeout_s=90, interval=1)
+    assert await gpu_alloc(api, node) == alloc_of(2, 15, "cgpu")
+    obj = await core.read_node(node)
+    assert obj.status.capacity[c.RES_GPU_MEM] == "30"
+
+
+# --- the operator confirms the effective mode ------------------------------------------------
+
+
+async def test_switch_to_core_mem_with_rolling_restarts_and_a_pending_core_job_schedules(
+    api: client.ApiClient, fake_nodes: FakeNodeSet, operator: OperatorProc, pools: Pools, namespace: str
+) -> None:
+    np = np_id()
+    nodes = await fake_nodes.create(2, prefix="roll", pool_labels={POOL_LABEL: np}, simulate_plugin=True,
+                                    gpus_per_node=1, gpu_mem_gib_per_gpu=16)  # fmt: skip
+    name = f"core-{np}"
+    await pools.create(name, np)
+    await pools.wait_condition(name, "Ready", "True", "AllNodesReady")
+    await wait_alloc(api, nodes, alloc_of(1, 16, "cgpu"), timeout_s=5)  # Ready implies it
+
+    core = client.CoreV1Api(api)
+    await core.create_namespaced_pod(namespace, core_job_pod("core-job", np))
+
+    async def unschedulable() -> bool:
+        pod = await core.read_namespaced_pod("core-job", namespace)
+        conds = {x.type: x for x in pod.status.conditions or []}
+        sched = conds.get("PodScheduled")
+        return sched is not None and sched.reason == "Unschedulable" and not pod.spec.node_name
+
+    await wait_for(unschedulable, what="the core job to be Unschedulable on cgpu nodes", timeout_s=30)
+
+    await pools.patch_spec(name, {"computeAllocation": True})
+    generation = (await pools.get(name) or {})["metadata"]["generation"]
+
+    async def ready_for_this_generation() -> bool:
+        cond = await pools.condition(name, "Ready")
+        return bool(cond and cond["status"] == "True" and cond.get("observedGeneration") == generation)
+
+    await wait_for(ready_for_this_generation, what=f"{name} Ready for generation {generation}", timeout_s=90)
+    # The pool claims Ready only once every node advertises core_mem resources.
+    for n in nodes:
+        assert await gpu_alloc(api, n) == alloc_of(1, 16, "core_mem"), n
+        assert (await sim_state(api, n))["mode"] == "core_mem"
+
+    async def scheduled() -> str | None:
+        pod = await core.read_namespaced_pod("core-job", namespace)
+        return pod.spec.node_name if pod.status.phase == "Running" else None
+
+    where = await wait_for(scheduled, what="kube-scheduler to place the core job", timeout_s=60)
+    assert where in nodes
+
+
+async def test_switch_with_restart_never_leaves_nodes_stale_and_the_pool_names_them(
+    api: client.ApiClient, fake_nodes: FakeNodeSet, operator: OperatorProc, pools: Pools
+) -> None:
+    np = np_id()
+    nodes = await fake_nodes.create(2, prefix="never", pool_labels={POOL_LABEL: np}, simulate_plugin=True)
+    name = f"never-{np}"
+    await pools.create(name, np)
+    await pools.wait_condition(name, "Ready", "True", "AllNodesReady")
+    plugins = {n: await plugin_pod_uids(api, n) for n in nodes}
+
+    await pools.patch_spec(name, {"computeAllocation": True, "devicePlugin": {"restart": "Never"}})
+    await wait_labels(api, nodes, {c.LABEL_SCHEDULE: "core_mem"})
+    degraded = await pools.wait_condition(name, "Degraded", "True", "PluginRestartNeeded")
+    assert all(n in degraded["message"] for n in nodes), degraded
+    ready = await pools.condition(name, "Ready")
+    assert ready is not None and ready["status"] == "False"
+    assert all(n in ready["message"] for n in nodes), ready
+    statuses = await node_statuses(pools, name)
+    for n in nodes:
+        assert (statuses[n]["phase"], statuses[n]["reason"]) == ("Degraded", "PluginRestartNeeded")
+        assert "node advertises cgpu/share resources" in statuses[n]["message"]
+        assert await plugin_pod_uids(api, n) == plugins[n], "restart Never: the plugin is left alone"
+        assert await gpu_alloc(api, n) == alloc_of(1, 16, "cgpu"), "stale: still the old mode's resources"
+
+    # The administrator restarts one plugin by hand: that node is Ready, the pool still names the other.
+    await delete_plugin_pods(api, nodes[0])
+    await wait_alloc(api, nodes[:1], alloc_of(1, 16, "core_mem"))
+
+    async def only_second_left() -> bool:
+        cond = await pools.condition(name, "Degraded")
+        return bool(cond and nodes[1] in cond["message"] and nodes[0] not in cond["message"])
+
+    await wait_for(only_second_left, what=f"{name} to name only {nodes[1]}", timeout_s=30)
+    assert (await node_statuses(pools, name)).get(nodes[0], {"phase": "Ready"})["phase"] == "Ready"
+    assert (await pools.condition(name, "Ready") or {})["status"] == "False"
+
+    # Back to restart: Rolling: the operator does the restarts it skipped (it cannot tell that the
+    # first node's plugin was restarted by hand, so that one restarts once more), and the pool is Ready.
+    await pools.patch_spec(name, {"devicePlugin": {"restart": "Rolling"}})
+    await pools.wait_condition(name, "Ready", "True", "AllNodesReady", timeout_s=60)
+    for n in nodes:
+        assert await gpu_alloc(api, n) == alloc_of(1, 16, "core_mem")
+    assert not (await plugin_pod_uids(api, nodes[1]) & plugins[nodes[1]]), "the skipped restart is done"
+
+
+async def test_restore_brings_back_what_the_nodes_advertised_before(
+    api: client.ApiClient, fake_nodes: FakeNodeSet, operator: OperatorProc, pools: Pools
+) -> None:
+    np = np_id()
+    nodes = await fake_nodes.create(2, prefix="rest", pool_labels={POOL_LABEL: np}, simulate_plugin=True,
+                                    gpus_per_node=2, gpu_mem_gib_per_gpu=24)  # fmt: skip
+    before = {n: await gpu_alloc(api, n) for n in nodes}
+    assert all(b == alloc_of(2, 24, "default") for b in before.values())
+    name = f"rest-{np}"
+    await pools.create(name, np, computeAllocation=True)
+    await pools.wait_condition(name, "Ready", "True", "AllNodesReady")
+    for n in nodes:
+        assert await gpu_alloc(api, n) == alloc_of(2, 24, "core_mem")
+    plugins = {n: (await sim_state(api, n))["pod"] for n in nodes}
+
+    await pools.delete(name)
+    # Restore writes schedule=default and restarts the plugins; the new ones advertise whole GPUs again.
+    await wait_plugin_registered(api, nodes, other_than=plugins)
+    for n in nodes:
+        assert await gpu_alloc(api, n) == before[n]
+        assert (await sim_state(api, n))["mode"] == "default"
+
+
+async def test_a_plugin_that_never_registers_is_reported_after_ready_timeout(
+    api: client.ApiClient, fake_nodes: FakeNodeSet, operator: OperatorProc, pools: Pools
+) -> None:
+    np = np_id()
+    good, hung = await fake_nodes.create(2, prefix="hang", pool_labels={POOL_LABEL: np}, simulate_plugin=True)
+    # From now on the plugin pods on `hung` run (Ready) but never register their resources.
+    await client.CoreV1Api(api).patch_node(hung, {"metadata": {"annotations": {ANNOTATION_HANG: "true"}}})
+    name = f"hang-{np}"
+    await pools.create(name, np, devicePlugin={"readyTimeoutSeconds": 10})
+
+    async def pending_then() -> bool:
+        return (await node_statuses(pools, name)).get(hung, {}).get("reason") == "PluginModePending"
+
+    await wait_for(pending_then, what=f"{hung} waiting for its plugin (PluginModePending)", timeout_s=30)
+    progressing = await pools.condition(name, "Progressing")
+    assert progressing is not None and progressing["status"] == "True"
+
+    degraded = await pools.wait_condition(name, "Degraded", "True", "PluginModeStale", timeout_s=60)
+    assert f"{hung}: node advertises exclusive-mode resources" in degraded["message"]
+    assert "after switching to cgpu; the device plugin has not picked up the labels" in degraded["message"]
+    statuses = await node_statuses(pools, name)
+    assert (statuses[hung]["phase"], statuses[hung]["reason"]) == ("Degraded", "PluginModeStale")
+    assert statuses.get(good, {"phase": "Ready"})["phase"] == "Ready"
+    assert (await pools.condition(name, "Ready") or {})["status"] == "False"
+    assert await gpu_alloc(api, good) == alloc_of(1, 16, "cgpu")

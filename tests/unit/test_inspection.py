@@ -248,3 +248,26 @@ def test_cli_offline_from_files(tmp_path: Any, cluster: Any, capsys: pytest.Capt
     assert "no GPUSharePool named nope (known: team-a, team-b)" in capsys.readouterr().err
     assert main(["inspect", "--nodes", str(tmp_path / "missing.yaml")]) == 2
     assert "missing.yaml" in capsys.readouterr().err
+
+
+def test_effective_mode_is_shown_next_to_the_labelled_mode_and_a_stale_plugin_is_warned() -> None:
+    core_labels = {c.LABEL_SCHEDULE: "core_mem", c.LABEL_CGPU: "true"}
+    nodes = [
+        node("fresh", "np-c", core=True, labels=core_labels),
+        node("stale", "np-c", core=False, labels=core_labels),  # relabelled; plugin not restarted
+    ]
+    report = build_report(nodes, [], [pool("gpu-core", "np-c", compute=True)])
+    (section,) = report.pools
+    assert [(n.name, n.mode, n.effective_mode) for n in section.nodes] == [
+        ("fresh", "core_mem", "core_mem"),
+        ("stale", "core_mem", "cgpu|share"),
+    ]
+    assert section.warnings == (
+        "node stale: labelled core_mem but its device plugin advertises cgpu|share; "
+        "it has not restarted since the labels changed",
+    )
+    text = render_text(report)
+    assert "MODE(node)  MODE(plugin)" in text
+    row = next(line for line in text.splitlines() if line.strip().startswith("stale"))
+    assert row.split()[:3] == ["stale", "core_mem", "cgpu|share"]
+    assert report.to_dict()["pools"][0]["nodes"][1]["effectiveMode"] == "cgpu|share"

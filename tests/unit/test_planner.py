@@ -625,3 +625,18 @@ def test_views_from_objects() -> None:
         True,
         True,
     )
+
+
+def test_switching_restart_never_to_rolling_owes_the_skipped_restarts() -> None:
+    never = [pool("gpu", "a", devicePlugin={"restart": "Never"})]
+    nodes = _applied(never, [node("n1", {NP: "a"})])
+    assert plan(never, nodes, now=LATER).by_node()["n1"].action is Action.NOOP, "Never: nothing more to do"
+    rolling = [pool("gpu", "a")]
+    p = plan(rolling, nodes, now=LATER).by_node()["n1"]
+    assert p.restart_plugin and p.plugin_restart_pending and not p.label_patch
+    assert (p.action, p.reason) == (Action.APPLY, "PluginRestartOwed")
+    assert p.plugin_restart is not None and p.plugin_restart.pool == "gpu"
+    # Once recorded Pending, planning again changes nothing (no second restart).
+    after = [apply_node_patch(nodes[0], p)]
+    again = plan(rolling, after, now=LATER).by_node()["n1"]
+    assert not again.changed and again.plugin_restart_pending

@@ -12,7 +12,10 @@ from gpushare.policy.status import pool_status
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 NP = "alibabacloud.com/nodepool-id"
-ALLOC = {c.RES_GPU_MEM: "30", c.RES_GPU_COUNT: "2", c.RES_GPU_CORE: "200"}
+#: What a node's device plugin advertises in a memory-sharing mode (cgpu, share) with 2 GPUs.
+ALLOC = {c.RES_GPU_MEM: "30", c.RES_GPU_COUNT: "2"}
+#: ... and in core_mem.
+CORE_ALLOC = {**ALLOC, c.RES_GPU_CORE: "200"}
 
 
 def pool(name: str, np: str, status: dict[str, Any] | None = None, **spec: Any) -> GPUSharePool:
@@ -34,6 +37,7 @@ def _status(
 
 
 def _done(nodes: list[NodeView], pools: list[GPUSharePool]) -> list[NodeView]:
+    """The nodes once labelled and their plugin restarted (advertising ALLOC unless given)."""
     cp = plan(pools, nodes, now=NOW).by_node()
     out = []
     for n in (apply_node_patch(n, cp[n.name]) for n in nodes):
@@ -44,7 +48,7 @@ def _done(nodes: list[NodeView], pools: list[GPUSharePool]) -> list[NodeView]:
                 n.name,
                 n.labels,
                 {**n.annotations, c.ANNOTATION_PLUGIN_RESTART: rec.dump()},
-                allocatable=n.allocatable,
+                allocatable=n.allocatable or ALLOC,
             )
         out.append(n)
     return out
@@ -55,9 +59,13 @@ def _cond(status: dict[str, Any], ctype: str) -> dict[str, Any]:
 
 
 def test_converged_pool_is_ready_with_capacity_and_allocation() -> None:
-    pools = [pool("gpu", "a")]
+    pools = [pool("gpu", "a", computeAllocation=True)]
     nodes = _done(
-        [NodeView("n1", {NP: "a"}, allocatable=ALLOC), NodeView("n2", {NP: "a"}, allocatable=ALLOC)], pools
+        [
+            NodeView("n1", {NP: "a"}, allocatable=CORE_ALLOC),
+            NodeView("n2", {NP: "a"}, allocatable=CORE_ALLOC),
+        ],
+        pools,
     )
     pods = [
         PodView("d", "p1", node_name="n1", phase="Running", gpu_mem=4, gpu_core=30),
@@ -66,7 +74,7 @@ def test_converged_pool_is_ready_with_capacity_and_allocation() -> None:
     ]
     st = _status(pools, nodes, pods, "gpu")
     assert st["observedGeneration"] == 4
-    assert st["mode"] == "cgpu"
+    assert st["mode"] == "core_mem"
     assert st["nodes"] == {"matched": 2, "ready": 2, "pending": 0, "held": 0, "conflicting": 0, "failed": 0}
     assert st["capacity"] == {"gpus": 4, "gpuMemGiB": 60, "gpuCorePercentage": 400}
     assert st["allocated"] == {"gpus": 0, "gpuMemGiB": 4, "gpuCorePercentage": 30}
@@ -198,3 +206,86 @@ def test_isolation_absent_is_fine_for_a_pool_without_isolation_and_unknown_is_no
     st = _status(isolated, nodes, [], "iso")
     assert _cond(st, "Degraded")["status"] == "False"
     assert st["nodeStatuses"][0]["phase"] == "Ready"
+
+
+# --- the effective mode: a node is Ready only once its plugin advertises the pool's mode ------
+
+
+def _switched_to_core_mem(
+    allocatable: dict[str, str], since: datetime, **spec: Any
+) -> tuple[list[GPUSharePool], list[NodeView]]:
+    """n1 in pool gpu, relabelled for core_mem at ``since``, its restart recorded Done (or Skipped)."""
+    pools = [pool("gpu", "a", computeAllocation=True, **spec)]
+    nodes = _done([NodeView("n1", {NP: "a"})], pools)
+    rec = RestartRecord.parse(nodes[0].annotations.get(c.ANNOTATION_PLUGIN_RESTART))
+    assert rec is not None
+    never = (spec.get("devicePlugin") or {}).get("restart") == "Never"
+    stamp = since.strftime("%Y-%m-%dT%H:%M:%SZ")
+    rec = RestartRecord(
+        rec.hash, stamp, "Skipped" if never else "Done", "gpu", "RestartNever" if never else ""
+    )
+    node = NodeView(
+        "n1",
+        nodes[0].labels,
+        {**nodes[0].annotations, c.ANNOTATION_PLUGIN_RESTART: rec.dump()},
+        allocatable=allocatable,
+    )
+    return pools, [node]
+
+
+def test_labels_switched_but_plugin_still_advertises_cgpu_is_progressing_then_stale() -> None:
+    pools, nodes = _switched_to_core_mem(
+        ALLOC, NOW - timedelta(seconds=20), devicePlugin={"readyTimeoutSeconds": 60}
+    )
+    st = _status(pools, nodes, [], "gpu")
+    (entry,) = st["nodeStatuses"]
+    assert (entry["phase"], entry["reason"]) == ("Restarting", "PluginModePending")
+    assert "cgpu/share resources" in entry["message"]
+    assert _cond(st, "Ready")["status"] == "False"
+    assert (_cond(st, "Progressing")["status"], _cond(st, "Progressing")["reason"]) == ("True", "RollingOut")
+    assert _cond(st, "Degraded")["status"] == "False"
+    assert st["nodes"]["ready"] == 0 and st["nodes"]["pending"] == 1
+
+    pools, nodes = _switched_to_core_mem(
+        ALLOC, NOW - timedelta(seconds=61), devicePlugin={"readyTimeoutSeconds": 60}
+    )
+    st = _status(pools, nodes, [], "gpu")
+    (entry,) = st["nodeStatuses"]
+    assert (entry["phase"], entry["reason"]) == ("Degraded", "PluginModeStale")
+    assert entry["message"] == (
+        "node advertises cgpu/share resources (aliyun.com/gpu-mem, no gpu-core.percentage) after switching "
+        "to core_mem; the device plugin has not picked up the labels"
+    )
+    degraded = _cond(st, "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "PluginModeStale")
+    assert "n1: node advertises cgpu/share resources" in degraded["message"]
+    assert _cond(st, "Progressing")["status"] == "False"
+    assert _cond(st, "Ready")["status"] == "False"
+
+
+def test_plugin_advertising_the_new_mode_makes_the_node_ready() -> None:
+    pools, nodes = _switched_to_core_mem(CORE_ALLOC, NOW - timedelta(seconds=1))
+    st = _status(pools, nodes, [], "gpu")
+    assert st["nodeStatuses"] == [] or st["nodeStatuses"][0]["phase"] == "Ready"
+    assert (_cond(st, "Ready")["status"], _cond(st, "Ready")["reason"]) == ("True", "AllNodesReady")
+
+
+def test_restart_never_names_the_nodes_that_need_a_plugin_restart() -> None:
+    pools, nodes = _switched_to_core_mem(ALLOC, NOW - timedelta(seconds=1), devicePlugin={"restart": "Never"})
+    st = _status(pools, nodes, [], "gpu")
+    (entry,) = st["nodeStatuses"]
+    assert (entry["phase"], entry["reason"]) == ("Degraded", "PluginRestartNeeded")
+    assert entry["message"].endswith("restart its device plugin pod (devicePlugin.restart is Never)")
+    ready = _cond(st, "Ready")
+    assert ready["status"] == "False" and "device plugin restart needed on n1" in ready["message"]
+    degraded = _cond(st, "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "PluginRestartNeeded")
+    assert "1 node(s) need a device plugin restart to advertise core_mem resources" in degraded["message"]
+
+
+def test_core_percentage_left_over_under_cgpu_is_stale_too() -> None:
+    pools = [pool("gpu", "a")]
+    nodes = _done([NodeView("n1", {NP: "a"}, allocatable=CORE_ALLOC)], pools)
+    st = _status(pools, nodes, [], "gpu")
+    assert st["nodeStatuses"][0]["reason"] == "PluginModePending"
+    assert "core_mem resources" in st["nodeStatuses"][0]["message"]

@@ -42,7 +42,9 @@ class FakeCluster:
         for name in nodes:
             self.rv += 1
             self.nodes[name] = {
-                "metadata": {"name": name, "labels": {NP: "a"}, "resourceVersion": str(self.rv)}
+                "metadata": {"name": name, "labels": {NP: "a"}, "resourceVersion": str(self.rv)},
+                # what the device plugin advertises in the pool's mode (cgpu), 1 GPU
+                "status": {"allocatable": {c.RES_GPU_MEM: "16", c.RES_GPU_COUNT: "1"}},
             }
         self.writes: list[tuple[str, str, Any]] = []
         self.plugin: dict[str, list[PluginPod]] = {}
@@ -197,3 +199,23 @@ async def test_nothing_is_sent_when_a_stale_view_needs_nothing() -> None:
     # Same labels as the stale view, newer version: the plan is a Noop, so nothing is sent.
     await rec.reconcile("gpu", pools=[never], nodes=stale, pods=[])
     assert [w[0] for w in fake.writes if w[0] in ("patch", "conflict")] == []
+
+
+async def test_a_node_waiting_for_its_plugin_mode_is_looked_at_again_before_the_timeout() -> None:
+    fake = FakeCluster(["n0"])
+    for obj in fake.nodes.values():
+        obj["status"] = {"allocatable": {"nvidia.com/gpu": "1"}}  # still in exclusive mode
+    short = {**POOL, "spec": {**POOL["spec"], "devicePlugin": {"readyTimeoutSeconds": 10}}}
+    clock = [T0]
+    rec = Reconciler(fake, clock=lambda: clock[0])  # type: ignore[arg-type]
+    await rec.reconcile("gpu", pools=[short], nodes=fake.views(), pods=[])
+    clock[0] = T0 + timedelta(seconds=2)  # no plugin pod: the restart is Done at once
+    result = await rec.reconcile("gpu", pools=[short], nodes=fake.views(), pods=[])
+    status = [w[2] for w in fake.writes if w[0] == "status"][-1]
+    assert [(s["name"], s["reason"]) for s in status["nodeStatuses"]] == [("n0", "PluginModePending")]
+    assert result.requeue == 5.0, "looked at again well before readyTimeoutSeconds"
+    clock[0] = T0 + timedelta(seconds=20)
+    result = await rec.reconcile("gpu", pools=[short], nodes=fake.views(), pods=[])
+    status = [w[2] for w in fake.writes if w[0] == "status"][-1]
+    assert [(s["name"], s["reason"]) for s in status["nodeStatuses"]] == [("n0", "PluginModeStale")]
+    assert result.requeue == 60.0

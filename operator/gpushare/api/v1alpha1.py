@@ -155,15 +155,18 @@ class DevicePlugin(_Model):
         default="Rolling",
         description="Rolling (default): after a node's labels change, delete its device plugin pod and wait "
         "until the DaemonSet's new pod is Ready, at most rollout.maxUnavailable nodes at a time. Never: "
-        "only relabel; you restart the plugin yourself.",
+        "only relabel; you restart the plugin yourself (until then the node still advertises its old "
+        "mode's resources and is reported PluginRestartNeeded, not Ready). Going back to Rolling "
+        "restarts the plugins that were skipped.",
     )
     ready_timeout_seconds: int = Field(
         default=300,
         ge=10,
         le=3600,
         description="How long to wait for the new device plugin pod to become Ready before the node is "
-        "reported Failed (reason DevicePluginNotReady) and the pool Degraded. Seconds, 10 to 3600, "
-        "default 300.",
+        "reported Failed (reason DevicePluginNotReady) and the pool Degraded, and, from the label change, "
+        "for the node to advertise the pool's mode's resources (else Degraded, reason PluginModeStale). "
+        "Seconds, 10 to 3600, default 300.",
     )
 
 

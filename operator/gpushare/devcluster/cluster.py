@@ -1,4 +1,5 @@
-"""Start and stop a real control plane on 127.0.0.1: etcd, kube-apiserver, kcm, scheduler, kwok.
+"""Start and stop a real control plane on 127.0.0.1: etcd, kube-apiserver, kcm, scheduler, kwok,
+and ``pluginsim`` (a simulator of ACK's gpushare device plugin, see ``pluginsim.py``).
 
 ``DevCluster`` is a context manager::
 
@@ -143,6 +144,7 @@ class DevCluster:
         with_controllers: bool = True,
         start_timeout: float = 90.0,
         verbosity: int = 1,
+        plugin_sim: bool = True,
     ) -> None:
         self.binaries: Binaries = find_binaries(bin_dir)
         self._own_dir = workdir is None
@@ -151,6 +153,8 @@ class DevCluster:
         self.with_controllers = with_controllers
         self.start_timeout = start_timeout
         self.verbosity = verbosity
+        #: with the controllers: also run the device-plugin simulator (it acts only on nodes that opt in)
+        self.plugin_sim = plugin_sim
         self.procs: list[Process] = []
         self.info: ClusterInfo | None = None
         self._ssl: ssl.SSLContext | None = None
@@ -304,12 +308,22 @@ class DevCluster:
             )
             pids |= {"kube-controller-manager": kcm.pid or 0, "kube-scheduler": sched.pid or 0}
             pids["kwok"] = kwok.pid or 0
+            sim: Process | None = None
+            if self.plugin_sim:
+                sim = Process(
+                    "pluginsim",
+                    [sys.executable, "-m", "gpushare.devcluster.pluginsim", f"--kubeconfig={kc}"],
+                    self.dir / "logs" / "pluginsim.log",
+                )
+                sim.start()
+                self.procs.append(sim)
+                pids["pluginsim"] = sim.pid or 0
             # The serviceaccount controller creating default/default proves kcm is up and synced.
             self._wait_http(
                 kcm, f"{server}/api/v1/namespaces/default/serviceaccounts/default", deadline, token=token
             )
             self._wait_http(kwok, f"http://127.0.0.1:{kwok_port}/healthz", deadline, tls=False)
-            for p in (sched, kwok, kcm):
+            for p in (sched, kwok, kcm, *([sim] if sim else [])):
                 if not p.alive():
                     raise self._failure(p, "exited during start")
 

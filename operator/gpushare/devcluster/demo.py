@@ -3,8 +3,10 @@
 ``python -m gpushare.devcluster.demo nodes --kubeconfig FILE`` creates six kwok GPU nodes whose
 ``alibabacloud.com/nodepool-id`` values are the ones the pools in ``examples/`` select, then runs
 one ``gpushare agent`` cycle per node with the NVML stand-in (``gpushare.gpu.fake``) and a fake
-``/proc``, so ``gpushare inspect`` shows real agent data (GPU model, cGPU isolation). Demo
-tooling only: the operator never uses the stand-in.
+``/proc``, so ``gpushare inspect`` shows real agent data (GPU model, cGPU isolation). The nodes'
+GPU resources are not fixed: ``pluginsim`` (started with the cluster) advertises them from the
+labels each time a node's device-plugin pod starts, as ACK's plugin does. Demo tooling only: the
+operator never uses the stand-ins.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class DemoNodePool:
     count: int
     gpus: int
     gpu_name: str
+    #: what the plugin advertises per GPU: gpu_mem_mib // 1024 (ACK floors to whole GiB)
     gpu_mem_gib: int
     gpu_mem_mib: int
     core_percentage: bool
@@ -40,7 +43,7 @@ class DemoNodePool:
 
 
 DEMO_POOLS: tuple[DemoNodePool, ...] = (
-    DemoNodePool("np-cgpu", "gpu-cgpu", 2, 1, "Tesla V100-SXM2-16GB", 16, 16160, False, True),
+    DemoNodePool("np-cgpu", "gpu-cgpu", 2, 1, "Tesla V100-SXM2-16GB", 15, 16160, False, True),
     DemoNodePool("np-cgpu-no-isolation", "gpu-shared", 2, 1, "Tesla T4", 15, 15360, False, False),
     DemoNodePool("np-gpu-core", "gpu-core", 2, 2, "NVIDIA A10", 22, 23028, True, True),
 )
@@ -70,6 +73,8 @@ async def create_demo_nodes(kubeconfig: str, pools: tuple[DemoNodePool, ...] = D
                 gpus_per_node=pool.gpus,
                 gpu_mem_gib_per_gpu=pool.gpu_mem_gib,
                 core_percentage=pool.core_percentage,
+                simulate_plugin=True,
+                gpus=[FakeGPU(name=pool.gpu_name, memory_mib=pool.gpu_mem_mib, mig=None)] * pool.gpus,
             )
             with tempfile.TemporaryDirectory(prefix="gpushare-demo-proc-") as tmp:
                 paths = _proc_dir(Path(tmp), pool.cgpu_km)

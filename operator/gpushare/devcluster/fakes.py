@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import constants as c
+from gpushare.devcluster.pluginsim import LABEL_SIMULATED, SIMULATED_VALUE, seen_pod
+from gpushare.gpu.fake import FakeGPU, FakeNVML
+from gpushare.gpu.inventory import collect_inventory
 
 T = TypeVar("T")
 
@@ -65,10 +68,21 @@ def gpu_node_body(
     cpu: str = "32",
     memory: str = "256Gi",
     pods: str = "110",
+    simulated_gpus: Sequence[FakeGPU] | None = None,
 ) -> dict[str, Any]:
-    """The Node object (with status) of a kwok-managed GPU node."""
+    """The Node object (with status) of a kwok-managed GPU node.
+
+    With ``simulated_gpus`` the node starts without GPU resources: it carries the agent inventory
+    of those GPUs and the label that lets ``pluginsim`` advertise them when its plugin starts.
+    """
     resources = {"cpu": cpu, "memory": memory, "pods": pods, "ephemeral-storage": "1Ti"}
-    if gpus_per_node > 0:
+    annotations = {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"}
+    extra: dict[str, str] = {}
+    if simulated_gpus is not None:
+        inventory = collect_inventory(FakeNVML(gpus=list(simulated_gpus)))
+        annotations[c.ANNOTATION_INVENTORY] = inventory.to_json()
+        extra[LABEL_SIMULATED] = SIMULATED_VALUE
+    elif gpus_per_node > 0:
         resources[c.RES_GPU_MEM] = str(gpu_mem_gib_per_gpu * gpus_per_node)
         resources[c.RES_GPU_COUNT] = str(gpus_per_node)
         if core_percentage:
@@ -83,6 +97,7 @@ def gpu_node_body(
         "beta.kubernetes.io/arch": "amd64",
         "type": "kwok",
         FAKE_LABEL: "true",
+        **extra,
         **labels,
     }
     return {
@@ -91,7 +106,7 @@ def gpu_node_body(
         "metadata": {
             "name": name,
             "labels": all_labels,
-            "annotations": {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "annotations": annotations,
         },
         "spec": {},
         "status": {"capacity": dict(resources), "allocatable": dict(resources)},
@@ -111,6 +126,8 @@ async def create_gpu_nodes(
     start: int = 0,
     wait_ready: bool = True,
     timeout_s: float = 60.0,
+    simulate_plugin: bool = False,
+    gpus: Sequence[FakeGPU] | None = None,
 ) -> list[str]:
     """Create ``n`` kwok GPU nodes named ``<prefix>-<i>``; returns their names.
 
@@ -118,10 +135,25 @@ async def create_gpu_nodes(
     (e.g. ``{"alibabacloud.com/nodepool-id": "np-a"}``) and ``extra_labels``; capacity and
     allocatable include ``aliyun.com/gpu-mem`` (GiB, per-GPU x count), ``gpu-count`` and,
     with ``core_percentage``, ``gpu-core.percentage`` (100 x count). No taint is added.
+
+    ``simulate_plugin``: the capacity is not fixed; ``pluginsim`` (started with the cluster) sets
+    it from the node's labels each time a new device-plugin pod runs there, as ACK's plugin does.
+    The node carries an agent inventory of ``gpus`` (default: ``gpus_per_node`` GPUs of
+    ``gpu_mem_gib_per_gpu`` GiB); with ``wait_ready``, this waits until the plugin registered.
     """
     core = client.CoreV1Api(api)
     labels = {**PLUGIN_NODE_SELECTOR, **(pool_labels or {}), **(extra_labels or {})}
     names = [f"{prefix}-{i}" for i in range(start, start + n)]
+    simulated: list[FakeGPU] | None = None
+    if simulate_plugin:
+        simulated = (
+            list(gpus)
+            if gpus is not None
+            else [
+                FakeGPU(name="NVIDIA A10", memory_mib=gpu_mem_gib_per_gpu * 1024)
+                for _ in range(gpus_per_node)
+            ]
+        )
     for name in names:
         body = gpu_node_body(
             name,
@@ -129,6 +161,12 @@ async def create_gpu_nodes(
             gpus_per_node=gpus_per_node,
             gpu_mem_gib_per_gpu=gpu_mem_gib_per_gpu,
             core_percentage=core_percentage,
+            simulated_gpus=[
+                FakeGPU(name=g.name, memory_mib=g.memory_mib, uuid=g.uuid or f"GPU-{name}-{i}", mig=g.mig)
+                for i, g in enumerate(simulated)
+            ]
+            if simulated is not None
+            else None,
         )
         await core.create_node(cast(Any, body))
         # Status sent with a create is kept for nodes, but patch it explicitly so the
@@ -136,7 +174,38 @@ async def create_gpu_nodes(
         await core.patch_node_status(name, {"status": body["status"]})
     if wait_ready:
         await wait_nodes_ready(api, names, timeout_s=timeout_s)
+        if simulate_plugin:
+            await wait_plugin_registered(api, names, timeout_s=timeout_s)
     return names
+
+
+async def wait_plugin_registered(
+    api: client.ApiClient,
+    names: Iterable[str],
+    *,
+    timeout_s: float = 60.0,
+    other_than: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """Wait until ``pluginsim`` has acted on a plugin pod of every node (one whose UID differs from
+    ``other_than[node]``); returns node -> that pod's UID."""
+    core = client.CoreV1Api(api)
+    wanted = sorted(set(names))
+    before = dict(other_than or {})
+
+    async def registered() -> dict[str, str] | None:
+        out = {}
+        for name in wanted:
+            node = await core.read_node(name)
+            uid = seen_pod(node.metadata.annotations)
+            if not uid or uid == before.get(name):
+                return None
+            out[name] = uid
+        return out
+
+    result: dict[str, str] = await wait_for(
+        registered, what=f"the simulated device plugin to register on {wanted}", timeout_s=timeout_s
+    )
+    return result
 
 
 async def wait_nodes_ready(api: client.ApiClient, names: Iterable[str], *, timeout_s: float = 60.0) -> None:

@@ -391,6 +391,18 @@ def _change(
     elif action is Action.APPLY and owned is None and (record is None or record.hash != new_hash):
         # Adopted with the plugin labels already right: nothing to restart.
         new_record = RestartRecord(new_hash, now, "Done", target.pool, "Adopted")
+    elif (
+        target.restart_policy == "Rolling"
+        and record is not None
+        and record.state == "Skipped"
+        and record.hash == new_hash
+    ):
+        # Labelled under `devicePlugin.restart: Never`, now Rolling: the plugin never saw these
+        # labels, so the restart that was skipped is owed now.
+        restart = True
+        new_record = RestartRecord(new_hash, now, "Pending", target.pool)
+        if not label_patch:
+            reason, message = "PluginRestartOwed", "restarting the device plugin skipped under restart Never"
     if new_record is not record and new_record is not None:
         annotations[c.ANNOTATION_PLUGIN_RESTART] = new_record.dump()
 

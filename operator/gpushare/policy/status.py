@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from gpushare import constants as c
 from gpushare.api.v1alpha1 import MAX_NODE_STATUSES, GPUSharePool, GPUSharePoolStatus, NodePhase
 from gpushare.gpu.inventory import isolation_state
 from gpushare.policy import conditions as cond
-from gpushare.policy.planner import Action, ClusterPlan, NodePlan
+from gpushare.policy import plugin_mode as pm
+from gpushare.policy.planner import Action, ClusterPlan, NodePlan, RestartRecord
 from gpushare.policy.views import NodeView, PodView
 
 #: Phases of a node that belongs to the pool and is not yet (or no longer) as it should be.
@@ -40,11 +41,17 @@ def node_state(
     errors: Mapping[str, str],
     *,
     memory_isolation: bool = False,
+    mode: str | None = None,
+    ready_timeout_s: int = 300,
+    restart_never: bool = False,
+    now: datetime | None = None,
 ) -> NodeState | None:
     """The phase of one node as pool ``pool`` reports it, or None when the pool does not list it.
 
     ``memory_isolation``: the pool demands cGPU memory isolation, so a node whose agent reports
     it ``absent`` is Degraded (``IsolationUnavailable``) even with every label right.
+    ``mode``: the pool's mode; a node with the right labels is Ready only once it advertises that
+    mode's resources (see :mod:`gpushare.policy.plugin_mode`), see :func:`plugin_mode_state`.
     """
     p = node_plan
     if p.node in errors and (p.pool == pool):
@@ -98,11 +105,77 @@ def node_state(
             f"the pool demands memory isolation but the node agent found no cGPU kernel module "
             f"({c.LABEL_CGPU_ISOLATION}=absent); pods here would share GPU memory without isolation",
         )
+    if mode is not None and node is not None:
+        stale = plugin_mode_state(
+            p.node,
+            mode,
+            node.allocatable,
+            record,
+            ready_timeout_s=ready_timeout_s,
+            restart_never=restart_never,
+            now=now,
+        )
+        if stale is not None:
+            return stale
     if record is not None and record.result == "NoDevicePluginPod":
         return NodeState(
             p.node, "Ready", "NoDevicePluginPod", "labels applied; no device plugin pod runs on the node"
         )
     return NodeState(p.node, "Ready", "LabelsApplied", "")
+
+
+def _since(record: RestartRecord | None) -> datetime | None:
+    if record is None or not record.since:
+        return None
+    try:
+        return datetime.fromisoformat(record.since.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def plugin_mode_state(
+    node: str,
+    mode: str,
+    allocatable: Mapping[str, str],
+    record: RestartRecord | None,
+    *,
+    ready_timeout_s: int,
+    restart_never: bool,
+    now: datetime | None,
+) -> NodeState | None:
+    """None when the node advertises what ``mode`` implies; else why it is not Ready yet.
+
+    * ``restart_never``: nobody will restart the plugin: Degraded ``PluginRestartNeeded`` at once.
+    * within ``ready_timeout_s`` of the labels being written (the restart record's ``since``):
+      Restarting ``PluginModePending`` (the pool stays Progressing);
+    * later: Degraded ``PluginModeStale``.
+    """
+    if pm.advertises(mode, allocatable):
+        return None
+    message = pm.stale_message(mode, allocatable)
+    if restart_never:
+        return NodeState(
+            node,
+            "Degraded",
+            pm.PLUGIN_RESTART_NEEDED,
+            f"{message}: restart its device plugin pod (devicePlugin.restart is Never)",
+        )
+    since = _since(record)
+    if since is not None and now is not None and now - since <= timedelta(seconds=ready_timeout_s):
+        return NodeState(
+            node,
+            "Restarting",
+            pm.PLUGIN_MODE_PENDING,
+            f"waiting for the device plugin to advertise {pm.describe(pm.expected_effective_mode(mode))}; "
+            f"it advertises {pm.describe(pm.effective_mode(allocatable))}",
+        )
+    return NodeState(node, "Degraded", pm.PLUGIN_MODE_STALE, message)
+
+
+def awaiting_plugin_mode(status: Mapping[str, Any]) -> bool:
+    """Whether a pool status lists a node still waiting for its plugin to advertise the pool's mode
+    (the operator looks again before ``readyTimeoutSeconds`` runs out)."""
+    return any(s.get("reason") == pm.PLUGIN_MODE_PENDING for s in status.get("nodeStatuses") or [])
 
 
 def _sum(values: Iterable[int]) -> int:
@@ -127,9 +200,23 @@ def pool_status(
     name = pool.name
     plans = cluster_plan.for_pool(name)
     isolation = pool.spec.memory_isolation
+    plugin = pool.spec.device_plugin
     states = [
         s
-        for s in (node_state(name, p, nodes.get(p.node), errors, memory_isolation=isolation) for p in plans)
+        for s in (
+            node_state(
+                name,
+                p,
+                nodes.get(p.node),
+                errors,
+                memory_isolation=isolation,
+                mode=pool.spec.mode,
+                ready_timeout_s=plugin.ready_timeout_seconds,
+                restart_never=plugin.restart == "Never",
+                now=now,
+            )
+            for p in plans
+        )
         if s is not None
     ]
     member = {p.node for p in plans if p.pool == name and p.action in _IN_POOL}
@@ -189,7 +276,14 @@ def pool_status(
     elif ready == matched:
         put(cond.READY, "True", "AllNodesReady", f"{ready}/{matched} nodes ready")
     else:
-        put(cond.READY, "False", "NodesNotReady", f"{ready}/{matched} nodes ready")
+        need = [s.name for s in states if s.reason == pm.PLUGIN_RESTART_NEEDED]
+        put(
+            cond.READY,
+            "False",
+            "NodesNotReady",
+            f"{ready}/{matched} nodes ready"
+            + (f"; device plugin restart needed on {_names(need)}" if need else ""),
+        )
 
     held = [s for s in states if s.phase == "Held"]
     moving = [s for s in states if s.phase in ("Pending", "Restarting")]
@@ -213,8 +307,26 @@ def pool_status(
 
     failed = [s for s in states if s.phase == "Failed"]
     unisolated = [s for s in states if s.reason == ISOLATION_UNAVAILABLE]
+    stale = [s for s in states if s.reason in (pm.PLUGIN_MODE_STALE, pm.PLUGIN_RESTART_NEEDED)]
     if invalid:
         put(cond.DEGRADED, "True", "InvalidSpec", invalid)
+    elif stale and not failed:
+        if all(s.reason == pm.PLUGIN_RESTART_NEEDED for s in stale):
+            put(
+                cond.DEGRADED,
+                "True",
+                pm.PLUGIN_RESTART_NEEDED,
+                f"{len(stale)} node(s) need a device plugin restart to advertise {pool.spec.mode} "
+                f"resources (devicePlugin.restart is Never): {_names([s.name for s in stale])}",
+            )
+        else:
+            put(
+                cond.DEGRADED,
+                "True",
+                pm.PLUGIN_MODE_STALE,
+                f"{len(stale)} node(s) do not advertise {pool.spec.mode} resources: "
+                + "; ".join(f"{s.name}: {s.message}" for s in stale[:3]),
+            )
     elif unisolated and not failed:
         put(
             cond.DEGRADED,

@@ -1,0 +1,325 @@
+"""A simulator of ACK's gpushare device plugin for the local control plane (devcluster only).
+
+``python -m gpushare.devcluster.pluginsim --kubeconfig FILE`` runs next to kwok (``DevCluster``
+starts and stops it). It watches the stand-in plugin pods (``name=gpushare-device-plugin-ds`` in
+kube-system). Whenever a plugin pod with a UID not seen before is Running on a node that opts in
+(label ``gpushare.io/fake-plugin=ack``, set by ``create_gpu_nodes(simulate_plugin=True)``), it reads
+the node's labels *at that moment* and patches the node's ``status.capacity`` and
+``status.allocatable`` as ACK's plugin does for that mode (see :func:`advertised_resources`):
+
+* ``default`` (or no ``ack.node.gpu.schedule``): ``nvidia.com/gpu`` = GPU count;
+* ``cgpu``, ``share``, ``mps``: ``aliyun.com/gpu-mem`` (first GPU's memory in GiB, floored, times
+  the count) and ``aliyun.com/gpu-count``;
+* ``core_mem``: those plus ``aliyun.com/gpu-core.percentage`` (100 per GPU);
+* ``topology``: ``aliyun.com/gpu`` = GPU count;
+
+and every other mode's resource 0. It records what it saw in the annotation
+``gpushare.io/simulated-plugin`` (pod UID, mode, isolation). A label change without a new plugin
+pod changes nothing, as on a real node: ACK's plugin reads the labels only when it starts.
+
+The GPUs (count, memory) come from the node agent's inventory annotation
+(``gpushare.io/gpu-inventory``); a node without one is left alone until it has one. A node
+annotated ``gpushare.io/simulated-plugin-hang=true`` gets plugin pods that run but never register
+(its resources stay as they are): a plugin that never comes back.
+
+kwok owns node *conditions* (heartbeats); it keeps ``capacity``/``allocatable`` it finds on the
+node, so the simulator patches them through the ``status`` subresource.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from gpushare import constants as c
+from gpushare.gpu.inventory import Inventory, inventory_from_annotations
+
+log = logging.getLogger("gpushare.pluginsim")
+
+#: Opt-in label on fake nodes whose plugin the simulator plays.
+LABEL_SIMULATED: str = f"{c.GROUP}/fake-plugin"
+SIMULATED_VALUE = "ack"
+#: What the simulated plugin saw when it last started on the node (JSON).
+ANNOTATION_STATE: str = f"{c.GROUP}/simulated-plugin"
+#: ``"true"``: plugin pods on this node run but never register resources.
+ANNOTATION_HANG: str = f"{c.GROUP}/simulated-plugin-hang"
+
+RES_NVIDIA_GPU = "nvidia.com/gpu"
+RES_ALIYUN_GPU = "aliyun.com/gpu"
+#: Every resource the simulated plugin sets (to 0 when the mode does not advertise it).
+RESOURCES: tuple[str, ...] = (RES_NVIDIA_GPU, c.RES_GPU_MEM, c.RES_GPU_COUNT, c.RES_GPU_CORE, RES_ALIYUN_GPU)
+MEMORY_MODES = ("cgpu", "share", "mps")
+
+
+def plugin_mode(labels: Mapping[str, str]) -> str:
+    """The mode ACK's plugin starts in: ``ack.node.gpu.schedule``, ``default`` when absent."""
+    return labels.get(c.LABEL_SCHEDULE) or c.SCHEDULE_DEFAULT
+
+
+def plugin_isolation(labels: Mapping[str, str]) -> str:
+    """``disabled`` when the plugin would inject ``CGPU_DISABLE=true`` (label true at start)."""
+    return "disabled" if labels.get(c.LABEL_DISABLE_ISOLATION) == "true" else "enabled"
+
+
+def advertised_resources(labels: Mapping[str, str], inventory: Inventory) -> dict[str, str]:
+    """The extended resources ACK's plugin puts in capacity and allocatable, every one present.
+
+    ``gpu-mem`` is in GiB: the first GPU's memory floored to whole GiB (ACK assumes every GPU of
+    the node has the first one's memory), times the GPU count.
+    """
+    count = len(inventory.gpus)
+    per_gpu_gib = inventory.gpus[0].memory_mib // 1024 if inventory.gpus else 0
+    out = dict.fromkeys(RESOURCES, 0)
+    mode = plugin_mode(labels)
+    if mode == c.SCHEDULE_DEFAULT:
+        out[RES_NVIDIA_GPU] = count
+    elif mode in MEMORY_MODES or mode == c.SCHEDULE_CORE_MEM:
+        out[c.RES_GPU_MEM] = per_gpu_gib * count
+        out[c.RES_GPU_COUNT] = count
+        if mode == c.SCHEDULE_CORE_MEM:
+            out[c.RES_GPU_CORE] = 100 * count
+    elif mode == "topology":
+        out[RES_ALIYUN_GPU] = count
+    return {name: str(value) for name, value in out.items()}
+
+
+def status_patch(labels: Mapping[str, str], inventory: Inventory) -> dict[str, Any]:
+    """The merge patch of the node's status subresource for a plugin starting now."""
+    resources = advertised_resources(labels, inventory)
+    return {"status": {"capacity": dict(resources), "allocatable": dict(resources)}}
+
+
+def state_annotation(labels: Mapping[str, str], pod_uid: str, now: datetime) -> str:
+    return json.dumps(
+        {
+            "pod": pod_uid,
+            "mode": plugin_mode(labels),
+            "isolation": plugin_isolation(labels),
+            "at": now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+
+
+def seen_pod(annotations: Mapping[str, str] | None) -> str:
+    """The plugin pod UID the simulator last acted on for a node ("" when none)."""
+    raw = (annotations or {}).get(ANNOTATION_STATE)
+    if not raw:
+        return ""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return ""
+    return str(data.get("pod", "")) if isinstance(data, dict) else ""
+
+
+def _running(pod: Mapping[str, Any]) -> bool:
+    meta = pod.get("metadata") or {}
+    return bool(
+        (pod.get("spec") or {}).get("nodeName")
+        and not meta.get("deletionTimestamp")
+        and (pod.get("status") or {}).get("phase") == "Running"
+    )
+
+
+class PluginSimulator:
+    """List+watch the plugin pods and the opted-in nodes; act once per new Running pod UID.
+
+    Both watches read raw JSON (no model objects), and nodes that do not opt in cost nothing but
+    a dict entry: the simulator runs in every devcluster, benchmarks with thousands of nodes too.
+    """
+
+    def __init__(self, api: client.ApiClient, namespace: str = c.DEFAULT_PLUGIN_NAMESPACE) -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.namespace = namespace
+        self.selector = ",".join(f"{k}={v}" for k, v in c.DEFAULT_PLUGIN_LABELS.items())
+        #: nodes labelled LABEL_SIMULATED=ack (from the node watch)
+        self.opted: set[str] = set()
+        #: node -> the latest Running plugin pod UID seen on it
+        self.latest: dict[str, str] = {}
+        #: node -> the last plugin pod UID acted on (or found not to need action)
+        self.done: dict[str, str] = {}
+        #: node -> a Running pod UID to act on again (no inventory yet, or an API error)
+        self.waiting: dict[str, str] = {}
+        self._lock = asyncio.Lock()
+
+    async def handle(self, node_name: str, uid: str) -> None:
+        if self.done.get(node_name) == uid:
+            return
+        try:
+            node = await self.core.read_node(node_name)
+        except ApiException as exc:
+            if exc.status == 404:
+                self.waiting.pop(node_name, None)
+                return
+            raise
+        labels = dict(node.metadata.labels or {})
+        annotations = dict(node.metadata.annotations or {})
+        if labels.get(LABEL_SIMULATED) != SIMULATED_VALUE or seen_pod(annotations) == uid:
+            self.done[node_name] = uid
+            self.waiting.pop(node_name, None)
+            return
+        if annotations.get(ANNOTATION_HANG) == "true":
+            log.info("plugin pod %s on %s hangs (annotation %s)", uid, node_name, ANNOTATION_HANG)
+            self.done[node_name] = uid
+            self.waiting.pop(node_name, None)
+            return
+        inventory = inventory_from_annotations(annotations)
+        if inventory is None or not inventory.gpus:
+            log.info("node %s has no GPU inventory yet; plugin pod %s waits for it", node_name, uid)
+            self.waiting[node_name] = uid
+            return
+        patch = status_patch(labels, inventory)
+        await self.core.patch_node_status(node_name, patch)
+        await self.core.patch_node(
+            node_name,
+            {
+                "metadata": {
+                    "annotations": {ANNOTATION_STATE: state_annotation(labels, uid, datetime.now(UTC))}
+                }
+            },
+        )
+        self.done[node_name] = uid
+        self.waiting.pop(node_name, None)
+        log.info(
+            "plugin pod %s started on %s: mode %s, isolation %s, advertises %s",
+            uid,
+            node_name,
+            plugin_mode(labels),
+            plugin_isolation(labels),
+            {k: v for k, v in patch["status"]["allocatable"].items() if v != "0"},
+        )
+
+    async def _safe(self, node_name: str, uid: str) -> None:
+        async with self._lock:  # one node at a time: events for a node are handled in order
+            try:
+                await self.handle(node_name, uid)
+            except ApiException as exc:
+                log.warning("node %s: API error %s %s; retrying", node_name, exc.status, exc.reason)
+                self.waiting[node_name] = uid
+
+    async def _pod(self, event_type: str, pod: Mapping[str, Any]) -> None:
+        node = str((pod.get("spec") or {}).get("nodeName") or "")
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        if event_type == "DELETED" or not _running(pod):
+            return
+        self.latest[node] = uid
+        if node in self.opted:
+            await self._safe(node, uid)
+
+    async def _node(self, event_type: str, node: Mapping[str, Any]) -> None:
+        meta = node.get("metadata") or {}
+        name = str(meta.get("name") or "")
+        if event_type == "DELETED":
+            self.opted.discard(name)
+            self.latest.pop(name, None)
+            self.done.pop(name, None)
+            self.waiting.pop(name, None)
+            return
+        if name not in self.opted:
+            self.opted.add(name)
+            if name in self.latest:
+                await self._safe(name, self.latest[name])
+
+    async def retry_loop(self, interval: float = 1.0) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            for node_name, uid in list(self.waiting.items()):
+                await self._safe(node_name, uid)
+
+    async def _list_watch(
+        self, what: str, list_fn: Any, args: tuple[Any, ...], selector: str, on: Any
+    ) -> None:
+        """List, then watch from that resourceVersion; raw JSON lines; list again on any end."""
+        while True:
+            try:
+                resp = await list_fn(*args, label_selector=selector, _preload_content=False)
+                async with resp:
+                    listed = json.loads(await resp.read())
+                for item in listed.get("items") or []:
+                    await on("ADDED", item)
+                rv = (listed.get("metadata") or {}).get("resourceVersion")
+                while True:
+                    resp = await list_fn(
+                        *args,
+                        label_selector=selector,
+                        watch=True,
+                        resource_version=rv,
+                        timeout_seconds=120,
+                        allow_watch_bookmarks=True,
+                        _preload_content=False,
+                    )
+                    async with resp:
+                        async for line in resp.content:
+                            if not line.strip():
+                                continue
+                            event = json.loads(line)
+                            kind = event.get("type")
+                            obj = event.get("object") or {}
+                            if kind == "ERROR":
+                                raise RuntimeError(f"watch error: {obj.get('message', obj)}")
+                            rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                            if kind != "BOOKMARK":
+                                await on(kind, obj)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("watch of %s ended (%s); listing again", what, exc)
+                await asyncio.sleep(0.5)
+
+    async def run(self) -> None:
+        await asyncio.gather(
+            self._list_watch(
+                "nodes", self.core.list_node, (), f"{LABEL_SIMULATED}={SIMULATED_VALUE}", self._node
+            ),
+            self._list_watch(
+                "plugin pods", self.core.list_namespaced_pod, (self.namespace,), self.selector, self._pod
+            ),
+            self.retry_loop(),
+        )
+
+
+async def _main(kubeconfig: str) -> None:
+    from gpushare.k8s.client import make_api_client
+
+    api = await make_api_client(kubeconfig)
+    async with api:
+        sim = PluginSimulator(api)
+        task = asyncio.ensure_future(sim.run())
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, task.cancel)
+        log.info(
+            "simulating ACK's gpushare device plugin on nodes labelled %s=%s",
+            LABEL_SIMULATED,
+            SIMULATED_VALUE,
+        )
+        try:
+            await task
+        except asyncio.CancelledError:
+            log.info("stopped")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpushare.devcluster.pluginsim", description=__doc__)
+    parser.add_argument("--kubeconfig", required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stdout)
+    asyncio.run(_main(args.kubeconfig))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""Which GPU mode a node's device plugin is really in, judged from what the node advertises.
+
+ACK's gpushare device plugin reads the node's labels only when it starts, and then advertises
+the extended resources of that mode (the other modes' resources are 0). So a node's labels say
+what it *should* be; its ``status.allocatable`` says what its plugin *is*:
+
+=====================  =============================================================
+effective mode          allocatable
+=====================  =============================================================
+``core_mem``            ``aliyun.com/gpu-mem`` > 0 and ``aliyun.com/gpu-core.percentage`` > 0
+``cgpu|share``          ``aliyun.com/gpu-mem`` > 0, no ``gpu-core.percentage`` (cgpu, share, mps
+                        advertise the same resources: the difference is in the container env)
+``default``             ``nvidia.com/gpu`` > 0 (or ``aliyun.com/gpu``), no ``gpu-mem``
+``none``                no GPU resource at all (the plugin has not registered)
+=====================  =============================================================
+
+Pure: no client, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+from gpushare import constants as c
+from gpushare.policy.views import quantity_int
+
+RES_NVIDIA_GPU: Final = "nvidia.com/gpu"
+RES_ALIYUN_GPU: Final = "aliyun.com/gpu"
+
+EFFECTIVE_CORE_MEM: Final = "core_mem"
+EFFECTIVE_MEMORY: Final = "cgpu|share"
+EFFECTIVE_DEFAULT: Final = "default"
+EFFECTIVE_NONE: Final = "none"
+
+#: Node phases/reasons of the pool status that come from this check.
+PLUGIN_MODE_PENDING: Final = "PluginModePending"
+PLUGIN_MODE_STALE: Final = "PluginModeStale"
+PLUGIN_RESTART_NEEDED: Final = "PluginRestartNeeded"
+
+_DESCRIBE: Final = {
+    EFFECTIVE_CORE_MEM: "core_mem resources (aliyun.com/gpu-mem and gpu-core.percentage)",
+    EFFECTIVE_MEMORY: "cgpu/share resources (aliyun.com/gpu-mem, no gpu-core.percentage)",
+    EFFECTIVE_DEFAULT: "exclusive-mode resources (nvidia.com/gpu, no aliyun.com/gpu-mem)",
+    EFFECTIVE_NONE: "no GPU resources",
+}
+
+
+def _int(allocatable: Mapping[str, str], name: str) -> int:
+    return quantity_int(allocatable.get(name, 0))
+
+
+def effective_mode(allocatable: Mapping[str, str]) -> str:
+    """The mode the node's device plugin advertises (see the module table)."""
+    if _int(allocatable, c.RES_GPU_MEM) > 0:
+        return EFFECTIVE_CORE_MEM if _int(allocatable, c.RES_GPU_CORE) > 0 else EFFECTIVE_MEMORY
+    if _int(allocatable, RES_NVIDIA_GPU) > 0 or _int(allocatable, RES_ALIYUN_GPU) > 0:
+        return EFFECTIVE_DEFAULT
+    return EFFECTIVE_NONE
+
+
+def expected_effective_mode(mode: str) -> str:
+    """What a node labelled ``ack.node.gpu.schedule=mode`` advertises once its plugin restarted."""
+    if mode == c.SCHEDULE_CORE_MEM:
+        return EFFECTIVE_CORE_MEM
+    if mode in (c.SCHEDULE_CGPU, c.SCHEDULE_SHARE, "mps"):
+        return EFFECTIVE_MEMORY
+    return EFFECTIVE_DEFAULT
+
+
+def advertises(mode: str, allocatable: Mapping[str, str]) -> bool:
+    """True when the node advertises what ``mode`` implies: ``gpu-mem`` > 0 for every sharing
+    mode, ``gpu-core.percentage`` > 0 under ``core_mem`` and 0/absent elsewhere."""
+    return effective_mode(allocatable) == expected_effective_mode(mode)
+
+
+def describe(effective: str) -> str:
+    return _DESCRIBE.get(effective, effective)
+
+
+def stale_message(mode: str, allocatable: Mapping[str, str]) -> str:
+    """Why a node labelled for ``mode`` is not in it yet (for the pool's node status)."""
+    return (
+        f"node advertises {describe(effective_mode(allocatable))} after switching to {mode}; "
+        "the device plugin has not picked up the labels"
+    )

@@ -1,0 +1,55 @@
+"""The effective mode of a node from what its device plugin advertises (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpushare import constants as c
+from gpushare.policy.plugin_mode import (
+    EFFECTIVE_CORE_MEM,
+    EFFECTIVE_DEFAULT,
+    EFFECTIVE_MEMORY,
+    EFFECTIVE_NONE,
+    advertises,
+    effective_mode,
+    expected_effective_mode,
+    stale_message,
+)
+
+
+@pytest.mark.parametrize(
+    ("allocatable", "effective"),
+    [
+        ({c.RES_GPU_MEM: "30", c.RES_GPU_COUNT: "2", c.RES_GPU_CORE: "200"}, EFFECTIVE_CORE_MEM),
+        ({c.RES_GPU_MEM: "30", c.RES_GPU_COUNT: "2", c.RES_GPU_CORE: "0"}, EFFECTIVE_MEMORY),
+        ({c.RES_GPU_MEM: "30"}, EFFECTIVE_MEMORY),
+        ({"nvidia.com/gpu": "2", c.RES_GPU_MEM: "0", c.RES_GPU_CORE: "0"}, EFFECTIVE_DEFAULT),
+        ({"aliyun.com/gpu": "1"}, EFFECTIVE_DEFAULT),
+        ({"cpu": "32", c.RES_GPU_MEM: "0"}, EFFECTIVE_NONE),
+        ({}, EFFECTIVE_NONE),
+        ({c.RES_GPU_MEM: "junk"}, EFFECTIVE_NONE),
+    ],
+)
+def test_effective_mode(allocatable: dict[str, str], effective: str) -> None:
+    assert effective_mode(allocatable) == effective
+
+
+def test_what_each_labelled_mode_must_advertise() -> None:
+    mem = {c.RES_GPU_MEM: "16", c.RES_GPU_COUNT: "1"}
+    core = {**mem, c.RES_GPU_CORE: "100"}
+    exclusive = {"nvidia.com/gpu": "1"}
+    assert expected_effective_mode("cgpu") == expected_effective_mode("share") == EFFECTIVE_MEMORY
+    assert advertises("cgpu", mem) and advertises("share", mem)
+    assert not advertises("core_mem", mem), "core_mem needs gpu-core.percentage > 0"
+    assert advertises("core_mem", core)
+    assert not advertises("cgpu", core), "gpu-core.percentage must be 0/absent outside core_mem"
+    assert not advertises("cgpu", exclusive) and not advertises("cgpu", {})
+    assert advertises("default", exclusive) and not advertises("default", mem)
+
+
+def test_stale_message_names_both_modes() -> None:
+    msg = stale_message("core_mem", {c.RES_GPU_MEM: "16", c.RES_GPU_COUNT: "1"})
+    assert msg == (
+        "node advertises cgpu/share resources (aliyun.com/gpu-mem, no gpu-core.percentage) "
+        "after switching to core_mem; the device plugin has not picked up the labels"
+    )
