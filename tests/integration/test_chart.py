@@ -17,6 +17,7 @@ import asyncio
 import base64
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -280,7 +281,9 @@ def test_operator_with_the_chart_service_account_brings_a_pool_to_ready(
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    forbidden = [line for line in log_path.read_text().splitlines() if "403" in line or "Forbidden" in line]
+    # "403" alone also occurs inside UIDs and resourceVersions; an RBAC denial reads "(403)" / "Forbidden".
+    denial = re.compile(r"Forbidden|forbidden:|\(403\)|\b(?:status|code)[=: ]+403\b")
+    forbidden = [line for line in log_path.read_text().splitlines() if denial.search(line)]
     assert not forbidden, "the operator hit RBAC denials:\n" + "\n".join(forbidden[:10])
 
 
