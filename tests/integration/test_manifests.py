@@ -203,7 +203,8 @@ CAN = [
     (OPERATOR, "get", "secrets/gpushare-webhook-tls", NS),
     (OPERATOR, "update", "secrets/gpushare-webhook-tls", NS),
     (OPERATOR, "patch", "validatingwebhookconfigurations/gpushare-webhook", None),
-    # agent
+    (OPERATOR, "list", "pods", "team-a"),
+    # agent (its Node writes are confined further by a ValidatingAdmissionPolicy: test_least_privilege.py)
     (AGENT, "get", "nodes", None),
     (AGENT, "patch", "nodes", None),
 ]
@@ -229,8 +230,21 @@ CANNOT = [
     (OPERATOR, "create", "validatingwebhookconfigurations", None),
     (OPERATOR, "create", "clusterrolebindings.rbac.authorization.k8s.io", None),
     (OPERATOR, "get", "configmaps", "kube-system"),
+    # pod deletes only in the device-plugin namespaces (manifests/operator/device-plugin-rbac.yaml)
+    (OPERATOR, "delete", "pods", "default"),
+    (OPERATOR, "delete", "pods", "team-a"),
+    (OPERATOR, "delete", "pods", NS),
+    (OPERATOR, "deletecollection", "pods", "kube-system"),
+    (OPERATOR, "get", "pods", "kube-system"),
+    (OPERATOR, "create", "events", "default"),
+    (OPERATOR, "patch", "events", NS),
+    (OPERATOR, "list", "namespaces", None),
+    (OPERATOR, "get", "gpusharepools.gpushare.io", None),
     (AGENT, "delete", "nodes", None),
     (AGENT, "list", "nodes", None),
+    (AGENT, "watch", "nodes", None),
+    (AGENT, "patch", "nodes:status", None),
+    (AGENT, "update", "nodes", None),
     (AGENT, "get", "pods", "default"),
     (AGENT, "create", "pods:eviction", "default"),
     (AGENT, "get", "secrets", NS),
