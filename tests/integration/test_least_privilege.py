@@ -20,7 +20,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -275,6 +275,42 @@ async def test_agent_can_write_its_own_labels_and_inventory(
     assert c.ANNOTATION_INVENTORY not in annotations
 
 
+async def test_the_policy_holds_even_if_rbac_grants_more(
+    installed: ClusterInfo, as_agent: client.ApiClient, admin: client.ApiClient
+) -> None:
+    """Status, create and delete are refused by the policy too, not only by RBAC."""
+    kubectl(installed, "create", "clusterrole", "agent-too-much", "--verb=create,update,patch,delete",
+            "--resource=nodes,nodes/status")  # fmt: skip
+    kubectl(installed, "create", "clusterrolebinding", "agent-too-much", "--clusterrole=agent-too-much",
+            f"--serviceaccount={NS}:{AGENT_SA}")  # fmt: skip
+    core = client.CoreV1Api(as_agent)
+    try:
+
+        async def rbac_applied() -> bool:
+            try:
+                await core.delete_node("lp-0", dry_run="All")
+            except ApiException as exc:
+                return "ValidatingAdmissionPolicy" in json.loads(exc.body)["message"]
+            pytest.fail("the agent deleted its node (dry run)")
+
+        await wait_for(rbac_applied, what="the widened RBAC to reach the authorizer", timeout_s=30)
+        attempts: dict[str, Callable[[], Awaitable[Any]]] = {
+            "UPDATE of nodes/status": lambda: core.patch_node_status(
+                "lp-0", {"status": {"capacity": {c.RES_GPU_MEM: "1"}}}
+            ),
+            "DELETE of a Node": lambda: core.delete_node("lp-0"),
+            "CREATE of a Node": lambda: core.create_node({"metadata": {"name": "lp-new"}}),
+        }
+        for what, request in attempts.items():
+            with pytest.raises(ApiException) as err:
+                await request()
+            assert err.value.status == 403
+            assert f"may only update Node metadata; {what} is denied" in json.loads(err.value.body)["message"]
+    finally:
+        kubectl(installed, "delete", "clusterrolebinding,clusterrole", "agent-too-much")
+    assert (await client.CoreV1Api(admin).read_node("lp-0")).metadata.deletion_timestamp is None
+
+
 async def test_a_token_without_a_node_may_write_no_node(
     installed: ClusterInfo, admin: client.ApiClient, tmp_path: Path
 ) -> None:
@@ -382,7 +418,7 @@ class Operator:
         port = free_port()
         cmd = [
             sys.executable, "-m", "gpushare", "run", "--kubeconfig", str(kubeconfig),
-            "--namespace-for-events", NS, "--plugin-namespaces", "kube-system",
+            "--namespace-for-events", "default", "--plugin-namespaces", "kube-system",
             "--metrics-port", str(port), "--log-format", "json",
         ]  # fmt: skip
         with log_path.open("wb") as out:
@@ -441,15 +477,15 @@ async def test_operator_rollout_eviction_and_restore_with_its_service_account(
     """Labels, plugin restarts, an Evict mode switch and the restore, all with the shipped RBAC."""
     nodes = ["lp-0", "lp-1", "lp-2"]
     core = client.CoreV1Api(admin)
+    # The shipped webhook fails closed for pools too, and nothing can serve it here (no Service
+    # routing to a local process): this test is about RBAC, so admission goes.
+    kubectl(installed, "delete", "validatingwebhookconfiguration", "gpushare-webhook")
     cfg = kubeconfig_for(installed, token(installed, OPERATOR_SA), tmp_path / "op.kubeconfig")
     before = {n: (await _meta(admin, n))[0] for n in nodes}
     plugins_before = await _plugin_uids(admin)
     op = Operator(installed, cfg, tmp_path / "operator.log")
     try:
-        await _pool(
-            admin, "lp-share", mode="cgpu", memoryIsolation=True,
-            rollout={"maxUnavailable": "100%", "modeSwitch": "Evict"},
-        )  # fmt: skip
+        await _pool(admin, "lp-share", rollout={"maxUnavailable": "100%", "modeSwitch": "Evict"})
 
         async def rolled_out() -> bool:
             for n in nodes:
@@ -499,20 +535,25 @@ async def test_operator_rollout_eviction_and_restore_with_its_service_account(
         evicted = await core.list_namespaced_pod("team-a", field_selector="metadata.name=gpu-job")
         assert all(p.metadata.deletion_timestamp is not None for p in evicted.items)
 
+        async def uncordoned() -> bool:
+            return not (await _meta(admin, "lp-2"))[2].unschedulable
+
+        await wait_for(uncordoned, what="lp-2 uncordoned after the switch", timeout_s=60)
+
         # A second pool whose device plugin lives outside --plugin-namespaces: reported, nothing deleted.
         await client.CustomObjectsApi(admin).delete_cluster_custom_object(
             c.GROUP, c.VERSION, c.PLURAL, "lp-share"
         )
 
-        async def restored() -> bool:
+        async def restored() -> str | bool:
             if await _pool_obj(admin, "lp-share") is not None:
-                return False
+                return False  # wait_for reports the last value: say what is missing below
             for n in nodes:
                 labels, _, spec = await _meta(admin, n)
                 managed = {k: v for k, v in labels.items() if k in c.MANAGED_LABELS}
                 if managed != {c.LABEL_SCHEDULE: "default"} or spec.unschedulable:
                     return False
-            return True
+            return "restored"
 
         await wait_for(restored, what="lp-* restored and the pool's finalizer removed", timeout_s=120)
         for n in nodes:
@@ -520,11 +561,11 @@ async def test_operator_rollout_eviction_and_restore_with_its_service_account(
             foreign = {k: v for k, v in labels.items() if k not in c.MANAGED_LABELS and k not in AGENT_LABELS}
             assert foreign == {k: v for k, v in before[n].items() if k not in AGENT_LABELS}
 
-        await _pool(admin, "lp-elsewhere", mode="share", devicePlugin={"namespace": "gpu-plugins"})
+        await _pool(admin, "lp-elsewhere", devicePlugin={"namespace": "gpu-plugins"})
 
         async def reported() -> Any:
             events = await core.list_namespaced_event(
-                NS, field_selector=f"involvedObject.kind={c.KIND},involvedObject.name=lp-elsewhere"
+                "default", field_selector=f"involvedObject.kind={c.KIND},involvedObject.name=lp-elsewhere"
             )
             return next((e for e in events.items if e.reason == "DevicePluginNamespaceNotAllowed"), None)
 

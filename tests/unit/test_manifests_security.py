@@ -117,9 +117,11 @@ def test_operator_deletes_pods_exactly_in_its_plugin_namespaces(
     assert "" not in deleting, "a ClusterRole lets the operator delete pods everywhere"
     assert deleting == configured
     assert not any(_grants(role, "deletecollection", "pods") for _, role in bound)
-    # evictions stay cluster-wide (GPU pods live anywhere); events only in its own namespace
+    # evictions stay cluster-wide (GPU pods live anywhere); Events only where --namespace-for-events says
     assert any(ns == "" and _grants(role, "create", "pods/eviction") for ns, role in bound)
-    assert {ns for ns, role in bound if _grants(role, "create", "events")} == {"gpushare-system"}
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--namespace-for-events=default" in args
+    assert {ns for ns, role in bound if _grants(role, "create", "events")} == {"default"}
 
 
 def test_operator_cluster_role_has_no_unexplained_verbs(objs: dict[tuple[str, str, str], Any]) -> None:

@@ -32,7 +32,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--context", help="kubeconfig context")
     parser.add_argument(
         "--namespace-for-events", default="default", metavar="NS",
-        help="namespace for Events about cluster-scoped objects (pools, nodes); default: default",
+        help="namespace for Events about cluster-scoped objects (pools, nodes); default: default "
+        "(the apiserver accepts such Events only there)",
     )  # fmt: skip
     parser.add_argument("--metrics-port", type=int, default=8080, help="Prometheus /metrics port (0 = off)")
     parser.add_argument("--metrics-addr", default="127.0.0.1", help="address for /metrics (0.0.0.0 in a pod)")
