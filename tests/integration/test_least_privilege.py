@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog.testing
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -362,8 +363,11 @@ async def test_the_real_agent_cycle_works_under_the_policy(
     assert state.writes == 1
     # run as if on another node (wrong NODE_NAME): refused, reported, not a crash
     other = agent_cli.AgentState()
-    assert await agent_cli.run_agent(as_agent, "lp-1", nvml, paths=paths, once=True, state=other) == 1
+    with structlog.testing.capture_logs() as logs:
+        assert await agent_cli.run_agent(as_agent, "lp-1", nvml, paths=paths, once=True, state=other) == 1
     assert other.errors == 1
+    (error,) = [e for e in logs if e["event"] == "cannot update node; retrying next period"]
+    assert "forbidden: " in error["error"] and "may not modify node lp-1" in error["error"], error
     labels_1, annotations_1, _ = await _meta(admin, "lp-1")
     assert c.LABEL_GPU_COUNT not in labels_1 and c.ANNOTATION_INVENTORY not in annotations_1
 
