@@ -325,21 +325,85 @@ async def test_a_token_without_a_node_may_write_no_node(
     assert c.LABEL_GPU_COUNT not in labels
 
 
-async def test_other_users_are_not_confined(
-    installed: ClusterInfo, admin: client.ApiClient, tmp_path: Path
-) -> None:
-    """The policy matches only the agent: the operator's ServiceAccount and admins patch as before."""
-    operator_cfg = kubeconfig_for(installed, token(installed, OPERATOR_SA), tmp_path / "op.kubeconfig")
-    async with await make_api_client(str(operator_cfg)) as api:
-        await _patch(api, "lp-1", {"metadata": {"labels": {c.LABEL_SCHEDULE: "share"}}})
-        await _patch(api, "lp-1", {"spec": {"unschedulable": True}})
-    labels, _, spec = await _meta(admin, "lp-1")
-    assert labels[c.LABEL_SCHEDULE] == "share" and spec.unschedulable
+async def test_other_users_are_not_confined(admin: client.ApiClient) -> None:
+    """Both node policies match only gpushare's ServiceAccounts: an admin taints and relabels as before."""
     await _patch(
-        admin, "lp-1", {"metadata": {"labels": {c.LABEL_SCHEDULE: None}}, "spec": {"unschedulable": None}}
+        admin,
+        "lp-1",
+        {
+            "metadata": {"labels": {"team": "x", c.LABEL_GPU_COUNT: "4"}},
+            "spec": {"taints": [{"key": "admin", "value": "x", "effect": "NoSchedule"}]},
+        },
     )
     labels, _, spec = await _meta(admin, "lp-1")
-    assert c.LABEL_SCHEDULE not in labels and not spec.unschedulable
+    assert labels["team"] == "x" and labels[c.LABEL_GPU_COUNT] == "4"
+    assert [t.key for t in spec.taints] == ["admin"]
+    await _patch(
+        admin,
+        "lp-1",
+        {"metadata": {"labels": {"team": None, c.LABEL_GPU_COUNT: None}}, "spec": {"taints": None}},
+    )
+    labels, _, spec = await _meta(admin, "lp-1")
+    assert "team" not in labels and not spec.taints
+
+
+async def test_operator_node_writes_are_confined_to_its_keys(
+    installed: ClusterInfo, admin: client.ApiClient, tmp_path: Path
+) -> None:
+    """The operator may write its five labels, its annotations and the cordon on any node; nothing else."""
+    cfg = kubeconfig_for(installed, token(installed, OPERATOR_SA), tmp_path / "op.kubeconfig")
+    labels_before, annotations_before, spec_before = await _meta(admin, "lp-1")
+    async with await make_api_client(str(cfg)) as api:
+        for body in (
+            {"spec": {"taints": [{"key": "evil", "value": "x", "effect": "NoSchedule"}]}},
+            {"spec": {"podCIDR": "10.9.0.0/24"}},
+        ):
+            message = await _denied(api, "lp-1", body)
+            assert "may change only spec.unschedulable" in message, message
+        for key in (
+            POOL_LABEL,
+            c.LABEL_GPU_COUNT,
+            "kubernetes.io/hostname",
+            "node-role.kubernetes.io/control-plane",
+        ):
+            message = await _denied(api, "lp-1", {"metadata": {"labels": {key: "x"}}})
+            assert f"this request changes {key}" in message, message
+        message = await _denied(api, "lp-1", {"metadata": {"annotations": {c.ANNOTATION_INVENTORY: "{}"}}})
+        assert f"this request changes {c.ANNOTATION_INVENTORY}" in message
+        message = await _denied(api, "lp-1", {"metadata": {"finalizers": ["example.com/keep"]}})
+        assert "ownerReferences or finalizers" in message
+        assert await _meta(admin, "lp-1") == (labels_before, annotations_before, spec_before)
+        # what it does own, on any node
+        await _patch(
+            api,
+            "lp-1",
+            {
+                "metadata": {
+                    "labels": {c.LABEL_SCHEDULE: "share", c.LABEL_POOL: "p"},
+                    "annotations": {c.ANNOTATION_CORDONED_BY: "p"},
+                },
+                "spec": {"unschedulable": True},
+            },
+        )
+        labels, annotations, spec = await _meta(admin, "lp-1")
+        assert labels[c.LABEL_SCHEDULE] == "share" and annotations[c.ANNOTATION_CORDONED_BY] == "p"
+        assert spec.unschedulable
+        await _patch(
+            api,
+            "lp-1",
+            {
+                "metadata": {
+                    "labels": {c.LABEL_SCHEDULE: None, c.LABEL_POOL: None},
+                    "annotations": {c.ANNOTATION_CORDONED_BY: None},
+                },
+                "spec": {"unschedulable": None},
+            },
+        )
+
+    async def back() -> bool:  # kcm removes its node.kubernetes.io/unschedulable taint a moment later
+        return await _meta(admin, "lp-1") == (labels_before, annotations_before, spec_before)
+
+    await wait_for(back, what="lp-1 back as it was", timeout_s=30)
 
 
 async def test_the_real_agent_cycle_works_under_the_policy(
@@ -612,7 +676,8 @@ async def test_operator_rollout_eviction_and_restore_with_its_service_account(
     assert op.proc.returncode == 0
     logs = op.logs()
     words = ("403", "forbidden", "not enough permissions")
-    denied = [e for e in logs if any(w in json.dumps(e).lower() for w in words)]
+    texts = [json.dumps({k: v for k, v in e.items() if k != "timestamp"}).lower() for e in logs]
+    denied = [t for t in texts if any(w in t for w in words)]
     assert not denied, f"the operator hit RBAC denials with its ServiceAccount: {denied[:3]}"
     assert not [e for e in logs if e.get("event") == "Reconcile pass failed"]
     assert any(e.get("event") == "Device plugin namespace not allowed" for e in logs)

@@ -71,6 +71,28 @@ def test_agent_policy_matches_the_agents_service_account(objs: dict[tuple[str, s
     assert {r for rule in rules for r in rule["resources"]} == {"nodes", "nodes/status"}
 
 
+def test_operator_node_policy_allows_exactly_the_operators_keys(
+    objs: dict[tuple[str, str, str], Any],
+) -> None:
+    policy = objs[("ValidatingAdmissionPolicy", "", "gpushare-operator-node-restriction")]
+    variables = _variables(policy)
+    assert ast.literal_eval(variables["ownedLabels"]) == list(c.MANAGED_LABELS)
+    assert ast.literal_eval(variables["ownedAnnotations"]) == [
+        c.ANNOTATION_OWNED,
+        c.ANNOTATION_CORDONED_BY,
+        c.ANNOTATION_PLUGIN_RESTART,
+    ]
+    sa = objs[("ServiceAccount", "gpushare-system", "gpushare-operator")]
+    (condition,) = policy["spec"]["matchConditions"]
+    assert condition["expression"] == f"request.userInfo.username == '{_sa_user(sa)}'"
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    binding = objs[("ValidatingAdmissionPolicyBinding", "", "gpushare-operator-node-restriction")]
+    assert binding["spec"] == {
+        "policyName": "gpushare-operator-node-restriction",
+        "validationActions": ["Deny"],
+    }
+
+
 def test_agent_rbac_is_get_and_patch_nodes_only(objs: dict[tuple[str, str, str], Any]) -> None:
     role = objs[("ClusterRole", "", "gpushare-agent")]
     assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
