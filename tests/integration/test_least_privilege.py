@@ -487,6 +487,7 @@ class Operator:
         cmd = [
             sys.executable, "-m", "gpushare", "run", "--kubeconfig", str(kubeconfig),
             "--namespace-for-events", "default", "--plugin-namespaces", "kube-system",
+            "--peering", "gpushare-operator",  # the shipped ClusterKopfPeering, as the Deployment runs
             "--metrics-port", str(port), "--log-format", "json",
         ]  # fmt: skip
         with log_path.open("wb") as out:
