@@ -674,6 +674,9 @@ async def test_operator_rollout_eviction_and_restore_with_its_service_account(
         await wait_for(elsewhere_gone, what="lp-elsewhere deleted", timeout_s=120)
     finally:
         op.stop()
+        print(
+            f"--- {op.log_path} (tail) ---\n{op.log_path.read_text(errors='replace')[-6000:]}"
+        )  # on failure
     assert op.proc.returncode == 0
     logs = op.logs()
     words = ("403", "forbidden", "not enough permissions")
