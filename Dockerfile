@@ -5,10 +5,20 @@ ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
+# Dependencies and the build backend only from the hash-pinned locks (wheels only, no sdist
+# builds); regenerate them with `make lock` (docs/security.md).
+COPY requirements/ requirements/
+RUN python -m venv /opt/gpushare \
+ && /opt/gpushare/bin/pip install --no-compile --require-hashes --only-binary=:all: -r requirements/image.txt \
+ && python -m venv /opt/build \
+ && /opt/build/bin/pip install --require-hashes --only-binary=:all: -r requirements/build.txt
 COPY pyproject.toml README.md ./
 COPY operator/ operator/
-RUN python -m venv /opt/gpushare \
- && /opt/gpushare/bin/pip install --no-compile . \
+# gpushare itself: built with the locked hatchling, installed without resolving anything more;
+# `pip check` fails the build if the lock no longer satisfies pyproject.toml.
+RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation -w /tmp/dist . \
+ && /opt/gpushare/bin/pip install --no-compile --no-deps /tmp/dist/*.whl \
+ && /opt/gpushare/bin/pip check \
  && /opt/gpushare/bin/python -c "import gpushare, kopf, pynvml, kubernetes_asyncio"
 
 FROM ${PYTHON_IMAGE}

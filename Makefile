@@ -8,7 +8,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 
 .PHONY: manifests help setup test test-unit test-integration lint fmt crds crds-check control-plane cluster cluster-down \
-        bench bench-webhook demo demo-down gpu-check e2e-kind image image-check helm clean \
+        bench bench-webhook demo demo-down gpu-check e2e-kind image image-check helm lock clean \
         promtool monitoring-check
 
 help: ## List the targets
@@ -74,6 +74,13 @@ manifests: setup ## Regenerate manifests/crd/ (the CRD copy kustomize can reach)
 	if [ -d manifests/monitoring ]; then mkdir -p charts/gpushare-operator/files/dashboards \
 	  && cp manifests/monitoring/prometheusrule.yaml charts/gpushare-operator/files/ \
 	  && cp manifests/monitoring/dashboards/gpushare-operator.json charts/gpushare-operator/files/dashboards/; fi
+
+lock: setup ## Re-pin the image's dependencies with hashes (requirements/*.txt, used by the Dockerfile)
+	$(BIN)/pip install -q --group lock
+	$(BIN)/uv pip compile pyproject.toml --universal --python-version 3.11 --generate-hashes \
+	  --custom-compile-command "make lock" -q -o requirements/image.txt $(LOCK_ARGS)
+	$(BIN)/uv pip compile requirements/build.in --universal --python-version 3.11 --generate-hashes \
+	  --custom-compile-command "make lock" -q -o requirements/build.txt $(LOCK_ARGS)
 
 clean: ## Remove local build state
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

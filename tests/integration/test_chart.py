@@ -253,7 +253,7 @@ def test_operator_with_the_chart_service_account_brings_a_pool_to_ready(
     cmd = [
         sys.executable, "-m", "gpushare", "run", "--kubeconfig", str(kubeconfig),
         "--metrics-port", str(metrics_port), "--log-format", "json",
-        "--peering=gpushare-operator", f"--namespace-for-events={NS}",
+        "--peering=gpushare-operator", "--namespace-for-events=default",  # as the chart's Deployment
         # The webhook as in the chart's Deployment (its Secret, its configuration), but served
         # here: the apiserver cannot reach the (kwok) pods behind the chart's Service.
         "--webhook", "--webhook-local", f"--webhook-port={webhook_port}", f"--webhook-namespace={NS}",

@@ -282,6 +282,8 @@ def test_agent_off_renders_no_agent_objects(helm_bin: str) -> None:
         ("ClusterRoleBinding", "", "gpushare-agent"),
         ("DaemonSet", NS, "gpushare-agent"),
         ("ServiceAccount", NS, "gpushare-agent"),
+        ("ValidatingAdmissionPolicy", "", "gpushare-agent-node-restriction"),
+        ("ValidatingAdmissionPolicyBinding", "", "gpushare-agent-node-restriction"),
     ]
     assert set(off) <= set(on)
 
@@ -306,9 +308,12 @@ def _pod_verbs(objs: dict[Key, dict[str, Any]]) -> list[str]:
 
 
 def test_device_plugin_namespaces_get_a_role_each_and_no_cluster_wide_delete(helm_bin: str) -> None:
-    assert "delete" in _pod_verbs(template(helm_bin))  # default: as manifests/ (cluster-wide)
+    default = template(helm_bin)  # as manifests/: kube-system only
+    assert _pod_verbs(default) == ["list", "watch"]
+    assert ("Role", "kube-system", "gpushare-operator-device-plugin") in default
+    assert "delete" in _pod_verbs(template(helm_bin, "devicePlugin.namespaces=null"))  # opt-out: cluster-wide
     objs = template(helm_bin, "devicePlugin.namespaces={kube-system,gpu-operator}")
-    assert _pod_verbs(objs) == ["get", "list", "watch"]
+    assert _pod_verbs(objs) == ["list", "watch"]
     env = container(objs, "Deployment", "gpushare-operator")["env"]
     assert {"name": "GPUSHARE_PLUGIN_NAMESPACES", "value": "kube-system,gpu-operator"} in env
     for ns in ("kube-system", "gpu-operator"):

@@ -10,11 +10,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import random
 from typing import Any
 
 from gpushare.cli import CLIError
 from gpushare.log import LOG_FORMATS, configure_logging
+
+PLUGIN_NAMESPACES_ENV = "GPUSHARE_PLUGIN_NAMESPACES"
 
 
 def register(subparsers: Any) -> None:
@@ -29,7 +32,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--context", help="kubeconfig context")
     parser.add_argument(
         "--namespace-for-events", default="default", metavar="NS",
-        help="namespace for Events about cluster-scoped objects (pools, nodes); default: default",
+        help="namespace for Events about cluster-scoped objects (pools, nodes); default: default "
+        "(the apiserver accepts such Events only there)",
     )  # fmt: skip
     parser.add_argument("--metrics-port", type=int, default=8080, help="Prometheus /metrics port (0 = off)")
     parser.add_argument("--metrics-addr", default="127.0.0.1", help="address for /metrics (0.0.0.0 in a pod)")
@@ -46,6 +50,12 @@ def register(subparsers: Any) -> None:
         "with the highest priority; without it the operator runs standalone",
     )  # fmt: skip
     parser.add_argument("--priority", type=int, help="peering priority (default: random, so replicas differ)")
+    parser.add_argument(
+        "--plugin-namespaces", metavar="NS[,NS...]", default=os.environ.get(PLUGIN_NAMESPACES_ENV),
+        help="the only namespaces where device-plugin pods are restarted (the operator's RBAC allows "
+        "pod deletes there); a pool naming another is reported, not a 403. "
+        f"Default: ${PLUGIN_NAMESPACES_ENV}, else any namespace (RBAC alone decides)",
+    )  # fmt: skip
     from gpushare.handlers.admission import add_arguments as add_webhook_arguments
 
     add_webhook_arguments(parser)  # --webhook* (docs/webhook.md)
@@ -57,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
 
     from gpushare.handlers.options import RunOptions
     from gpushare.k8s.client import KubeConfigError, load_configuration
+    from gpushare.k8s.cluster import parse_plugin_namespaces
 
     if args.metrics_port < 0 or args.metrics_port > 65535:
         raise CLIError(f"--metrics-port {args.metrics_port}: not a port number")
@@ -86,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         metrics_addr=args.metrics_addr,
         peering=args.peering,
+        plugin_namespaces=parse_plugin_namespaces(args.plugin_namespaces),
     )
     priority = args.priority if args.priority is not None else random.randint(1, 32767)
     try:

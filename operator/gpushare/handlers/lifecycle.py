@@ -6,13 +6,18 @@ import logging
 from typing import Any
 
 import kopf
+import structlog
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import constants as c
 from gpushare import metrics
 from gpushare.handlers.options import RunOptions
 from gpushare.k8s.client import load_configuration
 from gpushare.k8s.cluster import Cluster
+from gpushare.k8s.retry import ApiUnavailable
 from gpushare.reconciler import Reconciler
+
+log = structlog.get_logger("gpushare.operator")
 
 
 def _options(memo: Any) -> RunOptions:
@@ -49,10 +54,35 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     from kubernetes_asyncio import client
 
     memo.api = client.ApiClient(configuration=cfg)
-    memo.reconciler = Reconciler(Cluster(memo.api, events_namespace=options.events_namespace))
+    cluster = Cluster(
+        memo.api, events_namespace=options.events_namespace, plugin_namespaces=options.plugin_namespaces
+    )
+    memo.reconciler = Reconciler(cluster)
+    memo.plugin_namespace_reports = {}
+    await _check_plugin_namespaces(cluster)
     memo.node_prints = {}
     memo.pod_prints = {}
     metrics.serve(options.metrics_port, options.metrics_addr)
+
+
+async def _check_plugin_namespaces(cluster: Cluster) -> None:
+    """Say at startup where device plugins can be restarted, and where RBAC disagrees."""
+    allowed = cluster.plugin_namespaces
+    if allowed is None:
+        log.info("Device plugin pods may be restarted in any namespace the operator's RBAC allows")
+        return
+    log.info("Device plugin pods are restarted only in these namespaces", namespaces=sorted(allowed))
+    try:
+        denied = await cluster.plugin_namespaces_denied()
+    except (ApiException, ApiUnavailable) as exc:
+        log.warning("Could not check the operator's pod delete permission", error=str(exc))
+        return
+    if denied:
+        log.error(
+            "The operator may not delete pods in these device-plugin namespaces: grant it the Role "
+            "of manifests/operator/device-plugin-rbac.yaml there, or drop them from --plugin-namespaces",
+            namespaces=denied,
+        )
 
 
 @kopf.on.cleanup()

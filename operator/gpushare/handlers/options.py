@@ -13,3 +13,5 @@ class RunOptions:
     metrics_port: int = 8080
     metrics_addr: str = "127.0.0.1"
     peering: str | None = None
+    #: Namespaces where device-plugin pods may be restarted (``--plugin-namespaces``); None = any.
+    plugin_namespaces: frozenset[str] | None = None

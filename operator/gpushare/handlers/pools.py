@@ -10,8 +10,11 @@ from typing import Any, TypeVar
 
 import kopf
 import structlog
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import constants as c
+from gpushare.k8s.cluster import plugin_namespace_problem, pool_ref
+from gpushare.k8s.retry import ApiUnavailable
 from gpushare.policy import NodeView, PodView
 from gpushare.reconciler import PassResult, Reconciler
 
@@ -106,3 +109,43 @@ async def cleanup(name: str, meta: kopf.Meta, memo: kopf.Memo, **kwargs: Any) ->
             await asyncio.wait_for(wake.wait(), timeout=min(result.requeue, CLEANUP_POLL))
             await asyncio.sleep(DEBOUNCE)
     await reconciler.cleanup_done(name, meta.get("uid"))
+
+
+@kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)
+async def plugin_namespace_check(
+    name: str,
+    uid: str,
+    body: kopf.Body,
+    type: str | None,  # noqa: A002
+    memo: kopf.Memo,
+    **_: Any,
+) -> None:
+    """A pool whose device plugin lives outside ``--plugin-namespaces`` gets one Warning Event.
+
+    (Its restarts then fail with the same message in the pool's status; nothing is deleted.)
+    """
+    reports: dict[str, str] = memo.plugin_namespace_reports
+    if type == "DELETED":
+        reports.pop(uid, None)
+        return
+    plugin = dict((body.get("spec") or {}).get("devicePlugin") or {})
+    namespace = str(plugin.get("namespace") or c.DEFAULT_PLUGIN_NAMESPACE)
+    problem = None
+    if plugin.get("restart", "Rolling") != "Never":
+        problem = plugin_namespace_problem(namespace, memo.reconciler.cluster.plugin_namespaces)
+    if problem is None:
+        reports.pop(uid, None)
+        return
+    if reports.get(uid) == namespace:
+        return
+    reports[uid] = namespace
+    log.error("Device plugin namespace not allowed", pool=name, namespace=namespace, problem=problem)
+    try:
+        await memo.reconciler.cluster.event(
+            pool_ref(name, uid),
+            reason="DevicePluginNamespaceNotAllowed",
+            message=f"GPUSharePool {name}: {problem}",
+            type_="Warning",
+        )
+    except (ApiException, ApiUnavailable) as exc:
+        log.warning("Posting Event failed", pool=name, error=str(exc))

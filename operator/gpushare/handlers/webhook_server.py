@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
@@ -27,6 +28,9 @@ import kopf
 from gpushare.admission.review import denial_review, review_problem
 
 logger = logging.getLogger("gpushare.webhook")
+
+#: The oldest TLS version the webhook accepts (the kube-apiserver speaks 1.2 and 1.3).
+MINIMUM_TLS_VERSION = ssl.TLSVersion.TLSv1_2
 
 Hook = Callable[[], Coroutine[Any, Any, None]]
 ListeningHook = Callable[[kopf.WebhookClientConfig], Awaitable[None]]
@@ -67,6 +71,14 @@ class GPUShareWebhookServer(kopf.WebhookServer):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+
+    def _build_ssl(self) -> tuple[bytes | None, ssl.SSLContext | None]:
+        """Kopf's context, pinned to TLS 1.2+ whatever Python's or OpenSSL's defaults are."""
+        cadata, context = super()._build_ssl()
+        # MINIMUM_SUPPORTED is -2, so it compares lower too.
+        if context is not None and context.minimum_version < MINIMUM_TLS_VERSION:
+            context.minimum_version = MINIMUM_TLS_VERSION
+        return cadata, context
 
     async def _serve(  # type: ignore[override]  # Kopf calls it as self._serve(fn, request)
         self, fn: kopf.WebhookFn, request: aiohttp.web.Request

@@ -1,12 +1,14 @@
 """The node agent's only Kubernetes side effects: read its Node's metadata, merge-patch it.
 
-RBAC: ``nodes: get, patch``. The caller (``gpushare.cli.agent``) only ever passes patches
-built by :func:`gpushare.gpu.inventory.node_metadata_patch`, which touch the agent's own
-``gpushare.io/`` keys and nothing else.
+RBAC: ``nodes: get, patch``; the ValidatingAdmissionPolicy of manifests/agent/node-restriction.yaml
+confines the patches to the agent's own node and keys. The caller (``gpushare.cli.agent``) only
+ever passes patches built by :func:`gpushare.gpu.inventory.node_metadata_patch`, which touch the
+agent's own ``gpushare.io/`` keys and nothing else.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,11 +30,20 @@ class NodeMetadata:
     resource_version: str = ""
 
 
+def _message(exc: ApiException) -> str:
+    try:
+        return str(json.loads(exc.body or "{}").get("message") or "")
+    except (ValueError, AttributeError):
+        return ""
+
+
 def _reason(exc: ApiException) -> str:
     if exc.status == 404:
         return "not found (is --node-name / NODE_NAME the Kubernetes node name?)"
     if exc.status == 403:
-        return "forbidden (the agent's ServiceAccount needs nodes get and patch)"
+        # RBAC (needs nodes get and patch) or the node-restriction policy, whose message says which
+        # rule (another node, a key the agent does not own, a token without a node name).
+        return f"forbidden: {_message(exc) or 'the agent ServiceAccount needs nodes get and patch'}"
     return f"HTTP {exc.status} {exc.reason}"
 
 

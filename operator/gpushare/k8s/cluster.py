@@ -4,8 +4,9 @@ Every write goes through ``retry.call`` (backoff on 5xx/429/connection errors) a
 ``gpushare_api_writes_total``. Nothing here decides anything: the plans come from
 ``gpushare.policy``.
 
-RBAC: nodes get/list/watch/patch; pods get/list/watch/delete; pods/eviction create;
-events create; gpusharepools get/list/watch/patch and gpusharepools/status patch.
+RBAC: nodes get/list/watch/patch; pods list/watch (cluster-wide) and delete (only in the
+device-plugin namespaces, one Role each); pods/eviction create; events create; gpusharepools
+get/list/watch/patch and gpusharepools/status patch (docs/security.md).
 """
 
 from __future__ import annotations
@@ -29,6 +30,43 @@ _MERGE: dict[str, Any] = {"_content_type": MERGE_PATCH}
 FIELD_MANAGER = "gpushare-operator"
 
 
+class PluginNamespaceNotAllowed(ApiException):
+    """A device-plugin namespace the operator was not given (``--plugin-namespaces``).
+
+    A 403 known before any request: the reconciler reports it like one (the node's restart is
+    Failed with this message in the pool's status) instead of the apiserver's bare Forbidden.
+    """
+
+    def __init__(self, namespace: str, allowed: frozenset[str]) -> None:
+        super().__init__(status=403, reason="Forbidden")
+        self.namespace = namespace
+        self.message = plugin_namespace_problem(namespace, allowed) or ""
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def parse_plugin_namespaces(value: str | None) -> frozenset[str] | None:
+    """``"kube-system,gpu"`` → the set; ``None``, ``""`` or ``"*"`` → None (any: RBAC alone decides)."""
+    names = frozenset(x.strip() for x in (value or "").split(",") if x.strip())
+    if not names or "*" in names:
+        return None
+    return names
+
+
+def plugin_namespace_problem(namespace: str, allowed: frozenset[str] | None) -> str | None:
+    """Why the operator cannot restart device-plugin pods in ``namespace``, or None if it can."""
+    if allowed is None or namespace in allowed:
+        return None
+    return (
+        f"spec.devicePlugin.namespace={namespace!r} is not one of the operator's device-plugin "
+        f"namespaces ({', '.join(sorted(allowed))}): the operator may not delete (restart) "
+        f"device-plugin pods there. Add it to the operator's --plugin-namespaces "
+        f"(GPUSHARE_PLUGIN_NAMESPACES) and grant a Role for it (manifests/operator/"
+        f"device-plugin-rbac.yaml), or set spec.devicePlugin.restart: Never"
+    )
+
+
 @dataclass(frozen=True)
 class PluginPod:
     node: str
@@ -43,11 +81,44 @@ class PluginPod:
 class Cluster:
     """API calls of the operator on one ``ApiClient``."""
 
-    def __init__(self, api: client.ApiClient, *, events_namespace: str = "default") -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        events_namespace: str = "default",
+        plugin_namespaces: frozenset[str] | None = None,
+    ) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.events_namespace = events_namespace
+        #: Where device-plugin pods may be deleted; None = anywhere RBAC allows.
+        self.plugin_namespaces = plugin_namespaces
+
+    def _check_plugin_namespace(self, namespace: str) -> None:
+        if self.plugin_namespaces is not None and namespace not in self.plugin_namespaces:
+            raise PluginNamespaceNotAllowed(namespace, self.plugin_namespaces)
+
+    async def plugin_namespaces_denied(self) -> list[str]:
+        """The configured namespaces where RBAC does not let this operator delete pods."""
+        authz = client.AuthorizationV1Api(self.api)
+        denied = []
+        for ns in sorted(self.plugin_namespaces or ()):
+            review = client.V1SelfSubjectAccessReview(
+                spec=client.V1SelfSubjectAccessReviewSpec(
+                    resource_attributes=client.V1ResourceAttributes(
+                        namespace=ns, verb="delete", resource="pods"
+                    )
+                )
+            )
+            result = await call(
+                lambda r=review: authz.create_self_subject_access_review(r),  # type: ignore[misc]
+                verb="create",
+                resource="selfsubjectaccessreviews",
+            )
+            if not result.status.allowed:
+                denied.append(ns)
+        return denied
 
     # --- nodes ---------------------------------------------------------------------------------
 
@@ -111,7 +182,12 @@ class Cluster:
     async def plugin_pods(
         self, namespace: str, label_selector: str, node: str | None = None
     ) -> list[PluginPod]:
-        """Device-plugin pods on ``node`` (field selector), or on every node when ``node`` is None."""
+        """Device-plugin pods on ``node`` (field selector), or on every node when ``node`` is None.
+
+        Raises PluginNamespaceNotAllowed (a 403) for a namespace outside ``plugin_namespaces``:
+        the pods there could be listed but never restarted.
+        """
+        self._check_plugin_namespace(namespace)
         kwargs: dict[str, Any] = {"label_selector": label_selector}
         if node is not None:
             kwargs["field_selector"] = f"spec.nodeName={node}"
@@ -139,6 +215,7 @@ class Cluster:
 
     async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
         """Delete one pod if it is still the same object (UID precondition); False if already gone."""
+        self._check_plugin_namespace(namespace)
         body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
         try:
             await call(
