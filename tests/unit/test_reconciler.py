@@ -15,6 +15,7 @@ from typing import Any
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import constants as c
+from gpushare import metrics
 from gpushare.k8s.cluster import PluginPod
 from gpushare.policy import NodeView, PodView
 from gpushare.reconciler import Reconciler
@@ -197,3 +198,80 @@ async def test_nothing_is_sent_when_a_stale_view_needs_nothing() -> None:
     # Same labels as the stale view, newer version: the plan is a Noop, so nothing is sent.
     await rec.reconcile("gpu", pools=[never], nodes=stale, pods=[])
     assert [w[0] for w in fake.writes if w[0] in ("patch", "conflict")] == []
+
+
+def _pool(name: str, np: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": c.API_VERSION,
+        "kind": c.KIND,
+        "metadata": {"name": name, "generation": 1, "uid": f"u-{name}"},
+        "spec": {"nodeSelector": {"matchLabels": {NP: np}}, "devicePlugin": {"restart": "Never"}, **spec},
+    }
+
+
+async def test_own_echo_plans_nothing_and_a_change_wakes_only_the_pools_it_concerns() -> None:
+    fake = FakeCluster(["a0", "a1", "b0"])
+    fake.nodes["b0"]["metadata"]["labels"][NP] = "b"
+    pools = [_pool("pa", "a"), _pool("pb", "b")]
+    rec = Reconciler(fake, clock=lambda: T0)  # type: ignore[arg-type]
+    wake_a, wake_b = rec.wakeup("pa"), rec.wakeup("pb")
+    await rec.reconcile("pa", pools=pools, nodes=fake.views(), pods=[])
+    await rec.run_pass("pb")
+    assert {w[1] for w in fake.writes if w[0] == "patch"} == {"a0", "a1", "b0"}
+    wake_a.clear()
+    wake_b.clear()
+    # The watch delivers our own writes: nothing is dirty, nobody is woken.
+    for view in fake.views():
+        rec.observe_node(NodeView.project({"metadata": fake.nodes[view.name]["metadata"]}))
+    assert rec.dirty == set()
+    assert not wake_a.is_set() and not wake_b.is_set()
+    # Someone edits b0: only pool pb is woken, and its pass plans b0 alone.
+    await fake.patch_node("b0", {"metadata": {"labels": {c.LABEL_PLACEMENT: "spread"}}})
+    rec.observe_node(NodeView.project(fake.nodes["b0"]))
+    assert wake_b.is_set() and not wake_a.is_set()
+    before = metrics.PLANNED_NODES._value.get()
+    fake.writes.clear()
+    await rec.run_pass("pb")
+    assert metrics.PLANNED_NODES._value.get() - before == 1
+    assert [(w[0], w[1]) for w in fake.writes if w[0] == "patch"] == [("patch", "b0")]
+    # A heartbeat (only the resourceVersion moves) is not a change either.
+    obj = copy.deepcopy(fake.nodes["a0"])
+    obj["metadata"]["resourceVersion"] = "99999"
+    wake_a.clear()
+    rec.observe_node(NodeView.project(obj))
+    assert rec.dirty == set() and not wake_a.is_set()
+
+
+async def test_a_node_selected_by_two_pools_is_written_by_neither_and_reported_by_both() -> None:
+    fake = FakeCluster(["n0"])
+    pools = [_pool("p1", "a"), _pool("p2", "a")]
+    rec = Reconciler(fake, clock=lambda: T0)  # type: ignore[arg-type]
+    await rec.reconcile("p1", pools=pools, nodes=fake.views(), pods=[])
+    await rec.run_pass("p2")
+    assert [w for w in fake.writes if w[0] == "patch"] == []
+    statuses = {w[1]: w[2] for w in fake.writes if w[0] == "status"}
+    for name in ("p1", "p2"):
+        conflict = next(x for x in statuses[name]["conditions"] if x["type"] == "Conflict")
+        assert conflict["status"] == "True"
+
+
+async def test_an_invalid_pool_reports_all_four_conditions() -> None:
+    fake = FakeCluster(["n0"])
+    bad = _pool("bad", "a", mode="nonsense")
+    rec = Reconciler(fake, clock=lambda: T0)  # type: ignore[arg-type]
+    result = await rec.reconcile("bad", pools=[bad], nodes=fake.views(), pods=[])
+    assert result.summary == "invalid spec"
+    status = next(w[2] for w in fake.writes if w[0] == "status")
+    conditions = {x["type"]: (x["status"], x["reason"]) for x in status["conditions"]}
+    assert conditions == {
+        "Ready": ("False", "InvalidSpec"),
+        "Progressing": ("False", "RolloutComplete"),
+        "Degraded": ("True", "InvalidSpec"),
+        "Conflict": ("False", "NoConflicts"),
+    }
+    assert [w for w in fake.writes if w[0] == "patch"] == []
+    assert ("event", "InvalidSpec") in [(w[0], w[1]) for w in fake.writes]
+    # Nothing changed: the next pass writes nothing.
+    fake.writes.clear()
+    await rec.reconcile("bad", pools=[{**bad, "status": status}], nodes=fake.views(), pods=[])
+    assert fake.writes == []

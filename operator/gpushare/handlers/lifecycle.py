@@ -50,8 +50,6 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
 
     memo.api = client.ApiClient(configuration=cfg)
     memo.reconciler = Reconciler(Cluster(memo.api, events_namespace=options.events_namespace))
-    memo.node_prints = {}
-    memo.pod_prints = {}
     metrics.serve(options.metrics_port, options.metrics_addr)
 
 
