@@ -646,10 +646,10 @@ class Reconciler:
                     result.conflicts += 1
                     bound.info("Node kept changing while being patched; planning again", node=p.node)
                     return None
-            self._remember(obj, now, but=name)
-            if obj is None:
-                self.dirty.add(p.node)
+            if obj is None:  # 404: the node is gone (a watch that missed the deletion)
+                self.forget_node(p.node)
                 return None
+            self._remember(obj, now, but=name)
             if p.label_patch:
                 metrics.LABEL_PATCHES.labels(pool=name, action=p.action.value).inc()
             bound.debug(
@@ -824,6 +824,9 @@ class Reconciler:
                 return
             finally:
                 self._claimed.discard(node)
+            if obj is None:
+                self.forget_node(node)
+                return
             self._remember(obj, now, but=name)
             self._deleted_plugin.pop(node, None)
             (restarted if new_state == "Done" else failed).append(node)

@@ -17,6 +17,8 @@ log = structlog.get_logger("gpushare.handlers")
 T = TypeVar("T")
 #: After a wake-up, wait this long so a burst of node/pod events becomes one pass.
 DEBOUNCE = 0.1
+#: A failed pass (e.g. the apiserver is down) is retried after at most this many seconds.
+MAX_BACKOFF = 4.0
 #: While cleaning up, look again at least this often (seconds).
 CLEANUP_POLL = 2.0
 
@@ -55,7 +57,7 @@ async def reconcile_loop(name: str, memo: kopf.Memo, stopped: kopf.DaemonStopped
             failures = 0
         except Exception as exc:
             failures += 1
-            delay = min(60.0, 2.0**failures)
+            delay = min(MAX_BACKOFF, 0.5 * 2.0**failures)
             log.exception("Reconcile pass failed", pool=name, retry_in=delay, error=str(exc))
         woken = asyncio.ensure_future(wake.wait())
         stopping = asyncio.ensure_future(stopped.wait())
