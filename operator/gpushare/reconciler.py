@@ -183,6 +183,13 @@ def _placeholder(raw: Mapping[str, Any]) -> GPUSharePool:
     )
 
 
+def _watched(dp: DevicePlugin) -> bool:
+    """Whether the pod watch sees every pod of this device plugin (it watches the default labels)."""
+    return dp.namespace == c.DEFAULT_PLUGIN_NAMESPACE and all(
+        dp.pod_selector.match_labels.get(k) == v for k, v in c.DEFAULT_PLUGIN_LABELS.items()
+    )
+
+
 class Reconciler:
     """The operator's view of nodes, pods and pools, the plan cache, and the passes.
 
@@ -577,6 +584,8 @@ class Reconciler:
             q = again.get(p.node)
             if q is not None and q.changed and q.pool == p.pool:
                 out.append(q)
+            else:
+                self.dirty.add(p.node)
         return out
 
     def _semaphore(self) -> asyncio.Semaphore:
@@ -772,15 +781,20 @@ class Reconciler:
             owner = next((m for m in pools.models if m.name == record.pool), None)
             return owner.spec.device_plugin if owner else DevicePlugin()
 
-        # Many nodes: one list per (namespace, selector) instead of one per node.
+        # The default plugin's pods are watched (the pod index): no list at all. Others: many
+        # nodes, one list per (namespace, selector) instead of one per node.
         listed: dict[tuple[str, str], dict[str, list[PluginPod]]] = {}
         groups: dict[tuple[str, str], int] = {}
-        for _, record in owed:
+        indexed: set[tuple[str, str]] = set()
+        for node, record in owed:
             dp = plugin_of(record)
             key = (dp.namespace, dp.pod_selector.to_query())
             groups[key] = groups.get(key, 0) + 1
+            if _watched(dp):
+                indexed.add(key)
+                listed.setdefault(key, {})[node] = self._plugin_pods(node, dp)
         for key, count in groups.items():
-            if count > PER_NODE_LISTS:
+            if count > PER_NODE_LISTS and key not in indexed:
                 try:
                     everywhere = await self.cluster.plugin_pods(*key)
                 except (ApiException, ApiUnavailable) as exc:
@@ -905,6 +919,25 @@ class Reconciler:
                 f"{dp.ready_timeout_seconds}s after the labels changed"
             )
         return None, ""
+
+    def _plugin_pods(self, node: str, dp: DevicePlugin) -> list[PluginPod]:
+        """The device plugin pods on ``node`` as the pod watch shows them."""
+        out = []
+        for pod in self.pods.get(node, {}).values():
+            if pod.namespace != dp.namespace or not dp.pod_selector.matches(dict(pod.labels)):
+                continue
+            out.append(
+                PluginPod(
+                    node=node,
+                    namespace=pod.namespace,
+                    name=pod.name,
+                    uid=pod.uid,
+                    created=_parse_time(pod.created) if pod.created else None,
+                    ready=pod.ready and pod.phase == "Running",
+                    deleting=pod.deletion,
+                )
+            )
+        return out
 
     # --- report ----------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import constants as c
@@ -110,33 +111,66 @@ def _node_writes(fake: FakeCluster) -> list[tuple[str, str, Any]]:
     return [w for w in fake.writes if w[0] in ("patch", "delete")]
 
 
-async def test_a_lagging_index_never_repeats_writes_or_restarts() -> None:
+def _plugin_views(fake: FakeCluster) -> list[PodView]:
+    """The fake's plugin pods as the pod watch delivers them (default device plugin labels)."""
+    return [
+        PodView(
+            namespace=p.namespace,
+            name=p.name,
+            uid=p.uid,
+            node_name=p.node,
+            phase="Running",
+            deletion=p.deleting,
+            labels=dict(c.DEFAULT_PLUGIN_LABELS),
+            created=p.created.strftime("%Y-%m-%dT%H:%M:%SZ") if p.created else "",
+            ready=p.ready,
+        )
+        for pods in fake.plugin.values()
+        for p in pods
+    ]
+
+
+@pytest.mark.parametrize("watched", [True, False], ids=["default-plugin-watched", "custom-plugin-listed"])
+async def test_a_lagging_index_never_repeats_writes_or_restarts(watched: bool) -> None:
     fake = FakeCluster(["n0", "n1", "n2"])
     for i, node in enumerate(fake.nodes):
         fake.plugin[node] = [
             PluginPod(node, "kube-system", f"dp-{i}", f"uid-{i}", T0 - timedelta(hours=1), True, False)
         ]
+    pool = POOL
+    if not watched:  # a plugin the pod watch does not cover: its pods are listed through the API
+        spec = {**POOL["spec"], "devicePlugin": {"podSelector": {"matchLabels": {"app": "my-dp"}}}}
+        pool = {**POOL, "spec": spec}
+
+    def pods() -> list[PodView]:
+        return _plugin_views(fake) if watched else []
+
     clock = [T0]
     rec = Reconciler(fake, clock=lambda: clock[0])  # type: ignore[arg-type]
     stale = fake.views()  # the index never sees any of our writes in this test
 
-    first = await rec.reconcile("gpu", pools=[POOL], nodes=stale, pods=[])
+    first = await rec.reconcile("gpu", pools=[pool], nodes=stale, pods=pods())
     assert [w[1] for w in _node_writes(fake)] == ["n0", "n1", "n2"]
     assert first.requeue == 1.0 and not first.done
 
     # Before `since` (the next full second): nothing to do, nothing written.
     fake.writes.clear()
-    await rec.reconcile("gpu", pools=[POOL], nodes=stale, pods=[])
+    await rec.reconcile("gpu", pools=[pool], nodes=stale, pods=pods())
     assert _node_writes(fake) == []
 
     # After `since`: the old plugin pods are deleted once; the DaemonSet's replacements get Ready.
     clock[0] = T0 + timedelta(seconds=2)
-    await rec.reconcile("gpu", pools=[POOL], nodes=stale, pods=[])
+    old_pods = pods()
+    await rec.reconcile("gpu", pools=[pool], nodes=stale, pods=old_pods)
     assert sorted(w[1] for w in _node_writes(fake) if w[0] == "delete") == ["dp-0", "dp-1", "dp-2"]
+    # The pod watch has not seen the deletions yet: nothing is deleted twice.
+    fake.writes.clear()
+    await rec.reconcile("gpu", pools=[pool], nodes=stale, pods=old_pods)
+    assert _node_writes(fake) == []
     for i, node in enumerate(fake.nodes):
         fake.plugin[node] = [PluginPod(node, "kube-system", f"dp-new-{i}", f"new-{i}", clock[0], True, False)]
     fake.writes.clear()
-    done = await rec.reconcile("gpu", pools=[POOL], nodes=stale, pods=[])
+    done = await rec.reconcile("gpu", pools=[pool], nodes=stale, pods=pods())
     writes = _node_writes(fake)
     assert [w[0] for w in writes] == ["patch"] * 3  # the Done records, nothing else
     assert all(
@@ -147,7 +181,7 @@ async def test_a_lagging_index_never_repeats_writes_or_restarts() -> None:
     # Still stale, much later: zero writes of any kind.
     fake.writes.clear()
     clock[0] = T0 + timedelta(minutes=5)
-    quiet = await rec.reconcile("gpu", pools=[POOL], nodes=stale, pods=[])
+    quiet = await rec.reconcile("gpu", pools=[pool], nodes=stale, pods=pods())
     assert fake.writes == []
     assert quiet.done and quiet.requeue == 60.0
 

@@ -56,7 +56,9 @@ def _relevant_deleted(spec: Mapping[str, Any], labels: Mapping[str, str], type: 
 
 
 def _pod(body: kopf.Body) -> PodView:
-    return replace(PodView.from_obj(body), labels={})
+    """The pod's projection; labels only for device plugin pods (matched by pod selectors)."""
+    pod = PodView.from_obj(body)
+    return pod if is_plugin_pod(pod.labels) else replace(pod, labels={})
 
 
 @kopf.index("v1", "pods", when=_relevant)
