@@ -63,10 +63,14 @@ LABELS = {
 PLUGIN_SELECTOR = ",".join(f"{k}={v}" for k, v in c.DEFAULT_PLUGIN_LABELS.items())
 
 
-def kubectl(kubeconfig: Path, *args: str) -> float:
-    """Run kubectl; return its wall time in seconds."""
+async def kubectl(kubeconfig: Path, *args: str) -> float:
+    """Run kubectl (without blocking the node watch); return its wall time in seconds."""
     start = time.monotonic()
-    subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), *args], check=True, stdout=subprocess.DEVNULL)
+    proc = await asyncio.create_subprocess_exec(
+        "kubectl", "--kubeconfig", str(kubeconfig), *args, stdout=asyncio.subprocess.DEVNULL
+    )
+    if await proc.wait() != 0:
+        raise RuntimeError(f"kubectl {' '.join(args)} failed")
     return time.monotonic() - start
 
 
@@ -184,10 +188,8 @@ class LabelWatch:
         self._task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> LabelWatch:
-        listed = await self.core.list_node(label_selector=self.selector)
-        for node in listed.items:
-            self.values[node.metadata.name] = (node.metadata.labels or {}).get(c.LABEL_POOL)
-        self._task = asyncio.create_task(self._run(listed.metadata.resource_version))
+        await self._list()
+        self._task = asyncio.create_task(self._run())
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -196,13 +198,33 @@ class LabelWatch:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
-    async def _run(self, rv: str) -> None:
+    async def _list(self) -> str:
+        listed = await self.core.list_node(label_selector=self.selector)
+        self.values = {
+            node.metadata.name: (node.metadata.labels or {}).get(c.LABEL_POOL) for node in listed.items
+        }
+        self.changed.set()
+        return str(listed.metadata.resource_version)
+
+    async def _run(self) -> None:
+        rv = ""
+        while True:  # the apiserver drops a watch that falls behind: list and watch again
+            try:
+                rv = rv or await self._list()
+                rv = await self._watch(rv)
+            except (client.exceptions.ApiException, OSError, ValueError, TimeoutError) as exc:
+                print(f"node watch: {exc!r}; listing again", file=sys.stderr)
+                rv = ""
+                await asyncio.sleep(0.2)
+
+    async def _watch(self, rv: str) -> str:
+        """Follow the watch from ``rv``; returns the last resourceVersion ("" to list again)."""
         resp: Any = await self.core.list_node(
             label_selector=self.selector,
             watch=True,
             resource_version=rv,
             timeout_seconds=3600,
-            allow_watch_bookmarks=False,
+            allow_watch_bookmarks=True,
             _preload_content=False,
         )
         async with resp:
@@ -215,12 +237,18 @@ class LabelWatch:
                         continue
                     event = json.loads(line)
                     meta = event["object"].get("metadata") or {}
+                    if event.get("type") == "ERROR":
+                        return ""
+                    rv = str(meta.get("resourceVersion") or rv)
+                    if event.get("type") == "BOOKMARK":
+                        continue
                     name = str(meta.get("name"))
                     if event.get("type") == "DELETED":
                         self.values.pop(name, None)
                     else:
                         self.values[name] = (meta.get("labels") or {}).get(c.LABEL_POOL)
                     self.changed.set()
+        return rv
 
     def count(self, value: str | set[str]) -> int:
         wanted = {value} if isinstance(value, str) else value
@@ -302,12 +330,12 @@ async def run_size(n: int, steady: float, log: Any, loop_concurrency: int) -> di
                 await asyncio.sleep(3)  # indexes filled
 
                 async def unlabel() -> None:
-                    kubectl(kubeconfig, "label", "nodes", "-l", selector, *unlabel_args())
+                    await kubectl(kubeconfig, "label", "nodes", "-l", selector, *unlabel_args())
                     await asyncio.sleep(2)
 
                 async with LabelWatch(api, selector) as watch:
                     # 1. labels only: kubectl, the plain loop, the operator
-                    result["kubectl_label_s"] = kubectl(
+                    result["kubectl_label_s"] = await kubectl(
                         kubeconfig, "label", "nodes", "-l", selector, *label_args(), "--overwrite"
                     )
                     await unlabel()
@@ -357,7 +385,7 @@ async def run_size(n: int, steady: float, log: Any, loop_concurrency: int) -> di
                     await pool.delete()
                     await wait(pool.gone, limit, "pool deleted", interval=0.05)
                     result["operator_restore_s"] = time.monotonic() - t
-                    kubectl(kubeconfig, "label", "nodes", "-l", selector, f"{c.LABEL_SCHEDULE}-")
+                    await kubectl(kubeconfig, "label", "nodes", "-l", selector, f"{c.LABEL_SCHEDULE}-")
                     await asyncio.sleep(2)
 
                     # 5. two pools of n/2, created together
@@ -387,13 +415,13 @@ async def run_size(n: int, steady: float, log: Any, loop_concurrency: int) -> di
                         await p.delete()
                     for p in halves:
                         await wait(p.gone, limit, "pool deleted", interval=0.1)
-                    kubectl(kubeconfig, "label", "nodes", "-l", selector, f"{c.LABEL_SCHEDULE}-")
+                    await kubectl(kubeconfig, "label", "nodes", "-l", selector, f"{c.LABEL_SCHEDULE}-")
 
                 # 6. full rollout
                 t = time.monotonic()
                 start_wall = time.time()
-                kubectl(kubeconfig, "label", "nodes", "-l", selector, *label_args(), "--overwrite")
-                kubectl(
+                await kubectl(kubeconfig, "label", "nodes", "-l", selector, *label_args(), "--overwrite")
+                await kubectl(
                     kubeconfig,
                     "delete",
                     "pods",
