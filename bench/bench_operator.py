@@ -291,7 +291,9 @@ def loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
-async def run_size(n: int, steady: float, log: Any, loop_concurrency: int) -> dict[str, Any]:
+async def run_size(
+    n: int, steady: float, log: Any, loop_concurrency: int, *, rollout: bool = True
+) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix=f"gpushare-bench-{n}-"))
     result: dict[str, Any] = {"nodes": n, "load_start": loadavg()}
     limit = 300 + n * 0.6  # generous: the machine is shared
@@ -417,6 +419,10 @@ async def run_size(n: int, steady: float, log: Any, loop_concurrency: int) -> di
                         await wait(p.gone, limit, "pool deleted", interval=0.1)
                     await kubectl(kubeconfig, "label", "nodes", "-l", selector, f"{c.LABEL_SCHEDULE}-")
 
+                result["operator_peak_rss_mib"] = peak_rss_mib(proc.pid)
+                if not rollout:
+                    result["load_end"] = loadavg()
+                    return result
                 # 6. full rollout
                 t = time.monotonic()
                 start_wall = time.time()
@@ -504,10 +510,18 @@ def table(results: list[dict[str, Any]], columns: tuple[tuple[str, str], ...]) -
         values = {
             **r,
             "labels_ratio": r["operator_labelled_s"] / r["loop_label_s"],
-            "rollout_ratio": r["operator_rollout_s"] / r["kubectl_rollout_s"],
+            "rollout_ratio": r["operator_rollout_s"] / r["kubectl_rollout_s"]
+            if "kubectl_rollout_s" in r
+            else 0,
             "two_pools_ratio": r["two_pools_ready_s"] / r["operator_ready_s"],
         }
-        rows.append("| " + " | ".join(fmt.format(**values) for _, fmt in columns) + " |")
+        cells = []
+        for _, fmt in columns:
+            try:
+                cells.append(fmt.format(**values))
+            except KeyError:
+                cells.append("not run")
+        rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 
@@ -523,6 +537,9 @@ def main() -> int:
         "--loop-concurrency", type=int, default=64, help="patches in flight in the plain loop"
     )
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
+    parser.add_argument(
+        "--skip-rollout", action="store_true", help="skip the full rollout (6.), e.g. for large N on 2 CPUs"
+    )
     args = parser.parse_args()
 
     def log(msg: str) -> None:
@@ -530,7 +547,11 @@ def main() -> int:
 
     results = []
     for n in args.nodes.split(","):
-        results.append(asyncio.run(run_size(int(n), args.steady, log, args.loop_concurrency)))
+        results.append(
+            asyncio.run(
+                run_size(int(n), args.steady, log, args.loop_concurrency, rollout=not args.skip_rollout)
+            )
+        )
         if args.json:
             args.json.write_text(json.dumps(results, indent=2))
     if kicked:
