@@ -100,7 +100,7 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
-#: kwok under heavy load now and then leaves a bound pod Pending for good; such a pod is deleted
+#: kwok under heavy load now and then leaves a bound pod Pending (or Running, not Ready) for good; such a pod is deleted
 #: (its DaemonSet recreates it) after this long, and reported.
 STUCK_AFTER_S = 60.0
 kicked: list[str] = []
@@ -114,7 +114,12 @@ async def plugin_pods_ready(api: client.ApiClient, n: int, after: float | None =
     for pod in pods.items:
         if not pod_running_and_ready(pod):
             created = pod.metadata.creation_timestamp.timestamp()
-            stuck = pod.status.phase == "Pending" and pod.spec.node_name and now - created > STUCK_AFTER_S
+            # Pending, or Running but never Ready (both seen with kwok under load)
+            stuck = (
+                pod.status.phase in ("Pending", "Running")
+                and pod.spec.node_name
+                and now - created > STUCK_AFTER_S
+            )
             if stuck and pod.metadata.deletion_timestamp is None:
                 kicked.append(pod.metadata.name)
                 await core.delete_namespaced_pod(pod.metadata.name, c.DEFAULT_PLUGIN_NAMESPACE)

@@ -75,8 +75,8 @@ __all__ = [
     "pod_key",
 ]
 
-#: Node writes (patches, plugin pod deletes) in flight at once, over all pools. Measured with
-#: bench/bench_operator.py (docs/operator.md): 64 keeps a 2-core local apiserver busy.
+#: Node writes (patches, plugin pod deletes) in flight at once, per pool (so that pools never
+#: queue behind each other). 64, as the plain loop of bench/bench_operator.py (docs/operator.md).
 WRITE_CONCURRENCY = 64
 #: At most this many nodes about to switch mode are confirmed with a targeted pod list each
 #: (``spec.nodeName``) before the write; above it the GPU-pod index is trusted (never a list of
@@ -218,7 +218,7 @@ class Reconciler:
         self._plan_all = True
         # writes
         self._claimed: set[str] = set()
-        self._sem: asyncio.Semaphore | None = None
+        self._sems: dict[str, asyncio.Semaphore] = {}
         # report
         self._last_status: dict[str, dict[str, Any]] = {}
         self._status_at: dict[str, float] = {}
@@ -247,6 +247,7 @@ class Reconciler:
 
     def forget(self, pool: str) -> None:
         self.wakeups.pop(pool, None)
+        self._sems.pop(pool, None)
         self._last_status.pop(pool, None)
         self._status_at.pop(pool, None)
         for key in [k for k in self._reported if k[0] == pool]:
@@ -588,10 +589,11 @@ class Reconciler:
                 self.dirty.add(p.node)
         return out
 
-    def _semaphore(self) -> asyncio.Semaphore:
-        if self._sem is None:
-            self._sem = asyncio.Semaphore(WRITE_CONCURRENCY)
-        return self._sem
+    def _semaphore(self, pool: str) -> asyncio.Semaphore:
+        """The bound on the pool's writes in flight (per pool: pools never queue behind each other)."""
+        if pool not in self._sems:
+            self._sems[pool] = asyncio.Semaphore(WRITE_CONCURRENCY)
+        return self._sems[pool]
 
     async def _apply(
         self,
@@ -603,7 +605,7 @@ class Reconciler:
         result: PassResult,
         bound: Any,
     ) -> None:
-        sem = self._semaphore()
+        sem = self._semaphore(name)
         live = self._live()
 
         def replan(view: NodeView) -> NodePlan:
@@ -770,7 +772,7 @@ class Reconciler:
         bound: Any,
     ) -> bool:
         """Move owed restarts on: delete old plugin pods, mark Done/Failed. True if any still runs."""
-        sem = self._semaphore()
+        sem = self._semaphore(name)
         still: list[str] = []
         restarted: list[str] = []
         failed: list[str] = []
@@ -901,7 +903,7 @@ class Reconciler:
         if now < since:
             return None, ""  # see policy.planner.restart_since: delete only once `since` has passed
         for p in old:
-            async with self._semaphore():
+            async with self._semaphore(pool):
                 deleted = await self.cluster.delete_pod(p.namespace, p.name, p.uid)
             if deleted:
                 self._deleted_plugin[node] = record.since
