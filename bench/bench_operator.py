@@ -100,7 +100,8 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
-#: kwok under heavy load now and then leaves a bound pod Pending (or Running, not Ready) for good; such a pod is deleted
+#: kwok under heavy load now and then leaves a bound pod Pending (or Running, not Ready) for good;
+#: such a pod is deleted
 #: (its DaemonSet recreates it) after this long, and reported.
 STUCK_AFTER_S = 60.0
 kicked: list[str] = []
