@@ -516,11 +516,10 @@ def table(results: list[dict[str, Any]], columns: tuple[tuple[str, str], ...]) -
         values = {
             **r,
             "labels_ratio": r["operator_labelled_s"] / r["loop_label_s"],
-            "rollout_ratio": r["operator_rollout_s"] / r["kubectl_rollout_s"]
-            if "kubectl_rollout_s" in r
-            else 0,
             "two_pools_ratio": r["two_pools_ready_s"] / r["operator_ready_s"],
         }
+        if "operator_rollout_s" in r:
+            values["rollout_ratio"] = r["operator_rollout_s"] / r["kubectl_rollout_s"]
         cells = []
         for _, fmt in columns:
             try:
