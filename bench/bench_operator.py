@@ -1,25 +1,32 @@
-"""Benchmark of the gpushare operator on the local control plane (kwok nodes), issue 4 "Measure".
+"""Benchmark of the gpushare operator on the local control plane (kwok nodes), issue 10.
 
-For each node count N (one ACK node pool of N fake GPU nodes, each with a device-plugin pod):
+For each node count N (one ACK node pool of N fake GPU nodes, each with a device-plugin pod; the
+nodes carry ``bench-half=a|b`` so that two pools can split them), in one run:
 
-1. labels only: ``kubectl label nodes -l <pool> ... --overwrite`` (timed), labels removed again;
-   then a GPUSharePool with ``devicePlugin.restart: Never``, timed from creation to Ready=True.
-2. API writes per node during (1), from the operator's metrics (expect 1 label patch per node).
+1. labels only, three ways, each timed until every node carries the labels:
+   ``kubectl label nodes -l <pool> ... --overwrite``; a plain async loop (one JSON merge patch
+   per node, ``--loop-concurrency`` in flight, the baseline the operator should match); the
+   operator: a GPUSharePool with ``devicePlugin.restart: Never``, timed from creation to its
+   first node write, to every node labelled (a node watch in this process) and to Ready=True.
+2. writes per node during (1), from the operator's metrics (expect exactly 1 label patch).
 3. steady state: writes of any kind during --steady seconds with nothing changing (expect 0).
 4. pool deletion (cleanup Restore) timed until the finalizer is gone.
-5. full rollout: ``kubectl label`` + ``kubectl delete pod`` of the plugin pods, timed until every
+5. two pools of N/2 (the two halves) created together, timed until both are Ready.
+6. full rollout: ``kubectl label`` + ``kubectl delete pod`` of the plugin pods, timed until every
    plugin pod is replaced and Ready; then a pool with restarts at ``maxUnavailable: 100%``,
    timed from creation to Ready=True (every plugin replaced and Ready).
-6. peak resident memory of the operator process (VmHWM).
+7. peak resident memory of the operator process (VmHWM).
 
-Usage: ``python bench/bench_operator.py --nodes 100,1000 [--steady 60] [--json out.json]``
-(``make bench``). Prints a Markdown table. Nothing is asserted: these are measurements.
+Usage: ``python bench/bench_operator.py --nodes 1000,3000 [--steady 60] [--json out.json]``
+(``make bench``). Prints Markdown tables. Nothing is asserted: these are measurements. The load
+average at the start and end of each size is printed (the machine may be shared).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -56,10 +63,14 @@ LABELS = {
 PLUGIN_SELECTOR = ",".join(f"{k}={v}" for k, v in c.DEFAULT_PLUGIN_LABELS.items())
 
 
-def kubectl(kubeconfig: Path, *args: str) -> float:
-    """Run kubectl; return its wall time in seconds."""
+async def kubectl(kubeconfig: Path, *args: str) -> float:
+    """Run kubectl (without blocking the node watch); return its wall time in seconds."""
     start = time.monotonic()
-    subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), *args], check=True, stdout=subprocess.DEVNULL)
+    proc = await asyncio.create_subprocess_exec(
+        "kubectl", "--kubeconfig", str(kubeconfig), *args, stdout=asyncio.subprocess.DEVNULL
+    )
+    if await proc.wait() != 0:
+        raise RuntimeError(f"kubectl {' '.join(args)} failed")
     return time.monotonic() - start
 
 
@@ -89,7 +100,8 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
-#: kwok under heavy load now and then leaves a bound pod Pending for good; such a pod is deleted
+#: kwok under heavy load now and then leaves a bound pod Pending (or Running, not Ready) for good;
+#: such a pod is deleted
 #: (its DaemonSet recreates it) after this long, and reported.
 STUCK_AFTER_S = 60.0
 kicked: list[str] = []
@@ -103,7 +115,12 @@ async def plugin_pods_ready(api: client.ApiClient, n: int, after: float | None =
     for pod in pods.items:
         if not pod_running_and_ready(pod):
             created = pod.metadata.creation_timestamp.timestamp()
-            stuck = pod.status.phase == "Pending" and pod.spec.node_name and now - created > STUCK_AFTER_S
+            # Pending, or Running but never Ready (both seen with kwok under load)
+            stuck = (
+                pod.status.phase in ("Pending", "Running")
+                and pod.spec.node_name
+                and now - created > STUCK_AFTER_S
+            )
             if stuck and pod.metadata.deletion_timestamp is None:
                 kicked.append(pod.metadata.name)
                 await core.delete_namespaced_pod(pod.metadata.name, c.DEFAULT_PLUGIN_NAMESPACE)
@@ -162,9 +179,130 @@ def unlabel_args() -> list[str]:
     return [f"{k}-" for k in (*LABELS, c.LABEL_POOL)]
 
 
-async def run_size(n: int, steady: float, log: Any) -> dict[str, Any]:
+HALF = "bench-half"
+
+
+class LabelWatch:
+    """Counts nodes whose ``gpushare.io/pool`` label has a given value, from a raw node watch
+    (JSON only, no client models: the bench shares the CPUs with what it measures)."""
+
+    def __init__(self, api: client.ApiClient, selector: str) -> None:
+        self.core = client.CoreV1Api(api)
+        self.selector = selector
+        self.values: dict[str, str | None] = {}
+        self.changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> LabelWatch:
+        await self._list()
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _list(self) -> str:
+        listed = await self.core.list_node(label_selector=self.selector)
+        self.values = {
+            node.metadata.name: (node.metadata.labels or {}).get(c.LABEL_POOL) for node in listed.items
+        }
+        self.changed.set()
+        return str(listed.metadata.resource_version)
+
+    async def _run(self) -> None:
+        rv = ""
+        while True:  # the apiserver drops a watch that falls behind: list and watch again
+            try:
+                rv = rv or await self._list()
+                rv = await self._watch(rv)
+            except (client.exceptions.ApiException, OSError, ValueError, TimeoutError) as exc:
+                print(f"node watch: {exc!r}; listing again", file=sys.stderr)
+                rv = ""
+                await asyncio.sleep(0.2)
+
+    async def _watch(self, rv: str) -> str:
+        """Follow the watch from ``rv``; returns the last resourceVersion ("" to list again)."""
+        resp: Any = await self.core.list_node(
+            label_selector=self.selector,
+            watch=True,
+            resource_version=rv,
+            timeout_seconds=3600,
+            allow_watch_bookmarks=True,
+            _preload_content=False,
+        )
+        async with resp:
+            buf = b""
+            async for chunk in resp.content.iter_any():
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    meta = event["object"].get("metadata") or {}
+                    if event.get("type") == "ERROR":
+                        return ""
+                    rv = str(meta.get("resourceVersion") or rv)
+                    if event.get("type") == "BOOKMARK":
+                        continue
+                    name = str(meta.get("name"))
+                    if event.get("type") == "DELETED":
+                        self.values.pop(name, None)
+                    else:
+                        self.values[name] = (meta.get("labels") or {}).get(c.LABEL_POOL)
+                    self.changed.set()
+        return rv
+
+    def count(self, value: str | set[str]) -> int:
+        wanted = {value} if isinstance(value, str) else value
+        return sum(1 for v in self.values.values() if v in wanted)
+
+    async def times(self, value: str | set[str], n: int, t0: float, limit_s: float) -> tuple[float, float]:
+        """(seconds to the first node labelled, seconds to ``n`` labelled) since ``t0``."""
+        first: float | None = None
+        deadline = time.monotonic() + limit_s
+        while True:
+            have = self.count(value)
+            if have and first is None:
+                first = time.monotonic() - t0
+            if have >= n:
+                return first or 0.0, time.monotonic() - t0
+            self.changed.clear()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{have}/{n} nodes labelled {value}")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), timeout=min(left, 1.0))
+
+
+async def plain_loop(api: client.ApiClient, names: list[str], concurrency: int) -> float:
+    """One JSON merge patch per node, ``concurrency`` in flight; seconds until all returned."""
+    core = client.CoreV1Api(api)
+    sem = asyncio.Semaphore(concurrency)
+    body = {"metadata": {"labels": {**LABELS, c.LABEL_POOL: "loop"}}}
+
+    async def one(name: str) -> None:
+        async with sem:
+            await core.patch_node(name, body, _content_type="application/merge-patch+json")  # type: ignore[call-arg]
+
+    t = time.monotonic()
+    await asyncio.gather(*(one(n) for n in names))
+    return time.monotonic() - t
+
+
+def loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+async def run_size(
+    n: int, steady: float, log: Any, loop_concurrency: int, *, rollout: bool = True
+) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix=f"gpushare-bench-{n}-"))
-    result: dict[str, Any] = {"nodes": n}
+    result: dict[str, Any] = {"nodes": n, "load_start": loadavg()}
+    limit = 300 + n * 0.6  # generous: the machine is shared
     with DevCluster(workdir) as info:
         kubeconfig = info.kubeconfig
         api = await make_api_client(str(kubeconfig))
@@ -172,9 +310,19 @@ async def run_size(n: int, steady: float, log: Any) -> dict[str, Any]:
             await install_crd_files(api, sorted((REPO / "crds").glob("*.yaml")))
             await ensure_device_plugin_daemonset(api)
             t0 = time.monotonic()
-            await create_gpu_nodes(api, n, prefix="bench", pool_labels={POOL_LABEL: NODEPOOL}, timeout_s=600)
-            await wait(lambda: plugin_pods_ready(api, n), 900, f"{n} device plugin pods Ready")
-            log(f"[{n}] {n} nodes and plugin pods ready in {time.monotonic() - t0:.1f}s")
+            half = n // 2
+            names = await create_gpu_nodes(
+                api, half, prefix="bench-a", pool_labels={POOL_LABEL: NODEPOOL, HALF: "a"}, timeout_s=limit
+            )
+            names += await create_gpu_nodes(
+                api,
+                n - half,
+                prefix="bench-b",
+                pool_labels={POOL_LABEL: NODEPOOL, HALF: "b"},
+                timeout_s=limit,
+            )
+            await wait(lambda: plugin_pods_ready(api, n), limit, f"{n} device plugin pods Ready", interval=1)
+            log(f"[{n}] {n} nodes and plugin pods ready in {time.monotonic() - t0:.1f}s (load {loadavg()})")
 
             port = free_port()
             op_log = workdir / "operator.log"
@@ -184,58 +332,108 @@ async def run_size(n: int, steady: float, log: Any) -> dict[str, Any]:
                      "--metrics-port", str(port), "--log-format", "json"],
                     stdout=out, stderr=subprocess.STDOUT,
                 )  # fmt: skip
+            selector = f"{POOL_LABEL}={NODEPOOL}"
             try:
                 await wait(lambda: _serving(port), 60, "operator metrics")
                 await asyncio.sleep(3)  # indexes filled
 
-                # 1. labels only
-                selector = f"{POOL_LABEL}={NODEPOOL}"
-                result["kubectl_label_s"] = kubectl(
-                    kubeconfig, "label", "nodes", "-l", selector, *label_args(), "--overwrite"
-                )
-                kubectl(kubeconfig, "label", "nodes", "-l", selector, *unlabel_args())
-                await asyncio.sleep(2)
-                before = metrics(port)
-                pool = Pool(api, "bench-labels")
-                t = time.monotonic()
-                await pool.create(devicePlugin={"restart": "Never"})
-                await wait(pool.ready, 900, "pool Ready (labels only)", interval=0.05)
-                result["operator_labels_s"] = time.monotonic() - t
-                after = metrics(port)
-                result["label_patches_per_node"] = (
-                    total(after, "gpushare_label_patches_total")
-                    - total(before, "gpushare_label_patches_total")
-                ) / n
-                result["node_writes_per_node"] = (
-                    total(after, "gpushare_api_writes_total", resource="nodes")
-                    - total(before, "gpushare_api_writes_total", resource="nodes")
-                ) / n
-                k_s, o_s = result["kubectl_label_s"], result["operator_labels_s"]
-                log(f"[{n}] labels: kubectl {k_s:.2f}s, operator {o_s:.2f}s")
+                async def unlabel() -> None:
+                    await kubectl(kubeconfig, "label", "nodes", "-l", selector, *unlabel_args())
+                    await asyncio.sleep(2)
 
-                # 3. steady state
-                await asyncio.sleep(5)  # let the last status write land
-                quiet = metrics(port)
-                await asyncio.sleep(steady)
-                later = metrics(port)
-                result["steady_s"] = steady
-                result["steady_writes"] = total(later, "gpushare_api_writes_total") - total(
-                    quiet, "gpushare_api_writes_total"
-                )
-                log(f"[{n}] steady state: {result['steady_writes']:.0f} writes in {steady:.0f}s")
+                async with LabelWatch(api, selector) as watch:
+                    # 1. labels only: kubectl, the plain loop, the operator
+                    result["kubectl_label_s"] = await kubectl(
+                        kubeconfig, "label", "nodes", "-l", selector, *label_args(), "--overwrite"
+                    )
+                    await unlabel()
+                    result["loop_label_s"] = await plain_loop(api, names, loop_concurrency)
+                    await unlabel()
+                    log(
+                        f"[{n}] labels: kubectl {result['kubectl_label_s']:.2f}s, "
+                        f"loop {result['loop_label_s']:.2f}s"
+                    )
 
-                # 4. cleanup
-                t = time.monotonic()
-                await pool.delete()
-                await wait(pool.gone, 900, "pool deleted", interval=0.05)
-                result["operator_restore_s"] = time.monotonic() - t
-                kubectl(kubeconfig, "label", "nodes", "-l", selector, f"{c.LABEL_SCHEDULE}-")
+                    before = metrics(port)
+                    pool = Pool(api, "bench-labels")
+                    t = time.monotonic()
+                    await pool.create(devicePlugin={"restart": "Never"})
+                    first, labelled = await watch.times(pool.name, n, t, limit)
+                    result["operator_first_write_s"] = first
+                    result["operator_labelled_s"] = labelled
+                    await wait(pool.ready, limit, "pool Ready (labels only)", interval=0.05)
+                    result["operator_ready_s"] = time.monotonic() - t
+                    after = metrics(port)
+                    result["label_patches_per_node"] = (
+                        total(after, "gpushare_label_patches_total")
+                        - total(before, "gpushare_label_patches_total")
+                    ) / n
+                    result["node_writes_per_node"] = (
+                        total(after, "gpushare_api_writes_total", resource="nodes")
+                        - total(before, "gpushare_api_writes_total", resource="nodes")
+                    ) / n
+                    log(
+                        f"[{n}] operator: first write {first:.2f}s, all labelled {labelled:.2f}s, "
+                        f"Ready {result['operator_ready_s']:.2f}s"
+                    )
 
-                # 5. full rollout
+                    # 3. steady state
+                    await asyncio.sleep(5)  # let the last status write land
+                    quiet = metrics(port)
+                    await asyncio.sleep(steady)
+                    later = metrics(port)
+                    result["steady_s"] = steady
+                    result["steady_writes"] = total(later, "gpushare_api_writes_total") - total(
+                        quiet, "gpushare_api_writes_total"
+                    )
+                    log(f"[{n}] steady state: {result['steady_writes']:.0f} writes in {steady:.0f}s")
+
+                    # 4. cleanup
+                    t = time.monotonic()
+                    await pool.delete()
+                    await wait(pool.gone, limit, "pool deleted", interval=0.05)
+                    result["operator_restore_s"] = time.monotonic() - t
+                    await kubectl(kubeconfig, "label", "nodes", "-l", selector, f"{c.LABEL_SCHEDULE}-")
+                    await asyncio.sleep(2)
+
+                    # 5. two pools of n/2, created together
+                    halves = [Pool(api, "bench-half-a"), Pool(api, "bench-half-b")]
+                    t = time.monotonic()
+                    await asyncio.gather(
+                        *(
+                            p.create(
+                                nodeSelector={"matchLabels": {HALF: x}}, devicePlugin={"restart": "Never"}
+                            )
+                            for p, x in zip(halves, "ab", strict=True)
+                        )
+                    )
+                    _, labelled = await watch.times({p.name for p in halves}, n, t, limit)
+                    result["two_pools_labelled_s"] = labelled
+
+                    async def both_ready() -> bool:
+                        return all([await p.ready() for p in halves])
+
+                    await wait(both_ready, limit, "both pools Ready", interval=0.05)
+                    result["two_pools_ready_s"] = time.monotonic() - t
+                    log(
+                        f"[{n}] two pools of {n // 2}: labelled {labelled:.2f}s, "
+                        f"Ready {result['two_pools_ready_s']:.2f}s"
+                    )
+                    for p in halves:
+                        await p.delete()
+                    for p in halves:
+                        await wait(p.gone, limit, "pool deleted", interval=0.1)
+                    await kubectl(kubeconfig, "label", "nodes", "-l", selector, f"{c.LABEL_SCHEDULE}-")
+
+                result["operator_peak_rss_mib"] = peak_rss_mib(proc.pid)
+                if not rollout:
+                    result["load_end"] = loadavg()
+                    return result
+                # 6. full rollout
                 t = time.monotonic()
                 start_wall = time.time()
-                kubectl(kubeconfig, "label", "nodes", "-l", selector, *label_args(), "--overwrite")
-                kubectl(
+                await kubectl(kubeconfig, "label", "nodes", "-l", selector, *label_args(), "--overwrite")
+                await kubectl(
                     kubeconfig,
                     "delete",
                     "pods",
@@ -247,13 +445,12 @@ async def run_size(n: int, steady: float, log: Any) -> dict[str, Any]:
                 )
                 await wait(
                     lambda: plugin_pods_ready(api, n, after=int(start_wall)),
-                    900,
+                    limit,
                     "plugin pods replaced",
-                    interval=0.25,
+                    interval=0.25 + n / 4000,
                 )
                 result["kubectl_rollout_s"] = time.monotonic() - t
-                kubectl(kubeconfig, "label", "nodes", "-l", selector, *unlabel_args())
-                await asyncio.sleep(2)
+                await unlabel()
                 pool = Pool(api, "bench-rollout")
                 t = time.monotonic()
                 await pool.create(rollout={"maxUnavailable": "100%"})
@@ -262,19 +459,20 @@ async def run_size(n: int, steady: float, log: Any) -> dict[str, Any]:
                     await plugin_pods_ready(api, 0)  # only to unstick kwok, see STUCK_AFTER_S
                     return await pool.ready()
 
-                await wait(ready_kicking, 900, "pool Ready (rollout)", interval=0.25)
+                await wait(ready_kicking, limit, "pool Ready (rollout)", interval=0.25 + n / 4000)
                 result["operator_rollout_s"] = time.monotonic() - t
                 k_s, o_s = result["kubectl_rollout_s"], result["operator_rollout_s"]
                 log(f"[{n}] rollout: kubectl {k_s:.2f}s, operator {o_s:.2f}s")
                 result["operator_peak_rss_mib"] = peak_rss_mib(proc.pid)
                 await pool.delete()
-                await wait(pool.gone, 900, "pool deleted", interval=0.1)
+                await wait(pool.gone, limit, "pool deleted", interval=0.1)
             finally:
                 proc.send_signal(signal.SIGINT)
                 try:
                     proc.wait(timeout=30)
                 except subprocess.TimeoutExpired:
                     proc.kill()
+    result["load_end"] = loadavg()
     return result
 
 
@@ -286,31 +484,49 @@ async def _serving(port: int) -> bool:
     return True
 
 
-COLUMNS = (
+LABEL_COLUMNS = (
     ("nodes", "{nodes}"),
     ("kubectl label", "{kubectl_label_s:.2f} s"),
-    ("operator, labels only (create → Ready)", "{operator_labels_s:.2f} s"),
-    ("ratio", "{labels_ratio:.2f}x"),
+    ("plain loop (64 in flight)", "{loop_label_s:.2f} s"),
+    ("operator: first write", "{operator_first_write_s:.2f} s"),
+    ("operator: all labelled", "{operator_labelled_s:.2f} s"),
+    ("÷ loop", "{labels_ratio:.2f}x"),
+    ("operator: Ready", "{operator_ready_s:.2f} s"),
     ("label patches / node", "{label_patches_per_node:.2f}"),
     ("node writes / node", "{node_writes_per_node:.2f}"),
     ("writes in steady state", "{steady_writes:.0f} in {steady_s:.0f} s"),
+    ("peak RSS", "{operator_peak_rss_mib:.0f} MiB"),
+)
+OTHER_COLUMNS = (
+    ("nodes", "{nodes}"),
     ("restore (delete → gone)", "{operator_restore_s:.2f} s"),
-    ("kubectl label + delete plugin pods (→ all Ready)", "{kubectl_rollout_s:.2f} s"),
-    ("operator rollout, maxUnavailable 100% (create → Ready)", "{operator_rollout_s:.2f} s"),
-    ("ratio", "{rollout_ratio:.2f}x"),
-    ("operator peak RSS", "{operator_peak_rss_mib:.0f} MiB"),
+    ("2 pools of N/2: all labelled", "{two_pools_labelled_s:.2f} s"),
+    ("2 pools: both Ready", "{two_pools_ready_s:.2f} s"),
+    ("÷ 1 pool Ready", "{two_pools_ratio:.2f}x"),
+    ("kubectl label + delete plugin pods", "{kubectl_rollout_s:.2f} s"),
+    ("operator rollout, maxUnavailable 100%", "{operator_rollout_s:.2f} s"),
+    ("÷ kubectl", "{rollout_ratio:.2f}x"),
+    ("load avg start → end", "{load_start} → {load_end}"),
 )
 
 
-def table(results: list[dict[str, Any]]) -> str:
-    rows = ["| " + " | ".join(name for name, _ in COLUMNS) + " |", "|" + "---:|" * len(COLUMNS)]
+def table(results: list[dict[str, Any]], columns: tuple[tuple[str, str], ...]) -> str:
+    rows = ["| " + " | ".join(name for name, _ in columns) + " |", "|" + "---:|" * len(columns)]
     for r in results:
         values = {
             **r,
-            "labels_ratio": r["operator_labels_s"] / r["kubectl_label_s"],
-            "rollout_ratio": r["operator_rollout_s"] / r["kubectl_rollout_s"],
+            "labels_ratio": r["operator_labelled_s"] / r["loop_label_s"],
+            "two_pools_ratio": r["two_pools_ready_s"] / r["operator_ready_s"],
         }
-        rows.append("| " + " | ".join(fmt.format(**values) for _, fmt in COLUMNS) + " |")
+        if "operator_rollout_s" in r:
+            values["rollout_ratio"] = r["operator_rollout_s"] / r["kubectl_rollout_s"]
+        cells = []
+        for _, fmt in columns:
+            try:
+                cells.append(fmt.format(**values))
+            except KeyError:
+                cells.append("not run")
+        rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 
@@ -318,21 +534,37 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--nodes", default="100,1000", help="comma-separated node counts")
+    parser.add_argument(
+        "--nodes", default="100,1000", help="comma-separated node counts (e.g. 1000,3000,5000)"
+    )
     parser.add_argument("--steady", type=float, default=60.0, help="seconds of steady state to watch")
+    parser.add_argument(
+        "--loop-concurrency", type=int, default=64, help="patches in flight in the plain loop"
+    )
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
+    parser.add_argument(
+        "--skip-rollout", action="store_true", help="skip the full rollout (6.), e.g. for large N on 2 CPUs"
+    )
     args = parser.parse_args()
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    results = [asyncio.run(run_size(int(n), args.steady, log)) for n in args.nodes.split(",")]
+    results = []
+    for n in args.nodes.split(","):
+        results.append(
+            asyncio.run(
+                run_size(int(n), args.steady, log, args.loop_concurrency, rollout=not args.skip_rollout)
+            )
+        )
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=2))
     if kicked:
         log(f"kwok left {len(kicked)} plugin pod(s) Pending; deleted them for the DaemonSet to recreate")
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
     print(f"cpus: {os.cpu_count()}; kwok nodes, local kube-apiserver/etcd/kcm/scheduler")
-    print(table(results))
+    print(table(results, LABEL_COLUMNS))
+    print()
+    print(table(results, OTHER_COLUMNS))
     return 0
 
 

@@ -52,6 +52,11 @@ API_ERRORS = Counter(
     ["verb", "resource", "code"],
     registry=REGISTRY,
 )
+PLANNED_NODES = Counter(
+    "gpushare_planned_nodes_total",
+    "Nodes the planner was run on (only changed nodes are planned; every node on a pool change or resync)",
+    registry=REGISTRY,
+)
 EVICTIONS = Counter(
     "gpushare_evictions_total",
     "Pod evictions for mode switches, by result (evicted, blocked_by_pdb, gone)",

@@ -1,19 +1,30 @@
-"""One level-based reconcile pass for a GPUSharePool: observe → plan (pure) → apply → status.
+"""Reconcile passes for GPUSharePools whose cost follows the change: observe → decide → apply → report.
 
-The Kopf handlers (``gpushare.handlers``) feed this with what the indexes hold (pools, nodes,
-GPU pods) and call :meth:`Reconciler.reconcile`; every API write goes through
-``gpushare.k8s.cluster.Cluster``. The result depends only on the current objects, so a restarted
-operator picks up where the last one stopped: owed plugin restarts are on the nodes
-(``gpushare.io/plugin-restart``), cordons it made carry ``gpushare.io/cordoned-by``.
+The Kopf handlers (``gpushare.handlers``) push every Node, GPU/plugin Pod and pool change into
+:class:`Reconciler` (``observe_node``, ``observe_pod``, ``set_pools``); a change marks the node
+*dirty* and wakes only the pools it concerns (their selector matches the node, or the node's
+last plan names them: owner, conflict, restart owed). A pool's pass then
 
-All passes (of every pool) run under one lock: two pools never patch the same node at once, and
-each pass sees the writes of the previous one (patched nodes are kept in an overlay until the
-node index catches up, so a stale index never makes the operator repeat a change).
+1. **observes**: plans the dirty nodes only (the pure planner, fed just those nodes) and keeps
+   the plans in a cache with each pool's members; a pool change or the periodic resync plans all;
+2. **decides** (``gpushare.policy.decide``, pure): the patches for this pass (rollout budget),
+   evictions, and what waits;
+3. **applies**: patches stream out with a bound on writes in flight shared by all pools; a node
+   another pass is writing is skipped (that claim is the only shared step, there is no global
+   lock); a 409 replans that node alone; plugin restarts move on;
+4. **reports**: the status (at most about once a second per pool, only when it changed), Events
+   aggregated per batch, one info log line per batch (per node at debug).
+
+The operator's own writes are believed (an overlay of the returned nodes) until the watch shows
+them; the watch's echo of its own write is recognised and plans nothing. Everything it needs
+after a restart is on the nodes: owed plugin restarts (``gpushare.io/plugin-restart``), cordons
+it made (``gpushare.io/cordoned-by``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,31 +39,53 @@ from gpushare import metrics
 from gpushare.api.v1alpha1 import (
     DevicePlugin,
     GPUSharePool,
+    GPUSharePoolSpec,
     GPUSharePoolStatus,
+    ObjectMeta,
     PoolValidationError,
-    Rollout,
     parse_pool,
 )
 from gpushare.k8s.cluster import Cluster, PluginPod, node_ref, pool_ref
 from gpushare.k8s.retry import ApiUnavailable
 from gpushare.policy import Action, ClusterPlan, NodePlan, NodeView, PodView, RestartRecord, plan
-from gpushare.policy import conditions as cond
+from gpushare.policy.decide import (
+    FAST_REQUEUE,
+    ORPHANS,
+    RESYNC,
+    WAIT_REQUEUE,
+    decide,
+    related_pools,
+    restarts_owed,
+    settle,
+)
 from gpushare.policy.planner import RestartState
-from gpushare.policy.rollout import disrupts, select_batch
+from gpushare.policy.rollout import disrupts
 from gpushare.policy.status import awaiting_plugin_mode, pool_status
 
 log = structlog.get_logger("gpushare.reconciler")
 
-#: Seconds between passes while something is moving, while waiting, and when all is quiet.
-FAST_REQUEUE = 1.0
-WAIT_REQUEUE = 5.0
-RESYNC = 60.0
-#: At most this many node writes / plugin checks in flight per pass.
-CONCURRENCY = 32
-#: Above this many nodes to check before a mode switch, list all pods once instead of per node.
+__all__ = [
+    "FAST_REQUEUE",
+    "RESYNC",
+    "WAIT_REQUEUE",
+    "PassResult",
+    "Pools",
+    "Reconciler",
+    "parse_pools",
+    "pod_key",
+]
+
+#: Node writes (patches, plugin pod deletes) in flight at once, per pool (so that pools never
+#: queue behind each other). 64, as the plain loop of bench/bench_operator.py (docs/operator.md).
+WRITE_CONCURRENCY = 64
+#: At most this many nodes about to switch mode are confirmed with a targeted pod list each
+#: (``spec.nodeName``) before the write; above it the GPU-pod index is trusted (never a list of
+#: every pod of the cluster).
 PER_NODE_LISTS = 8
 #: A node patch refused with 409 (the node changed) is read, planned and sent again this often.
 PATCH_ATTEMPTS = 3
+#: Seconds between two status writes of one pool while it changes.
+STATUS_INTERVAL = 1.0
 _LIST_MAX = 8
 
 
@@ -73,6 +106,11 @@ def _parse_time(value: str) -> datetime | None:
         return datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
+
+
+def pod_key(pod: PodView) -> str:
+    """How the reconciler keys a pod (uid, or namespace/name without one)."""
+    return pod.uid or f"{pod.namespace}/{pod.name}"
 
 
 @dataclass
@@ -118,22 +156,78 @@ def parse_pools(raw_pools: Iterable[Mapping[str, Any]]) -> Pools:
     return Pools(models, raw, invalid, deleting)
 
 
+def _pool_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What of a pool changes plans (its status, our own write, does not)."""
+    meta = body.get("metadata") or {}
+    return (
+        meta.get("uid"),
+        meta.get("generation"),
+        bool(meta.get("deletionTimestamp")),
+        json.dumps(body.get("spec"), sort_keys=True, default=str),
+    )
+
+
+def _placeholder(raw: Mapping[str, Any]) -> GPUSharePool:
+    """A model of a pool whose spec does not parse, for ``pool_status`` (conditions, nodes)."""
+    meta = raw.get("metadata") or {}
+    try:
+        status = GPUSharePoolStatus.model_validate(raw.get("status") or {})
+    except ValueError:
+        status = GPUSharePoolStatus()
+    return GPUSharePool.model_construct(
+        metadata=ObjectMeta.model_validate(
+            {"name": meta.get("name"), "generation": meta.get("generation"), "uid": meta.get("uid")}
+        ),
+        spec=GPUSharePoolSpec.model_construct(),  # type: ignore[call-arg]
+        status=status,
+    )
+
+
+def _watched(dp: DevicePlugin) -> bool:
+    """Whether the pod watch sees every pod of this device plugin (it watches the default labels)."""
+    return dp.namespace == c.DEFAULT_PLUGIN_NAMESPACE and all(
+        dp.pod_selector.match_labels.get(k) == v for k, v in c.DEFAULT_PLUGIN_LABELS.items()
+    )
+
+
 class Reconciler:
-    """Runs passes; keeps only caches that a restart may lose (overlay, event dedup)."""
+    """The operator's view of nodes, pods and pools, the plan cache, and the passes.
+
+    Everything here may be lost on a restart: it is rebuilt from the watches.
+    """
 
     def __init__(
         self, cluster: Cluster, *, clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     ) -> None:
         self.cluster = cluster
         self.clock = clock
-        self.lock = asyncio.Lock()
+        # observed (slim projections from the watches) and our own newer writes
+        self.nodes: dict[str, NodeView] = {}
+        self.pods: dict[str, dict[str, PodView]] = {}
+        self._pod_node: dict[str, str] = {}
         self._fresh: dict[str, NodeView] = {}
+        self._bodies: dict[str, Mapping[str, Any]] = {}
+        self._signatures: dict[str, tuple[Any, ...]] = {}
+        self._pools = parse_pools([])
+        # plans
+        self.plans: dict[str, NodePlan] = {}
+        self._related: dict[str, frozenset[str]] = {}
+        self.members: dict[str, set[str]] = {}
+        self._invalid_pools: Mapping[str, str] = {}
+        self.dirty: set[str] = set()
+        self._plan_all = True
+        # writes
+        self._claimed: set[str] = set()
+        self._sems: dict[str, asyncio.Semaphore] = {}
+        # report
         self._last_status: dict[str, dict[str, Any]] = {}
+        self._status_at: dict[str, float] = {}
         self._reported: dict[tuple[str, str], frozenset[str]] = {}
         self._deleted_plugin: dict[str, str] = {}  # node -> `since` of the restart we deleted pods for
+        self._deleted_uids: set[str] = set()
         self.wakeups: dict[str, asyncio.Event] = {}
 
-    # --- wake-ups (set by node/pod events, awaited by the pool daemons) ------------------------
+    # --- wake-ups (set by observed changes, awaited by the pool loops) ---------------------------
 
     def wakeup(self, pool: str) -> asyncio.Event:
         return self.wakeups.setdefault(pool, asyncio.Event())
@@ -142,33 +236,220 @@ class Reconciler:
         for event in self.wakeups.values():
             event.set()
 
+    def _wake(self, pool: str, *, but: str | None = None) -> None:
+        if pool == ORPHANS:
+            live = sorted(self._pools.raw)
+            if not live:
+                return
+            pool = live[0]
+        if pool != but and pool in self.wakeups:
+            self.wakeups[pool].set()
+
     def forget(self, pool: str) -> None:
         self.wakeups.pop(pool, None)
+        self._sems.pop(pool, None)
         self._last_status.pop(pool, None)
+        self._status_at.pop(pool, None)
         for key in [k for k in self._reported if k[0] == pool]:
             del self._reported[key]
         metrics.forget_pool(pool)
 
-    # --- observe -------------------------------------------------------------------------------
+    # --- observe: the watches --------------------------------------------------------------------
 
-    def _nodes(self, indexed: Iterable[NodeView]) -> dict[str, NodeView]:
-        """The index's nodes, with our own newer writes laid over until the index has them."""
-        out = {n.name: n for n in indexed}
-        for name in list(self._fresh):
-            fresh = self._fresh[name]
-            seen = out.get(name)
-            if seen is None or _rv(seen.resource_version) >= _rv(fresh.resource_version):
-                del self._fresh[name]
-            else:
-                out[name] = fresh
+    def _view(self, name: str) -> NodeView | None:
+        """The node as last seen, or our own newer write until the watch has it."""
+        fresh = self._fresh.get(name)
+        return fresh if fresh is not None else self.nodes.get(name)
+
+    def _concerned(self, name: str, view: NodeView | None) -> set[str]:
+        """Pools a change of ``name`` may concern: those its last plan names, those selecting it."""
+        out = set(self._related.get(name, ()))
+        if view is not None:
+            labels = dict(view.labels)
+            for model in self._pools.models:
+                if model.spec.node_selector.matches(labels):
+                    out.add(model.name)
         return out
 
-    def _remember(self, obj: dict[str, Any] | None) -> None:
-        if obj:
-            view = NodeView.from_obj(obj)
-            self._fresh[view.name] = view
+    def _mark(self, name: str, view: NodeView | None) -> None:
+        self.dirty.add(name)
+        for pool in self._concerned(name, view):
+            self._wake(pool)
 
-    # --- the pass ------------------------------------------------------------------------------
+    def observe_node(self, view: NodeView) -> None:
+        """A node as the watch shows it (added or modified)."""
+        old = self.nodes.get(view.name)
+        self.nodes[view.name] = view
+        fresh = self._fresh.get(view.name)
+        if fresh is not None:
+            if _rv(view.resource_version) < _rv(fresh.resource_version):
+                return  # older than our own write: our write's plan stands
+            del self._fresh[view.name]
+            if view == fresh:
+                return  # the echo of our own write: already planned from it
+            self._mark(view.name, view)
+            return
+        if old is not None and old == view:
+            return  # only the resourceVersion (status heartbeat, ...) moved
+        self._mark(view.name, view)
+
+    def forget_node(self, name: str) -> None:
+        view = self._view(name)
+        self.nodes.pop(name, None)
+        self._fresh.pop(name, None)
+        self._mark(name, view)
+
+    def observe_pod(self, pod: PodView) -> None:
+        """A GPU or device plugin pod as the watch shows it."""
+        key = pod_key(pod)
+        before = self._pod_node.get(key)
+        if before is not None and before != pod.node_name:
+            self.forget_pod(key)
+        if not pod.node_name:
+            return
+        on_node = self.pods.setdefault(pod.node_name, {})
+        if on_node.get(key) == pod:
+            return
+        on_node[key] = pod
+        self._pod_node[key] = pod.node_name
+        self._mark(pod.node_name, self._view(pod.node_name))
+
+    def forget_pod(self, key: str) -> None:
+        node = self._pod_node.pop(key, None)
+        if node is None:
+            return
+        on_node = self.pods.get(node, {})
+        on_node.pop(key, None)
+        if not on_node:
+            self.pods.pop(node, None)
+        self._mark(node, self._view(node))
+
+    def set_pools(self, bodies: Iterable[Mapping[str, Any]]) -> None:
+        """The pools as the watch shows them; a spec or deletion change plans every node again."""
+        raw = {str((b.get("metadata") or {}).get("name") or ""): b for b in bodies}
+        raw.pop("", None)
+        self._bodies = raw
+        signatures = {name: _pool_signature(body) for name, body in raw.items()}
+        if signatures != self._signatures:
+            self._signatures = signatures
+            self._pools = parse_pools(raw.values())
+            self._plan_all = True
+            self.wake_all()
+
+    def _sync(
+        self, pools: Iterable[Mapping[str, Any]], nodes: Iterable[NodeView], pods: Iterable[PodView]
+    ) -> None:
+        """Take whole lists (tests, a resync from the indexes): only the differences count."""
+        self.set_pools(pools)
+        seen = set()
+        for view in nodes:
+            seen.add(view.name)
+            if self.nodes.get(view.name) != view or (
+                self.nodes[view.name].resource_version != view.resource_version
+            ):
+                self.observe_node(view)
+        for name in set(self.nodes) - seen:
+            self.forget_node(name)
+        keys = set()
+        for pod in pods:
+            keys.add(pod_key(pod))
+            self.observe_pod(pod)
+        for key in set(self._pod_node) - keys:
+            self.forget_pod(key)
+
+    # --- observe: plans --------------------------------------------------------------------------
+
+    def _live(self) -> set[str]:
+        return set(self._pools.raw)
+
+    def _invalid(self) -> dict[str, str]:
+        # Nodes of an invalid pool stay as they are, unless it is being deleted: then they are
+        # restored like those of a vanished pool (default rollout and device plugin).
+        return {k: v for k, v in self._pools.invalid.items() if k not in self._pools.deleting}
+
+    def _pods_of(self, names: Iterable[str]) -> list[PodView]:
+        return [pod for n in names for pod in self.pods.get(n, {}).values()]
+
+    def _plan_nodes(
+        self, views: Sequence[NodeView], now: datetime, pods: Iterable[PodView] | None = None
+    ) -> ClusterPlan:
+        pools = self._pools
+        return plan(
+            pools.models,
+            views,
+            self._pods_of(v.name for v in views) if pods is None else pods,
+            now=now,
+            deleting=pools.deleting,
+            invalid=self._invalid(),
+        )
+
+    def _set_plan(self, p: NodePlan, live: set[str], *, but: str | None) -> None:
+        old = self.plans.get(p.node)
+        self.plans[p.node] = p
+        new_rel = related_pools(p, live)
+        old_rel = self._related.get(p.node, frozenset())
+        if new_rel != old_rel:
+            for pool in old_rel - new_rel:
+                members = self.members.get(pool)
+                if members is not None:
+                    members.discard(p.node)
+            for pool in new_rel - old_rel:
+                self.members.setdefault(pool, set()).add(p.node)
+            self._related[p.node] = new_rel
+        if old != p:
+            for pool in old_rel | new_rel:
+                self._wake(pool, but=but)
+
+    def _drop_plan(self, name: str, *, but: str | None) -> None:
+        self.plans.pop(name, None)
+        for pool in self._related.pop(name, frozenset()):
+            self.members.get(pool, set()).discard(name)
+            self._wake(pool, but=but)
+
+    def _replan(self, now: datetime, *, but: str | None) -> int:
+        """Plan the dirty nodes (every node after a pool change or resync); returns how many."""
+        if self._plan_all:
+            names = set(self.nodes) | set(self.plans) | set(self._fresh)
+            self._plan_all = False
+            self.dirty = set()
+            self.members = {}
+            self._related = {}
+        else:
+            names, self.dirty = self.dirty, set()
+        if not names:
+            return 0
+        views = [v for v in (self._view(n) for n in names) if v is not None]
+        cp = self._plan_nodes(views, now)
+        self._invalid_pools = cp.invalid_pools
+        live = self._live()
+        for p in cp.nodes:
+            self._set_plan(p, live, but=but)
+        for name in names - {v.name for v in views}:
+            self._drop_plan(name, but=but)
+        metrics.PLANNED_NODES.inc(len(views))
+        return len(views)
+
+    def _pool_plans(self, name: str, *, orphans: bool) -> list[NodePlan]:
+        names = set(self.members.get(name, ()))
+        if orphans:
+            names |= self.members.get(ORPHANS, set())
+        return [self.plans[n] for n in names if n in self.plans]
+
+    def _remember(self, obj: Mapping[str, Any] | None, now: datetime, *, but: str) -> None:
+        """Believe our own write (the returned node) until the watch shows it; plan it again."""
+        if not obj:
+            return
+        view = NodeView.project(obj)
+        seen = self.nodes.get(view.name)
+        if seen is not None and _rv(seen.resource_version) >= _rv(view.resource_version):
+            return  # the watch was faster
+        self._fresh[view.name] = view
+        self.dirty.discard(view.name)
+        live = self._live()
+        for p in self._plan_nodes([view], now).nodes:
+            self._set_plan(p, live, but=but)
+
+    # --- the pass --------------------------------------------------------------------------------
 
     async def reconcile(
         self,
@@ -178,146 +459,141 @@ class Reconciler:
         nodes: Iterable[NodeView],
         pods: Iterable[PodView],
     ) -> PassResult:
+        """One pass from whole lists (as the indexes hold them); only the differences are planned."""
+        self._sync(pools, nodes, pods)
+        return await self.run_pass(name)
+
+    async def run_pass(self, name: str, *, resync: bool = False) -> PassResult:
+        """One pass of pool ``name`` over what the watches delivered (``resync``: plan every node)."""
         started = time.monotonic()
         result_label = "ok"
-        async with self.lock:
-            try:
-                return await self._reconcile(name, parse_pools(pools), nodes, list(pods))
-            except Exception:
-                result_label = "error"
-                raise
-            finally:
-                metrics.RECONCILE_SECONDS.labels(pool=name, result=result_label).observe(
-                    time.monotonic() - started
-                )
+        if resync:
+            self._plan_all = True
+        try:
+            return await self._pass(name)
+        except Exception:
+            result_label = "error"
+            raise
+        finally:
+            metrics.RECONCILE_SECONDS.labels(pool=name, result=result_label).observe(
+                time.monotonic() - started
+            )
 
-    async def _reconcile(
-        self, name: str, pools: Pools, indexed: Iterable[NodeView], pods: list[PodView]
-    ) -> PassResult:
+    async def _pass(self, name: str) -> PassResult:
         now = self.clock()
         bound = log.bind(pool=name)
-        raw = pools.raw.get(name)
+        raw = self._bodies.get(name)
         if raw is None:
             return PassResult(name, summary="pool is gone")
-        node_map = self._nodes(indexed)
-        # Nodes of an invalid pool stay as they are, unless it is being deleted: then they are
-        # restored like those of a vanished pool (default rollout and device plugin).
-        invalid = {k: v for k, v in pools.invalid.items() if k not in pools.deleting}
-        cp = plan(pools.models, node_map.values(), pods, now=now, deleting=pools.deleting, invalid=invalid)
+        self._replan(now, but=name)
+        pools = self._pools
+        live = self._live()
+        invalid = self._invalid()
         if name in invalid:
-            await self._write_invalid_status(name, raw, invalid[name], now)
+            await self._report_invalid(name, raw, invalid[name], now)
             return PassResult(name, requeue=RESYNC, summary="invalid spec")
 
         model = next((p for p in pools.models if p.name == name), None)
         uid = str((raw.get("metadata") or {}).get("uid") or "")
-        live = sorted(pools.raw)
-        orphans = name == live[0]  # the first pool also restores nodes of pools that vanished
-        mine = [
-            p
-            for p in cp.nodes
-            if p.pool == name or (orphans and p.pool is not None and p.pool not in pools.raw)
-        ]
+        orphans = name == min(live)
         result = PassResult(name)
 
-        # Confirm mode switches against the API (the pod index may lag), then pick the batch.
-        mine = await self._confirm_mode_switches(
-            pools, node_map, mine, now, deleting=pools.deleting, invalid=invalid
+        # decide
+        decision = decide(
+            name,
+            self._pool_plans(name, orphans=orphans),
+            rollouts={m.name: m.spec.rollout for m in pools.models},
+            live=live,
+            orphans=orphans,
+            busy=self._claimed,
         )
-        batches: list[NodePlan] = []
-        taken = {p.node for p in mine}
-        context = [*mine, *(p for p in cp.nodes if p.node not in taken)]  # for restarts still in flight
-        for owner in sorted({p.pool for p in mine if p.pool is not None}):
-            owner_model = next((m for m in pools.models if m.name == owner), None)
-            rollout = owner_model.spec.rollout if owner_model else Rollout()
-            batches.extend(select_batch(owner, rollout, context))
-        waiting = sum(1 for p in mine if p.changed) - len(batches)
+        patches = await self._confirm(decision.patches, now)
 
-        def replan(view: NodeView) -> NodePlan:
-            return plan(pools.models, [view], pods, now=now, deleting=pools.deleting, invalid=invalid).nodes[
-                0
-            ]
-
-        await self._apply(
-            name, uid, model.spec.mode if model else "", batches, node_map, replan, result, bound
-        )
-        await self._evict(name, mine, node_map, result, bound)
-
+        # apply
+        await self._apply(name, uid, model.spec.mode if model else "", patches, now, result, bound)
+        await self._evict(name, decision.evictions, result, bound)
         # Plugin restarts owed by this pool (or by vanished pools, for the first pool), as the
         # nodes are after this pass's writes (never act on a record we just replaced).
-        node_map = {**node_map, **self._fresh}
-        owed = []
-        for n in node_map.values():
-            record = RestartRecord.parse(n.annotations.get(c.ANNOTATION_PLUGIN_RESTART))
-            if record is None or record.state not in ("Pending", "Failed"):
-                continue
-            if record.pool == name or (orphans and record.pool not in pools.raw):
-                owed.append((n, record))
+        records = []
+        for p in self._pool_plans(name, orphans=orphans):
+            if p.changed:  # not written yet: the record on the node is what counts
+                view = self._view(p.node)
+                raw_record = view.annotations.get(c.ANNOTATION_PLUGIN_RESTART) if view else None
+                records.append((p.node, RestartRecord.parse(raw_record)))
+            else:
+                records.append((p.node, p.plugin_restart))
+        owed = restarts_owed(name, records, live, orphans=orphans)
         restarting = await self._advance_restarts(name, pools, owed, now, result, bound)
 
-        # Status from a fresh plan over what the nodes are now.
-        # (Merge, not `_nodes()`: that would take our own writes for the index having caught up.)
-        node_map = {**node_map, **self._fresh}
-        after = plan(pools.models, node_map.values(), pods, now=now, deleting=pools.deleting, invalid=invalid)
-        mode_pending = False
-        if model is not None:
-            status = await self._report(
-                name, model, raw, after, node_map, pods, now, result, deleting=name in pools.deleting
-            )
-            mode_pending = awaiting_plugin_mode(status)
-
-        leftover = [
-            p
-            for p in after.nodes
-            if p.pool == name and p.action in (Action.RESTORE, Action.RETAIN, Action.HOLD)
-        ]
-        pending = restarting or any(
-            p.plugin_restart_pending and p.plugin_restart is not None and p.plugin_restart.pool == name
-            for p in after.nodes
+        # report
+        after = self._pool_plans(name, orphans=False)
+        settled = settle(
+            name,
+            after,
+            waiting=decision.waiting,
+            restarting=restarting,
+            failed_writes=bool(result.errors or result.conflicts),
         )
-        held = any(p.action is Action.HOLD for p in leftover)
-        result.done = not leftover and not pending and not result.errors and not result.conflicts
-        if pending or waiting > 0 or result.errors or result.conflicts:
-            result.requeue = FAST_REQUEUE
-        elif held or mode_pending or any(p.changed for p in after.for_pool(name)):
-            result.requeue = WAIT_REQUEUE
+        if model is not None:
+            delay = await self._report(
+                name, model, raw, after, now, result, deleting=name in pools.deleting, moving=not settled.done
+            )
+            if delay is not None:
+                settled = type(settled)(
+                    settled.done, min(settled.requeue, delay), settled.leftover, settled.pending
+                )
+        result.done = settled.done
+        result.requeue = settled.requeue
         result.summary = (
-            f"{result.patched} node(s) patched, {waiting} waiting for rollout budget, "
-            f"{len(leftover)} leaving or held, restarts pending: {bool(pending)}"
+            f"{result.patched} node(s) patched, {decision.waiting} waiting for rollout budget, "
+            f"{settled.leftover} leaving or held, restarts pending: {settled.pending}"
         )
         return result
 
-    # --- steps ---------------------------------------------------------------------------------
+    # --- steps -----------------------------------------------------------------------------------
 
-    async def _confirm_mode_switches(
-        self,
-        pools: Pools,
-        node_map: Mapping[str, NodeView],
-        mine: list[NodePlan],
-        now: datetime,
-        *,
-        deleting: set[str],
-        invalid: Mapping[str, str],
-    ) -> list[NodePlan]:
+    async def _confirm(self, patches: Sequence[NodePlan], now: datetime) -> list[NodePlan]:
+        """Plan the batch again with this pass's clock; confirm a few mode switches with the API.
+
+        The GPU-pod index may lag a pod that was just bound. For up to ``PER_NODE_LISTS`` nodes
+        about to switch mode this pass, their pods are listed (``spec.nodeName``) and the nodes
+        planned with those; for more, the index is trusted (no cluster-wide pod list).
+        """
+        if not patches:
+            return []
+        views = [v for v in (self._view(p.node) for p in patches) if v is not None]
+        again = self._plan_nodes(views, now).by_node()
         check = [
-            p for p in mine if p.mode_switch and p.action in (Action.APPLY, Action.RESTORE) and not p.force
+            p
+            for p in again.values()
+            if p.mode_switch and p.action in (Action.APPLY, Action.RESTORE) and not p.force
         ]
-        if not check:
-            return mine
-        try:
-            if len(check) > PER_NODE_LISTS:
-                wanted = {p.node for p in check}
-                pods = [pod for pod in await self.cluster.running_pods() if pod.node_name in wanted]
-            else:
+        if 0 < len(check) <= PER_NODE_LISTS:
+            try:
                 lists = await asyncio.gather(*(self.cluster.pods_on_node(p.node) for p in check))
-                pods = [pod for found in lists for pod in found]
-        except (ApiException, ApiUnavailable) as exc:
-            log.warning("Listing pods failed; mode switches wait for the next pass", error=str(exc))
-            unknown = {p.node for p in check}
-            return [p for p in mine if p.node not in unknown]
-        replanned = plan(
-            pools.models, [node_map[p.node] for p in check], pods, now=now, deleting=deleting, invalid=invalid
-        ).by_node()
-        return [replanned.get(p.node, p) for p in mine]
+            except (ApiException, ApiUnavailable) as exc:
+                log.warning("Listing pods failed; mode switches wait for the next pass", error=str(exc))
+                for p in check:
+                    again.pop(p.node, None)
+                    self.dirty.add(p.node)
+            else:
+                listed = [pod for found in lists for pod in found]
+                checked = [v for v in views if v.name in {p.node for p in check}]
+                again.update(self._plan_nodes(checked, now, listed).by_node())
+        out = []
+        for p in patches:
+            q = again.get(p.node)
+            if q is not None and q.changed and q.pool == p.pool:
+                out.append(q)
+            else:
+                self.dirty.add(p.node)
+        return out
+
+    def _semaphore(self, pool: str) -> asyncio.Semaphore:
+        """The bound on the pool's writes in flight (per pool: pools never queue behind each other)."""
+        if pool not in self._sems:
+            self._sems[pool] = asyncio.Semaphore(WRITE_CONCURRENCY)
+        return self._sems[pool]
 
     async def _apply(
         self,
@@ -325,15 +601,18 @@ class Reconciler:
         uid: str,
         mode: str,
         batch: Sequence[NodePlan],
-        node_map: Mapping[str, NodeView],
-        replan: Callable[[NodeView], NodePlan],
+        now: datetime,
         result: PassResult,
         bound: Any,
     ) -> None:
-        sem = asyncio.Semaphore(CONCURRENCY)
+        sem = self._semaphore(name)
+        live = self._live()
+
+        def replan(view: NodeView) -> NodePlan:
+            return self._plan_nodes([view], now).nodes[0]
 
         async def one(p: NodePlan) -> NodePlan | None:
-            seen = node_map.get(p.node)
+            seen = self._view(p.node)
             obj: dict[str, Any] | None = None
             async with sem:
                 for _ in range(PATCH_ATTEMPTS):
@@ -350,10 +629,12 @@ class Reconciler:
                             reason = f"HTTP {exc.status} {exc.reason}"
                             result.errors[p.node] = f"patching the node failed: {reason}"
                             bound.error("Patching Node failed", node=p.node, error=reason)
+                            self.dirty.add(p.node)
                             return None
                     except ApiUnavailable as exc:
                         result.errors[p.node] = f"patching the node failed: {exc}"
                         bound.error("Patching Node failed", node=p.node, error=str(exc))
+                        self.dirty.add(p.node)
                         return None
                     # 409: the node changed since it was planned. Read it and plan it again; go on
                     # only with an equivalent change (same pool and action, no new disruption).
@@ -361,10 +642,11 @@ class Reconciler:
                         current = await self.cluster.read_node(p.node)
                     except (ApiException, ApiUnavailable):
                         current = None
-                    self._remember(current)
+                    self.dirty.add(p.node)
                     if current is None:
                         return None
-                    seen = NodeView.from_obj(current)
+                    self._remember(current, now, but=name)
+                    seen = NodeView.project(current)
                     again = replan(seen)
                     same = again.pool == p.pool and again.action is p.action
                     if not again.changed or not same or (disrupts(again) and not disrupts(p)):
@@ -375,12 +657,13 @@ class Reconciler:
                     result.conflicts += 1
                     bound.info("Node kept changing while being patched; planning again", node=p.node)
                     return None
-            self._remember(obj)
-            if obj is None:
+            if obj is None:  # 404: the node is gone (a watch that missed the deletion)
+                self.forget_node(p.node)
                 return None
+            self._remember(obj, now, but=name)
             if p.label_patch:
                 metrics.LABEL_PATCHES.labels(pool=name, action=p.action.value).inc()
-            bound.info(
+            bound.debug(
                 "Patched Node",
                 node=p.node,
                 action=p.action.value,
@@ -392,8 +675,35 @@ class Reconciler:
             )
             return p
 
-        done = [p for p in await asyncio.gather(*(one(p) for p in batch)) if p is not None]
+        async def claimed(p: NodePlan) -> NodePlan | None:
+            if p.node in self._claimed:
+                return None
+            self._claimed.add(p.node)
+            try:
+                return await one(p)
+            finally:
+                self._claimed.discard(p.node)
+
+        if not batch:
+            return
+        done = [p for p in await asyncio.gather(*(claimed(p) for p in batch)) if p is not None]
+        del live
         result.patched = len(done)
+        if done:
+            actions: dict[str, int] = {}
+            for p in done:
+                actions[p.action.value] = actions.get(p.action.value, 0) + 1
+            bound.info(
+                "Patched Nodes",
+                count=len(done),
+                actions=actions,
+                restarts=sum(1 for p in done if p.restart_plugin),
+                cordoned=sum(1 for p in done if p.cordon),
+                uncordoned=sum(1 for p in done if p.uncordon),
+                failed=len(result.errors),
+                conflicts=result.conflicts,
+                nodes=_names([p.node for p in done]),
+            )
         labelled = [p.node for p in done if p.label_patch and p.action is Action.APPLY and not p.drift]
         restored = [p.node for p in done if p.action in (Action.RESTORE, Action.RETAIN)]
         ref = pool_ref(name, uid)
@@ -407,33 +717,35 @@ class Reconciler:
             await self._event(
                 ref, "LabelsRestored", f"Restored the labels of {len(restored)} node(s): {_names(restored)}"
             )
-        for p in done:
-            if p.drift:
-                msg = f"Put back managed labels edited by hand on node {p.node}: {dict(p.label_patch)}"
-                await self._event(ref, "DriftCorrected", msg, "Warning")
-                await self._event(node_ref(p.node), "DriftCorrected", msg, "Warning")
-            if p.force:
-                msg = f"Forced {c.LABEL_SCHEDULE} switch on {p.node} with GPU pods running: {p.message}"
-                await self._event(ref, "ModeSwitchForced", msg, "Warning")
-            if p.cordon:
-                await self._event(
-                    node_ref(p.node), "Cordoned", f"Cordoned by GPUSharePool {name} for a GPU mode switch"
-                )
-            if p.uncordon:
-                await self._event(node_ref(p.node), "Uncordoned", f"Uncordoned by GPUSharePool {name}")
-
-    async def _evict(
-        self,
-        name: str,
-        mine: Sequence[NodePlan],
-        node_map: Mapping[str, NodeView],
-        result: PassResult,
-        bound: Any,
-    ) -> None:
-        for p in mine:
-            if p.hold != "Evict" or not p.blocking_pods:
+        drift = [p for p in done if p.drift]
+        if drift:
+            detail = "; ".join(f"{p.node}: {dict(p.label_patch)}" for p in drift[:_LIST_MAX])
+            more = f" and {len(drift) - _LIST_MAX} more" if len(drift) > _LIST_MAX else ""
+            msg = f"Put back managed labels edited by hand on {len(drift)} node(s): {detail}{more}"
+            await self._event(ref, "DriftCorrected", msg, "Warning")
+            if len(drift) == 1:
+                await self._event(node_ref(drift[0].node), "DriftCorrected", msg, "Warning")
+        forced = [p for p in done if p.force]
+        if forced:
+            msg = (
+                f"Forced {c.LABEL_SCHEDULE} switch on {len(forced)} node(s) with GPU pods running: "
+                + "; ".join(f"{p.node}: {p.message}" for p in forced[:3])
+            )
+            await self._event(ref, "ModeSwitchForced", msg, "Warning")
+        for verb, picked in (
+            ("Cordoned", [p.node for p in done if p.cordon]),
+            ("Uncordoned", [p.node for p in done if p.uncordon]),
+        ):
+            if not picked:
                 continue
-            node = self._fresh.get(p.node) or node_map.get(p.node)
+            why = " for a GPU mode switch" if verb == "Cordoned" else ""
+            if len(picked) == 1:
+                await self._event(node_ref(picked[0]), verb, f"{verb} by GPUSharePool {name}{why}")
+            await self._event(ref, verb, f"{verb} {len(picked)} node(s){why}: {_names(picked)}")
+
+    async def _evict(self, name: str, holds: Sequence[NodePlan], result: PassResult, bound: Any) -> None:
+        for p in holds:
+            node = self._view(p.node)
             if node is None or not node.unschedulable:
                 continue  # cordon first (this pass or the next one)
             for pod in p.blocking_pods:
@@ -454,30 +766,37 @@ class Reconciler:
         self,
         name: str,
         pools: Pools,
-        owed: Sequence[tuple[NodeView, RestartRecord]],
+        owed: Sequence[tuple[str, RestartRecord]],
         now: datetime,
         result: PassResult,
         bound: Any,
     ) -> bool:
         """Move owed restarts on: delete old plugin pods, mark Done/Failed. True if any still runs."""
-        sem = asyncio.Semaphore(CONCURRENCY)
+        sem = self._semaphore(name)
         still: list[str] = []
         restarted: list[str] = []
         failed: list[str] = []
+        if not owed:
+            return False
 
         def plugin_of(record: RestartRecord) -> DevicePlugin:
             owner = next((m for m in pools.models if m.name == record.pool), None)
             return owner.spec.device_plugin if owner else DevicePlugin()
 
-        # Many nodes: one list per (namespace, selector) instead of one per node.
+        # The default plugin's pods are watched (the pod index): no list at all. Others: many
+        # nodes, one list per (namespace, selector) instead of one per node.
         listed: dict[tuple[str, str], dict[str, list[PluginPod]]] = {}
         groups: dict[tuple[str, str], int] = {}
-        for _, record in owed:
+        indexed: set[tuple[str, str]] = set()
+        for node, record in owed:
             dp = plugin_of(record)
             key = (dp.namespace, dp.pod_selector.to_query())
             groups[key] = groups.get(key, 0) + 1
+            if _watched(dp):
+                indexed.add(key)
+                listed.setdefault(key, {})[node] = self._plugin_pods(node, dp)
         for key, count in groups.items():
-            if count > PER_NODE_LISTS:
+            if count > PER_NODE_LISTS and key not in indexed:
                 try:
                     everywhere = await self.cluster.plugin_pods(*key)
                 except (ApiException, ApiUnavailable) as exc:
@@ -488,48 +807,60 @@ class Reconciler:
                     by_node.setdefault(pod.node, []).append(pod)
                 listed[key] = by_node
 
-        async def one(node: NodeView, record: RestartRecord) -> None:
+        async def one(node: str, record: RestartRecord) -> None:
             dp = plugin_of(record)
             key = (dp.namespace, dp.pod_selector.to_query())
             since = _parse_time(record.since) or now
-            async with sem:
-                if key in listed:
-                    pods = listed[key].get(node.name, [])
-                else:
-                    try:
-                        pods = await self.cluster.plugin_pods(*key, node.name)
-                    except (ApiException, ApiUnavailable) as exc:
-                        result.errors[node.name] = f"listing device plugin pods failed: {exc}"
-                        return
-                new_state, outcome = await self._restart_step(
-                    node.name, record, pods, since, now, dp, bound, name
-                )
+            if key in listed:
+                pods = listed[key].get(node, [])
+            else:
+                try:
+                    pods = await self.cluster.plugin_pods(*key, node)
+                except (ApiException, ApiUnavailable) as exc:
+                    result.errors[node] = f"listing device plugin pods failed: {exc}"
+                    return
+            new_state, outcome = await self._restart_step(node, record, pods, since, now, dp, bound, name)
             if new_state is None:
                 if record.pending:
-                    still.append(node.name)
+                    still.append(node)
                 return
             updated = RestartRecord(record.hash, record.since, new_state, record.pool, outcome)
-            try:
-                obj = await self.cluster.patch_node(
-                    node.name, {"metadata": {"annotations": {c.ANNOTATION_PLUGIN_RESTART: updated.dump()}}}
-                )
-            except (ApiException, ApiUnavailable) as exc:
-                result.errors[node.name] = f"recording the plugin restart failed: {exc}"
+            if node in self._claimed:
+                still.append(node)
                 return
-            self._remember(obj)
-            self._deleted_plugin.pop(node.name, None)
-            (restarted if new_state == "Done" else failed).append(node.name)
-            bound.info("Recorded device plugin restart", node=node.name, state=new_state, result=outcome)
+            self._claimed.add(node)
+            try:
+                async with sem:
+                    obj = await self.cluster.patch_node(
+                        node, {"metadata": {"annotations": {c.ANNOTATION_PLUGIN_RESTART: updated.dump()}}}
+                    )
+            except (ApiException, ApiUnavailable) as exc:
+                result.errors[node] = f"recording the plugin restart failed: {exc}"
+                self.dirty.add(node)
+                return
+            finally:
+                self._claimed.discard(node)
+            if obj is None:
+                self.forget_node(node)
+                return
+            self._remember(obj, now, but=name)
+            self._deleted_plugin.pop(node, None)
+            (restarted if new_state == "Done" else failed).append(node)
+            bound.debug("Recorded device plugin restart", node=node, state=new_state, result=outcome)
 
         await asyncio.gather(*(one(n, r) for n, r in owed))
         ref = pool_ref(name, str((pools.raw[name].get("metadata") or {}).get("uid") or ""))
         if restarted:
+            bound.info(
+                "Recorded device plugin restarts", count=len(restarted), nodes=_names(sorted(restarted))
+            )
             await self._event(
                 ref,
                 "DevicePluginRestarted",
                 f"Device plugin restarted on {len(restarted)} node(s): {_names(sorted(restarted))}",
             )
         if failed:
+            bound.warning("Device plugin not Ready", count=len(failed), nodes=_names(sorted(failed)))
             await self._event(
                 ref,
                 "DevicePluginNotReady",
@@ -550,24 +881,35 @@ class Reconciler:
         pool: str,
     ) -> tuple[RestartState | None, str]:
         """(new state or None to keep waiting, result text) for one node's owed restart."""
-        old = [p for p in pods if p.created is not None and p.created < since and not p.deleting]
+        old = [
+            p
+            for p in pods
+            if p.created is not None
+            and p.created < since
+            and not p.deleting
+            and p.uid not in self._deleted_uids
+        ]
         fresh_ready = [
             p for p in pods if (p.created is None or p.created >= since) and p.ready and not p.deleting
         ]
         if fresh_ready:
             if record.state == "Pending":
                 metrics.PLUGIN_RESTARTS.labels(pool=pool, result="ready").inc()
+            for p in pods:
+                self._deleted_uids.discard(p.uid)
             return "Done", "Restarted"
         if record.state == "Failed":
             return None, ""  # reported; becomes Done if a new plugin pod ever gets Ready
         if now < since:
             return None, ""  # see policy.planner.restart_since: delete only once `since` has passed
         for p in old:
-            deleted = await self.cluster.delete_pod(p.namespace, p.name, p.uid)
+            async with self._semaphore(pool):
+                deleted = await self.cluster.delete_pod(p.namespace, p.name, p.uid)
             if deleted:
                 self._deleted_plugin[node] = record.since
+                self._deleted_uids.add(p.uid)
                 metrics.PLUGIN_RESTARTS.labels(pool=pool, result="deleted").inc()
-                bound.info("Deleted device plugin Pod", node=node, pod=f"{p.namespace}/{p.name}", uid=p.uid)
+                bound.debug("Deleted device plugin Pod", node=node, pod=f"{p.namespace}/{p.name}", uid=p.uid)
         if not pods and self._deleted_plugin.get(node) != record.since:
             # Nothing to restart (no plugin on this node): report it, do not wait for one.
             metrics.PLUGIN_RESTARTS.labels(pool=pool, result="no_plugin").inc()
@@ -580,28 +922,54 @@ class Reconciler:
             )
         return None, ""
 
-    # --- status and events ---------------------------------------------------------------------
+    def _plugin_pods(self, node: str, dp: DevicePlugin) -> list[PluginPod]:
+        """The device plugin pods on ``node`` as the pod watch shows them."""
+        out = []
+        for pod in self.pods.get(node, {}).values():
+            if pod.namespace != dp.namespace or not dp.pod_selector.matches(dict(pod.labels)):
+                continue
+            out.append(
+                PluginPod(
+                    node=node,
+                    namespace=pod.namespace,
+                    name=pod.name,
+                    uid=pod.uid,
+                    created=_parse_time(pod.created) if pod.created else None,
+                    ready=pod.ready and pod.phase == "Running",
+                    deleting=pod.deletion,
+                )
+            )
+        return out
+
+    # --- report ----------------------------------------------------------------------------------
 
     async def _report(
         self,
         name: str,
         model: GPUSharePool,
         raw: Mapping[str, Any],
-        cp: ClusterPlan,
-        node_map: Mapping[str, NodeView],
-        pods: Sequence[PodView],
+        plans: Sequence[NodePlan],
         now: datetime,
         result: PassResult,
         *,
         deleting: bool,
-    ) -> dict[str, Any]:
+        moving: bool = False,
+    ) -> float | None:
+        """Write the status if it changed, at most every ``STATUS_INTERVAL`` while the pool is
+        ``moving`` (a settled status goes out at once); returns when to look again for a change
+        not yet written (None: nothing left to write)."""
         current = dict(raw.get("status") or {})
         base = self._last_status.get(name, current)
         try:
             based = model.model_copy(update={"status": GPUSharePoolStatus.model_validate(base)})
         except ValueError:
             based = model
-        status = pool_status(based, cp, node_map, pods, now=now, errors=result.errors, deleting=deleting)
+        cp = ClusterPlan(nodes=tuple(plans), invalid_pools=self._invalid_pools)
+        names = [p.node for p in plans]
+        node_map = {n: v for n in names if (v := self._view(n)) is not None}
+        status = pool_status(
+            based, cp, node_map, self._pods_of(names), now=now, errors=result.errors, deleting=deleting
+        )
         counts = status.get("nodes", {})
         metrics.set_pool_nodes(
             name,
@@ -616,27 +984,47 @@ class Reconciler:
         metrics.set_pool_status(
             name, status, ready_timeout_seconds=model.spec.device_plugin.ready_timeout_seconds
         )
-        ref = pool_ref(name, model.metadata.uid)
-        await self._transitions(name, ref, cp)
+        await self._transitions(name, pool_ref(name, model.metadata.uid), cp)
+        delay = await self._write_status(name, status, base, current, moving=moving)
+        if awaiting_plugin_mode(status):
+            # A node waits for its device plugin to advertise the pool's mode: look again soon.
+            delay = WAIT_REQUEUE if delay is None else min(delay, WAIT_REQUEUE)
+        return delay
+
+    async def _write_status(
+        self,
+        name: str,
+        status: dict[str, Any],
+        base: Mapping[str, Any],
+        current: Mapping[str, Any],
+        *,
+        moving: bool = False,
+    ) -> float | None:
         if status in (base, current):
             self._last_status[name] = status
-            return status
+            return None
+        wait = self._status_at.get(name, -STATUS_INTERVAL) + STATUS_INTERVAL - time.monotonic()
+        if moving and wait > 0:
+            return wait
+        self._status_at[name] = time.monotonic()
         try:
             ok = await self.cluster.patch_pool_status(name, status)
         except (ApiException, ApiUnavailable) as exc:
             log.error("Patching GPUSharePool status failed", pool=name, error=str(exc))
-            return status
+            return FAST_REQUEUE
         if ok:
             self._last_status[name] = status
-        return status
+        return None
 
     async def _transitions(self, name: str, ref: Mapping[str, str], cp: ClusterPlan) -> None:
         """Events for new holds and conflicts (once per change of the set, not every pass)."""
         held = {p.node: p for p in cp.nodes if p.pool == name and p.action is Action.HOLD}
         new_held = sorted(set(held) - self._reported.get((name, "held"), frozenset()))
         self._reported[(name, "held")] = frozenset(held)
-        for node in new_held:
-            await self._event(ref, "NodeHeld", f"Node {node}: {held[node].message}", "Warning")
+        if new_held:
+            detail = "; ".join(f"{n}: {held[n].message}" for n in new_held[:3])
+            more = f" and {len(new_held) - 3} more" if len(new_held) > 3 else ""
+            await self._event(ref, "NodeHeld", f"{len(new_held)} node(s) held: {detail}{more}", "Warning")
         conflicts = {p.node: p for p in cp.nodes if name in p.conflict_pools}
         new_conflicts = sorted(set(conflicts) - self._reported.get((name, "conflict"), frozenset()))
         self._reported[(name, "conflict")] = frozenset(conflicts)
@@ -652,24 +1040,30 @@ class Reconciler:
                 "Warning",
             )
 
-    async def _write_invalid_status(self, name: str, raw: Mapping[str, Any], why: str, now: datetime) -> None:
+    async def _report_invalid(self, name: str, raw: Mapping[str, Any], why: str, now: datetime) -> None:
+        """An invalid pool's status through ``pool_status`` too: all four conditions current."""
         current = dict(raw.get("status") or {})
-        generation = (raw.get("metadata") or {}).get("generation")
-        conditions: list[dict[str, Any]] = list(current.get("conditions") or [])
-        conditions = cond.set_condition(conditions, cond.READY, "False", "InvalidSpec", why, generation, now)
-        conditions = cond.set_condition(
-            conditions, cond.DEGRADED, "True", "InvalidSpec", why, generation, now
-        )
-        status = {**current, "observedGeneration": generation, "conditions": conditions}
-        if status != current and status != self._last_status.get(name):
-            uid = str((raw.get("metadata") or {}).get("uid") or "")
-            await self._event(pool_ref(name, uid), "InvalidSpec", why, "Warning")
-            try:
-                await self.cluster.patch_pool_status(name, status)
-            except (ApiException, ApiUnavailable) as exc:
-                log.error("Patching GPUSharePool status failed", pool=name, error=str(exc))
-                return
+        base = self._last_status.get(name, current)
+        model = _placeholder({**raw, "status": base})
+        plans = self._pool_plans(name, orphans=False)
+        invalid = {**self._invalid_pools, name: why}
+        cp = ClusterPlan(nodes=tuple(plans), invalid_pools=invalid)
+        names = [p.node for p in plans]
+        node_map = {n: v for n in names if (v := self._view(n)) is not None}
+        status = pool_status(model, cp, node_map, self._pods_of(names), now=now)
+        status.pop("mode", None)  # the spec does not say a valid one
+        if "mode" in current:
+            status["mode"] = current["mode"]
+        if status in (base, current):
             self._last_status[name] = status
+            return
+        if self._last_status.get(name, current).get("conditions") != status.get("conditions"):
+            reported = self._reported.get((name, "invalid"))
+            if reported != frozenset({why}):
+                self._reported[(name, "invalid")] = frozenset({why})
+                uid = str((raw.get("metadata") or {}).get("uid") or "")
+                await self._event(pool_ref(name, uid), "InvalidSpec", why, "Warning")
+        await self._write_status(name, status, base, current)
 
     async def _event(self, ref: Mapping[str, str], reason: str, message: str, type_: str = "Normal") -> None:
         try:

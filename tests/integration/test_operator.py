@@ -27,12 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import constants as c
-from gpushare.devcluster import ClusterInfo, wait_for
+from gpushare.devcluster import ClusterInfo, DevCluster, wait_for
 from gpushare.devcluster.cluster import free_port
 from gpushare.devcluster.crds import install_crd_files
 from gpushare.devcluster.fakes import POOL_LABEL, FakeNodeSet, plugin_pods_on, wait_plugin_registered
@@ -456,14 +457,18 @@ class PluginPodTracker:
     async def _run(self) -> None:
         core = client.CoreV1Api(self.api)
         selector = ",".join(f"{k}={v}" for k, v in c.DEFAULT_PLUGIN_LABELS.items())
-        w = watch.Watch()
-        async with w.stream(
-            core.list_namespaced_pod, c.DEFAULT_PLUGIN_NAMESPACE, label_selector=selector
-        ) as stream:
-            async for event in stream:
-                pod = event["object"]
-                if pod.spec.node_name:
-                    self.uids.setdefault(pod.spec.node_name, set()).add(pod.metadata.uid)
+        while True:  # watch again (a fresh listing) after the apiserver went away
+            try:
+                w = watch.Watch()
+                async with w.stream(
+                    core.list_namespaced_pod, c.DEFAULT_PLUGIN_NAMESPACE, label_selector=selector
+                ) as stream:
+                    async for event in stream:
+                        pod = event["object"]
+                        if pod.spec.node_name:
+                            self.uids.setdefault(pod.spec.node_name, set()).add(pod.metadata.uid)
+            except (ApiException, OSError, aiohttp.ClientError, TimeoutError, ValueError):
+                await asyncio.sleep(0.5)
 
     async def __aenter__(self) -> PluginPodTracker:
         self._task = asyncio.create_task(self._run())
@@ -708,14 +713,46 @@ async def test_nodes_joining_and_leaving_the_selector(
     assert obj is not None and obj["status"]["nodes"]["matched"] == 1
 
 
+async def _restart_states(api: client.ApiClient, nodes: list[str]) -> list[str]:
+    out = []
+    for n in nodes:
+        record = restart_record(await node_obj(api, n))
+        out.append(record["state"] if record else "")
+    return out
+
+
+async def _rolled_out_once(
+    api: client.ApiClient,
+    nodes: list[str],
+    before: dict[str, dict[str, str]],
+    plugins: PluginPodTracker,
+    pool: str,
+) -> None:
+    """Every label there, foreign labels intact, no node cordoned, every plugin replaced once."""
+    await wait_labels(api, nodes, {**CGPU, c.LABEL_POOL: pool})
+    await wait_restarts_done(api, nodes)
+    await settle(1)
+    for n in nodes:
+        node = await node_obj(api, n)
+        labels = dict(node.metadata.labels or {})
+        assert foreign(labels) == foreign(before[n]), f"foreign labels of {n} changed"
+        assert not node.spec.unschedulable, f"{n} left cordoned"
+        assert c.ANNOTATION_CORDONED_BY not in (node.metadata.annotations or {})
+        assert len(plugins.uids.get(n, set())) == 2, f"{n}: plugin pods seen {plugins.uids.get(n)}, want 2"
+
+
+@pytest.mark.parametrize("point", ["created", "pending", "first-done"])
 async def test_killed_mid_rollout_resumes_without_duplicate_restarts(
     api: client.ApiClient,
     fake_nodes: FakeNodeSet,
     start_operator: Callable[..., OperatorProc],
-    namespace: str,
+    point: str,
 ) -> None:
+    """The operator is SIGKILLed at three points of a rollout; a new one finishes it, each plugin
+    replaced exactly once, nothing cordoned, no label lost."""
     np = np_id()
-    nodes = await fake_nodes.create(4, prefix="kill", pool_labels={POOL_LABEL: np})
+    nodes = await fake_nodes.create(3, prefix="kill", pool_labels={POOL_LABEL: np})
+    before = {n: await node_labels(api, n) for n in nodes}
     first = start_operator()
     helper = Pools(api)
     name = f"kill-{np}"
@@ -723,24 +760,18 @@ async def test_killed_mid_rollout_resumes_without_duplicate_restarts(
         async with PluginPodTracker(api) as plugins:
             await helper.create(name, np, rollout={"maxUnavailable": 1})
 
-            async def some_pending() -> bool:
-                for n in nodes:
-                    record = restart_record(await node_obj(api, n))
-                    if record is not None and record["state"] == "Pending":
-                        return True
-                return False
+            async def reached() -> bool:
+                states = await _restart_states(api, nodes)
+                if point == "pending":
+                    return "Pending" in states
+                return "Done" in states and states.count("Done") < len(nodes)
 
-            await wait_for(some_pending, what="a restart in progress", timeout_s=30, interval=0.05)
+            if point != "created":
+                await wait_for(reached, what=f"rollout at {point}", timeout_s=60, interval=0.05)
             first.kill()
             second = start_operator()
-            await wait_labels(api, nodes, {**CGPU, c.LABEL_POOL: name})
-            await wait_restarts_done(api, nodes)
+            await _rolled_out_once(api, nodes, before, plugins, name)
             await helper.wait_condition(name, "Ready", "True")
-            await settle(1)
-        for n in nodes:
-            assert len(plugins.uids.get(n, set())) == 2, (
-                f"{n}: plugin pods seen {plugins.uids.get(n)}, want 2"
-            )
         await helper.delete(name)
     finally:
         if await helper.get(name) is not None:
@@ -818,6 +849,86 @@ async def test_two_replicas_one_reconciles_the_other_takes_over(
                 await helper.custom.patch_cluster_custom_object(
                     c.GROUP, c.VERSION, c.PLURAL, name, {"metadata": {"finalizers": None}}, **MERGE
                 )
+
+
+async def test_leader_handover_mid_rollout_replaces_each_plugin_once(
+    api: client.ApiClient, fake_nodes: FakeNodeSet, start_operator: Callable[..., OperatorProc]
+) -> None:
+    peering = f"gpushare-{secrets.token_hex(3)}"
+    await _peering(api, peering)
+    leader = start_operator("--peering", peering, "--priority", "200")
+
+    async def registered(n: int) -> bool:
+        return await _peers(api, peering) == n
+
+    await wait_for(lambda: registered(1), what="the leader registered in the peering", timeout_s=30)
+    standby = start_operator("--peering", peering, "--priority", "100")
+    await wait_for(lambda: registered(2), what="both replicas registered", timeout_s=30)
+
+    np = np_id()
+    nodes = await fake_nodes.create(3, prefix="hand", pool_labels={POOL_LABEL: np})
+    before = {n: await node_labels(api, n) for n in nodes}
+    helper = Pools(api)
+    name = f"hand-{np}"
+    try:
+        async with PluginPodTracker(api) as plugins:
+            await helper.create(name, np, rollout={"maxUnavailable": 1})
+
+            async def pending() -> bool:
+                return "Pending" in await _restart_states(api, nodes)
+
+            await wait_for(pending, what="a restart in progress", timeout_s=60, interval=0.05)
+            written = leader.sum_metric("gpushare_label_patches_total")
+            assert leader.stop() == 0  # graceful: the standby resumes at once
+            await _rolled_out_once(api, nodes, before, plugins, name)
+        # Exactly one label patch per node over both replicas.
+        assert written + standby.sum_metric("gpushare_label_patches_total") == len(nodes)
+        await helper.delete(name)
+    finally:
+        if await helper.get(name) is not None:
+            await helper.custom.patch_cluster_custom_object(
+                c.GROUP, c.VERSION, c.PLURAL, name, {"metadata": {"finalizers": None}}, **MERGE
+            )
+    assert standby.proc.poll() is None
+
+
+async def test_apiserver_killed_mid_rollout_the_operator_resumes(
+    cluster: ClusterInfo,
+    api: client.ApiClient,
+    fake_nodes: FakeNodeSet,
+    start_operator: Callable[..., OperatorProc],
+) -> None:
+    """kube-apiserver SIGKILLed mid-rollout and started again 15 s later (same etcd and port)."""
+    dev = DevCluster.of(cluster)
+    np = np_id()
+    nodes = await fake_nodes.create(3, prefix="apik", pool_labels={POOL_LABEL: np})
+    before = {n: await node_labels(api, n) for n in nodes}
+    op = start_operator()
+    helper = Pools(api)
+    name = f"apik-{np}"
+    try:
+        async with PluginPodTracker(api) as plugins:
+            await helper.create(name, np, rollout={"maxUnavailable": 1})
+
+            async def pending() -> bool:
+                return "Pending" in await _restart_states(api, nodes)
+
+            await wait_for(pending, what="a restart in progress", timeout_s=60, interval=0.05)
+            dev.kill("kube-apiserver")
+            await asyncio.sleep(15)
+            assert op.proc.poll() is None, "the operator exited while the apiserver was down"
+            # From the main thread: a component dies with the thread that started it (PDEATHSIG).
+            dev.restart("kube-apiserver")
+            await _rolled_out_once(api, nodes, before, plugins, name)
+            await helper.wait_condition(name, "Ready", "True")
+        assert op.proc.poll() is None
+        assert op.sum_metric("gpushare_label_patches_total") == len(nodes)
+        await helper.delete(name)
+    finally:
+        if await helper.get(name) is not None:
+            await helper.custom.patch_cluster_custom_object(
+                c.GROUP, c.VERSION, c.PLURAL, name, {"metadata": {"finalizers": None}}, **MERGE
+            )
 
 
 async def test_invalid_pool_is_reported_and_touches_nothing(

@@ -53,3 +53,17 @@ def test_stale_message_names_both_modes() -> None:
         "node advertises cgpu/share resources (aliyun.com/gpu-mem, no gpu-core.percentage) "
         "after switching to core_mem; the device plugin has not picked up the labels"
     )
+
+
+def test_the_operators_slim_node_projection_keeps_what_the_effective_mode_reads() -> None:
+    from gpushare.policy import NodeView
+
+    for allocatable, mode in (
+        ({"nvidia.com/gpu": "2", "cpu": "8"}, "default"),
+        ({"aliyun.com/gpu-mem": "30", "aliyun.com/gpu-count": "2", "memory": "1Gi"}, "cgpu"),
+    ):
+        view = NodeView.project({"metadata": {"name": "n"}, "status": {"allocatable": allocatable}})
+        assert "cpu" not in view.allocatable and "memory" not in view.allocatable
+        assert effective_mode(view.allocatable) == effective_mode(
+            NodeView.from_obj({"metadata": {"name": "n"}, "status": {"allocatable": allocatable}}).allocatable
+        ), mode

@@ -12,9 +12,11 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import constants as c
+from gpushare import metrics
 from gpushare.k8s.cluster import PluginPod
 from gpushare.policy import NodeView, PodView
 from gpushare.reconciler import Reconciler
@@ -111,33 +113,66 @@ def _node_writes(fake: FakeCluster) -> list[tuple[str, str, Any]]:
     return [w for w in fake.writes if w[0] in ("patch", "delete")]
 
 
-async def test_a_lagging_index_never_repeats_writes_or_restarts() -> None:
+def _plugin_views(fake: FakeCluster) -> list[PodView]:
+    """The fake's plugin pods as the pod watch delivers them (default device plugin labels)."""
+    return [
+        PodView(
+            namespace=p.namespace,
+            name=p.name,
+            uid=p.uid,
+            node_name=p.node,
+            phase="Running",
+            deletion=p.deleting,
+            labels=dict(c.DEFAULT_PLUGIN_LABELS),
+            created=p.created.strftime("%Y-%m-%dT%H:%M:%SZ") if p.created else "",
+            ready=p.ready,
+        )
+        for pods in fake.plugin.values()
+        for p in pods
+    ]
+
+
+@pytest.mark.parametrize("watched", [True, False], ids=["default-plugin-watched", "custom-plugin-listed"])
+async def test_a_lagging_index_never_repeats_writes_or_restarts(watched: bool) -> None:
     fake = FakeCluster(["n0", "n1", "n2"])
     for i, node in enumerate(fake.nodes):
         fake.plugin[node] = [
             PluginPod(node, "kube-system", f"dp-{i}", f"uid-{i}", T0 - timedelta(hours=1), True, False)
         ]
+    pool = POOL
+    if not watched:  # a plugin the pod watch does not cover: its pods are listed through the API
+        spec = {**POOL["spec"], "devicePlugin": {"podSelector": {"matchLabels": {"app": "my-dp"}}}}
+        pool = {**POOL, "spec": spec}
+
+    def pods() -> list[PodView]:
+        return _plugin_views(fake) if watched else []
+
     clock = [T0]
     rec = Reconciler(fake, clock=lambda: clock[0])  # type: ignore[arg-type]
     stale = fake.views()  # the index never sees any of our writes in this test
 
-    first = await rec.reconcile("gpu", pools=[POOL], nodes=stale, pods=[])
+    first = await rec.reconcile("gpu", pools=[pool], nodes=stale, pods=pods())
     assert [w[1] for w in _node_writes(fake)] == ["n0", "n1", "n2"]
     assert first.requeue == 1.0 and not first.done
 
     # Before `since` (the next full second): nothing to do, nothing written.
     fake.writes.clear()
-    await rec.reconcile("gpu", pools=[POOL], nodes=stale, pods=[])
+    await rec.reconcile("gpu", pools=[pool], nodes=stale, pods=pods())
     assert _node_writes(fake) == []
 
     # After `since`: the old plugin pods are deleted once; the DaemonSet's replacements get Ready.
     clock[0] = T0 + timedelta(seconds=2)
-    await rec.reconcile("gpu", pools=[POOL], nodes=stale, pods=[])
+    old_pods = pods()
+    await rec.reconcile("gpu", pools=[pool], nodes=stale, pods=old_pods)
     assert sorted(w[1] for w in _node_writes(fake) if w[0] == "delete") == ["dp-0", "dp-1", "dp-2"]
+    # The pod watch has not seen the deletions yet: nothing is deleted twice.
+    fake.writes.clear()
+    await rec.reconcile("gpu", pools=[pool], nodes=stale, pods=old_pods)
+    assert _node_writes(fake) == []
     for i, node in enumerate(fake.nodes):
         fake.plugin[node] = [PluginPod(node, "kube-system", f"dp-new-{i}", f"new-{i}", clock[0], True, False)]
     fake.writes.clear()
-    done = await rec.reconcile("gpu", pools=[POOL], nodes=stale, pods=[])
+    done = await rec.reconcile("gpu", pools=[pool], nodes=stale, pods=pods())
     writes = _node_writes(fake)
     assert [w[0] for w in writes] == ["patch"] * 3  # the Done records, nothing else
     assert all(
@@ -148,7 +183,7 @@ async def test_a_lagging_index_never_repeats_writes_or_restarts() -> None:
     # Still stale, much later: zero writes of any kind.
     fake.writes.clear()
     clock[0] = T0 + timedelta(minutes=5)
-    quiet = await rec.reconcile("gpu", pools=[POOL], nodes=stale, pods=[])
+    quiet = await rec.reconcile("gpu", pools=[pool], nodes=stale, pods=pods())
     assert fake.writes == []
     assert quiet.done and quiet.requeue == 60.0
 
@@ -219,3 +254,80 @@ async def test_a_node_waiting_for_its_plugin_mode_is_looked_at_again_before_the_
     status = [w[2] for w in fake.writes if w[0] == "status"][-1]
     assert [(s["name"], s["reason"]) for s in status["nodeStatuses"]] == [("n0", "PluginModeStale")]
     assert result.requeue == 60.0
+
+
+def _pool(name: str, np: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": c.API_VERSION,
+        "kind": c.KIND,
+        "metadata": {"name": name, "generation": 1, "uid": f"u-{name}"},
+        "spec": {"nodeSelector": {"matchLabels": {NP: np}}, "devicePlugin": {"restart": "Never"}, **spec},
+    }
+
+
+async def test_own_echo_plans_nothing_and_a_change_wakes_only_the_pools_it_concerns() -> None:
+    fake = FakeCluster(["a0", "a1", "b0"])
+    fake.nodes["b0"]["metadata"]["labels"][NP] = "b"
+    pools = [_pool("pa", "a"), _pool("pb", "b")]
+    rec = Reconciler(fake, clock=lambda: T0)  # type: ignore[arg-type]
+    wake_a, wake_b = rec.wakeup("pa"), rec.wakeup("pb")
+    await rec.reconcile("pa", pools=pools, nodes=fake.views(), pods=[])
+    await rec.run_pass("pb")
+    assert {w[1] for w in fake.writes if w[0] == "patch"} == {"a0", "a1", "b0"}
+    wake_a.clear()
+    wake_b.clear()
+    # The watch delivers our own writes: nothing is dirty, nobody is woken.
+    for view in fake.views():
+        rec.observe_node(NodeView.project(fake.nodes[view.name]))
+    assert rec.dirty == set()
+    assert not wake_a.is_set() and not wake_b.is_set()
+    # Someone edits b0: only pool pb is woken, and its pass plans b0 alone.
+    await fake.patch_node("b0", {"metadata": {"labels": {c.LABEL_PLACEMENT: "spread"}}})
+    rec.observe_node(NodeView.project(fake.nodes["b0"]))
+    assert wake_b.is_set() and not wake_a.is_set()
+    before = metrics.PLANNED_NODES._value.get()
+    fake.writes.clear()
+    await rec.run_pass("pb")
+    assert metrics.PLANNED_NODES._value.get() - before == 1
+    assert [(w[0], w[1]) for w in fake.writes if w[0] == "patch"] == [("patch", "b0")]
+    # A heartbeat (only the resourceVersion moves) is not a change either.
+    obj = copy.deepcopy(fake.nodes["a0"])
+    obj["metadata"]["resourceVersion"] = "99999"
+    wake_a.clear()
+    rec.observe_node(NodeView.project(obj))
+    assert rec.dirty == set() and not wake_a.is_set()
+
+
+async def test_a_node_selected_by_two_pools_is_written_by_neither_and_reported_by_both() -> None:
+    fake = FakeCluster(["n0"])
+    pools = [_pool("p1", "a"), _pool("p2", "a")]
+    rec = Reconciler(fake, clock=lambda: T0)  # type: ignore[arg-type]
+    await rec.reconcile("p1", pools=pools, nodes=fake.views(), pods=[])
+    await rec.run_pass("p2")
+    assert [w for w in fake.writes if w[0] == "patch"] == []
+    statuses = {w[1]: w[2] for w in fake.writes if w[0] == "status"}
+    for name in ("p1", "p2"):
+        conflict = next(x for x in statuses[name]["conditions"] if x["type"] == "Conflict")
+        assert conflict["status"] == "True"
+
+
+async def test_an_invalid_pool_reports_all_four_conditions() -> None:
+    fake = FakeCluster(["n0"])
+    bad = _pool("bad", "a", mode="nonsense")
+    rec = Reconciler(fake, clock=lambda: T0)  # type: ignore[arg-type]
+    result = await rec.reconcile("bad", pools=[bad], nodes=fake.views(), pods=[])
+    assert result.summary == "invalid spec"
+    status = next(w[2] for w in fake.writes if w[0] == "status")
+    conditions = {x["type"]: (x["status"], x["reason"]) for x in status["conditions"]}
+    assert conditions == {
+        "Ready": ("False", "InvalidSpec"),
+        "Progressing": ("False", "RolloutComplete"),
+        "Degraded": ("True", "InvalidSpec"),
+        "Conflict": ("False", "NoConflicts"),
+    }
+    assert [w for w in fake.writes if w[0] == "patch"] == []
+    assert ("event", "InvalidSpec") in [(w[0], w[1]) for w in fake.writes]
+    # Nothing changed: the next pass writes nothing.
+    fake.writes.clear()
+    await rec.reconcile("bad", pools=[{**bad, "status": status}], nodes=fake.views(), pods=[])
+    assert fake.writes == []

@@ -99,3 +99,49 @@ def test_restores_are_paced_too() -> None:
     assert in_flight("gpu", cp.nodes) == ["n0"]
     assert select_batch("gpu", p.spec.rollout, cp.nodes) == []
     assert [x.node for x in cp.for_pool("gpu")] == ["n0", "n1", "n2"]
+
+
+# --- the decide step (policy.decide): what one pass of a pool does --------------------------------
+
+
+def test_decide_leaves_nodes_another_pass_is_writing_and_counts_them_waiting() -> None:
+    from gpushare.policy.decide import FAST_REQUEUE, decide, settle
+
+    p = pool(rollout={"maxUnavailable": 2})
+    cp = plan([p], nodes(4), now=NOW)
+    first = decide("gpu", cp.nodes, rollouts={"gpu": p.spec.rollout}, live={"gpu"}, orphans=True)
+    assert [x.node for x in first.patches] == ["n0", "n1"]
+    assert first.waiting == 2
+    busy = decide("gpu", cp.nodes, rollouts={"gpu": p.spec.rollout}, live={"gpu"}, orphans=True, busy={"n0"})
+    assert [x.node for x in busy.patches] == ["n1"] and busy.waiting == 3
+    settled = settle("gpu", cp.nodes, waiting=busy.waiting, restarting=False, failed_writes=False)
+    assert settled.requeue == FAST_REQUEUE
+
+
+def test_related_pools_route_vanished_pools_to_the_orphan_handler() -> None:
+    from gpushare.policy.decide import ORPHANS, acts_on, related_pools
+
+    gone = NodeView(
+        "n0",
+        {NP: "b", c.LABEL_SCHEDULE: "cgpu"},
+        {c.ANNOTATION_OWNED: '{"pool":"old","prior":{}}'},
+    )
+    p = pool()
+    (np,) = plan([p], [gone], now=NOW).nodes
+    assert np.pool == "old"
+    assert related_pools(np, {"gpu"}) == {ORPHANS}
+    assert acts_on("gpu", np, {"gpu"}, orphans=True)
+    assert not acts_on("gpu", np, {"gpu"}, orphans=False)
+    (mine,) = plan([p], nodes(1), now=NOW).nodes
+    assert related_pools(mine, {"gpu"}) == {"gpu"}
+
+
+def test_restarts_owed_by_a_vanished_pool_go_to_the_first_pool() -> None:
+    from gpushare.policy.decide import restarts_owed
+
+    owed = RestartRecord("h", "2026-11-29T12:00:01Z", "Pending", "old")
+    done = RestartRecord("h", "2026-11-29T12:00:01Z", "Done", "gpu")
+    mine = RestartRecord("h", "2026-11-29T12:00:01Z", "Failed", "gpu")
+    records = [("a", owed), ("b", done), ("c", mine), ("d", None)]
+    assert [n for n, _ in restarts_owed("gpu", records, {"gpu"}, orphans=True)] == ["a", "c"]
+    assert [n for n, _ in restarts_owed("gpu", records, {"gpu"}, orphans=False)] == ["c"]

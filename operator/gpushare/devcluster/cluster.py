@@ -14,9 +14,12 @@ or when ``keep=True``.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import os
 import secrets
 import shutil
+import signal
 import socket
 import ssl
 import sys
@@ -132,6 +135,10 @@ def write_kubeconfig(path: Path, server: str, ca_pem: bytes, token: str, name: s
     path.chmod(0o600)
 
 
+#: Control planes started by this process, by directory (``DevCluster.of``).
+_RUNNING: dict[str, DevCluster] = {}
+
+
 class DevCluster:
     """A local control plane. Start from the main thread (see ``process.py``)."""
 
@@ -177,6 +184,7 @@ class DevCluster:
             raise
 
     def stop(self, *, failed: bool = False) -> None:
+        _RUNNING.pop(str(self.dir), None)
         stop_all(self.procs)
         self.procs = []
         if failed or self.keep:
@@ -338,7 +346,45 @@ class DevCluster:
             pids=pids,
         )
         (d / "cluster.json").write_text(self.info.to_json())
+        _RUNNING[str(d)] = self
         return self.info
+
+    # -- faults (tests) --------------------------------------------------------------
+    @classmethod
+    def of(cls, info: ClusterInfo) -> DevCluster:
+        """The running DevCluster (in this process) that ``info`` describes."""
+        try:
+            return _RUNNING[str(info.dir)]
+        except KeyError:
+            raise DevClusterError(f"no control plane started by this process runs in {info.dir}") from None
+
+    def _proc(self, name: str) -> Process:
+        for proc in self.procs:
+            if proc.name == name:
+                return proc
+        raise DevClusterError(f"no component {name!r} in this control plane")
+
+    def kill(self, name: str) -> None:
+        """SIGKILL one component (e.g. ``kube-apiserver``), as a crash would; etcd keeps the state."""
+        proc = self._proc(name)
+        if proc.popen is not None and proc.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.popen.pid, signal.SIGKILL)
+            proc.popen.wait(10)
+
+    def restart(self, name: str, *, timeout_s: float | None = None) -> None:
+        """Start a killed (or running: it is stopped first) component again with the same
+        arguments, ports and data; waits until the apiserver is ready again."""
+        old = self._proc(name)
+        old.stop()
+        new = Process(name, old.argv, old.log_path)
+        new.start()
+        self.procs[self.procs.index(old)] = new
+        if self.info is not None:
+            self.info.pids[name] = new.pid or 0
+            if name == "kube-apiserver":
+                deadline = time.monotonic() + (timeout_s or self.start_timeout)
+                self._wait_http(new, f"{self.info.server}/readyz", deadline, token=self.info.token)
 
     # -- helpers ---------------------------------------------------------------------
     def _spawn(self, name: str, args: list[str]) -> Process:

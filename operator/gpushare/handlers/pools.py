@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-from collections.abc import Iterable
 from typing import Any, TypeVar
 
 import kopf
@@ -15,19 +14,20 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from gpushare import constants as c
 from gpushare.k8s.cluster import plugin_namespace_problem, pool_ref
 from gpushare.k8s.retry import ApiUnavailable
-from gpushare.policy import NodeView, PodView
-from gpushare.reconciler import PassResult, Reconciler
+from gpushare.reconciler import RESYNC, PassResult, Reconciler
 
 log = structlog.get_logger("gpushare.handlers")
 T = TypeVar("T")
 #: After a wake-up, wait this long so a burst of node/pod events becomes one pass.
 DEBOUNCE = 0.1
+#: A failed pass (e.g. the apiserver is down) is retried after at most this many seconds.
+MAX_BACKOFF = 4.0
 #: While cleaning up, look again at least this often (seconds).
 CLEANUP_POLL = 2.0
 
 
 @kopf.index(c.GROUP, c.VERSION, c.PLURAL)
-def gpushare_pools(name: str, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
+async def gpushare_pools(name: str, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
     return {name: copy.deepcopy(dict(body))}
 
 
@@ -35,41 +35,32 @@ def _values(index: kopf.Index[Any, T]) -> list[T]:
     return [value for store in index.values() for value in store]
 
 
-async def _pass(name: str, memo: kopf.Memo, indices: dict[str, Any]) -> PassResult:
+async def _pass(
+    name: str, memo: kopf.Memo, pools: kopf.Index[Any, Any], *, resync: bool = False
+) -> PassResult:
     reconciler: Reconciler = memo.reconciler
-    pods: Iterable[PodView] = [
-        *_values(indices["gpushare_gpu_pods"]),
-        *_values(indices["gpushare_plugin_pods"]),
-    ]
-    nodes: Iterable[NodeView] = _values(indices["gpushare_nodes"])
+    reconciler.set_pools(_values(pools))
     with structlog.contextvars.bound_contextvars(pool=name):
-        return await reconciler.reconcile(
-            name, pools=_values(indices["gpushare_pools"]), nodes=nodes, pods=pods
-        )
-
-
-def _indices(kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {
-        k: kwargs[k]
-        for k in ("gpushare_pools", "gpushare_nodes", "gpushare_gpu_pods", "gpushare_plugin_pods")
-    }
+        return await reconciler.run_pass(name, resync=resync)
 
 
 @kopf.daemon(c.GROUP, c.VERSION, c.PLURAL, id="reconcile", cancellation_timeout=5.0)
 async def reconcile_loop(name: str, memo: kopf.Memo, stopped: kopf.DaemonStopped, **kwargs: Any) -> None:
-    """Level-based loop: a pass now, then again when woken (node/pod/spec change) or requeued."""
+    """A pass now, then again when woken (a node, pod or pool it concerns changed) or requeued;
+    every ``RESYNC`` seconds of quiet a pass plans every node again."""
     reconciler: Reconciler = memo.reconciler
     wake = reconciler.wakeup(name)
     failures = 0
+    resync = False
     while not stopped:
         wake.clear()
         try:
-            result = await _pass(name, memo, _indices(kwargs))
+            result = await _pass(name, memo, kwargs["gpushare_pools"], resync=resync)
             delay = result.requeue
             failures = 0
         except Exception as exc:
             failures += 1
-            delay = min(60.0, 2.0**failures)
+            delay = min(MAX_BACKOFF, 0.5 * 2.0**failures)
             log.exception("Reconcile pass failed", pool=name, retry_in=delay, error=str(exc))
         woken = asyncio.ensure_future(wake.wait())
         stopping = asyncio.ensure_future(stopped.wait())
@@ -80,12 +71,13 @@ async def reconcile_loop(name: str, memo: kopf.Memo, stopped: kopf.DaemonStopped
         finally:
             woken.cancel()
             stopping.cancel()
+        resync = not done and delay >= RESYNC
         if woken in done and not stopped:
             await asyncio.sleep(DEBOUNCE)
 
 
 @kopf.on.update(c.GROUP, c.VERSION, c.PLURAL, field="spec")
-def spec_changed(name: str, memo: kopf.Memo, **_: Any) -> None:
+async def spec_changed(name: str, memo: kopf.Memo, **_: Any) -> None:
     memo.reconciler.wakeup(name).set()
 
 
@@ -101,7 +93,7 @@ async def cleanup(name: str, meta: kopf.Meta, memo: kopf.Memo, **kwargs: Any) ->
     wake = reconciler.wakeup(name)
     while True:
         wake.clear()
-        result = await _pass(name, memo, _indices(kwargs))
+        result = await _pass(name, memo, kwargs["gpushare_pools"])
         if result.done:
             break
         log.info("Cleanup in progress", pool=name, summary=result.summary)

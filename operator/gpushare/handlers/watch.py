@@ -1,12 +1,19 @@
-"""Indexes of Nodes and GPU/device-plugin Pods, and wake-ups of the pool loops on changes.
+"""Node and GPU/device-plugin Pod watches feeding the reconciler (all handlers async).
 
-Only ``@kopf.index`` and ``@kopf.on.event`` here: Kopf writes nothing to Nodes or Pods for these
+Each Node or relevant Pod event becomes a slim projection (``NodeView.project``: every label,
+gpushare's annotations, GPU allocatable; ``PodView`` without labels) handed to
+``Reconciler.observe_node``/``observe_pod``, which marks the node dirty and wakes only the pools
+it concerns. The ``@kopf.index`` handlers store nothing themselves (they return ``{}``): they are
+indexes so that Kopf delivers the initial listing before the pool daemons start. Deletions come
+through ``@kopf.on.event`` with a filter on the event type. Handlers are ``async def``: Kopf runs
+sync handlers in a thread pool, one hop per event. Kopf writes nothing to Nodes or Pods for these
 (no finalizer, no progress or diff-base annotation).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import kopf
@@ -14,37 +21,22 @@ import kopf
 from gpushare import constants as c
 from gpushare.policy import NodeView, PodView
 from gpushare.policy.views import pod_requests
+from gpushare.reconciler import pod_key
 
-_OURS = (c.ANNOTATION_OWNED, c.ANNOTATION_PLUGIN_RESTART, c.ANNOTATION_CORDONED_BY)
+
+def _deleted(type: str | None, **_: Any) -> bool:  # noqa: A002
+    return type == "DELETED"
 
 
 @kopf.index("v1", "nodes")
-def gpushare_nodes(name: str, body: kopf.Body, **_: Any) -> dict[str, NodeView]:
-    return {name: NodeView.from_obj(body)}
+async def gpushare_nodes(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, NodeView]:
+    memo.reconciler.observe_node(NodeView.project(body))
+    return {}
 
 
-def _node_print(view: NodeView) -> tuple[Any, ...]:
-    """What can change a plan or a status; heartbeats and the like are left out."""
-    return (
-        tuple(sorted(view.labels.items())),
-        tuple((k, view.annotations.get(k)) for k in _OURS),
-        view.unschedulable,
-        tuple(sorted(view.allocatable.items())),
-        view.ready,
-    )
-
-
-@kopf.on.event("v1", "nodes")
-def node_event(name: str, body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:  # noqa: A002
-    prints: dict[str, Any] = memo.node_prints
-    if type == "DELETED":
-        prints.pop(name, None)
-        memo.reconciler.wake_all()
-        return
-    fingerprint = _node_print(NodeView.from_obj(body))
-    if prints.get(name) != fingerprint:
-        prints[name] = fingerprint
-        memo.reconciler.wake_all()
+@kopf.on.event("v1", "nodes", when=_deleted)
+async def node_deleted(name: str, memo: kopf.Memo, **_: Any) -> None:
+    memo.reconciler.forget_node(name)
 
 
 def is_gpu_pod(spec: Mapping[str, Any], **_: Any) -> bool:
@@ -55,32 +47,27 @@ def is_plugin_pod(labels: Mapping[str, str], **_: Any) -> bool:
     return all(labels.get(k) == v for k, v in c.DEFAULT_PLUGIN_LABELS.items())
 
 
-@kopf.index("v1", "pods", when=is_gpu_pod)
-def gpushare_gpu_pods(body: kopf.Body, **_: Any) -> dict[str, PodView]:
-    pod = PodView.from_obj(body)
-    return {pod.node_name: pod} if pod.node_name else {}
-
-
-@kopf.index("v1", "pods", when=is_plugin_pod)
-def gpushare_plugin_pods(body: kopf.Body, **_: Any) -> dict[str, PodView]:
-    pod = PodView.from_obj(body)
-    return {pod.node_name: pod} if pod.node_name else {}
-
-
 def _relevant(spec: Mapping[str, Any], labels: Mapping[str, str], **_: Any) -> bool:
-    return is_gpu_pod(spec) or is_plugin_pod(labels)
+    return is_plugin_pod(labels) or is_gpu_pod(spec)
 
 
-@kopf.on.event("v1", "pods", when=_relevant)
-def pod_event(uid: str, body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:  # noqa: A002
-    """A GPU pod started/ended or a plugin pod came back: the pools may move on."""
-    prints: dict[str, Any] = memo.pod_prints
-    if type == "DELETED":
-        prints.pop(uid, None)
-        memo.reconciler.wake_all()
-        return
+def _relevant_deleted(spec: Mapping[str, Any], labels: Mapping[str, str], type: str | None, **_: Any) -> bool:  # noqa: A002
+    return type == "DELETED" and _relevant(spec, labels)
+
+
+def _pod(body: kopf.Body) -> PodView:
+    """The pod's projection; labels only for device plugin pods (matched by pod selectors)."""
     pod = PodView.from_obj(body)
-    fingerprint = (pod.node_name, pod.phase, pod.ready, pod.deletion)
-    if prints.get(uid) != fingerprint:
-        prints[uid] = fingerprint
-        memo.reconciler.wake_all()
+    return pod if is_plugin_pod(pod.labels) else replace(pod, labels={})
+
+
+@kopf.index("v1", "pods", when=_relevant)
+async def gpushare_pods(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, PodView]:
+    """GPU pods (for the mode-switch guard and status) and default device plugin pods."""
+    memo.reconciler.observe_pod(_pod(body))
+    return {}
+
+
+@kopf.on.event("v1", "pods", when=_relevant_deleted)
+async def pod_deleted(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    memo.reconciler.forget_pod(pod_key(_pod(body)))

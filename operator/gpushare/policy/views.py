@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -83,7 +84,19 @@ def pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
     return total
 
 
-@dataclass(frozen=True)
+def _interned(items: Mapping[str, Any] | None, keep: str | tuple[str, ...] = "") -> dict[str, str]:
+    """A str→str copy with shared (interned) keys and values, only the keys starting with ``keep``."""
+    return {
+        sys.intern(str(k)): sys.intern(str(v)) for k, v in (items or {}).items() if str(k).startswith(keep)
+    }
+
+
+#: The allocatable the operator keeps: GPU sharing's resources, and the exclusive ``nvidia.com/gpu``
+#: that tells a node whose plugin runs in the default mode (policy.plugin_mode).
+_KEPT_ALLOCATABLE: tuple[str, ...] = (c.GPU_RESOURCE_PREFIX, "nvidia.com/gpu")
+
+
+@dataclass(frozen=True, slots=True)
 class NodeView:
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
@@ -113,11 +126,31 @@ class NodeView:
             resource_version=str(meta.get("resourceVersion") or ""),
         )
 
+    @classmethod
+    def project(cls, obj: Mapping[str, Any]) -> NodeView:
+        """The slim copy the operator's index keeps: every label (pool selectors may use any),
+        gpushare's own annotations only, GPU allocatable only; strings interned."""
+        meta = obj.get("metadata") or {}
+        status = obj.get("status") or {}
+        ready = not any(
+            cond.get("type") == "Ready" and cond.get("status") != "True"
+            for cond in status.get("conditions") or []
+        )
+        return cls(
+            name=sys.intern(str(meta.get("name", ""))),
+            labels=_interned(meta.get("labels")),
+            annotations=_interned(meta.get("annotations"), c.GROUP + "/"),
+            unschedulable=bool((obj.get("spec") or {}).get("unschedulable")),
+            allocatable=_interned(status.get("allocatable"), _KEPT_ALLOCATABLE),
+            ready=ready,
+            resource_version=str(meta.get("resourceVersion") or ""),
+        )
+
     def allocatable_int(self, resource: str) -> int:
         return quantity_int(self.allocatable.get(resource, 0))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PodView:
     namespace: str
     name: str
