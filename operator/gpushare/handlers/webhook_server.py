@@ -25,7 +25,7 @@ from typing import Any
 import aiohttp.web
 import kopf
 
-from gpushare.admission.review import denial_review, review_problem
+from gpushare.admission.review import denial_review, raw_review_problem, review_problem
 
 logger = logging.getLogger("gpushare.webhook")
 
@@ -83,9 +83,19 @@ class GPUShareWebhookServer(kopf.WebhookServer):
     async def _serve(  # type: ignore[override]  # Kopf calls it as self._serve(fn, request)
         self, fn: kopf.WebhookFn, request: aiohttp.web.Request
     ) -> aiohttp.web.Response:
+        try:  # aiohttp refuses bodies over its client_max_size (MAX_REVIEW_BYTES) with a 413
+            raw = await request.read()
+        except aiohttp.web.HTTPRequestEntityTooLarge as exc:
+            return _bad_request(f"malformed AdmissionReview: the body is too large ({exc.text})", status=413)
+        too_much = raw_review_problem(raw)
+        if too_much is not None:  # before parsing: the parser and the rules recurse per level
+            logger.info("Rejected a malformed AdmissionReview: %s", too_much)
+            return _bad_request(
+                f"malformed AdmissionReview: {too_much}", status=413 if "bytes" in too_much else 400
+            )
         try:
-            data = json.loads(await request.text())
-        except (ValueError, UnicodeDecodeError) as exc:
+            data = json.loads(raw)
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             return _bad_request(f"the body is not JSON: {exc}")
         problem = review_problem(data)
         if problem is not None:
@@ -116,5 +126,5 @@ def allowed_review(data: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _bad_request(message: str) -> aiohttp.web.Response:
-    return aiohttp.web.json_response({"error": message}, status=400)
+def _bad_request(message: str, status: int = 400) -> aiohttp.web.Response:
+    return aiohttp.web.json_response({"error": message}, status=status)
