@@ -293,6 +293,11 @@ class CelRule:
     detail: Callable[[str], str]  # e -> CEL string: ``field=value problem (rule id); fix``
     #: The same without the container's values (for containers under wildcard paths).
     summary: str
+    #: Whether ``bad``/``detail`` read cv, mv, cn, mn (see :func:`with_values`).
+    values: bool = True
+
+    def bind(self, e: str, body: str, *, text: bool = False) -> str:
+        return with_values(e, body, text=text) if self.values else body
 
 
 def _gs001_detail(e: str) -> str:
@@ -383,6 +388,7 @@ STATELESS_RULES: tuple[CelRule, ...] = (
         _gs012_detail,
         f"asks for an aliyun.com/gpu* resource no node offers {_tag('GS012-unknown-gpu-resource')};"
         f" use one of {', '.join(c.KNOWN_GPU_RESOURCES)}",
+        values=False,
     ),
     CelRule(
         "GS006-request-limit-mismatch",
@@ -390,6 +396,7 @@ STATELESS_RULES: tuple[CelRule, ...] = (
         _gs006_detail,
         f"requests a GPU-sharing resource that differs from (or lacks) its limit"
         f" {_tag('GS006-request-limit-mismatch')}; set requests equal to limits, or drop requests",
+        values=False,
     ),
     CelRule(
         "GS004-mem-positive-integer",
@@ -444,8 +451,12 @@ def _entry(x: str, label: str) -> str:
     def res(where: str) -> str:
         return f"(has({x}.resources) && has({x}.resources.{where}) ? {x}.resources.{where} : {{}})"
 
+    # Map literals must be homogeneous for the apiserver's type checker: every value is dyn.
     name = f"(has({x}.name) ? {x}.name : '?')"
-    return f"{{'label': {_str(label)}, 'name': {name}, 'l': {res('limits')}, 'q': {res('requests')}}}"
+    return (
+        f"{{'label': dyn({_str(label)}), 'name': dyn({name}), 'l': dyn({res('limits')}),"
+        f" 'q': dyn({res('requests')})}}"
+    )
 
 
 def _locations(kinds: Sequence[KindPaths]) -> dict[str, tuple[str, list[str]]]:
@@ -472,7 +483,7 @@ def containers_variable(kinds: Sequence[KindPaths], resource_var: str = "variabl
 
 def _entry_ok(rule: CelRule, label: str, x: str) -> str:
     entry = _entry(x, label)
-    return with_values(entry, "!" + rule.bad(entry))
+    return rule.bind(entry, "!" + rule.bad(entry))
 
 
 def rule_validation(
@@ -484,10 +495,10 @@ def rule_validation(
     resource_var: str = "variables.resource",
 ) -> dict[str, str]:
     """The VAP validation of one rule: expression, messageExpression, message, reason."""
-    checks = [f"{containers_var}.all(e, {with_values('e', '!' + rule.bad('e'))})"]
+    checks = [f"{containers_var}.all(e, {rule.bind('e', '!' + rule.bad('e'))})"]
     message = (
-        f"{name_var} + ': ' + {containers_var}.filter(e, {with_values('e', rule.bad('e'))})"
-        f".map(e, e.label + ' \"' + e.name + '\": ' + {with_values('e', rule.detail('e'), text=True)})[0]"
+        f"{name_var} + ': ' + {containers_var}.filter(e, {rule.bind('e', rule.bad('e'))})"
+        f".map(e, e.label + ' \"' + e.name + '\": ' + {rule.bind('e', rule.detail('e'), text=True)})[0]"
     )
     for path, (label, resources) in _locations(kinds).items():
         if _list_path(path) is not None:
@@ -496,7 +507,7 @@ def rule_validation(
         ok = all_at(path, functools.partial(_entry_ok, rule, label))
         checks.append(f"(!({resource_var} in [{known}]) || {ok})")
         message = (
-            f"({containers_var}.exists(e, {with_values('e', rule.bad('e'))}) ? {message}"
+            f"({containers_var}.exists(e, {rule.bind('e', rule.bad('e'))}) ? {message}"
             f" : {name_var} + {_str(f': a {label} under {path} {rule.summary}')})"
         )
     return {

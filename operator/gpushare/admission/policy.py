@@ -34,14 +34,22 @@ POLICY_NAME = "gpushare-stateless-rules.gpushare.io"
 POLICY_RULES: tuple[str, ...] = tuple(r.rule_id for r in STATELESS_RULES)
 
 
-def policy_kinds() -> list[tuple[KindPaths, tuple[str, ...], str]]:
+PolicyKind = tuple[KindPaths, tuple[str, ...], str]
+
+
+def policy_kinds() -> list[PolicyKind]:
     """``(paths, operations, version)`` of every workload kind the webhook validates."""
     return [(kind_paths(t), t.operations, t.version) for t in TARGETS if t.kind != c.KIND]
 
 
-def build_policy(settings: WebhookSettings | None = None, name: str = POLICY_NAME) -> dict[str, Any]:
+def build_policy(
+    settings: WebhookSettings | None = None,
+    name: str = POLICY_NAME,
+    extra_kinds: tuple[PolicyKind, ...] = (),
+) -> dict[str, Any]:
+    """The policy over the webhook's kinds (and ``extra_kinds``: custom resources, tests)."""
     settings = settings or WebhookSettings()
-    kinds = policy_kinds()
+    kinds = [*policy_kinds(), *extra_kinds]
     paths = [k for k, _, _ in kinds]
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",

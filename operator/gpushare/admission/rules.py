@@ -125,10 +125,12 @@ class _Emitter:
 
 def _check_names(em: _Emitter, ref: ContainerRef) -> None:
     """GS012: an ``aliyun.com/gpu*`` name no node offers (a misspelling), with a did-you-mean."""
+    seen: set[str] = set()
     for where, resources in (("limits", ref.limits), ("requests", ref.requests)):
         for name in resources:
-            if not is_gpu_resource(name) or name in c.KNOWN_GPU_RESOURCES:
+            if not is_gpu_resource(name) or name in c.KNOWN_GPU_RESOURCES or name in seen:
                 continue
+            seen.add(name)
             close = difflib.get_close_matches(name, c.KNOWN_GPU_RESOURCES, n=1, cutoff=0.6)
             em.add(
                 "GS012-unknown-gpu-resource",
@@ -139,7 +141,6 @@ def _check_names(em: _Emitter, ref: ContainerRef) -> None:
                 fix=(f'did you mean "{close[0]}"? ' if close else "")
                 + f"use one of {', '.join(c.KNOWN_GPU_RESOURCES)}",
             )
-            return
 
 
 def _check_container(em: _Emitter, ref: ContainerRef) -> _ContainerGPU:

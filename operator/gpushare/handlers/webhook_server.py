@@ -35,6 +35,9 @@ MINIMUM_TLS_VERSION = ssl.TLSVersion.TLSv1_2
 Hook = Callable[[], Coroutine[Any, Any, None]]
 ListeningHook = Callable[[kopf.WebhookClientConfig], Awaitable[None]]
 FastAllow = Callable[[str, Mapping[str, Any]], bool]
+#: ``respond(handler_id, review)``: the AdmissionReview ``response`` for a well-formed review, or
+#: None to let Kopf answer it.
+Respond = Callable[[str, Mapping[str, Any]], "dict[str, Any] | None"]
 
 
 class GPUShareWebhookServer(kopf.WebhookServer):
@@ -45,10 +48,12 @@ class GPUShareWebhookServer(kopf.WebhookServer):
         on_listening: ListeningHook | None = None,
         background: Hook | None = None,
         fast_allow: FastAllow | None = None,
+        respond: Respond | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.fast_allow = fast_allow
+        self.respond = respond
         self.prepare = prepare
         self.on_listening = on_listening
         self.background = background
@@ -107,6 +112,15 @@ class GPUShareWebhookServer(kopf.WebhookServer):
         webhook = request.match_info.get("id")
         if self.fast_allow is not None and self.fast_allow(webhook or "", data):
             return aiohttp.web.json_response(allowed_review(data))
+        answer = self.respond(webhook or "", data) if self.respond is not None else None
+        if answer is not None:
+            return aiohttp.web.json_response(
+                {
+                    "apiVersion": data.get("apiVersion", "admission.k8s.io/v1"),
+                    "kind": "AdmissionReview",
+                    "response": answer,
+                }
+            )
         headers = dict(request.headers)
         sslpeer = request.transport.get_extra_info("peercert") if request.transport else None
         try:
