@@ -290,6 +290,12 @@ def test_configuration_is_shipped_shape_with_ca_bundle(webhook: Webhook) -> None
         assert hook["timeoutSeconds"] <= 5
         assert hook["failurePolicy"] == "Fail"
         assert hook["sideEffects"] == "None"
+    for name, hook in hooks.items():
+        if name == "validate-gpusharepools.gpushare.io":
+            assert "matchConditions" not in hook  # pools are always sent
+        else:
+            (condition,) = hook["matchConditions"]
+            assert condition["name"] == "asks-for-gpu-sharing" and "aliyun.com/gpu" in condition["expression"]
     pods = hooks["validate-pods.gpushare.io"]
     assert pods["rules"][0]["operations"] == ["CREATE"]
     excluded = pods["namespaceSelector"]["matchExpressions"][0]
@@ -429,10 +435,14 @@ def test_kube_system_and_opted_out_pods_are_never_sent(webhook: Webhook) -> None
     assert after == before
 
 
-def test_non_gpu_pods_take_the_fast_path(webhook: Webhook) -> None:
+def test_non_gpu_pods_are_never_sent_but_gpu_count_labelled_ones_are(webhook: Webhook) -> None:
     before = _admission_count("Pod", "allowed", "none")
     pod = _bad_pod(webhook.namespace)
     pod["spec"] = {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"cpu": "1"}}}]}
+    r = webhook.kube.create(pod)
+    assert r.status == 201
+    assert _admission_count("Pod", "allowed", "none") == before  # matchConditions: not sent at all
+    pod["metadata"]["labels"] = {"aliyun.com/gpu-count": "2"}  # ACK multi-GPU sharing: sent
     r = webhook.kube.create(pod)
     assert r.status == 201
     assert _admission_count("Pod", "allowed", "none") == before + 1
@@ -473,6 +483,17 @@ def _review(obj: Any, *, uid: str = "u-1", resource: Any = None, **extra: Any) -
         pytest.param(b"not json", 400, None, id="not-json"),
         pytest.param(b"[]", 400, None, id="array"),
         pytest.param(b'{"kind": "AdmissionReview"}', 400, None, id="no-request"),
+        pytest.param(
+            b'{"kind": "AdmissionReview", "request": {"uid": "u-1", "object": '
+            + b"[" * 1300
+            + b"]" * 1300
+            + b"}}",
+            400,
+            None,
+            id="nested-1300",
+        ),
+        pytest.param(b"{" + b'"a":{' * 100_000 + b"}" * 100_001, 400, None, id="nested-100000"),
+        pytest.param(b'{"x": "' + b"a" * (2 * 1024 * 1024) + b'"}', 413, None, id="over-1MiB"),
         pytest.param(json.dumps(_review({}, uid="")).encode(), 400, None, id="no-uid"),
         pytest.param(json.dumps(_review("a string")).encode(), 200, 400, id="object-not-a-map"),
         pytest.param(json.dumps(_review({}, userInfo=None)).encode(), 200, 400, id="no-userinfo"),
