@@ -446,6 +446,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     g.add_argument("--webhook-failure-policy", choices=("Fail", "Ignore"), default="Fail")
     g.add_argument("--webhook-timeout", type=int, default=MAX_TIMEOUT_SECONDS, help="timeoutSeconds, 1..5")
+    g.add_argument(
+        "--webhook-via-kopf", action="store_true",
+        help="answer every review through Kopf's handler machinery (slower; for comparison)",
+    )  # fmt: skip
 
 
 def options_from_args(args: argparse.Namespace) -> WebhookOptions:
@@ -465,6 +469,7 @@ def options_from_args(args: argparse.Namespace) -> WebhookOptions:
         cert_files_dir=args.webhook_cert_files,
         failure_policy=args.webhook_failure_policy,
         timeout_seconds=args.webhook_timeout,
+        direct=not getattr(args, "webhook_via_kopf", False),
         kubeconfig=getattr(args, "kubeconfig", None),
         context=getattr(args, "context", None),
     )
