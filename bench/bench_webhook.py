@@ -381,9 +381,16 @@ async def toggle(api: client.ApiClient, vwc: dict[str, Any] | None) -> None:
             with contextlib.suppress(ApiException):
                 await delete(name)
     else:
-        await adm.create_validating_webhook_configuration(vwc)  # type: ignore[arg-type]
-        await adm.create_validating_admission_policy(build_policy())  # type: ignore[arg-type]
-        await adm.create_validating_admission_policy_binding(build_binding())  # type: ignore[arg-type]
+        for create, body in (
+            (adm.create_validating_webhook_configuration, vwc),
+            (adm.create_validating_admission_policy, build_policy()),
+            (adm.create_validating_admission_policy_binding, build_binding()),
+        ):
+            try:
+                await create(body)  # type: ignore[arg-type]
+            except ApiException as exc:
+                if exc.status != 409:  # already installed
+                    raise
     deadline = time.monotonic() + 120
     while True:
         policy = "ValidatingAdmissionPolicy" in await dry_run(api, bad)
