@@ -709,3 +709,20 @@ async def test_service_mode_patches_only_the_ca_bundle(cluster: ClusterInfo, web
             assert again.metadata.resource_version == version  # no fight: nothing written
         finally:
             await certs.delete_configuration(api, name)
+
+
+def test_local_mode_restores_match_conditions_removed_from_an_entry(webhook: Webhook) -> None:
+    """An older configuration without matchConditions is brought up to date by the operator's
+    periodic check (every second in this module)."""
+    path = f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{CONFIG_NAME}"
+    current = webhook.kube.request("GET", path).body
+    index = next(i for i, h in enumerate(current["webhooks"]) if h["name"] == "validate-jobs.gpushare.io")
+    patch = [{"op": "remove", "path": f"/webhooks/{index}/matchConditions"}]
+    assert (
+        webhook.kube.request("PATCH", path, patch, content_type="application/json-patch+json").status == 200
+    )
+    deadline = time.monotonic() + 60
+    while "matchConditions" not in (hook := webhook.kube.request("GET", path).body["webhooks"][index]):
+        assert time.monotonic() < deadline, "the operator did not restore the matchConditions"
+        time.sleep(0.5)
+    assert hook["matchConditions"][0]["name"] == "asks-for-gpu-sharing"
