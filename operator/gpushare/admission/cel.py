@@ -108,10 +108,6 @@ def parse_path(path: str) -> tuple[Step, ...]:
     return tuple(steps)
 
 
-def render_path(steps: Sequence[Step]) -> str:
-    return ".".join(s.text for s in steps)
-
-
 def container_paths(pod_spec_path: str) -> list[tuple[str, str]]:
     """``[(container path, label)]`` of a pod-spec path."""
     return [(f"{pod_spec_path}.{key}[]", label) for key, label in POD_CONTAINER_LISTS]
@@ -138,12 +134,6 @@ class KindPaths:
         out = [cp for p in self.pod_specs for cp in container_paths(p)]
         out.extend(self.containers)
         return out
-
-    def resource_test(self) -> str:
-        return (
-            f"request.resource.group == {_str(self.group)}"
-            f" && request.resource.resource == {_str(self.plural)}"
-        )
 
 
 # --- expression building blocks --------------------------------------------------------------------
@@ -193,13 +183,6 @@ def exists_at(path: str, leaf: Callable[[str], str], base: str = "object") -> st
 
 def all_at(path: str, leaf: Callable[[str], str], base: str = "object") -> str:
     return _walk(base, parse_path(path), leaf, "all", _Vars())
-
-
-def _has_key(container: str, where: str, resource: str) -> str:
-    return (
-        f"(has({container}.resources) && has({container}.resources.{where})"
-        f" && {_str(resource)} in {container}.resources.{where})"
-    )
 
 
 def _any_key(container: str, where: str, test: Callable[[str], str], var: str = "r") -> str:

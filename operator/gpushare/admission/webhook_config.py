@@ -3,6 +3,8 @@
 One webhook entry per Kopf handler (the handler id is the URL path), so a denial names the
 resource kind (``validate-pods.gpushare.io``). ``namespaceSelector`` excludes ``kube-system`` and
 the operator's own namespace, ``objectSelector`` honours ``gpushare.io/webhook: ignore``,
+``matchConditions`` (CEL from :mod:`gpushare.admission.cel`) send only objects that ask for GPU
+sharing (GPUSharePools always go),
 ``timeoutSeconds`` is at most 5, and ``failurePolicy`` is configurable (default ``Fail``).
 
 ``python -m gpushare.admission.webhook_config`` prints the in-cluster manifest (a Service
