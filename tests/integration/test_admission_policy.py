@@ -83,7 +83,8 @@ class Kube:
             with urllib.request.urlopen(req, context=self.ctx, timeout=30) as resp:
                 status, raw = resp.status, resp.read()
         except urllib.error.HTTPError as exc:
-            status, raw = exc.code, exc.read()
+            with exc:  # close its socket now, not at some later garbage collection
+                status, raw = exc.code, exc.read()
         try:
             return Response(status, json.loads(raw) if raw else {})
         except ValueError:  # e.g. "404 page not found" before a CRD is served
@@ -227,6 +228,10 @@ def env(cluster: ClusterInfo) -> Iterator[Env]:
     finally:
         kube.request("DELETE", f"{ADM}/validatingadmissionpolicybindings/{POLICY}")
         kube.request("DELETE", f"{ADM}/validatingadmissionpolicies/{POLICY}")
+        deadline = time.monotonic() + 60
+        probe = pod("probe", [container("c", {MEM: "2", CORE: "33"})])
+        while _denied_by_policy(kube.create(probe)) and time.monotonic() < deadline:
+            time.sleep(0.5)  # the apiserver has forgotten the policy: later modules start clean
         for ns in (OPERATOR_NS, USER_NS):
             kube.request("DELETE", f"/api/v1/namespaces/{ns}")
         kube.request(

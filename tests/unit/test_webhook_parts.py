@@ -377,7 +377,8 @@ def _post(port: int, cafile: Path, payload: bytes) -> tuple[int, Any]:
         with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
             return resp.status, json.loads(resp.read())
     except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+        with exc:
+            return exc.code, json.loads(exc.read())
 
 
 async def test_server_answers_malformed_reviews_with_4xx(tmp_path: Path, unused_tcp_port: int) -> None:
