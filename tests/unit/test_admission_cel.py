@@ -174,3 +174,22 @@ def test_committed_policy_manifest_matches_builder() -> None:
     assert docs[1]["spec"] == {"policyName": docs[0]["metadata"]["name"], "validationActions": ["Deny"]}
     kustomization = yaml.safe_load((REPO / "manifests" / "webhook" / "kustomization.yaml").read_text())
     assert "policy.yaml" in kustomization["resources"]
+
+
+def test_a_kind_without_known_pod_specs_is_sent_whole() -> None:
+    from gpushare.admission.webhook_config import WebhookTarget, build_webhook
+
+    target = WebhookTarget("validate-widgets", "Widget", "example.com", "v1", "widgets", ("CREATE",))
+    assert "matchConditions" not in build_webhook(WebhookSettings(), target)
+    assert gpu_sharing_condition(KindPaths("example.com", "widgets", ())) == "object != null"
+
+
+def test_chart_policy_spec_is_current() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("chart_webhooks", REPO / "hack" / "chart-webhooks.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    path = REPO / "charts" / "gpushare-operator" / "files" / "policy-spec.yaml"
+    assert path.read_text() == module.render_policy(), "stale: run 'make manifests'"

@@ -210,6 +210,8 @@ def gpu_sharing_condition(kind: KindPaths) -> str:
             parts.append(
                 exists_at(meta, lambda m: f"(has({m}.labels) && {_str(POD_LABEL_GPU_COUNT)} in {m}.labels)")
             )
+    if not parts:
+        return "object != null"  # nothing known to look at: match everything
     return "object != null && (" + " || ".join(parts) + ")"
 
 

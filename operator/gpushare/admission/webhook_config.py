@@ -70,8 +70,9 @@ def kind_paths(target: WebhookTarget) -> KindPaths:
 
 
 def match_conditions(target: WebhookTarget) -> list[dict[str, str]]:
-    """``[]`` for GPUSharePools (always sent); else the GPU-sharing condition of the kind."""
-    if target.kind == c.KIND:
+    """``[]`` for GPUSharePools (always sent) and kinds whose pod specs the table does not know
+    (sent whole: the webhook decides); else the GPU-sharing condition of the kind."""
+    if target.kind == c.KIND or not POD_SPEC_PATHS.get(target.kind):
         return []
     return [{"name": MATCH_CONDITION_NAME, "expression": gpu_sharing_condition(kind_paths(target))}]
 
