@@ -57,6 +57,10 @@ lint: setup ## ruff, mypy --strict, and the CRD drift check
 	$(BIN)/mypy
 	$(BIN)/python -m gpushare.api.crd | diff -u crds/gpushare.io_gpusharepools.yaml - \
 	  || { echo "crds/ is stale: run 'make crds'"; exit 1; }
+	$(BIN)/python -m gpushare.admission.webhook_config | diff -u manifests/webhook/webhook.yaml - \
+	  || { echo "manifests/webhook/webhook.yaml is stale: run 'make manifests'"; exit 1; }
+	$(BIN)/python -m gpushare.admission.policy | diff -u manifests/webhook/policy.yaml - \
+	  || { echo "manifests/webhook/policy.yaml is stale: run 'make manifests'"; exit 1; }
 
 fmt: setup ## Format the code
 	$(BIN)/ruff format operator tests
@@ -66,9 +70,13 @@ crds: setup ## Regenerate crds/ from the pydantic models
 	$(BIN)/python -m gpushare.api.crd > crds/gpushare.io_gpusharepools.yaml
 	cp crds/gpushare.io_gpusharepools.yaml manifests/crd/gpushare.io_gpusharepools.yaml
 	cp crds/gpushare.io_gpusharepools.yaml charts/gpushare-operator/crds/gpushare.io_gpusharepools.yaml
+	$(BIN)/python -m gpushare.admission.webhook_config > manifests/webhook/webhook.yaml
+	$(BIN)/python -m gpushare.admission.policy > manifests/webhook/policy.yaml
 
-manifests: setup ## Regenerate manifests/crd/ (the CRD copy kustomize can reach) and the chart's CRD and webhooks from the code
+manifests: setup ## Regenerate manifests/crd/, manifests/webhook/ (VWC, ValidatingAdmissionPolicy) and the chart's CRD and webhooks from the code
 	$(BIN)/python -m gpushare.api.crd > manifests/crd/gpushare.io_gpusharepools.yaml
+	$(BIN)/python -m gpushare.admission.webhook_config > manifests/webhook/webhook.yaml
+	$(BIN)/python -m gpushare.admission.policy > manifests/webhook/policy.yaml
 	cp manifests/crd/gpushare.io_gpusharepools.yaml charts/gpushare-operator/crds/gpushare.io_gpusharepools.yaml
 	$(BIN)/python hack/chart-webhooks.py
 	if [ -d manifests/monitoring ]; then mkdir -p charts/gpushare-operator/files/dashboards \

@@ -162,6 +162,28 @@ switch_cgpu_to_core_mem() {
   step "Where it ran" "$KUBECTL" get pods -l job-name=core-on-np-cgpu -o wide
 }
 
+start_operator() {
+  # setsid: the operator outlives this script and gets no SIGINT from the terminal; demo-down stops it.
+  setsid "$GPUSHARE" run --kubeconfig "$KUBECONFIG" --metrics-port "$1" \
+    --webhook --webhook-local --webhook-port "$2" --webhook-namespace "$OP_NS" \
+    --webhook-cert-dir "$DEMO_DIR/webhook-certs" </dev/null >>"$OP_LOG" 2>&1 &
+  echo $! >"$OP_PID_FILE"
+}
+
+policy_rejects_33() {
+  local out
+  out="$("$KUBECTL" apply --dry-run=server -f examples/invalid/cuda-sample-33.yaml 2>&1)" && return 1
+  grep -q "ValidatingAdmissionPolicy.*GS001-core-percentage-step" <<<"$out"
+}
+
+webhook_answers() {  # a GPU pod that passes the stateless rules: only the webhook can deny it
+  local out
+  out="$("$KUBECTL" run probe --dry-run=server --image=x --restart=Never \
+    --overrides='{"spec":{"containers":[{"name":"probe","image":"x","resources":{"limits":{"aliyun.com/gpu-mem":"2"}}}]}}' 2>&1)" \
+    && return 1
+  grep -q "GS007-pool-target-missing" <<<"$out"
+}
+
 webhook_rejects_33() {
   local out
   out="$("$KUBECTL" apply --dry-run=server -f examples/invalid/cuda-sample-33.yaml 2>&1)" && return 1
@@ -200,11 +222,7 @@ up() {
   "$KUBECTL" create namespace "$OP_NS" --dry-run=client -o yaml | "$KUBECTL" apply -f - >/dev/null \
     || die "cannot create namespace $OP_NS"
   echo "\$ gpushare run --webhook --webhook-local --webhook-port $webhook_port --metrics-port $metrics_port &"
-  # setsid: the operator outlives this script and gets no SIGINT from the terminal; demo-down stops it.
-  setsid "$GPUSHARE" run --kubeconfig "$KUBECONFIG" --metrics-port "$metrics_port" \
-    --webhook --webhook-local --webhook-port "$webhook_port" --webhook-namespace "$OP_NS" \
-    --webhook-cert-dir "$DEMO_DIR/webhook-certs" </dev/null >"$OP_LOG" 2>&1 &
-  echo $! >"$OP_PID_FILE"
+  start_operator "$metrics_port" "$webhook_port"
   echo "operator pid $(cat "$OP_PID_FILE"), metrics http://127.0.0.1:$metrics_port/metrics"
   wait_until "the webhook to answer (kubectl apply --dry-run=server of a 33 % job)" webhook_rejects_33
   echo "webhook registered and answering"
@@ -252,6 +270,35 @@ up() {
     "$GPUSHARE" inspect
 
   switch_cgpu_to_core_mem
+
+  step "Install the ValidatingAdmissionPolicy: the stateless rules, evaluated inside the kube-apiserver itself" \
+    "$KUBECTL" apply -f manifests/webhook/policy.yaml
+  echo
+  bold "# Stop the operator, and with it the webhook, as in an outage"
+  stop_operator 2>&1
+  local deadline=$((SECONDS + TIMEOUT))
+  until policy_rejects_33; do  # the apiserver loads a new policy within a second or so
+    ((SECONDS < deadline)) || die "timed out after ${TIMEOUT}s waiting for the policy to deny a 33 % job"
+    sleep 1
+  done
+  step "Webhook down: a Deployment without GPU requests is admitted (matchConditions never send it to the webhook)" \
+    "$KUBECTL" create deployment web --image=registry.invalid/web:1
+  echo
+  bold "# Webhook down: the 33 % job is still denied, by the policy (rule GS001-core-percentage-step)"
+  echo "\$ $KUBECTL apply -f examples/invalid/cuda-sample-33.yaml"
+  rc=0
+  out="$("$KUBECTL" apply -f examples/invalid/cuda-sample-33.yaml 2>&1)" || rc=$?
+  printf '%s\n' "$out"
+  ((rc != 0)) || die "the 33 % job was admitted while the webhook was down; the policy should have denied it"
+  grep -q "ValidatingAdmissionPolicy" <<<"$out" || die "kubectl failed, but not with the policy's denial"
+  echo "(rejected as expected: kubectl exit code $rc)"
+
+  echo
+  bold "# Start the operator again: the webhook answers GPU workloads again"
+  start_operator "$metrics_port" "$webhook_port"
+  echo "operator pid $(cat "$OP_PID_FILE")"
+  wait_until "the webhook to answer again" webhook_answers
+  echo "webhook answering again"
 
   echo
   bold "# Demo ready in $((SECONDS - started))s. The cluster and the operator keep running. Explore:"

@@ -265,8 +265,9 @@ def test_operator_with_the_chart_service_account_brings_a_pool_to_ready(
     try:
         pool = asyncio.run(_pool_lifecycle(release.info.kubeconfig, webhook_port))
         assert pool["status"]["conditions"]
-        # The webhook answers under the chart's RBAC: a bad GPU pod is refused by it.
-        limits = {"aliyun.com/gpu-mem": "4", "aliyun.com/gpu-core.percentage": "33"}
+        # The webhook answers under the chart's RBAC: a GPU pod without a pool selector is refused
+        # by it (a stateless violation such as 33 % would be refused by the chart's policy first).
+        limits = {"aliyun.com/gpu-mem": "4"}
         ctr = {"name": "bad-gpu", "image": "registry.invalid/x:1", "resources": {"limits": limits}}
         bad = release.kubectl(
             "run", "bad-gpu", "--image=registry.invalid/x:1", "--restart=Never", "--dry-run=server",
@@ -274,6 +275,7 @@ def test_operator_with_the_chart_service_account_brings_a_pool_to_ready(
         )  # fmt: skip
         assert bad.returncode != 0
         assert 'admission webhook "validate-pods.gpushare.io" denied the request' in bad.stderr, bad.stderr
+        assert "GS007-pool-target-missing" in bad.stderr, bad.stderr
         # The operator wrote its certificate into the chart's Secret (the placeholder is gone).
         secret = release.get_json("secret", "gpushare-webhook-tls", "-n", NS)
         assert b"BEGIN CERTIFICATE" in base64.b64decode(secret["data"]["tls.crt"])

@@ -151,6 +151,14 @@ def test_demo_up_shows_the_product_and_down_leaves_nothing(
     assert 'admission webhook "validate-jobs.gpushare.io" denied the request' in bad, bad
     assert "is not a multiple of 5 (rule GS001-core-percentage-step); use 30 or 35" in bad, bad
 
+    # the operator stopped: a plain Deployment is admitted, the 33 % job is denied by the policy
+    web = _section(out, "Webhook down: a Deployment without GPU requests is admitted")
+    assert "deployment.apps/web created" in web, web
+    held = _section(out, "Webhook down: the 33 % job is still denied")
+    assert "ValidatingAdmissionPolicy 'gpushare-stateless-rules.gpushare.io'" in held, held
+    assert "is not a multiple of 5 (rule GS001-core-percentage-step); use 30 or 35" in held, held
+    assert "webhook answering again" in out
+
     inspect = _section(out, "gpushare inspect")
     assert "POOL gpu-core  mode=core_mem" in inspect and "ready=True (AllNodesReady)" in inspect, inspect
     # labelled mode, what the (simulated) plugin advertises, isolation, GPUs, gpu-mem (16160 MiB: 15 GiB)

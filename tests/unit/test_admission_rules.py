@@ -257,6 +257,13 @@ SHARE_SEL = {"gpushare.io/pool": "cgpu-no-isolation"}
 NONE: Context = Context()
 
 RULE_CASES = [
+    # GS012: a misspelled aliyun.com/gpu* name (no node offers it; the pod would stay Pending)
+    pytest.param(
+        pod({MEM: 2, "aliyun.com/gpu-core": 50}, selector=CGPU_SEL),
+        SEED_CTX,
+        [("GS012-unknown-gpu-resource", "deny")],
+        id="gpu-core-typo",
+    ),
     # GS001 / GS002: core percentage
     pytest.param(pod({MEM: 2, CORE: 30}, selector=CORE_SEL), SEED_CTX, [], id="cuda-sample-ok"),
     pytest.param(pod({MEM: 2, CORE: 5}, selector=CORE_SEL), SEED_CTX, [], id="core-5-ok"),
@@ -981,3 +988,10 @@ def test_daemonset_pods_are_resolved_by_their_node() -> None:
         "nodeSelectorTerms"
     ][0]["matchFields"][0]["values"] = ["cgpu-n1"]
     assert ids(evaluate(ds_pod, seed_nodes())) == [("GS011-pool-target-unknown", "deny")]
+
+
+def test_misspelled_gpu_resource_gets_a_did_you_mean() -> None:
+    (f,) = evaluate(pod({"aliyun.com/gpu-memory": 2}, selector=CGPU_SEL), SEED_CTX)
+    assert f.rule_id == "GS012-unknown-gpu-resource" and f.verdict == "deny"
+    assert 'resources.limits["aliyun.com/gpu-memory"] is not a GPU resource any node offers' in f.message
+    assert 'did you mean "aliyun.com/gpu-mem"?' in f.message

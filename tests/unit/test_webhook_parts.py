@@ -19,7 +19,15 @@ import yaml
 from cryptography import x509
 
 from gpushare.admission import Context, Finding, evaluate
-from gpushare.admission.review import Decision, decide, denial_review, review_problem
+from gpushare.admission.review import (
+    MAX_REVIEW_DEPTH,
+    Decision,
+    decide,
+    deeper_than,
+    denial_review,
+    raw_review_problem,
+    review_problem,
+)
 from gpushare.admission.webhook_config import (
     TARGETS,
     TARGETS_BY_ID,
@@ -369,7 +377,8 @@ def _post(port: int, cafile: Path, payload: bytes) -> tuple[int, Any]:
         with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
             return resp.status, json.loads(resp.read())
     except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+        with exc:
+            return exc.code, json.loads(exc.read())
 
 
 async def test_server_answers_malformed_reviews_with_4xx(tmp_path: Path, unused_tcp_port: int) -> None:
@@ -403,6 +412,8 @@ async def test_server_answers_malformed_reviews_with_4xx(tmp_path: Path, unused_
                 400,
             ),
             (json.dumps(_review()).encode(), 200, None),
+            (b'{"kind": "AdmissionReview", "request": ' + b"[" * 1200 + b"]" * 1200 + b"}", 400, None),
+            (b"[" * 100_000 + b"]" * 100_000, 400, None),
         ]
         for payload, status, code in cases:
             got, body = await asyncio.to_thread(_post, unused_tcp_port, files.cafile, payload)
@@ -526,3 +537,73 @@ async def test_configuration_errors_do_not_stop_the_server(
     await server.on_listening({"url": "https://x"})
     assert calls == ["gpushare-webhook"] * 5
     assert "Could not update ValidatingWebhookConfiguration gpushare-webhook: cannot create" in caplog.text
+
+
+# --- raw bodies: size and depth before parsing ----------------------------------------------------
+
+
+def _nested(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+@pytest.mark.parametrize(
+    ("raw", "deeper"),
+    [
+        pytest.param(_nested(MAX_REVIEW_DEPTH), False, id="at-the-limit"),
+        pytest.param(_nested(MAX_REVIEW_DEPTH + 1), True, id="one-over"),
+        pytest.param(b'{"a": "' + b"[" * 5000 + b'"}', False, id="brackets-in-a-string"),
+        pytest.param(b"[" + b'"]",[' * 300 + b"]" * 301, True, id="closers-in-strings-do-not-hide-depth"),
+        pytest.param(b"[" + b'"\\"]",[' * 300 + b"]" * 301, True, id="escaped-quotes"),
+        pytest.param(json.dumps([{"a": [1, {"b": "x"}]}] * 3000).encode(), False, id="wide-not-deep"),
+        pytest.param(b"[" * 5000, False, id="unbalanced-left-to-the-parser"),
+    ],
+)
+def test_deeper_than_without_parsing(raw: bytes, deeper: bool) -> None:
+    assert deeper_than(raw, MAX_REVIEW_DEPTH) is deeper
+
+
+def test_raw_review_problem_names_size_and_depth() -> None:
+    assert raw_review_problem(b"{}") is None
+    assert "more than 200 levels" in (raw_review_problem(_nested(1200)) or "")
+    assert "bytes" in (raw_review_problem(b" " * 10, max_bytes=5) or "")
+
+
+# --- answering without Kopf's per-request machinery ------------------------------------------------
+
+
+def _pod_review(limits: dict[str, Any], operation: str = "CREATE") -> dict[str, Any]:
+    obj = {
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "ns"},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": limits}}]},
+    }
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "u",
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "operation": operation,
+            "userInfo": {},
+            "object": obj,
+        },
+    }
+
+
+def test_respond_uses_the_rules_and_the_handed_over_indexes() -> None:
+    state = admission.AdmissionState()
+    review = _pod_review({MEM: "2", CORE: "33"})
+    assert admission.respond("validate-pods", review, state) is None  # no indexes yet: Kopf answers
+    state.pools_index, state.nodes_index = {}, {}
+    answer = admission.respond("validate-pods", review, state)
+    assert answer is not None and answer["uid"] == "u" and answer["allowed"] is False
+    assert answer["status"]["code"] == 422 and "GS001-core-percentage-step" in answer["status"]["message"]
+    assert admission.respond("validate-pods", _pod_review({"cpu": "1"}), state) == {
+        "uid": "u",
+        "allowed": True,
+    }
+    assert admission.respond("validate-jobs", review, state) is None  # routed to the wrong handler
+    assert admission.respond("validate-pods", _pod_review({MEM: "2"}, "DELETE"), state) == {
+        "uid": "u",
+        "allowed": True,
+    }

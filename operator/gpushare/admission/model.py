@@ -120,6 +120,14 @@ _RULE_LIST: tuple[Rule, ...] = (
         "fix the pool name or labels in the nodeSelector / node affinity",
     ),
     Rule(
+        "GS012-unknown-gpu-resource",
+        "deny",
+        False,
+        "every `aliyun.com/gpu*` resource a container asks for is one a node can offer"
+        f" ({', '.join(c.KNOWN_GPU_RESOURCES)})",
+        "fix the resource name (did-you-mean in the message)",
+    ),
+    Rule(
         "GP001-pool-schema",
         "deny",
         False,

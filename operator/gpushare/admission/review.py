@@ -8,6 +8,7 @@ malformed AdmissionReview before the framework touches it, so that it gets a 400
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ INVALID_VALUE_RULES = frozenset(
         "GS003-core-without-mem",
         "GS004-mem-positive-integer",
         "GS006-request-limit-mismatch",
+        "GS012-unknown-gpu-resource",
         "GP001-pool-schema",
         "GP002-pool-compute-without-isolation",
         "GP003-pool-empty-selector",
@@ -30,6 +32,48 @@ INVALID_VALUE_RULES = frozenset(
 CODE_INVALID = 422
 CODE_FORBIDDEN = 403
 CODE_BAD_REQUEST = 400
+
+#: Largest AdmissionReview body accepted: aiohttp's default ``client_max_size`` in Kopf's server.
+MAX_REVIEW_BYTES = 1024 * 1024
+#: Deepest JSON nesting accepted; Kubernetes objects nest about 20 levels (a pod template in a
+#: CronJob with affinity terms), and Python's parser and the rules recurse per level.
+MAX_REVIEW_DEPTH = 200
+
+_STRINGS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_PAIRS = re.compile(rb"\[\]|\{\}")
+
+
+def deeper_than(raw: bytes, limit: int) -> bool:
+    """Whether raw JSON nests ``[``/``{`` more than ``limit`` levels, without parsing it.
+
+    Strings are cut out first (with ``split`` when nothing is escaped, else a regex), every byte
+    but the brackets is dropped, then innermost pairs are removed one level per pass: all C-speed
+    byte operations, at most ``limit + 1`` passes. Unbalanced input is left to the parser.
+    """
+    outside = b"".join(raw.split(b'"')[::2]) if b"\\" not in raw else _STRINGS.sub(b"", raw)
+    brackets = outside.translate(None, _NOT_BRACKETS)
+    for _ in range(limit):
+        if not brackets:
+            return False
+        fewer = _PAIRS.sub(b"", brackets)
+        if fewer == brackets:
+            return False
+        brackets = fewer
+    return bool(_PAIRS.search(brackets))
+
+
+def raw_review_problem(
+    raw: bytes, max_bytes: int = MAX_REVIEW_BYTES, max_depth: int = MAX_REVIEW_DEPTH
+) -> str | None:
+    """Why a raw review body must be refused before it is parsed, or None (size and nesting depth)."""
+    if len(raw) > max_bytes:
+        return f"the body is {len(raw)} bytes, more than the {max_bytes} an AdmissionReview may have"
+    if raw.count(b"[") + raw.count(b"{") <= max_depth:
+        return None  # cannot nest deeper than it has brackets
+    if deeper_than(raw, max_depth):
+        return f"the body nests more than {max_depth} levels deep (an AdmissionReview needs about 20)"
+    return None
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,20 @@ Pure: plain dicts in, plain findings out; no Kopf, no Kubernetes client. The web
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from gpushare import constants as c
 from gpushare.admission.model import EMPTY_CONTEXT, RULES, Context, Finding, Verdict, rule_tag
-from gpushare.admission.podspecs import ContainerRef, iter_containers, pod_specs, requests_gpu_sharing
+from gpushare.admission.podspecs import (
+    ContainerRef,
+    is_gpu_resource,
+    iter_containers,
+    pod_specs,
+    requests_gpu_sharing,
+)
 from gpushare.admission.quantity import Quantity, parse_quantity
 from gpushare.admission.targeting import (
     KIND_TEXT,
@@ -116,7 +123,28 @@ class _Emitter:
         )
 
 
+def _check_names(em: _Emitter, ref: ContainerRef) -> None:
+    """GS012: an ``aliyun.com/gpu*`` name no node offers (a misspelling), with a did-you-mean."""
+    seen: set[str] = set()
+    for where, resources in (("limits", ref.limits), ("requests", ref.requests)):
+        for name in resources:
+            if not is_gpu_resource(name) or name in c.KNOWN_GPU_RESOURCES or name in seen:
+                continue
+            seen.add(name)
+            close = difflib.get_close_matches(name, c.KNOWN_GPU_RESOURCES, n=1, cutoff=0.6)
+            em.add(
+                "GS012-unknown-gpu-resource",
+                container=ref,
+                field=f'{ref.path}.resources.{where}["{name}"]',
+                value=None,
+                problem="is not a GPU resource any node offers",
+                fix=(f'did you mean "{close[0]}"? ' if close else "")
+                + f"use one of {', '.join(c.KNOWN_GPU_RESOURCES)}",
+            )
+
+
 def _check_container(em: _Emitter, ref: ContainerRef) -> _ContainerGPU:
+    _check_names(em, ref)
     mem, mem_where = _pick(ref, c.RES_GPU_MEM)
     core, core_where = _pick(ref, c.RES_GPU_CORE)
     # GS006: requests without limits, or requests different from limits.

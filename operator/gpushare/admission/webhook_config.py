@@ -3,6 +3,8 @@
 One webhook entry per Kopf handler (the handler id is the URL path), so a denial names the
 resource kind (``validate-pods.gpushare.io``). ``namespaceSelector`` excludes ``kube-system`` and
 the operator's own namespace, ``objectSelector`` honours ``gpushare.io/webhook: ignore``,
+``matchConditions`` (CEL from :mod:`gpushare.admission.cel`) send only objects that ask for GPU
+sharing (GPUSharePools always go),
 ``timeoutSeconds`` is at most 5, and ``failurePolicy`` is configurable (default ``Fail``).
 
 ``python -m gpushare.admission.webhook_config`` prints the in-cluster manifest (a Service
@@ -19,6 +21,8 @@ from typing import Any, Literal
 import yaml
 
 from gpushare import constants as c
+from gpushare.admission.cel import KindPaths, gpu_sharing_condition
+from gpushare.admission.podspecs import POD_SPEC_PATHS
 
 FailurePolicy = Literal["Fail", "Ignore"]
 
@@ -55,6 +59,22 @@ TARGETS: tuple[WebhookTarget, ...] = (
     ),
 )
 TARGETS_BY_ID: dict[str, WebhookTarget] = {t.handler_id: t for t in TARGETS}
+
+#: The matchCondition every workload webhook carries: only objects asking for GPU sharing are sent.
+MATCH_CONDITION_NAME = "asks-for-gpu-sharing"
+
+
+def kind_paths(target: WebhookTarget) -> KindPaths:
+    """Where the target's kind keeps its pod specs (``POD_SPEC_PATHS``), for the generated CEL."""
+    return KindPaths(target.group, target.plural, POD_SPEC_PATHS.get(target.kind, ()))
+
+
+def match_conditions(target: WebhookTarget) -> list[dict[str, str]]:
+    """``[]`` for GPUSharePools (always sent) and kinds whose pod specs the table does not know
+    (sent whole: the webhook decides); else the GPU-sharing condition of the kind."""
+    if target.kind == c.KIND or not POD_SPEC_PATHS.get(target.kind):
+        return []
+    return [{"name": MATCH_CONDITION_NAME, "expression": gpu_sharing_condition(kind_paths(target))}]
 
 
 @dataclass(frozen=True)
@@ -130,6 +150,9 @@ def build_webhook(settings: WebhookSettings, target: WebhookTarget) -> dict[str,
             "matchExpressions": [{"key": c.LABEL_WEBHOOK, "operator": "NotIn", "values": [c.WEBHOOK_IGNORE]}]
         },
     }
+    conditions = match_conditions(target)
+    if conditions:
+        hook["matchConditions"] = conditions
     if target.namespaced:
         hook["namespaceSelector"] = {
             "matchExpressions": [

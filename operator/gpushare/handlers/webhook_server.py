@@ -25,7 +25,7 @@ from typing import Any
 import aiohttp.web
 import kopf
 
-from gpushare.admission.review import denial_review, review_problem
+from gpushare.admission.review import denial_review, raw_review_problem, review_problem
 
 logger = logging.getLogger("gpushare.webhook")
 
@@ -35,6 +35,9 @@ MINIMUM_TLS_VERSION = ssl.TLSVersion.TLSv1_2
 Hook = Callable[[], Coroutine[Any, Any, None]]
 ListeningHook = Callable[[kopf.WebhookClientConfig], Awaitable[None]]
 FastAllow = Callable[[str, Mapping[str, Any]], bool]
+#: ``respond(handler_id, review)``: the AdmissionReview ``response`` for a well-formed review, or
+#: None to let Kopf answer it.
+Respond = Callable[[str, Mapping[str, Any]], "dict[str, Any] | None"]
 
 
 class GPUShareWebhookServer(kopf.WebhookServer):
@@ -45,10 +48,12 @@ class GPUShareWebhookServer(kopf.WebhookServer):
         on_listening: ListeningHook | None = None,
         background: Hook | None = None,
         fast_allow: FastAllow | None = None,
+        respond: Respond | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.fast_allow = fast_allow
+        self.respond = respond
         self.prepare = prepare
         self.on_listening = on_listening
         self.background = background
@@ -83,9 +88,19 @@ class GPUShareWebhookServer(kopf.WebhookServer):
     async def _serve(  # type: ignore[override]  # Kopf calls it as self._serve(fn, request)
         self, fn: kopf.WebhookFn, request: aiohttp.web.Request
     ) -> aiohttp.web.Response:
+        try:  # aiohttp refuses bodies over its client_max_size (MAX_REVIEW_BYTES) with a 413
+            raw = await request.read()
+        except aiohttp.web.HTTPRequestEntityTooLarge as exc:
+            return _bad_request(f"malformed AdmissionReview: the body is too large ({exc.text})", status=413)
+        too_much = raw_review_problem(raw)
+        if too_much is not None:  # before parsing: the parser and the rules recurse per level
+            logger.info("Rejected a malformed AdmissionReview: %s", too_much)
+            return _bad_request(
+                f"malformed AdmissionReview: {too_much}", status=413 if "bytes" in too_much else 400
+            )
         try:
-            data = json.loads(await request.text())
-        except (ValueError, UnicodeDecodeError) as exc:
+            data = json.loads(raw)
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             return _bad_request(f"the body is not JSON: {exc}")
         problem = review_problem(data)
         if problem is not None:
@@ -97,6 +112,15 @@ class GPUShareWebhookServer(kopf.WebhookServer):
         webhook = request.match_info.get("id")
         if self.fast_allow is not None and self.fast_allow(webhook or "", data):
             return aiohttp.web.json_response(allowed_review(data))
+        answer = self.respond(webhook or "", data) if self.respond is not None else None
+        if answer is not None:
+            return aiohttp.web.json_response(
+                {
+                    "apiVersion": data.get("apiVersion", "admission.k8s.io/v1"),
+                    "kind": "AdmissionReview",
+                    "response": answer,
+                }
+            )
         headers = dict(request.headers)
         sslpeer = request.transport.get_extra_info("peercert") if request.transport else None
         try:
@@ -116,5 +140,5 @@ def allowed_review(data: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _bad_request(message: str) -> aiohttp.web.Response:
-    return aiohttp.web.json_response({"error": message}, status=400)
+def _bad_request(message: str, status: int = 400) -> aiohttp.web.Response:
+    return aiohttp.web.json_response({"error": message}, status=status)

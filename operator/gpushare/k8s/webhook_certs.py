@@ -360,6 +360,7 @@ def _comparable(hook: Mapping[str, Any]) -> dict[str, Any]:
         "sideEffects",
         "admissionReviewVersions",
         "matchPolicy",
+        "matchConditions",
     )
     out = {k: hook.get(k) for k in keys}
     if out.get("namespaceSelector") == {}:

@@ -1,0 +1,486 @@
+"""With the gpushare webhook down: the ValidatingAdmissionPolicy and the matchConditions, for real.
+
+No webhook server runs in this module. The shipped ValidatingAdmissionPolicy (``build_policy``,
+the source of manifests/webhook/policy.yaml) is installed in the real kube-apiserver; where a test
+needs it, a ValidatingWebhookConfiguration built like the shipped one points at a closed port, as
+after the operator was stopped. Then:
+
+* objects that do not ask for GPU sharing never reach the webhook (matchConditions): a Deployment
+  and a Pod are admitted;
+* the stateless rules still deny, inside the apiserver, with the rule id and the fix;
+* GPU objects that need the stateful rules follow ``failurePolicy``: ``Fail`` refuses them naming
+  the gpushare webhook, ``Ignore`` admits them;
+* hypothesis-generated Pods, Deployments, Jobs and CronJobs get the same verdict and rule id from
+  the policy as from the Python rules engine (``gpushare check``'s engine), for every stateless rule.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import secrets
+import socket
+import ssl
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpushare.admission import EMPTY_CONTEXT, evaluate
+from gpushare.admission.cel import KindPaths
+from gpushare.admission.podspecs import POD_SPEC_PATHS
+from gpushare.admission.policy import POLICY_RULES, build_binding, build_policy
+from gpushare.admission.webhook_config import WebhookSettings, build_configuration
+from gpushare.devcluster import ClusterInfo
+
+MEM = "aliyun.com/gpu-mem"
+CORE = "aliyun.com/gpu-core.percentage"
+SUFFIX = secrets.token_hex(3)
+OPERATOR_NS = f"gpushare-system-vap-{SUFFIX}"
+USER_NS = f"vap-{SUFFIX}"
+POLICY = f"gpushare-stateless-rules-{SUFFIX}.gpushare.io"
+WEBHOOKS = f"gpushare-webhook-down-{SUFFIX}"
+ADM = "/apis/admissionregistration.k8s.io/v1"
+RULE_ID = re.compile(r"\(rule (G[SP]\d{3}-[a-z0-9-]+)\)")
+DID_YOU_MEAN = re.compile(r'did you mean "[^"]*"\? ')
+
+
+@dataclass
+class Response:
+    status: int
+    body: dict[str, Any]
+
+    @property
+    def message(self) -> str:
+        return str(self.body.get("message", ""))
+
+
+class Kube:
+    """A tiny synchronous Kubernetes client (urllib)."""
+
+    def __init__(self, info: ClusterInfo) -> None:
+        self.server = info.server.rstrip("/")
+        self.token = info.token
+        self.ctx = ssl.create_default_context(cafile=str(info.ca_path))
+
+    def request(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json", **params: str
+    ) -> Response:
+        url = self.server + path + (f"?{urllib.parse.urlencode(params)}" if params else "")
+        req = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None)
+        req.method = method
+        req.add_header("Authorization", f"Bearer {self.token}")
+        req.add_header("Content-Type", content_type)
+        try:
+            with urllib.request.urlopen(req, context=self.ctx, timeout=30) as resp:
+                status, raw = resp.status, resp.read()
+        except urllib.error.HTTPError as exc:
+            with exc:  # close its socket now, not at some later garbage collection
+                status, raw = exc.code, exc.read()
+        try:
+            return Response(status, json.loads(raw) if raw else {})
+        except ValueError:  # e.g. "404 page not found" before a CRD is served
+            return Response(status, {"message": raw.decode(errors="replace")})
+
+    def create(self, obj: dict[str, Any], dry_run: bool = True) -> Response:
+        prefix, plural = _PLURALS[obj["kind"]]
+        ns = obj["metadata"].get("namespace")
+        path = f"{prefix}/namespaces/{ns}/{plural}" if ns else f"{prefix}/{plural}"
+        return self.request("POST", path, obj, **({"dryRun": "All"} if dry_run else {}))
+
+
+_PLURALS = {
+    "Pod": ("/api/v1", "pods"),
+    "Namespace": ("/api/v1", "namespaces"),
+    "Deployment": ("/apis/apps/v1", "deployments"),
+    "Job": ("/apis/batch/v1", "jobs"),
+    "CronJob": ("/apis/batch/v1", "cronjobs"),
+    "ValidatingAdmissionPolicy": (ADM, "validatingadmissionpolicies"),
+    "ValidatingAdmissionPolicyBinding": (ADM, "validatingadmissionpolicybindings"),
+    "ValidatingWebhookConfiguration": (ADM, "validatingwebhookconfigurations"),
+    "CustomResourceDefinition": ("/apis/apiextensions.k8s.io/v1", "customresourcedefinitions"),
+    "GPUTrainJob": ("/apis/test.gpushare.io/v1", "gputrainjobs"),
+}
+
+# A custom resource of the shape of Kubeflow's training jobs (written here): pod templates in a map
+# of replica specs, values stored as written (no apiserver validation of resources), so the
+# policy's GS004/GS006/malformed-value CEL and its wildcard paths meet raw ints, floats, strings.
+TRAIN_PATH = "spec.replicaSpecs.*.template.spec"
+TRAIN_KIND = (KindPaths("test.gpushare.io", "gputrainjobs", (TRAIN_PATH,)), ("CREATE", "UPDATE"), "v1")
+TRAIN_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "gputrainjobs.test.gpushare.io"},
+    "spec": {
+        "group": "test.gpushare.io",
+        "scope": "Namespaced",
+        "names": {"plural": "gputrainjobs", "singular": "gputrainjob", "kind": "GPUTrainJob"},
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "properties": {
+                            "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                        },
+                    }
+                },
+            }
+        ],
+    },
+}
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port  # closed again when the socket is: nothing listens there
+
+
+def container(name: str, limits: dict[str, Any], requests: dict[str, Any] | None = None) -> dict[str, Any]:
+    resources: dict[str, Any] = {"limits": limits}
+    if requests:
+        resources["requests"] = requests
+    return {"name": name, "image": "registry.invalid/app:1", "resources": resources}
+
+
+def pod(name: str, containers: list[dict[str, Any]], ns: str = USER_NS, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"containers": containers, **spec},
+    }
+
+
+def wrap(kind: str, p: dict[str, Any]) -> dict[str, Any]:
+    """The pod as the template of a Deployment, Job or CronJob."""
+    if kind == "Pod":
+        return p
+    labels = {"app": p["metadata"]["name"]}
+    template = {"metadata": {"labels": labels}, "spec": p["spec"]}
+    meta = p["metadata"]
+    if kind == "Deployment":
+        spec: dict[str, Any] = {"selector": {"matchLabels": labels}, "template": template}
+        return {"apiVersion": "apps/v1", "kind": kind, "metadata": meta, "spec": spec}
+    template["spec"] = {**p["spec"], "restartPolicy": "Never"}
+    job = {"template": template}
+    if kind == "Job":
+        return {"apiVersion": "batch/v1", "kind": kind, "metadata": meta, "spec": job}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": meta,
+        "spec": {"schedule": "*/5 * * * *", "jobTemplate": {"spec": job}},
+    }
+
+
+@dataclass
+class Env:
+    kube: Kube
+    settings: WebhookSettings
+
+
+def _denied_by_policy(r: Response) -> bool:
+    return r.status in (400, 403, 422) and f"ValidatingAdmissionPolicy '{POLICY}'" in r.message
+
+
+@pytest.fixture(scope="module")
+def env(cluster: ClusterInfo) -> Iterator[Env]:
+    kube = Kube(cluster)
+    for ns in (OPERATOR_NS, USER_NS):
+        r = kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}, dry_run=False)
+        assert r.status == 201, r.body
+    r = kube.create(TRAIN_CRD, dry_run=False)
+    assert r.status in (201, 409), r.body
+    deadline = time.monotonic() + 60
+    while kube.request("GET", "/apis/test.gpushare.io/v1/gputrainjobs").status != 200:
+        assert time.monotonic() < deadline, "the test CRD was never served"
+        time.sleep(0.5)
+    settings_ = WebhookSettings(
+        name=WEBHOOKS, namespace=OPERATOR_NS, url_base=f"https://127.0.0.1:{closed_port()}"
+    )
+    for obj in (build_policy(settings_, name=POLICY, extra_kinds=(TRAIN_KIND,)), build_binding(POLICY)):
+        r = kube.create(obj, dry_run=False)
+        assert r.status == 201, r.body
+    try:
+        deadline = time.monotonic() + 60
+        probe = pod("probe", [container("c", {MEM: "2", CORE: "33"})])
+        while True:  # until the apiserver has loaded the policy and its binding
+            r = kube.create(probe)
+            if _denied_by_policy(r):
+                break
+            assert time.monotonic() < deadline, f"the policy never denied: {r.status} {r.message}"
+            time.sleep(0.5)
+        yield Env(kube, settings_)
+    finally:
+        kube.request("DELETE", f"{ADM}/validatingadmissionpolicybindings/{POLICY}")
+        kube.request("DELETE", f"{ADM}/validatingadmissionpolicies/{POLICY}")
+        deadline = time.monotonic() + 60
+        probe = pod("probe", [container("c", {MEM: "2", CORE: "33"})])
+        while _denied_by_policy(kube.create(probe)) and time.monotonic() < deadline:
+            time.sleep(0.5)  # the apiserver has forgotten the policy: later modules start clean
+        for ns in (OPERATOR_NS, USER_NS):
+            kube.request("DELETE", f"/api/v1/namespaces/{ns}")
+        kube.request(
+            "DELETE",
+            f"{_PLURALS['CustomResourceDefinition'][0]}/customresourcedefinitions/gputrainjobs.test.gpushare.io",
+        )
+
+
+@pytest.fixture
+def dead_webhook(env: Env) -> Iterator[WebhookSettings]:
+    """The shipped webhook configuration, pointing at a port nothing listens on (operator stopped)."""
+    r = env.kube.create(build_configuration(env.settings), dry_run=False)
+    assert r.status == 201, r.body
+    try:
+        deadline = time.monotonic() + 60
+        probe = pod("probe-ok", [container("c", {MEM: "2", CORE: "30"})])
+        while True:  # until the apiserver calls (and fails to reach) the webhook
+            r = env.kube.create(probe)
+            if r.status >= 500 and "gpushare.io" in r.message:
+                break
+            assert time.monotonic() < deadline, (
+                f"the webhook configuration never applied: {r.status} {r.message}"
+            )
+            time.sleep(0.5)
+        yield env.settings
+    finally:
+        env.kube.request("DELETE", f"{ADM}/validatingwebhookconfigurations/{WEBHOOKS}")
+
+
+# --- the webhook is down --------------------------------------------------------------------------
+
+
+def test_objects_without_gpu_sharing_are_admitted_while_the_webhook_is_down(
+    env: Env, dead_webhook: WebhookSettings
+) -> None:
+    web = pod("web", [container("web", {"cpu": "100m", "memory": "64Mi"})])
+    deployment = wrap("Deployment", copy.deepcopy(web))
+    for obj in (deployment, web, wrap("CronJob", copy.deepcopy(web))):
+        r = env.kube.create(obj, dry_run=False)
+        assert r.status == 201, (obj["kind"], r.status, r.message)
+    # an object opted out, or in an excluded namespace, is not sent either (GPU or not)
+    opted_out = pod("opted-out", [container("c", {MEM: "2", CORE: "30"})])
+    opted_out["metadata"]["labels"] = {"gpushare.io/webhook": "ignore"}
+    assert env.kube.create(opted_out).status == 201
+    assert env.kube.create(pod("in-operator-ns", [container("c", {MEM: "2"})], ns=OPERATOR_NS)).status == 201
+
+
+def test_33_percent_is_denied_by_the_policy_while_the_webhook_is_down(
+    env: Env, dead_webhook: WebhookSettings
+) -> None:
+    for kind in ("Pod", "Deployment", "CronJob"):
+        obj = wrap(kind, pod("cuda-33", [container("cuda", {MEM: "2", CORE: "33"})]))
+        r = env.kube.create(obj)
+        assert r.status == 422, (kind, r.status, r.message)
+        assert _denied_by_policy(r), r.message
+        assert (
+            f'{kind}/{USER_NS}/cuda-33: container "cuda": resources.limits["{CORE}"]=33'
+            " is not a multiple of 5 (rule GS001-core-percentage-step); use 30 or 35"
+        ) in r.message
+
+
+def test_gpu_objects_needing_the_stateful_rules_follow_the_failure_policy(
+    env: Env, dead_webhook: WebhookSettings
+) -> None:
+    ok = pod("needs-pools", [container("c", {MEM: "2", CORE: "30"})])
+    r = env.kube.create(ok)
+    assert r.status >= 500, r.message  # Fail: refused, naming the webhook the apiserver could not call
+    assert 'failed calling webhook "validate-pods.gpushare.io"' in r.message, r.message
+    ignore = build_configuration(WebhookSettings(**{**env.settings.__dict__, "failure_policy": "Ignore"}))
+    current = env.kube.request("GET", f"{ADM}/validatingwebhookconfigurations/{WEBHOOKS}").body
+    ignore["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+    assert env.kube.request("PUT", f"{ADM}/validatingwebhookconfigurations/{WEBHOOKS}", ignore).status == 200
+    deadline = time.monotonic() + 60
+    while (r := env.kube.create(ok)).status != 201:  # Ignore: admitted without the stateful rules
+        assert time.monotonic() < deadline, (r.status, r.message)
+        time.sleep(0.5)
+    assert _denied_by_policy(env.kube.create(pod("still-33", [container("c", {MEM: "2", CORE: "33"})])))
+
+
+# --- one source of truth: the policy agrees with the Python rules ---------------------------------
+
+NAMES = [MEM, CORE, MEM, CORE, "aliyun.com/gpu-core", "aliyun.com/gpu-memory", "cpu"]
+VALUES = {
+    MEM: ["0", "1", "2", "40"],
+    CORE: ["0", "3", "5", "7", "30", "33", "100", "105"],
+    "aliyun.com/gpu-core": ["50"],
+    "aliyun.com/gpu-memory": ["2"],
+    "cpu": ["1"],
+}
+
+
+@st.composite
+def containers(draw: st.DrawFn, prefix: str) -> list[dict[str, Any]]:
+    out = []
+    for i in range(draw(st.integers(1, 2))):
+        limits: dict[str, str] = {}
+        requests: dict[str, str] = {}
+        for name in draw(st.lists(st.sampled_from(NAMES), max_size=3, unique=True)):
+            value = draw(st.sampled_from(VALUES[name]))
+            how = draw(st.sampled_from(["limit", "limit", "both", "request-differs"]))
+            limits[name] = value
+            if how == "both":
+                requests[name] = value
+            elif how == "request-differs" and name != "cpu":
+                requests[name] = str(int(value) + 5)
+        out.append(container(f"{prefix}{i}", limits, requests))
+    return out
+
+
+@st.composite
+def workloads(draw: st.DrawFn) -> dict[str, Any]:
+    spec: dict[str, Any] = {}
+    if draw(st.integers(0, 3)) == 0:
+        spec["initContainers"] = draw(containers("init"))
+    p = pod("hyp", draw(containers("c")), **spec)
+    return wrap(draw(st.sampled_from(["Pod", "Pod", "Deployment", "Job", "CronJob"])), p)
+
+
+@given(obj=workloads())
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_policy_agrees_with_the_rules_engine(env: Env, obj: dict[str, Any]) -> None:
+    obj = copy.deepcopy(obj)
+    stateless = [f for f in evaluate(obj, EMPTY_CONTEXT) if f.rule_id in POLICY_RULES and f.verdict == "deny"]
+    r = env.kube.create(obj)
+    if not stateless:
+        assert r.status == 201, (r.status, r.message)
+        return
+    assert r.status == 422, (r.status, r.message, [f.message for f in stateless])
+    if not _denied_by_policy(r):
+        # Built-in kinds: the apiserver's own validation refuses an extended resource whose request
+        # differs from its limit before admission runs (the rules deny too: GS006, or GS012 for a
+        # misspelled name); the verdicts agree, the policy is not asked.
+        assert "must be equal to" in r.message, r.message
+        return
+    fired = set(RULE_ID.findall(r.message))
+    assert fired and fired <= {f.rule_id for f in stateless}, (r.message, [f.message for f in stateless])
+    text = r.message.split("denied request: ", 1)[1]
+    # The same message, but for GS012's did-you-mean (difflib has no CEL counterpart).
+    expected = [DID_YOU_MEAN.sub("", f.message) for f in stateless]
+    assert text in expected, (text, expected)
+
+
+# --- custom resources: raw values and wildcard paths -----------------------------------------------
+
+RAW_VALUES: list[Any] = [0, 2, 5, 30, 33, 105, "2", "33", "1.5", "2Gi", -1, "-5", 2.5, True, "abc"]
+
+
+@st.composite
+def raw_containers(draw: st.DrawFn) -> list[dict[str, Any]]:
+    out = []
+    for i in range(draw(st.integers(1, 2))):
+        limits: dict[str, Any] = {}
+        requests: dict[str, Any] = {}
+        for name in draw(
+            st.lists(st.sampled_from([MEM, CORE, MEM, CORE, "aliyun.com/gpu-core"]), unique=True)
+        ):
+            limits[name] = draw(st.sampled_from(RAW_VALUES))
+            how = draw(st.sampled_from(["limit", "limit", "same", "other", "request-only"]))
+            if how == "same":
+                requests[name] = limits[name]
+            elif how == "other":
+                requests[name] = draw(st.sampled_from([v for v in RAW_VALUES if not isinstance(v, bool)]))
+            elif how == "request-only":
+                requests[name] = limits.pop(name)
+        resources: dict[str, Any] = {}
+        if limits:
+            resources["limits"] = limits
+        if requests:
+            resources["requests"] = requests
+        out.append({"name": f"c{i}", "image": "x", "resources": resources})
+    return out
+
+
+@st.composite
+def train_jobs(draw: st.DrawFn) -> dict[str, Any]:
+    replicas = {
+        role: {"replicas": 1, "template": {"spec": {"containers": draw(raw_containers())}}}
+        for role in draw(st.lists(st.sampled_from(["Master", "Worker"]), min_size=1, unique=True))
+    }
+    return {
+        "apiVersion": "test.gpushare.io/v1",
+        "kind": "GPUTrainJob",
+        "metadata": {"name": "train", "namespace": USER_NS},
+        "spec": {"replicaSpecs": replicas},
+    }
+
+
+@given(obj=train_jobs())
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_policy_agrees_with_the_rules_engine_on_raw_custom_resources(
+    env: Env, obj: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(POD_SPEC_PATHS, "GPUTrainJob", (TRAIN_PATH,))  # the engine learns the kind too
+    stateless = [f for f in evaluate(obj, EMPTY_CONTEXT) if f.rule_id in POLICY_RULES and f.verdict == "deny"]
+    r = env.kube.create(obj)
+    if not stateless:
+        assert r.status == 201, (r.status, r.message)
+        return
+    assert _denied_by_policy(r) and r.status == 422, (r.status, r.message, [f.message for f in stateless])
+    fired = set(RULE_ID.findall(r.message))
+    assert fired and fired <= {f.rule_id for f in stateless}, (r.message, [f.message for f in stateless])
+
+
+def _train(limits: dict[str, Any], requests: dict[str, Any] | None = None) -> dict[str, Any]:
+    resources = {"limits": limits, **({"requests": requests} if requests else {})}
+    spec = {"containers": [{"name": "c", "image": "x", "resources": resources}]}
+    return {
+        "apiVersion": "test.gpushare.io/v1",
+        "kind": "GPUTrainJob",
+        "metadata": {"name": "train", "namespace": USER_NS},
+        "spec": {"replicaSpecs": {"Worker": {"template": {"spec": spec}}}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("obj", "rule"),
+    [
+        pytest.param(
+            pod("p", [container("c", {MEM: "2", CORE: "33"})]), "GS001-core-percentage-step", id="GS001"
+        ),
+        pytest.param(
+            pod("p", [container("c", {MEM: "2", CORE: "105"})]), "GS002-core-percentage-range", id="GS002"
+        ),
+        pytest.param(pod("p", [container("c", {CORE: "30"})]), "GS003-core-without-mem", id="GS003"),
+        pytest.param(pod("p", [container("c", {MEM: "0"})]), "GS004-mem-positive-integer", id="GS004-zero"),
+        pytest.param(
+            pod("p", [container("c", {MEM: "2", "aliyun.com/gpu-core": "50"})]),
+            "GS012-unknown-gpu-resource",
+            id="GS012",
+        ),
+        pytest.param(
+            wrap("CronJob", pod("p", [container("c", {MEM: "2"}), container("d", {MEM: "2", CORE: "7"})])),
+            "GS001-core-percentage-step",
+            id="GS001-cronjob-second-container",
+        ),
+        pytest.param(_train({MEM: "2Gi"}), "GS004-mem-positive-integer", id="GS004-suffix-custom"),
+        pytest.param(_train({MEM: 2, CORE: "1.5"}), "GS001-core-percentage-step", id="GS001-fraction-custom"),
+        pytest.param(_train({MEM: 2}, {MEM: 3}), "GS006-request-limit-mismatch", id="GS006-custom"),
+        pytest.param(_train({}, {MEM: 3}), "GS006-request-limit-mismatch", id="GS006-no-limit-custom"),
+    ],
+)
+def test_each_stateless_rule_is_denied_by_the_policy(
+    env: Env, obj: dict[str, Any], rule: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(POD_SPEC_PATHS, "GPUTrainJob", (TRAIN_PATH,))
+    (finding,) = [f for f in evaluate(obj, EMPTY_CONTEXT) if f.rule_id in POLICY_RULES]
+    assert finding.rule_id == rule
+    r = env.kube.create(obj)
+    assert r.status == 422 and _denied_by_policy(r), (r.status, r.message)
+    assert RULE_ID.findall(r.message) == [rule]
+    if obj["kind"] != "GPUTrainJob":  # wildcard paths get the rule's summary, not the container's values
+        assert r.message.endswith(DID_YOU_MEAN.sub("", finding.message)), (r.message, finding.message)

@@ -1,0 +1,195 @@
+"""The CEL generator (pure): paths, the webhook's matchConditions and the policy's shape.
+
+Whether the CEL *means* what the rules engine means is tested against the real apiserver
+(tests/integration/test_admission_policy.py); here: the paths, the shape, and safety guards."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpushare.admission import requests_gpu_sharing
+from gpushare.admission.cel import (
+    KindPaths,
+    PathError,
+    Step,
+    container_paths,
+    exists_at,
+    gpu_sharing_condition,
+    parse_path,
+    pod_metadata_path,
+)
+from gpushare.admission.podspecs import POD_SPEC_PATHS, pod_specs
+from gpushare.admission.policy import POLICY_RULES, build_policy, render_manifest
+from gpushare.admission.webhook_config import TARGETS, WebhookSettings, build_configuration
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_parse_path() -> None:
+    assert parse_path("spec.template.spec") == (Step("spec"), Step("template"), Step("spec"))
+    assert parse_path("spec.tasks[].template.spec")[1] == Step("tasks", items=True)
+    assert parse_path("spec.pytorchReplicaSpecs.*.template.spec")[2] == Step(None)
+    for bad in ("", "*.spec", "spec.a-b", "spec.in", "spec..x"):
+        with pytest.raises(PathError):
+            parse_path(bad)
+
+
+def test_container_and_metadata_paths() -> None:
+    assert [p for p, _ in container_paths("spec")] == [
+        "spec.containers[]",
+        "spec.initContainers[]",
+        "spec.ephemeralContainers[]",
+    ]
+    assert pod_metadata_path("spec") == "metadata"
+    assert (
+        pod_metadata_path("spec.jobTemplate.spec.template.spec") == "spec.jobTemplate.spec.template.metadata"
+    )
+    assert pod_metadata_path("spec.templates[].container") is None
+
+
+def test_exists_guards_every_step_and_uses_fresh_variables() -> None:
+    cel = exists_at("spec.replicas.*.template.spec.containers[]", lambda x: f"f({x})")
+    assert cel == (
+        "(has(object.spec) && (has(object.spec.replicas) && object.spec.replicas.exists(k1,"
+        " (has(object.spec.replicas[k1].template) && (has(object.spec.replicas[k1].template.spec)"
+        " && (has(object.spec.replicas[k1].template.spec.containers)"
+        " && object.spec.replicas[k1].template.spec.containers.exists(x2, f(x2))))))))"
+    )
+
+
+def test_every_workload_webhook_matches_only_gpu_sharing_and_pools_always_go() -> None:
+    hooks = {h["name"]: h for h in build_configuration(WebhookSettings())["webhooks"]}
+    for target in TARGETS:
+        hook = hooks[f"{target.handler_id}.gpushare.io"]
+        if target.kind == "GPUSharePool":
+            assert "matchConditions" not in hook
+            continue
+        (cond,) = hook["matchConditions"]
+        expr = cond["expression"]
+        assert expr.startswith("object != null && (")
+        for spec_path in POD_SPEC_PATHS[target.kind]:
+            for key in ("containers", "initContainers", "ephemeralContainers"):
+                assert f"object.{spec_path}.{key}.exists(" in expr
+        assert "'aliyun.com/gpu-count' in object." in expr
+        assert expr.count("(") == expr.count(")")
+        # the exclusions stay
+        assert hook["namespaceSelector"]["matchExpressions"][0]["operator"] == "NotIn"
+        assert hook["objectSelector"]["matchExpressions"][0]["values"] == ["ignore"]
+
+
+def test_a_kind_with_a_wildcard_path_gets_a_condition_from_the_same_generator() -> None:
+    kind = KindPaths("kubeflow.org", "pytorchjobs", ("spec.pytorchReplicaSpecs.*.template.spec",))
+    expr = gpu_sharing_condition(kind)
+    assert "object.spec.pytorchReplicaSpecs.exists(k1," in expr
+    assert "object.spec.pytorchReplicaSpecs[k1].template.metadata.labels" in expr
+
+
+def _pod(**spec: Any) -> dict[str, Any]:
+    return {"kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
+
+
+@pytest.mark.parametrize(
+    ("obj", "asks"),
+    [
+        pytest.param(_pod(containers=[{"resources": {"limits": {"cpu": 1}}}]), False, id="cpu"),
+        pytest.param(
+            _pod(initContainers=[{"resources": {"requests": {"aliyun.com/gpu-mem": 1}}}]), True, id="init"
+        ),
+        pytest.param(
+            _pod(ephemeralContainers=[{"resources": {"limits": {"aliyun.com/gpu": 1}}}]), True, id="eph"
+        ),
+        pytest.param(
+            {"kind": "Pod", "metadata": {"labels": {"aliyun.com/gpu-count": "2"}}, "spec": {}},
+            True,
+            id="label",
+        ),
+        pytest.param(
+            {
+                "kind": "CronJob",
+                "spec": {
+                    "jobTemplate": {
+                        "spec": {"template": {"metadata": {"labels": {"aliyun.com/gpu-count": "2"}}}}
+                    }
+                },
+            },
+            True,
+            id="cronjob-template-label",
+        ),
+        pytest.param({"kind": "Deployment", "spec": {"template": "nonsense"}}, False, id="malformed"),
+    ],
+)
+def test_python_gate_asks_what_the_match_condition_asks(obj: dict[str, Any], asks: bool) -> None:
+    assert requests_gpu_sharing(obj) is asks
+
+
+def test_wildcard_paths_expand_in_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(
+        POD_SPEC_PATHS, "TrainJob", ("spec.replicas.*.template.spec", "spec.tasks[].template.spec")
+    )
+    obj = {
+        "kind": "TrainJob",
+        "spec": {
+            "replicas": {"Master": {"template": {"spec": {"containers": []}}}, "Worker": {"template": "x"}},
+            "tasks": [{"template": {"spec": {"containers": [1]}}}, "junk"],
+        },
+    }
+    assert [p for p, _ in pod_specs(obj)] == [
+        "spec.replicas.Master.template.spec",
+        "spec.tasks[0].template.spec",
+    ]
+
+
+def test_policy_covers_the_webhook_kinds_and_the_stateless_rules() -> None:
+    policy = build_policy()
+    spec = policy["spec"]
+    covered = {(r["apiGroups"][0], r["resources"][0]) for r in spec["matchConstraints"]["resourceRules"]}
+    assert covered == {(t.group, t.plural) for t in TARGETS if t.kind != "GPUSharePool"}
+    assert [v["messageExpression"].count("(rule ") > 0 for v in spec["validations"]] == [True] * len(
+        POLICY_RULES
+    )
+    assert set(POLICY_RULES) == {
+        "GS001-core-percentage-step",
+        "GS002-core-percentage-range",
+        "GS003-core-without-mem",
+        "GS004-mem-positive-integer",
+        "GS006-request-limit-mismatch",
+        "GS012-unknown-gpu-resource",
+    }
+    assert all(v["reason"] == "Invalid" for v in spec["validations"])
+    assert spec["matchConstraints"]["namespaceSelector"]["matchExpressions"][0]["values"] == [
+        "gpushare-system",
+        "kube-system",
+    ]
+
+
+def test_committed_policy_manifest_matches_builder() -> None:
+    path = REPO / "manifests" / "webhook" / "policy.yaml"
+    assert path.read_text() == render_manifest(), "run: make manifests"
+    docs = list(yaml.safe_load_all(path.read_text()))
+    assert [d["kind"] for d in docs] == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+    assert docs[1]["spec"] == {"policyName": docs[0]["metadata"]["name"], "validationActions": ["Deny"]}
+    kustomization = yaml.safe_load((REPO / "manifests" / "webhook" / "kustomization.yaml").read_text())
+    assert "policy.yaml" in kustomization["resources"]
+
+
+def test_a_kind_without_known_pod_specs_is_sent_whole() -> None:
+    from gpushare.admission.webhook_config import WebhookTarget, build_webhook
+
+    target = WebhookTarget("validate-widgets", "Widget", "example.com", "v1", "widgets", ("CREATE",))
+    assert "matchConditions" not in build_webhook(WebhookSettings(), target)
+    assert gpu_sharing_condition(KindPaths("example.com", "widgets", ())) == "object != null"
+
+
+def test_chart_policy_spec_is_current() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("chart_webhooks", REPO / "hack" / "chart-webhooks.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    path = REPO / "charts" / "gpushare-operator" / "files" / "policy-spec.yaml"
+    assert path.read_text() == module.render_policy(), "stale: run 'make manifests'"
