@@ -199,7 +199,7 @@ def test_text_output(capsys: pytest.CaptureFixture[str]) -> None:
         pytest.param(
             ["-f", "examples/job-cuda-sample.yaml", "--pools", "BAD"],
             "kind: ConfigMap\nmetadata: {name: x}\n",
-            "ConfigMap/x is neither a GPUSharePool nor a Node",
+            "ConfigMap/default/x is neither a GPUSharePool nor a Node",
             id="pools-wrong-kind",
         ),
         pytest.param(

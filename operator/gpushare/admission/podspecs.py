@@ -1,104 +1,214 @@
-"""Find the pod specs inside Kubernetes objects (Pods and the templates of workload controllers)."""
+"""Find the pods inside Kubernetes objects, by the workload-kinds table (:mod:`.kinds`).
+
+A :class:`PodLike` is one pod template: its location, the fields that constrain its nodes
+(``nodeSelector``, ``affinity``, ``nodeName``, inherited where the kind says so), its labels and its
+containers. Malformed objects (a missing or non-object part) give fewer pods, never an exception.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpushare import constants as c
+from gpushare.admission.kinds import (
+    DEFAULT_TABLE,
+    POD_CONTAINERS,
+    KindTable,
+    PodSource,
+    parse_path,
+    resolve_relative,
+    split_up,
+    walk,
+)
 
-#: Where each kind keeps its pod spec, as a path of keys from the object root.
+#: Kind -> pod spec path as keys, for the built-in kinds with one wildcard-free pod spec (kept for
+#: callers of the pre-table API; new code uses :func:`gpushare.admission.kinds.kind_targets`).
 POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
-    "Pod": ("spec",),
-    "PodTemplate": ("template", "spec"),
-    "ReplicationController": ("spec", "template", "spec"),
-    "ReplicaSet": ("spec", "template", "spec"),
-    "Deployment": ("spec", "template", "spec"),
-    "StatefulSet": ("spec", "template", "spec"),
-    "DaemonSet": ("spec", "template", "spec"),
-    "Job": ("spec", "template", "spec"),
-    "CronJob": ("spec", "jobTemplate", "spec", "template", "spec"),
+    k.kind: tuple(k.sources[0].path.split("."))
+    for k in (*DEFAULT_TABLE.extra, *DEFAULT_TABLE.kinds)
+    if k.group in ("", "apps", "batch") and len(k.sources) == 1 and "*" not in k.sources[0].path
 }
 
-#: Container lists that can request resources, with the word used in messages.
+#: Container lists of a PodSpec that can request resources, with the word used in messages.
 CONTAINER_LISTS: tuple[tuple[str, str], ...] = (
     ("containers", "container"),
     ("initContainers", "init container"),
 )
 
-
-def pod_specs(obj: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """``[(path, podspec)]`` for a Pod or a workload's pod template; ``[]`` for other kinds.
-
-    ``path`` is the dotted location of the spec (``spec.template.spec``). Malformed objects (a
-    missing or non-object spec) give ``[]`` rather than an exception.
-    """
-    kind = obj.get("kind")
-    if not isinstance(kind, str):
-        return []
-    keys = POD_SPEC_PATHS.get(kind)
-    if keys is None:
-        return []
-    node: Any = obj
-    for key in keys:
-        if not isinstance(node, Mapping):
-            return []
-        node = node.get(key)
-    if not isinstance(node, dict):
-        return []
-    return [(".".join(keys), node)]
+#: Scheduling fields a pod-like may inherit (Argo: the workflow's, when the template has none).
+SCHEDULING_FIELDS: tuple[str, ...] = ("nodeSelector", "affinity", "tolerations")
 
 
 @dataclass(frozen=True)
 class ContainerRef:
-    """One container of a pod spec: where it is, what it is called, and its resources maps."""
+    """One container of a pod: where it is, what it is called, its resources maps and env."""
 
     path: str  # e.g. spec.template.spec.containers[0]
-    label: str  # "container" or "init container"
+    label: str  # "container", "init container", "script", "sidecar", ...
     name: str
     limits: Mapping[str, Any]
     requests: Mapping[str, Any]
+    env: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def display(self) -> str:
         return f'{self.label} "{self.name}"'
+
+    @property
+    def init(self) -> bool:
+        """Init containers run one after another, before the others (their memory is not added)."""
+        return self.label == "init container"
+
+
+@dataclass(frozen=True)
+class PodLike:
+    """One pod template inside an object."""
+
+    path: str
+    #: The node-constraint fields as the pods will have them (after inheritance).
+    spec: Mapping[str, Any]
+    #: Where those constraints are written, for messages (the inherited spec's path when inherited).
+    constraints_path: str
+    labels: Mapping[str, Any]
+    labels_path: str
+    containers: tuple[ContainerRef, ...] = field(default_factory=tuple)
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def iter_containers(spec_path: str, spec: Mapping[str, Any]) -> Iterator[ContainerRef]:
-    """Containers and init containers of a pod spec; entries that are not objects are skipped."""
-    for key, label in CONTAINER_LISTS:
-        items = spec.get(key)
-        if not isinstance(items, list):
+_LABELS = {
+    "containers": "container",
+    "initContainers": "init container",
+    "container": "container",
+    "script": "script",
+    "sidecars": "sidecar",
+}
+
+
+def _container_ref(path: str, item: Mapping[str, Any], key: str, index: int | None) -> ContainerRef:
+    name = item.get("name")
+    resources = _mapping(item.get("resources"))
+    env = item.get("env")
+    label = _LABELS.get(key, f"{key} container")
+    default = f"#{index}" if index is not None else key
+    return ContainerRef(
+        path=path,
+        label=label,
+        name=name if isinstance(name, str) and name else default,
+        limits=_mapping(resources.get("limits")),
+        requests=_mapping(resources.get("requests")),
+        env=tuple(e for e in env if isinstance(e, Mapping)) if isinstance(env, list) else (),
+    )
+
+
+def containers_at(base: str, node: Mapping[str, Any], rel: str) -> Iterator[ContainerRef]:
+    """Containers at ``rel`` (a path relative to the pod-like ``node`` at ``base``)."""
+    segments = parse_path(rel)
+    key = next((s for s in reversed(segments) if s not in ("[*]", "*")), rel)
+    for path, item in walk(node, segments, base):
+        if not isinstance(item, Mapping):
             continue
-        for index, item in enumerate(items):
-            if not isinstance(item, Mapping):
-                continue
-            name = item.get("name")
-            resources = _mapping(item.get("resources"))
-            yield ContainerRef(
-                path=f"{spec_path}.{key}[{index}]",
-                label=label,
-                name=name if isinstance(name, str) and name else f"#{index}",
-                limits=_mapping(resources.get("limits")),
-                requests=_mapping(resources.get("requests")),
-            )
+        index = int(path.rsplit("[", 1)[1].rstrip("]")) if path.endswith("]") else None
+        yield _container_ref(path, item, key, index)
+
+
+def iter_containers(spec_path: str, spec: Mapping[str, Any]) -> Iterator[ContainerRef]:
+    """Containers and init containers of a PodSpec; entries that are not objects are skipped."""
+    for rel in POD_CONTAINERS:
+        yield from containers_at(spec_path, spec, rel)
+
+
+def _pod_like(obj: Mapping[str, Any], path: str, node: Mapping[str, Any], source: PodSource) -> PodLike:
+    containers = tuple(ref for rel in source.containers for ref in containers_at(path, node, rel))
+    spec: dict[str, Any] = {k: node[k] for k in (*SCHEDULING_FIELDS, "nodeName") if k in node}
+    constraints_path = path
+    if source.inherit is not None:
+        parent = next((v for _, v in walk(obj, parse_path(source.inherit))), None)
+        if isinstance(parent, Mapping):
+            inherited = {k: parent[k] for k in SCHEDULING_FIELDS if k not in spec and k in parent}
+            if inherited and not any(k in spec for k in ("nodeSelector", "affinity")):
+                constraints_path = source.inherit
+            spec.update(inherited)
+    labels = resolve_relative(obj, path, source.labels)
+    labels_path = _labels_path(path, source.labels)
+    return PodLike(path, spec, constraints_path, _mapping(labels), labels_path, containers)
+
+
+def _labels_path(path: str, rel: str) -> str:
+    up, rest = split_up(rel)
+    parts = path.split(".")
+    del parts[len(parts) - up :]
+    return ".".join([*parts, *([rest] if rest else [])])
+
+
+def pod_likes(obj: Mapping[str, Any], table: KindTable = DEFAULT_TABLE) -> list[PodLike]:
+    """Every pod template of ``obj`` by the kinds table; ``[]`` for kinds not in it."""
+    kind = table.lookup(obj)
+    if kind is None:
+        return []
+    out = []
+    for source in kind.sources:
+        for path, node in walk(obj, parse_path(source.path)):
+            if isinstance(node, Mapping):
+                out.append(_pod_like(obj, path, node, source))
+    return out
+
+
+def pod_specs(obj: Mapping[str, Any], table: KindTable = DEFAULT_TABLE) -> list[tuple[str, dict[str, Any]]]:
+    """``[(path, podspec)]`` of a Pod or a workload's pod templates; ``[]`` for other kinds."""
+    kind = table.lookup(obj)
+    if kind is None:
+        return []
+    return [
+        (path, node)
+        for source in kind.sources
+        for path, node in walk(obj, parse_path(source.path))
+        if isinstance(node, dict)
+    ]
 
 
 def is_gpu_resource(name: object) -> bool:
     return isinstance(name, str) and name.startswith(c.GPU_RESOURCE_PREFIX)
 
 
-def requests_gpu_sharing(obj: Mapping[str, Any]) -> bool:
-    """Fast check: does any container of the object's pod spec mention an ``aliyun.com/gpu*`` resource?"""
-    for path, spec in pod_specs(obj):
-        for container in iter_containers(path, spec):
-            if any(is_gpu_resource(k) for k in container.limits) or any(
-                is_gpu_resource(k) for k in container.requests
-            ):
-                return True
-    return False
+def asks_gpu(ref: ContainerRef) -> bool:
+    return any(is_gpu_resource(k) for k in ref.limits) or any(is_gpu_resource(k) for k in ref.requests)
+
+
+def requests_gpu_sharing(obj: Mapping[str, Any], table: KindTable = DEFAULT_TABLE) -> bool:
+    """Fast check: does any container of the object's pods mention an ``aliyun.com/gpu*`` resource?"""
+    return any(asks_gpu(ref) for pod in pod_likes(obj, table) for ref in pod.containers)
+
+
+#: How deep :func:`find_gpu_container` looks into an object of an unknown kind.
+MAX_SCAN_DEPTH = 40
+
+
+def find_gpu_container(node: Any, path: str = "", depth: int = 0) -> str | None:
+    """The path of the first container-like object (``resources.limits|requests`` naming an
+    ``aliyun.com/gpu*`` resource) anywhere in ``node``, or None. Bounded in depth."""
+    if depth > MAX_SCAN_DEPTH:
+        return None
+    if isinstance(node, Mapping):
+        resources = node.get("resources")
+        if isinstance(resources, Mapping) and any(
+            isinstance(resources.get(k), Mapping) and any(is_gpu_resource(r) for r in resources[k])
+            for k in ("limits", "requests")
+        ):
+            return path or "<root>"
+        for key, value in node.items():
+            if isinstance(value, Mapping | list):
+                found = find_gpu_container(value, f"{path}.{key}" if path else str(key), depth + 1)
+                if found is not None:
+                    return found
+    elif isinstance(node, list):
+        for i, item in enumerate(node):
+            if isinstance(item, Mapping | list):
+                found = find_gpu_container(item, f"{path}[{i}]", depth + 1)
+                if found is not None:
+                    return found
+    return None

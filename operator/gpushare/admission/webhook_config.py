@@ -19,6 +19,7 @@ from typing import Any, Literal
 import yaml
 
 from gpushare import constants as c
+from gpushare.admission.kinds import DEFAULT_TABLE, KindTable, kind_targets
 
 FailurePolicy = Literal["Fail", "Ignore"]
 
@@ -40,20 +41,32 @@ class WebhookTarget:
     plural: str
     operations: tuple[str, ...]
     namespaced: bool = True
+    #: Every served version the rule lists (``version`` first); empty means ``(version,)``.
+    versions: tuple[str, ...] = ()
 
 
-TARGETS: tuple[WebhookTarget, ...] = (
-    WebhookTarget("validate-pods", "Pod", "", "v1", "pods", ("CREATE",)),
-    WebhookTarget("validate-deployments", "Deployment", "apps", "v1", "deployments", ("CREATE", "UPDATE")),
-    WebhookTarget("validate-statefulsets", "StatefulSet", "apps", "v1", "statefulsets", ("CREATE", "UPDATE")),
-    WebhookTarget("validate-daemonsets", "DaemonSet", "apps", "v1", "daemonsets", ("CREATE", "UPDATE")),
-    WebhookTarget("validate-replicasets", "ReplicaSet", "apps", "v1", "replicasets", ("CREATE", "UPDATE")),
-    WebhookTarget("validate-jobs", "Job", "batch", "v1", "jobs", ("CREATE", "UPDATE")),
-    WebhookTarget("validate-cronjobs", "CronJob", "batch", "v1", "cronjobs", ("CREATE", "UPDATE")),
-    WebhookTarget(
-        "validate-gpusharepools", c.KIND, c.GROUP, c.VERSION, c.PLURAL, ("CREATE", "UPDATE"), namespaced=False
-    ),
-)
+def targets_for(table: KindTable = DEFAULT_TABLE) -> tuple[WebhookTarget, ...]:
+    """One target per kind of the workload-kinds table (:mod:`gpushare.admission.kinds`), then pools."""
+    return (
+        *(
+            WebhookTarget(
+                t.handler_id, t.kind, t.group, t.version, t.plural, t.operations, t.namespaced, t.versions
+            )
+            for t in kind_targets(table)
+        ),
+        WebhookTarget(
+            "validate-gpusharepools",
+            c.KIND,
+            c.GROUP,
+            c.VERSION,
+            c.PLURAL,
+            ("CREATE", "UPDATE"),
+            namespaced=False,
+        ),
+    )
+
+
+TARGETS: tuple[WebhookTarget, ...] = targets_for()
 TARGETS_BY_ID: dict[str, WebhookTarget] = {t.handler_id: t for t in TARGETS}
 
 
@@ -74,6 +87,8 @@ class WebhookSettings:
     timeout_seconds: int = MAX_TIMEOUT_SECONDS
     #: Namespaces never sent to the webhook, in addition to the operator's own.
     excluded_namespaces: tuple[str, ...] = ("kube-system",)
+    #: The handlers to register; None = :data:`TARGETS` (configured workload kinds add more).
+    targets: tuple[WebhookTarget, ...] | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.timeout_seconds <= MAX_TIMEOUT_SECONDS:
@@ -120,7 +135,7 @@ def build_webhook(settings: WebhookSettings, target: WebhookTarget) -> dict[str,
         "rules": [
             {
                 "apiGroups": [target.group],
-                "apiVersions": [target.version],
+                "apiVersions": list(target.versions or (target.version,)),
                 "resources": [target.plural],
                 "operations": list(target.operations),
                 "scope": "Namespaced" if target.namespaced else "Cluster",
@@ -155,7 +170,7 @@ def build_configuration(settings: WebhookSettings) -> dict[str, Any]:
                 "app.kubernetes.io/component": "webhook",
             },
         },
-        "webhooks": [build_webhook(settings, t) for t in TARGETS],
+        "webhooks": [build_webhook(settings, t) for t in settings.targets or TARGETS],
     }
 
 

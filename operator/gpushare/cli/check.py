@@ -15,14 +15,28 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+from pathlib import Path
 from typing import Any
 
 from gpushare import constants as c
-from gpushare.admission import Context, Finding, evaluate, is_denied, node_info
+from gpushare.admission import (
+    DEFAULT_TABLE,
+    Context,
+    Finding,
+    KindsError,
+    KindTable,
+    WorkloadKind,
+    evaluate,
+    is_denied,
+    load_kinds,
+    node_info,
+    object_name,
+    table_with,
+)
 from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
 from gpushare.cli import CLIError
 from gpushare.k8s.readonly import LiveReadError, read_live_sync
-from gpushare.manifests import describe, load_files
+from gpushare.manifests import load_files
 
 
 def register(subparsers: Any) -> None:
@@ -55,6 +69,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--kubeconfig", help="kubeconfig file (default: in-cluster, else KUBECONFIG, ~/.kube/config)"
     )
+    parser.add_argument(
+        "--kinds", action="append", default=[], metavar="FILE",
+        help="extra workload kinds and where their pod templates are (YAML; README: workload kinds)",
+    )  # fmt: skip
     parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
     parser.set_defaults(func=run)
 
@@ -72,15 +90,34 @@ def _context_objects(paths: list[str], option: str) -> tuple[list[GPUSharePool],
         elif kind == "Node":
             nodes.append(obj)
         else:
-            raise CLIError(f"{option}: {describe(obj)} is neither a GPUSharePool nor a Node")
+            raise CLIError(f"{option}: {object_name(obj)} is neither a GPUSharePool nor a Node")
     return pools, nodes
 
 
-def check_objects(objects: list[dict[str, Any]], ctx: Context) -> list[Finding]:
+def check_objects(
+    objects: list[dict[str, Any]], ctx: Context, table: KindTable = DEFAULT_TABLE
+) -> list[Finding]:
     findings: list[Finding] = []
     for obj in objects:
-        findings.extend(evaluate(obj, ctx))
+        findings.extend(evaluate(obj, ctx, table))
     return findings
+
+
+def kinds_table(paths: list[str]) -> KindTable:
+    """Built-in workload kinds plus those of every ``--kinds FILE``."""
+    if not paths:
+        return DEFAULT_TABLE
+    configured: list[WorkloadKind] = []
+    for path in paths:
+        try:
+            text = Path(path).read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CLIError(f"--kinds {path}: cannot read: {exc}") from None
+        try:
+            configured.extend(load_kinds(text, f"--kinds {path}"))
+        except KindsError as exc:
+            raise CLIError(str(exc)) from None
+    return table_with(configured)
 
 
 def build_context(
@@ -116,6 +153,7 @@ def _live_context(kubeconfig: str | None) -> tuple[list[GPUSharePool], list[dict
 
 
 def run(args: argparse.Namespace) -> int:
+    table = kinds_table(args.kinds)
     objects = load_files(args.files)
     if args.pools or args.nodes or args.offline:
         pools, nodes = _context_objects(args.pools, "--pools")
@@ -124,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
         pools, nodes = _live_context(args.kubeconfig)
         more_pools, more_nodes = [], []
     ctx = build_context(objects, pools + more_pools, nodes + more_nodes)
-    findings = check_objects(objects, ctx)
+    findings = check_objects(objects, ctx, table)
     if args.output == "json":
         print(json.dumps([f.to_dict() for f in findings], indent=2))
     else:
