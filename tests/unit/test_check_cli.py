@@ -98,6 +98,125 @@ EXPECTED: dict[str, tuple[int, list[tuple[str, str, str]]]] = {
             ("GPUSharePool/wide", "GP004-pool-overlap", "deny"),
         ],
     ),
+    # One example per workload kind of the kinds table, valid and invalid.
+    "workloads/clusterworkflowtemplate.yaml": (0, []),
+    "workloads/cronworkflow.yaml": (0, []),
+    "workloads/inferenceservice.yaml": (0, []),
+    "workloads/jobset.yaml": (0, []),
+    "workloads/leaderworkerset.yaml": (0, []),
+    "workloads/mpijob.yaml": (0, []),
+    "workloads/paddlejob.yaml": (0, []),
+    "workloads/pytorchjob.yaml": (0, []),
+    "workloads/raycluster.yaml": (0, []),
+    "workloads/rayjob.yaml": (0, []),
+    "workloads/rayservice.yaml": (0, []),
+    "workloads/tfjob.yaml": (0, []),
+    "workloads/volcano-job.yaml": (0, []),
+    "workloads/workflow.yaml": (0, []),
+    "workloads/workflowtemplate.yaml": (0, []),
+    "workloads/xgboostjob.yaml": (0, []),
+    "invalid/workloads/clusterworkflowtemplate-no-selector.yaml": (
+        1,
+        [
+            ("ClusterWorkflowTemplate/gpu-train-no-selector", "GS007-pool-target-missing", "deny"),
+        ],
+    ),
+    "invalid/workloads/cronworkflow-on-gpu-core.yaml": (
+        1,
+        [
+            ("CronWorkflow/default/nightly-train-core", "GS009-pool-kind-mismatch", "deny"),
+        ],
+    ),
+    "invalid/workloads/inferenceservice-20gib.yaml": (
+        1,
+        [
+            ("InferenceService/default/torchserve-20gib", "GS005-mem-exceeds-gpu", "deny"),
+        ],
+    ),
+    "invalid/workloads/jobset-ambiguous.yaml": (
+        1,
+        [
+            ("JobSet/default/jobset-train-ambiguous", "GS008-pool-target-ambiguous", "deny"),
+        ],
+    ),
+    "invalid/workloads/leaderworkerset-split-core.yaml": (
+        1,
+        [
+            ("LeaderWorkerSet/default/vllm-core", "GS013-gpu-count-split", "deny"),
+            ("LeaderWorkerSet/default/vllm-core", "GS013-gpu-count-split", "deny"),
+        ],
+    ),
+    "invalid/workloads/mpijob-uneven.yaml": (
+        1,
+        [
+            ("MPIJob/default/mpi-pi-uneven", "GS013-gpu-count-split", "deny"),
+        ],
+    ),
+    "invalid/workloads/paddlejob-20gib.yaml": (
+        1,
+        [
+            ("PaddleJob/default/paddle-resnet-20gib", "GS005-mem-exceeds-gpu", "deny"),
+            ("PaddleJob/default/paddle-resnet-20gib", "GS005-mem-exceeds-gpu", "deny"),
+        ],
+    ),
+    "invalid/workloads/pytorchjob-33.yaml": (
+        1,
+        [
+            ("PyTorchJob/default/pytorch-mnist-33", "GS001-core-percentage-step", "deny"),
+        ],
+    ),
+    "invalid/workloads/raycluster-no-selector.yaml": (
+        1,
+        [
+            ("RayCluster/default/ray-no-selector", "GS007-pool-target-missing", "deny"),
+        ],
+    ),
+    "invalid/workloads/rayjob-core-without-mem.yaml": (
+        1,
+        [
+            ("RayJob/default/ray-train-no-mem", "GS003-core-without-mem", "deny"),
+        ],
+    ),
+    "invalid/workloads/rayservice-2Gi.yaml": (
+        1,
+        [
+            ("RayService/default/ray-serve-2gi", "GS004-mem-positive-integer", "deny"),
+        ],
+    ),
+    "invalid/workloads/tfjob-typo.yaml": (
+        1,
+        [
+            ("TFJob/default/tf-mnist-typo", "GS012-unknown-gpu-resource", "deny"),
+            ("TFJob/default/tf-mnist-typo", "GS009-pool-kind-mismatch", "deny"),
+            ("TFJob/default/tf-mnist-typo", "GS012-unknown-gpu-resource", "deny"),
+            ("TFJob/default/tf-mnist-typo", "GS009-pool-kind-mismatch", "deny"),
+        ],
+    ),
+    "invalid/workloads/volcano-job-request-mismatch.yaml": (
+        1,
+        [
+            ("Job/default/volcano-train-mismatch", "GS006-request-limit-mismatch", "deny"),
+        ],
+    ),
+    "invalid/workloads/workflow-120.yaml": (
+        1,
+        [
+            ("Workflow/default/train-gpushare-120", "GS002-core-percentage-range", "deny"),
+        ],
+    ),
+    "invalid/workloads/workflowtemplate-33.yaml": (
+        1,
+        [
+            ("WorkflowTemplate/default/train-template-33", "GS001-core-percentage-step", "deny"),
+        ],
+    ),
+    "invalid/workloads/xgboostjob-on-gpu-core.yaml": (
+        1,
+        [
+            ("XGBoostJob/default/xgboost-iris-core", "GS009-pool-kind-mismatch", "deny"),
+            ("XGBoostJob/default/xgboost-iris-core", "GS009-pool-kind-mismatch", "deny"),
+        ],
+    ),
 }
 
 

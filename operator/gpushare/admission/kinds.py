@@ -313,7 +313,7 @@ def kind_targets(table: KindTable = DEFAULT_TABLE) -> tuple[KindTarget, ...]:
 
 # --- paths ----------------------------------------------------------------------------------------
 
-_SEGMENT_RE = re.compile(r"^(\.\.|[A-Za-z0-9_-]+|\*)(\[\*\])?$")
+_SEGMENT_RE = re.compile(r"^([A-Za-z0-9_-]+|\*)(\[\*\])?$")
 
 
 class KindsError(ValueError):
@@ -412,7 +412,10 @@ def _str_list(value: Any, where: str) -> tuple[str, ...]:
 
 def _source(raw: Any, where: str) -> PodSource:
     if isinstance(raw, str):
-        parse_path(raw)
+        try:
+            parse_path(raw)
+        except KindsError as exc:
+            raise KindsError(f"{where}: {exc}") from None
         return PodSource(raw)
     if not isinstance(raw, Mapping):
         raise KindsError(f"{where}: must be a path string or an object with 'path'")

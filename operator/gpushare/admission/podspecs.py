@@ -94,7 +94,8 @@ def _container_ref(path: str, item: Mapping[str, Any], key: str, index: int | No
     resources = _mapping(item.get("resources"))
     env = item.get("env")
     label = _LABELS.get(key, f"{key} container")
-    default = f"#{index}" if index is not None else key
+    # Argo names the container of a container/script template "main"; KServe the model's "kserve-container".
+    default = f"#{index}" if index is not None else ("main" if key in ("container", "script") else key)
     return ContainerRef(
         path=path,
         label=label,

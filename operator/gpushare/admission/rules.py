@@ -58,15 +58,17 @@ def evaluate(obj: Any, ctx: Context = EMPTY_CONTEXT, table: KindTable = DEFAULT_
         return []
     if obj.get("kind") == c.KIND:
         return evaluate_pool(obj, ctx)
-    if table.lookup(obj) is None:
+    kind = table.lookup(obj)
+    if kind is None:
         return _unknown_kind(obj, table)
     pods = pod_likes(obj, table)
     if not any(asks_gpu(ref) for pod in pods for ref in pod.containers):
         return []
     name = object_name(obj, table)
     findings: list[Finding] = []
+    several = len(pods) > 1 or any("*" in s.path for s in kind.sources)
     for pod in pods:
-        findings.extend(_evaluate_pod(name, pod, ctx))
+        findings.extend(_evaluate_pod(name, pod, ctx, several))
     return findings
 
 
@@ -127,8 +129,10 @@ def _nearest_steps(value: int) -> str:
 
 
 class _Emitter:
-    def __init__(self, obj_name: str) -> None:
+    def __init__(self, obj_name: str, pod_path: str | None = None) -> None:
         self.obj = obj_name
+        #: Named in container messages when an object has several pod templates (replicas, steps).
+        self.pod_path = pod_path
         self.out: list[Finding] = []
 
     def add(
@@ -145,6 +149,8 @@ class _Emitter:
     ) -> None:
         rule = RULES[rule_id]
         where = f"{container.display}: {field.removeprefix(container.path + '.')}" if container else field
+        if container and self.pod_path:
+            where = f"{self.pod_path} {where}"
         where = clip(where, MAX_FIELD_SHOWN)
         shown = f"={value}" if value is not None else ""
         message = f"{self.obj}: {where}{shown} {problem} {rule_tag(rule_id)}; {fix}{note}"
@@ -408,8 +414,8 @@ def _gpu_count(em: _Emitter, pod: PodLike) -> _Split:
     return _Split(q.value, field, q.shown)
 
 
-def _evaluate_pod(obj_name: str, pod: PodLike, ctx: Context) -> list[Finding]:
-    em = _Emitter(obj_name)
+def _evaluate_pod(obj_name: str, pod: PodLike, ctx: Context, several: bool = False) -> list[Finding]:
+    em = _Emitter(obj_name, pod.path if several else None)
     constraints = node_constraints(pod.constraints_path, pod.spec)
     res = resolve(constraints, ctx)
     all_pools = {p.name for p in ctx.pools}
