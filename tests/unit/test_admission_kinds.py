@@ -466,3 +466,54 @@ def test_check_and_the_webhook_handler_agree_on_every_kind(obj: dict[str, Any]) 
     # The server's fast path allows only what the handler would allow without findings.
     if admission.fast_allow(target.handler_id, review):
         assert want.allowed and not findings
+
+
+# --- the pool's memory unit -----------------------------------------------------------------------
+
+
+def _node(name: str, nodepool: str, gpu_mem: int, gpus: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"alibabacloud.com/nodepool-id": nodepool}},
+        "status": {"allocatable": {MEM: str(gpu_mem), "aliyun.com/gpu-count": str(gpus)}},
+    }
+
+
+def _mib_ctx() -> Context:
+    from gpushare.admission import node_info
+
+    pools = [_pool("mib", unit="MiB"), _pool("gib")]
+    nodes = [_node("m1", "np-mib", 4 * 15360, 4), _node("g1", "np-gib", 4 * 15, 4)]
+    return Context.build(pools, [node_info(n) for n in nodes])
+
+
+def test_mib_pools_judge_memory_in_mib() -> None:
+    ctx = _mib_ctx()
+    assert ctx.pool_per_gpu == {"mib": 15360, "gib": 15}
+    mib = {"gpushare.io/pool": "mib"}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": gpu_spec({MEM: 4096}, mib)}
+    assert evaluate(pod, ctx) == []
+    pod["spec"] = gpu_spec({MEM: 20000}, mib)
+    (f,) = evaluate(pod, ctx)
+    assert (
+        f.rule_id == "GS005-mem-exceeds-gpu" and "mib 15360 MiB" in f.message and "at most 15360" in f.message
+    )
+    # The same MiB-sized manifest on a GiB pool is too large, and the message says why.
+    pod["spec"] = gpu_spec({MEM: 4096}, {"gpushare.io/pool": "gib"})
+    (g,) = evaluate(pod, ctx)
+    assert g.rule_id == "GS005-mem-exceeds-gpu" and "looks like MiB" in g.message
+    pod["spec"] = gpu_spec({MEM: "2Gi"}, mib)
+    (h,) = evaluate(pod, ctx)
+    assert h.rule_id == "GS004-mem-positive-integer" and "whole number of MiB" in h.message
+
+
+def test_inspect_shows_the_unit_of_a_mib_pool() -> None:
+    from gpushare.inspection import build_report, render_text
+
+    pools = [_pool("mib", unit="MiB").model_dump(by_alias=True, mode="json")]
+    report = build_report([_node("m1", "np-mib", 61440, 4)], [], pools)
+    (section,) = report.pools
+    assert section.memory_unit == "MiB" and report.to_dict()["pools"][0]["memoryUnit"] == "MiB"
+    text = render_text(report)
+    assert "gpu-mem in MiB" in text and "allocated (MiB)" in text

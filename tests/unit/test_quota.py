@@ -354,3 +354,14 @@ def test_quota_is_frozen() -> None:
     q = Quota(unit="GiB", container=1, device=2)
     with pytest.raises(AttributeError):
         q.container = 3  # type: ignore[misc]
+
+
+def test_unit_follows_the_pool_or_the_device_size() -> None:
+    """A MiB pool's plugin reports ALIYUN_COM_GPU_MEM_DEV=15360: without a unit that is MiB, not 15 TiB."""
+    env = {"ALIYUN_COM_GPU_MEM_CONTAINER": "4096", "ALIYUN_COM_GPU_MEM_DEV": "15360"}
+    assert read_quota(env).unit == "MiB"
+    assert read_quota({**env, "GPUSHARE_MEMORY_UNIT": "MiB"}).container_bytes == 4096 * 1024**2
+    small = {"ALIYUN_COM_GPU_MEM_CONTAINER": "4", "ALIYUN_COM_GPU_MEM_DEV": "15"}
+    assert read_quota(small).unit == "GiB"
+    with pytest.raises(QuotaError, match="larger than"):
+        read_quota({**env, "ALIYUN_COM_GPU_MEM_CONTAINER": "20000"})
