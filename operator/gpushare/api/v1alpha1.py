@@ -501,7 +501,8 @@ def _is_plumbing(part: int | str) -> bool:
 
 def parse_pool(obj: dict[str, Any]) -> GPUSharePool:
     """Parse a GPUSharePool object (as Kubernetes JSON), or raise PoolValidationError."""
-    name = str((obj.get("metadata") or {}).get("name") or "<unnamed>")
+    meta = obj.get("metadata")
+    name = str((meta.get("name") if isinstance(meta, dict) else None) or "<unnamed>")
     try:
         return GPUSharePool.model_validate(obj)
     except ValidationError as exc:

@@ -4,7 +4,9 @@ Context (the pools and nodes the pool rules need): the live cluster's GPUSharePo
 read through the kubeconfig (get/list only), unless ``--pools``/``--nodes`` files are given or
 ``--offline`` says to use only what ``-f`` holds (for CI without a cluster).
 
-Exit codes: 0 nothing denied (warnings allowed), 1 something denied, 2 unreadable input.
+Exit codes: 0 nothing denied (warnings allowed), 1 something denied, 2 unreadable input. A file
+that cannot be read (bad YAML, a Helm template, too deep or too large) is reported on stderr in
+one line and the other files are still checked; the exit code is then 2.
 Output: ``-o text`` (default) prints one line per finding, ``VERDICT RULE-ID MESSAGE`` (the message
 starts with ``Kind/namespace/name``), then a summary line; ``-o json`` prints one JSON list of
 finding objects (keys: rule_id, verdict, object, container, field, value, message).
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +39,7 @@ from gpushare.admission import (
 from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
 from gpushare.cli import CLIError
 from gpushare.k8s.readonly import LiveReadError, read_live_sync
-from gpushare.manifests import load_files
+from gpushare.manifests import collect_files, load_files
 
 
 def register(subparsers: Any) -> None:
@@ -154,7 +157,7 @@ def _live_context(kubeconfig: str | None) -> tuple[list[GPUSharePool], list[dict
 
 def run(args: argparse.Namespace) -> int:
     table = kinds_table(args.kinds)
-    objects = load_files(args.files)
+    objects, errors = collect_files(args.files)  # a bad file is reported; the others are still checked
     if args.pools or args.nodes or args.offline:
         pools, nodes = _context_objects(args.pools, "--pools")
         more_pools, more_nodes = _context_objects(args.nodes, "--nodes")
@@ -170,5 +173,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"{f.verdict.upper():4} {f.rule_id} {f.message}")
         denied = sum(1 for f in findings if f.verdict == "deny")
         warned = len(findings) - denied
-        print(f"checked {len(objects)} object(s): {denied} denied, {warned} warning(s)")
+        unread = f", {len(errors)} file(s) unreadable" if errors else ""
+        print(f"checked {len(objects)} object(s): {denied} denied, {warned} warning(s){unread}")
+    for error in errors:
+        print(f"gpushare check: error: {error}", file=sys.stderr)
+    if errors:
+        return 2
     return 1 if is_denied(findings) else 0
