@@ -517,3 +517,46 @@ def test_inspect_shows_the_unit_of_a_mib_pool() -> None:
     assert section.memory_unit == "MiB" and report.to_dict()["pools"][0]["memoryUnit"] == "MiB"
     text = render_text(report)
     assert "gpu-mem in MiB" in text and "allocated (MiB)" in text
+
+
+def test_operator_takes_a_workload_kinds_file(tmp_path: Path) -> None:
+    from gpushare.cli import build_parser
+
+    kinds = tmp_path / "kinds.yaml"
+    kinds.write_text(KINDS_FILE)
+    args = build_parser().parse_args(["run", "--webhook", "--workload-kinds", str(kinds)])
+    options = admission.options_from_args(args)
+    assert ("example.com", "Trainer") in {(k.group, k.kind) for k in options.kinds.kinds}
+    ids = [t.handler_id for t in options.targets]
+    assert "validate-trainers-example-com" in ids and "validate-pytorchjobs-kubeflow-org" in ids
+    cfg = build_configuration(options.webhook_settings(None))
+    assert "validate-trainers-example-com.gpushare.io" in {h["name"] for h in cfg["webhooks"]}
+    review = {
+        "request": {
+            "resource": {"group": "example.com", "version": "v1", "resource": "trainers"},
+            "operation": "CREATE",
+            "object": {
+                "apiVersion": "example.com/v1",
+                "kind": "Trainer",
+                "metadata": {"name": "t"},
+                "spec": {},
+            },
+        }
+    }
+    targets = {t.handler_id: t for t in options.targets}
+    assert admission.fast_allow("validate-trainers-example-com", review, targets, options.kinds)
+    # Without the file the default configuration has no such webhook.
+    default = admission.options_from_args(build_parser().parse_args(["run", "--webhook"]))
+    assert "validate-trainers-example-com" not in [t.handler_id for t in default.targets]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- {kind: X}\n")
+    with pytest.raises(ValueError, match=r"--workload-kinds .*bad.yaml: kinds\[0\]"):
+        admission.options_from_args(
+            build_parser().parse_args(["run", "--webhook", "--workload-kinds", str(bad)])
+        )
+    with pytest.raises(ValueError, match="missing.yaml: cannot read"):
+        admission.options_from_args(
+            build_parser().parse_args(
+                ["run", "--webhook", "--workload-kinds", str(tmp_path / "missing.yaml")]
+            )
+        )
