@@ -554,7 +554,7 @@ def test_operator_takes_a_workload_kinds_file(tmp_path: Path) -> None:
         admission.options_from_args(
             build_parser().parse_args(["run", "--webhook", "--workload-kinds", str(bad)])
         )
-    with pytest.raises(ValueError, match="missing.yaml: cannot read"):
+    with pytest.raises(ValueError, match=r"missing\.yaml: cannot read"):
         admission.options_from_args(
             build_parser().parse_args(
                 ["run", "--webhook", "--workload-kinds", str(tmp_path / "missing.yaml")]
