@@ -121,14 +121,15 @@ _PLURALS = {
     "PyTorchJob": ("/apis/kubeflow.org/v1", "pytorchjobs"),
     "RayCluster": ("/apis/ray.io/v1", "rayclusters"),
     "Workflow": ("/apis/argoproj.io/v1alpha1", "workflows"),
+    "TFJob": ("/apis/kubeflow.org/v1", "tfjobs"),
 }
 #: Minimal CRDs (written here, schema-less) for the workload kinds the webhook is shown on.
 WORKLOAD_CRDS = Path(__file__).parent / "crds" / "workload-kinds.yaml"
 
 
-def install_workload_crds(kube: Kube) -> None:
+def install_workload_crds(kube: Kube, crds: list[dict[str, Any]] | None = None) -> None:
     """Create the CRDs (idempotent) and wait until each is Established and served."""
-    for crd in yaml.safe_load_all(WORKLOAD_CRDS.read_text()):
+    for crd in crds if crds is not None else yaml.safe_load_all(WORKLOAD_CRDS.read_text()):
         r = kube.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
         assert r.status in (201, 409), r.body
         name, group = crd["metadata"]["name"], crd["spec"]["group"]
@@ -838,3 +839,28 @@ def test_random_workloads_webhook_agrees_with_check(webhook: Webhook, obj: dict[
     else:
         assert r.status == 201, (r.message, findings)
         assert sorted(r.warnings) == sorted(f.message for f in findings if f.verdict == "warn")
+
+
+def test_a_crd_installed_while_the_operator_runs_is_checked_without_a_restart(webhook: Webhook) -> None:
+    """Kopf watches CRDs (RBAC: list/watch customresourcedefinitions) and serves the new resource."""
+    (pytorch_crd, *_) = yaml.safe_load_all(WORKLOAD_CRDS.read_text())
+    crd = copy.deepcopy(pytorch_crd)
+    crd["metadata"]["name"] = "tfjobs.kubeflow.org"
+    crd["spec"]["names"] = {"kind": "TFJob", "listKind": "TFJobList", "plural": "tfjobs", "singular": "tfjob"}
+    install_workload_crds(webhook.kube, [crd])
+    try:
+        (bad,) = load("invalid/workloads/tfjob-typo.yaml")
+        deadline = time.monotonic() + 60
+        while True:
+            r = webhook.kube.create(bad, webhook.namespace)
+            if r.status == 422 and "GS012-unknown-gpu-resource" in r.message:  # 404 until Kopf rescans
+                break
+            assert time.monotonic() < deadline, f"TFJob never checked: {r.status} {r.message}"
+            time.sleep(0.5)
+        assert 'did you mean "aliyun.com/gpu-core.percentage"?' in r.message
+        (good,) = load("workloads/tfjob.yaml")
+        assert webhook.kube.create(good, webhook.namespace).status == 201
+    finally:
+        webhook.kube.request(
+            "DELETE", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/tfjobs.kubeflow.org"
+        )

@@ -560,3 +560,57 @@ def test_operator_takes_a_workload_kinds_file(tmp_path: Path) -> None:
                 ["run", "--webhook", "--workload-kinds", str(tmp_path / "missing.yaml")]
             )
         )
+
+
+def test_pods_aimed_at_ack_mps_nodes_get_only_the_container_rules() -> None:
+    """gpushare has no mps pools (README: Limits): such pods are not denied as "no pool"."""
+    mps = {"ack.node.gpu.schedule": "mps"}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": gpu_spec({MEM: 2}, mps)}
+    assert evaluate(pod, CTX) == []
+    pod["spec"] = gpu_spec({MEM: 2, CORE: 33}, mps)
+    assert [f.rule_id for f in evaluate(pod, CTX)] == ["GS001-core-percentage-step"]
+    pod["spec"] = gpu_spec({MEM: 2}, {"ack.node.gpu.schedule": "default"})
+    assert [f.rule_id for f in evaluate(pod, CTX)] == ["GS011-pool-target-unknown"]
+
+
+def test_readme_lists_every_kind_and_its_kinds_file_example_loads() -> None:
+    import re
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("### Workload kinds", 1)[1].split("\n## ", 1)[0]
+    for kind in BUILTIN_KINDS:
+        assert kind.kind in section, kind.kind
+        for api in kind.api_versions:
+            assert f"`{api}`" in section or f"`{api.rsplit('/', 1)[0]}" in section, api
+    (block,) = re.findall(r"^```\n(- kind:.*?)^```", section, flags=re.S | re.M)
+    (entry,) = load_kinds(block, "README.md")
+    assert [s.path for s in entry.sources] == ["spec.runners[*].pod.spec", "spec.steps.*"]
+    assert entry.sources[1].inherit == "spec" and entry.sources[1].containers == ("step",)
+
+
+@pytest.mark.parametrize(
+    ("name", "suggestion"),
+    [
+        ("aliyun.com/gpu-core", 'did you mean "aliyun.com/gpu-core.percentage"?'),
+        ("aliyun.com/gpu-memory", 'did you mean "aliyun.com/gpu-mem"?'),
+        ("aliyun.com/gpumem", 'did you mean "aliyun.com/gpu-mem"?'),
+        ("aliyun.com/gpu-core-percentage", 'did you mean "aliyun.com/gpu-core.percentage"?'),
+        (
+            "aliyun.com/gpu-xyz",
+            "the device plugin offers aliyun.com/gpu-mem and aliyun.com/gpu-core.percentage",
+        ),
+    ],
+)
+def test_misspelled_gpu_resources_are_denied_with_a_did_you_mean(name: str, suggestion: str) -> None:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": gpu_spec({MEM: 2, name: 50}, CGPU_SEL),
+    }
+    (f,) = evaluate(pod, CTX)
+    assert (f.rule_id, f.verdict) == ("GS012-unknown-gpu-resource", "deny")
+    assert f.message.endswith(suggestion)
+    assert decide([f]).code == 422  # an invalid value, like GS001-GS004
+    pod["spec"] = gpu_spec({MEM: 2, "aliyun.com/gpu-core.tflops": 10}, CGPU_SEL)
+    assert evaluate(pod, CTX) == []  # ACK-compatible, not checked by gpushare

@@ -22,6 +22,7 @@ INVALID_VALUE_RULES = frozenset(
         "GS003-core-without-mem",
         "GS004-mem-positive-integer",
         "GS006-request-limit-mismatch",
+        "GS012-unknown-gpu-resource",
         "GP001-pool-schema",
         "GP002-pool-compute-without-isolation",
         "GP003-pool-empty-selector",

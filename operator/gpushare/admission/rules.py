@@ -168,7 +168,16 @@ class _Emitter:
 
 
 def _did_you_mean(name: str) -> str:
-    close = difflib.get_close_matches(name, KNOWN_RESOURCES, n=1, cutoff=0.5)
+    """The known resource the name most likely meant: a shared stem first (``gpu-core`` ->
+    ``gpu-core.percentage``, ``gpu-memory`` -> ``gpu-mem``), else the closest spelling."""
+    tail = name.removeprefix(c.GPU_RESOURCE_PREFIX).lstrip("-").lower()
+    stems = {
+        known: known.removeprefix(c.GPU_RESOURCE_PREFIX).lstrip("-").split(".")[0]
+        for known in KNOWN_RESOURCES
+    }
+    by_stem = [k for k, stem in stems.items() if tail and (tail.startswith(stem) or stem.startswith(tail))]
+    tails = {known.removeprefix(c.GPU_RESOURCE_PREFIX).lstrip("-"): known for known in KNOWN_RESOURCES}
+    close = by_stem or [tails[t] for t in difflib.get_close_matches(tail, list(tails), n=1, cutoff=0.6)]
     if close:
         return f'did you mean "{close[0]}"?'
     return f"the device plugin offers {' and '.join(KNOWN_RESOURCES)}"
@@ -371,11 +380,10 @@ def _suggest(ctx: Context, compute: bool, multi: bool = False, reachable: set[st
         )
     if kinds == (c.SCHEDULE_SHARE,):
         return f'e.g. nodeSelector {{{c.LABEL_POOL}: <pool>}} or {{{c.LABEL_DISABLE_ISOLATION}: "true"}}'
-    if c.SCHEDULE_SHARE not in kinds:
-        return f"e.g. nodeSelector {{{c.LABEL_POOL}: <pool>}} or {{{c.LABEL_SCHEDULE}: {c.SCHEDULE_CGPU}}}"
+    # Memory-only: isolation first; sharing without isolation only when asked for by name.
     return (
         f"e.g. nodeSelector {{{c.LABEL_POOL}: <pool>}} or {{{c.LABEL_SCHEDULE}: {c.SCHEDULE_CGPU}}}"
-        f' / {{{c.LABEL_DISABLE_ISOLATION}: "true"}}'
+        " (memory isolation)"
     )
 
 
