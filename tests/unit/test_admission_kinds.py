@@ -359,14 +359,14 @@ def test_check_takes_a_kinds_file(tmp_path: Path, capsys: pytest.CaptureFixture[
     }
     manifest = tmp_path / "t.yaml"
     manifest.write_text(json.dumps(obj))
-    assert main(["check", "-f", str(manifest), "-o", "json"]) == 0
+    assert main(["check", "--offline", "-f", str(manifest), "-o", "json"]) == 0
     assert [f["rule_id"] for f in json.loads(capsys.readouterr().out)] == ["GS015-workload-kind-unknown"]
-    assert main(["check", "-f", str(manifest), "--kinds", str(kinds), "-o", "json"]) == 1
+    assert main(["check", "--offline", "-f", str(manifest), "--kinds", str(kinds), "-o", "json"]) == 1
     rules = [f["rule_id"] for f in json.loads(capsys.readouterr().out)]
     assert rules == ["GS001-core-percentage-step", "GS007-pool-target-missing"]
     bad = tmp_path / "bad.yaml"
     bad.write_text("- kind: X\n")
-    assert main(["check", "-f", str(manifest), "--kinds", str(bad)]) == 2
+    assert main(["check", "--offline", "-f", str(manifest), "--kinds", str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "kinds[0]" in err
 

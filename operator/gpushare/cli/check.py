@@ -158,12 +158,18 @@ def _live_context(kubeconfig: str | None) -> tuple[list[GPUSharePool], list[dict
 def run(args: argparse.Namespace) -> int:
     table = kinds_table(args.kinds)
     objects, errors = collect_files(args.files)  # a bad file is reported; the others are still checked
-    if args.pools or args.nodes or args.offline:
-        pools, nodes = _context_objects(args.pools, "--pools")
-        more_pools, more_nodes = _context_objects(args.nodes, "--nodes")
-    else:
-        pools, nodes = _live_context(args.kubeconfig)
-        more_pools, more_nodes = [], []
+    if errors and not objects:
+        return _report_errors(errors)  # nothing to check: no context needed
+    try:
+        if args.pools or args.nodes or args.offline:
+            pools, nodes = _context_objects(args.pools, "--pools")
+            more_pools, more_nodes = _context_objects(args.nodes, "--nodes")
+        else:
+            pools, nodes = _live_context(args.kubeconfig)
+            more_pools, more_nodes = [], []
+    except CLIError:
+        _report_errors(errors)
+        raise
     ctx = build_context(objects, pools + more_pools, nodes + more_nodes)
     findings = check_objects(objects, ctx, table)
     if args.output == "json":
@@ -175,8 +181,13 @@ def run(args: argparse.Namespace) -> int:
         warned = len(findings) - denied
         unread = f", {len(errors)} file(s) unreadable" if errors else ""
         print(f"checked {len(objects)} object(s): {denied} denied, {warned} warning(s){unread}")
+    if errors:
+        return _report_errors(errors)
+    return 1 if is_denied(findings) else 0
+
+
+def _report_errors(errors: list[str]) -> int:
+    """One line per unreadable file on stderr; the exit code for unreadable input."""
     for error in errors:
         print(f"gpushare check: error: {error}", file=sys.stderr)
-    if errors:
-        return 2
-    return 1 if is_denied(findings) else 0
+    return 2
