@@ -9,7 +9,7 @@ from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpushare.cli import CLIError, main
