@@ -614,3 +614,33 @@ def test_misspelled_gpu_resources_are_denied_with_a_did_you_mean(name: str, sugg
     assert decide([f]).code == 422  # an invalid value, like GS001-GS004
     pod["spec"] = gpu_spec({MEM: 2, "aliyun.com/gpu-core.tflops": 10}, CGPU_SEL)
     assert evaluate(pod, CTX) == []  # ACK-compatible, not checked by gpushare
+
+
+def test_ambiguous_and_missing_selector_hints_name_a_pool_of_the_right_kind() -> None:
+    """GS007/GS008 suggest isolation (cgpu) first for memory-only pods, core_mem for compute shares,
+    and only cgpu for a multi-GPU split; never a pool of another kind."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": gpu_spec({MEM: 2}, {"cgpu": "true"}),
+    }
+    (f,) = evaluate(pod, CTX)
+    assert f.rule_id == "GS008-pool-target-ambiguous"
+    assert (
+        "e.g. nodeSelector {gpushare.io/pool: cgpu} (cgpu pools: cgpu; share pools: cgpu-no-isolation)"
+        in f.message
+    )
+    pod["spec"] = gpu_spec({MEM: 2, CORE: 30}, {"cgpu": "true"})
+    (g,) = evaluate(pod, CTX)
+    assert g.rule_id == "GS008-pool-target-ambiguous" and g.message.endswith(
+        "e.g. nodeSelector {gpushare.io/pool: gpu-core} (core_mem pools: gpu-core)"
+    )
+    pod["spec"] = gpu_spec({MEM: 8})
+    pod["metadata"]["labels"] = {"aliyun.com/gpu-count": "2"}
+    (h,) = evaluate(pod, CTX)
+    assert h.rule_id == "GS007-pool-target-missing"
+    assert h.message.endswith("e.g. nodeSelector {gpushare.io/pool: cgpu} (cgpu pools: cgpu)")
+    (none,) = evaluate(pod, Context())
+    assert none.message.endswith("{ack.node.gpu.schedule: cgpu} (memory isolation)")
+    assert "cgpu.disable.isolation" not in none.message
