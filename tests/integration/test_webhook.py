@@ -137,7 +137,8 @@ def install_workload_crds(kube: Kube, crds: list[dict[str, Any]] | None = None) 
         deadline = time.monotonic() + 60
         while True:
             got = kube.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-            conditions = {c["type"]: c["status"] for c in got.body.get("status", {}).get("conditions", [])}
+            status = got.body.get("status") or {}  # conditions are null until the apiserver sets them
+            conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
             served = kube.request("GET", f"/apis/{group}/{version}/{plural}")
             if conditions.get("Established") == "True" and served.status == 200:
                 break
