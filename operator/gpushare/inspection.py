@@ -154,6 +154,8 @@ class PoolSection:
     mode: str = ""
     memory_isolation: bool | None = None
     ready: str = ""  # the Ready condition: "True (AllNodesReady)" etc.
+    #: The unit of gpu-mem on the pool's nodes (spec.devicePlugin.memoryUnit); "" outside pools.
+    memory_unit: str = ""
     nodes: tuple[NodeLine, ...] = ()
     pending: tuple[PodLine, ...] = ()
     warnings: tuple[str, ...] = ()
@@ -168,6 +170,7 @@ class PoolSection:
             "mode": self.mode or None,
             "memoryIsolation": self.memory_isolation,
             "ready": self.ready or None,
+            "memoryUnit": self.memory_unit or None,
             "totals": self.totals.to_dict(),
             "nodes": [n.to_dict() for n in self.nodes],
             "pending": [p.to_dict() for p in self.pending],
@@ -344,6 +347,7 @@ def build_report(
                 mode=pool.spec.mode,
                 memory_isolation=pool.spec.memory_isolation,
                 ready=_ready_text(pool),
+                memory_unit=pool.spec.device_plugin.memory_unit,
                 nodes=lines,
                 pending=tuple(sorted(pending_by_pool.get(pool.name, []), key=lambda p: p.ref)),
                 warnings=tuple(pool_warnings),
@@ -382,6 +386,7 @@ def _section_text(section: PoolSection, details: bool) -> list[str]:
         out.append(
             f"POOL {section.name}  mode={section.mode} ({MODE_TEXT.get(section.mode, section.mode)})  "
             f"ready={section.ready}  nodes={t.nodes}"
+            + (f"  gpu-mem in {section.memory_unit}" if section.memory_unit == "MiB" else "")
         )
     else:
         out.append("NO POOL  (GPU nodes and pending GPU pods outside every GPUSharePool)")
@@ -484,10 +489,17 @@ def render_text(report: Report, details: bool = False) -> str:
     all_nodes = [n for s in (*report.pools, report.unpooled) for n in s.nodes]
     t = Totals.of(all_nodes)
     core = _ratio(t.gpu_core_allocated, t.gpu_core_total)
+    units = {s.memory_unit or "GiB" for s in report.pools}
+    if report.unpooled.nodes:
+        units.add("GiB")
+    unit = "plugin unit, GiB by default" if units <= {"GiB"} else ("MiB" if units == {"MiB"} else "")
+    mem = (
+        f"gpu-mem {_ratio(t.gpu_mem_allocated, t.gpu_mem_total)} allocated ({unit})"
+        if unit
+        else "gpu-mem in GiB and MiB pools (see each pool)"
+    )
     lines.append(
-        f"Total: {t.nodes} GPU node(s), {t.gpus} GPU(s), "
-        f"gpu-mem {_ratio(t.gpu_mem_allocated, t.gpu_mem_total)} allocated (plugin unit, GiB by default), "
-        f"gpu-core {core + '%' if core != '-' else '-'}"
+        f"Total: {t.nodes} GPU node(s), {t.gpus} GPU(s), {mem}, gpu-core {core + '%' if core != '-' else '-'}"
     )
     lines.extend(f"warning: {w}" for w in report.warnings)
     return "\n".join(lines)

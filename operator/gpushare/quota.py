@@ -13,7 +13,9 @@ through environment variables (ack-gpu-sharing.md §3):
 ``NVIDIA_VISIBLE_DEVICES``       ``no-gpu-has-<N><unit>-to-run`` when allocation failed
 =============================== ================================================
 
-The unit is GiB unless the plugin runs with ``--memory-unit=MiB`` (``GPUSHARE_MEMORY_UNIT``).
+The unit is GiB unless the plugin runs with ``--memory-unit=MiB`` (the pool's
+``spec.devicePlugin.memoryUnit``; pass it as ``GPUSHARE_MEMORY_UNIT`` or ``--unit``). Without
+either, a ``ALIYUN_COM_GPU_MEM_DEV`` of 1024 or more is taken as MiB (no GPU has 1 TiB).
 Pure core: :func:`read_quota` validates and returns a :class:`Quota`; :func:`apply_torch`
 and :func:`apply_tensorflow` import their framework lazily and do nothing when it is absent.
 """
@@ -193,9 +195,19 @@ def _positive(name: str, value: int | None) -> int:
     return value
 
 
+#: A GPU memory of this many units or more cannot be GiB (no GPU has 1 TiB): the plugin counts MiB.
+MIB_EVIDENCE = 1024
+
+
 def read_quota(environ: Mapping[str, str], unit: str | None = None) -> Quota:
-    """Validate the device plugin's variables. ``unit`` beats ``GPUSHARE_MEMORY_UNIT``; default GiB."""
-    the_unit = parse_unit(unit if unit is not None else environ.get(ENV_UNIT))
+    """Validate the device plugin's variables. ``unit`` beats ``GPUSHARE_MEMORY_UNIT`` (set it to the
+    pool's ``spec.devicePlugin.memoryUnit``); without either, GiB unless ``ALIYUN_COM_GPU_MEM_DEV``
+    is 1024 or more, which only a MiB-counting device plugin reports."""
+    given = unit if unit is not None else environ.get(ENV_UNIT)
+    if given is None or not given.strip():
+        raw_dev = (environ.get(ENV_DEV) or "").strip()
+        given = "MiB" if raw_dev.isdigit() and int(raw_dev) >= MIB_EVIDENCE else "GiB"
+    the_unit = parse_unit(given)
     visible = environ.get(ENV_VISIBLE, "")
     if visible.startswith(ALLOCATION_FAILED_PREFIX):
         raise QuotaError(

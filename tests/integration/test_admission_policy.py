@@ -35,8 +35,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpushare.admission import EMPTY_CONTEXT, evaluate
-from gpushare.admission.cel import KindPaths
-from gpushare.admission.podspecs import POD_SPEC_PATHS
+from gpushare.admission.cel import kind_paths
+from gpushare.admission.kinds import PodSource, WorkloadKind, table_with
 from gpushare.admission.policy import POLICY_RULES, build_binding, build_policy
 from gpushare.admission.webhook_config import WebhookSettings, build_configuration
 from gpushare.devcluster import ClusterInfo
@@ -114,7 +114,13 @@ _PLURALS = {
 # of replica specs, values stored as written (no apiserver validation of resources), so the
 # policy's GS004/GS006/malformed-value CEL and its wildcard paths meet raw ints, floats, strings.
 TRAIN_PATH = "spec.replicaSpecs.*.template.spec"
-TRAIN_KIND = (KindPaths("test.gpushare.io", "gputrainjobs", (TRAIN_PATH,)), ("CREATE", "UPDATE"), "v1")
+TRAIN_WORKLOAD = WorkloadKind(
+    "GPUTrainJob", "test.gpushare.io", ("v1",), "gputrainjobs", (PodSource(TRAIN_PATH),)
+)
+TRAIN_TABLE = table_with([TRAIN_WORKLOAD])  # the engine learns the kind from the same table entry
+_train_paths = kind_paths(TRAIN_WORKLOAD)
+assert _train_paths is not None
+TRAIN_KIND = (_train_paths, ("CREATE", "UPDATE"), ("v1",))
 TRAIN_CRD = {
     "apiVersion": "apiextensions.k8s.io/v1",
     "kind": "CustomResourceDefinition",
@@ -313,12 +319,25 @@ def test_gpu_objects_needing_the_stateful_rules_follow_the_failure_policy(
 
 # --- one source of truth: the policy agrees with the Python rules ---------------------------------
 
-NAMES = [MEM, CORE, MEM, CORE, "aliyun.com/gpu-core", "aliyun.com/gpu-memory", "cpu"]
+# aliyun.com/gpu-count and aliyun.com/gpu exist on nodes: the engine only warns, the policy allows.
+NAMES = [
+    MEM,
+    CORE,
+    MEM,
+    CORE,
+    "aliyun.com/gpu-core",
+    "aliyun.com/gpu-memory",
+    "aliyun.com/gpu-count",
+    "aliyun.com/gpu",
+    "cpu",
+]
 VALUES = {
     MEM: ["0", "1", "2", "40"],
     CORE: ["0", "3", "5", "7", "30", "33", "100", "105"],
     "aliyun.com/gpu-core": ["50"],
     "aliyun.com/gpu-memory": ["2"],
+    "aliyun.com/gpu-count": ["1"],
+    "aliyun.com/gpu": ["1"],
     "cpu": ["1"],
 }
 
@@ -421,11 +440,12 @@ def train_jobs(draw: st.DrawFn) -> dict[str, Any]:
 
 @given(obj=train_jobs())
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-def test_policy_agrees_with_the_rules_engine_on_raw_custom_resources(
-    env: Env, obj: dict[str, Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setitem(POD_SPEC_PATHS, "GPUTrainJob", (TRAIN_PATH,))  # the engine learns the kind too
-    stateless = [f for f in evaluate(obj, EMPTY_CONTEXT) if f.rule_id in POLICY_RULES and f.verdict == "deny"]
+def test_policy_agrees_with_the_rules_engine_on_raw_custom_resources(env: Env, obj: dict[str, Any]) -> None:
+    stateless = [
+        f
+        for f in evaluate(obj, EMPTY_CONTEXT, TRAIN_TABLE)
+        if f.rule_id in POLICY_RULES and f.verdict == "deny"
+    ]
     r = env.kube.create(obj)
     if not stateless:
         assert r.status == 201, (r.status, r.message)
@@ -473,11 +493,8 @@ def _train(limits: dict[str, Any], requests: dict[str, Any] | None = None) -> di
         pytest.param(_train({}, {MEM: 3}), "GS006-request-limit-mismatch", id="GS006-no-limit-custom"),
     ],
 )
-def test_each_stateless_rule_is_denied_by_the_policy(
-    env: Env, obj: dict[str, Any], rule: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setitem(POD_SPEC_PATHS, "GPUTrainJob", (TRAIN_PATH,))
-    (finding,) = [f for f in evaluate(obj, EMPTY_CONTEXT) if f.rule_id in POLICY_RULES]
+def test_each_stateless_rule_is_denied_by_the_policy(env: Env, obj: dict[str, Any], rule: str) -> None:
+    (finding,) = [f for f in evaluate(obj, EMPTY_CONTEXT, TRAIN_TABLE) if f.rule_id in POLICY_RULES]
     assert finding.rule_id == rule
     r = env.kube.create(obj)
     assert r.status == 422 and _denied_by_policy(r), (r.status, r.message)

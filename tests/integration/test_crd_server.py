@@ -152,6 +152,7 @@ async def test_round_trip_applies_the_same_defaults_as_the_models(api: client.Ap
         "podSelector": {"matchLabels": {"name": "gpushare-device-plugin-ds"}},
         "restart": "Rolling",
         "readyTimeoutSeconds": 300,
+        "memoryUnit": "GiB",
     }
     assert spec["rollout"] == {"maxUnavailable": 1, "modeSwitch": "Wait"}
     assert spec["admission"] == {"mode": "Enforce"}

@@ -38,7 +38,7 @@ from kubernetes_asyncio import client
 
 from gpushare import metrics
 from gpushare.admission import is_denied
-from gpushare.admission.webhook_config import WebhookSettings, build_configuration
+from gpushare.admission.webhook_config import TARGETS, WebhookSettings, build_configuration
 from gpushare.api.v1alpha1 import parse_pool
 from gpushare.cli.check import build_context, check_objects
 from gpushare.devcluster import ClusterInfo
@@ -119,7 +119,32 @@ _PLURALS = {
     "Job": ("/apis/batch/v1", "jobs"),
     "CronJob": ("/apis/batch/v1", "cronjobs"),
     "GPUSharePool": ("/apis/gpushare.io/v1alpha1", "gpusharepools"),
+    "PyTorchJob": ("/apis/kubeflow.org/v1", "pytorchjobs"),
+    "RayCluster": ("/apis/ray.io/v1", "rayclusters"),
+    "Workflow": ("/apis/argoproj.io/v1alpha1", "workflows"),
+    "TFJob": ("/apis/kubeflow.org/v1", "tfjobs"),
 }
+#: Minimal CRDs (written here, schema-less) for the workload kinds the webhook is shown on.
+WORKLOAD_CRDS = Path(__file__).parent / "crds" / "workload-kinds.yaml"
+
+
+def install_workload_crds(kube: Kube, crds: list[dict[str, Any]] | None = None) -> None:
+    """Create the CRDs (idempotent) and wait until each is Established and served."""
+    for crd in crds if crds is not None else yaml.safe_load_all(WORKLOAD_CRDS.read_text()):
+        r = kube.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+        assert r.status in (201, 409), r.body
+        name, group = crd["metadata"]["name"], crd["spec"]["group"]
+        version, plural = crd["spec"]["versions"][0]["name"], crd["spec"]["names"]["plural"]
+        deadline = time.monotonic() + 60
+        while True:
+            got = kube.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+            status = got.body.get("status") or {}  # conditions are null until the apiserver sets them
+            conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
+            served = kube.request("GET", f"/apis/{group}/{version}/{plural}")
+            if conditions.get("Established") == "True" and served.status == 200:
+                break
+            assert time.monotonic() < deadline, f"CRD {name} not served: {conditions} {served.status}"
+            time.sleep(0.5)
 
 
 def _collection_path(obj: dict[str, Any], namespace: str | None) -> str:
@@ -176,6 +201,7 @@ def _node(name: str, nodepool: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def webhook(cluster: ClusterInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webhook]:
     kube = Kube(cluster)
+    install_workload_crds(kube)  # before the operator starts: Kopf finds webhook resources at startup
     test_ns = f"wh-{SUFFIX}"
     for ns in (OPERATOR_NS, test_ns):
         r = kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}, dry_run=False)
@@ -274,19 +300,13 @@ def test_configuration_is_shipped_shape_with_ca_bundle(webhook: Webhook) -> None
     )
     assert r.status == 200
     hooks = {h["name"]: h for h in r.body["webhooks"]}
-    assert set(hooks) == {
-        f"validate-{k}.gpushare.io"
-        for k in (
-            "pods",
-            "deployments",
-            "statefulsets",
-            "daemonsets",
-            "replicasets",
-            "jobs",
-            "cronjobs",
-            "gpusharepools",
-        )
-    }
+    # One webhook per kind of the workload-kinds table (kinds the cluster lacks are harmless), plus pools.
+    assert set(hooks) == {f"{t.handler_id}.gpushare.io" for t in TARGETS}
+    assert {f"validate-{k}.gpushare.io" for k in ("pods", "jobs", "cronjobs", "gpusharepools")} <= set(hooks)
+    assert {
+        "validate-pytorchjobs-kubeflow-org.gpushare.io",
+        "validate-workflows-argoproj-io.gpushare.io",
+    } <= set(hooks)
     secret = webhook.kube.request("GET", f"/api/v1/namespaces/{OPERATOR_NS}/secrets/{SECRET}")
     ca_bundle = secret.body["data"]["ca-bundle.crt"]
     for name, hook in hooks.items():
@@ -732,3 +752,160 @@ def test_local_mode_restores_match_conditions_removed_from_an_entry(webhook: Web
         assert time.monotonic() < deadline, "the operator did not restore the matchConditions"
         time.sleep(0.5)
     assert hook["matchConditions"][0]["name"] == "asks-for-gpu-sharing"
+
+
+# --- workload kinds beyond the built-ins (minimal Kubeflow, KubeRay and Argo CRDs) ------------------
+
+
+@pytest.mark.parametrize(
+    "example",
+    ["workloads/pytorchjob.yaml", "workloads/raycluster.yaml", "workloads/workflow.yaml"],
+)
+def test_valid_ml_workloads_are_admitted(webhook: Webhook, example: str) -> None:
+    (obj,) = load(example)
+    r = webhook.kube.create(obj, webhook.namespace, dry_run=False)
+    assert r.status == 201, r.message
+    assert r.warnings == []
+    webhook.kube.delete(obj, webhook.namespace)
+
+
+@pytest.mark.parametrize(
+    ("example", "hook", "code", "rule", "where"),
+    [
+        pytest.param(
+            "invalid/workloads/pytorchjob-33.yaml",
+            "validate-pytorchjobs-kubeflow-org",
+            422,
+            "GS001-core-percentage-step",
+            'spec.pytorchReplicaSpecs.Worker.template.spec container "pytorch"',
+            id="pytorchjob-33",
+        ),
+        pytest.param(
+            "invalid/workloads/raycluster-no-selector.yaml",
+            "validate-rayclusters-ray-io",
+            403,
+            "GS007-pool-target-missing",
+            "spec.workerGroupSpecs[0].template.spec.nodeSelector is missing",
+            id="raycluster-no-selector",
+        ),
+        pytest.param(
+            "invalid/workloads/workflow-120.yaml",
+            "validate-workflows-argoproj-io",
+            422,
+            "GS002-core-percentage-range",
+            'spec.templates[1] container "main"',
+            id="workflow-120",
+        ),
+    ],
+)
+def test_invalid_ml_workloads_are_denied_at_apply(
+    cluster: ClusterInfo, webhook: Webhook, example: str, hook: str, code: int, rule: str, where: str
+) -> None:
+    (obj,) = load(example)
+    kind = obj["kind"]
+    before = _admission_count(kind, "denied", rule)
+    r = webhook.kube.create(obj, webhook.namespace, dry_run=False)
+    assert r.status == code, r.message
+    assert rule in r.message and where in r.message
+    assert f"{kind}/{webhook.namespace}/{obj['metadata']['name']}" in r.message
+    assert _admission_count(kind, "denied", rule) == before + 1
+    gone = webhook.kube.request(
+        "GET", f"{_collection_path(obj, webhook.namespace)}/{obj['metadata']['name']}"
+    )
+    assert gone.status == 404  # nothing was stored
+    text = (EX / example).read_text().replace("namespace: default", f"namespace: {webhook.namespace}")
+    applied = _kubectl(cluster, "apply", "-f", "-", stdin=text)
+    assert applied.returncode == 1
+    assert f'admission webhook "{hook}.gpushare.io" denied the request' in applied.stderr
+    assert rule in applied.stderr
+
+
+def test_update_of_a_workflow_to_an_invalid_template_is_denied(webhook: Webhook) -> None:
+    (wf,) = load("workloads/workflow.yaml")
+    created = webhook.kube.create(wf, webhook.namespace, dry_run=False)
+    assert created.status == 201, created.message
+    try:
+        bad = copy.deepcopy(created.body)
+        bad["spec"]["templates"][1]["container"]["resources"]["limits"][CORE] = 33
+        path = f"{_collection_path(wf, webhook.namespace)}/{wf['metadata']['name']}"
+        r = webhook.kube.request("PUT", path, bad)
+        assert r.status == 422 and "GS001-core-percentage-step" in r.message, r.message
+    finally:
+        webhook.kube.delete(wf, webhook.namespace)
+
+
+WORKLOAD_SELECTORS = [None, {"gpushare.io/pool": "gpu-core"}, {"gpushare.io/pool": "cgpu"}, {"cgpu": "true"}]
+
+
+@st.composite
+def workloads(draw: st.DrawFn) -> dict[str, Any]:
+    """A PyTorchJob, RayCluster or Workflow whose GPU container is drawn like the pods above."""
+    limits: dict[str, str] = {}
+    if draw(st.booleans()):
+        limits[MEM] = str(draw(st.integers(0, 20)))
+    if draw(st.booleans()):
+        limits[CORE] = str(draw(st.sampled_from([0, 5, 30, 33, 105])))
+    if draw(st.booleans()):
+        limits["aliyun.com/gpu-core"] = "50"
+    selector = draw(st.sampled_from(WORKLOAD_SELECTORS))
+    container = {"name": "c", "image": "x", "resources": {"limits": limits}}
+    spec: dict[str, Any] = {"containers": [container]}
+    if selector:
+        spec["nodeSelector"] = selector
+    kind = draw(st.sampled_from(["PyTorchJob", "RayCluster", "Workflow"]))
+    meta = {"name": f"hyp-{kind.lower()}"}
+    if kind == "PyTorchJob":
+        body = {"pytorchReplicaSpecs": {"Worker": {"replicas": 1, "template": {"spec": spec}}}}
+        return {"apiVersion": "kubeflow.org/v1", "kind": kind, "metadata": meta, "spec": body}
+    if kind == "RayCluster":
+        head = {"template": {"spec": {"containers": [{"name": "head", "image": "x"}]}}}
+        body = {"headGroupSpec": head, "workerGroupSpecs": [{"groupName": "g", "template": {"spec": spec}}]}
+        return {"apiVersion": "ray.io/v1", "kind": kind, "metadata": meta, "spec": body}
+    template: dict[str, Any] = {"name": "main", "container": container}
+    body = {"entrypoint": "main", "templates": [template]}
+    if selector:
+        body["nodeSelector"] = selector  # the workflow-level selector
+    return {"apiVersion": "argoproj.io/v1alpha1", "kind": kind, "metadata": meta, "spec": body}
+
+
+@given(obj=workloads())
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_random_workloads_webhook_agrees_with_check(webhook: Webhook, obj: dict[str, Any]) -> None:
+    obj = copy.deepcopy(obj)
+    obj["metadata"]["namespace"] = webhook.namespace
+    ctx = build_context([], *_live_context(webhook.kube))
+    findings = check_objects([obj], ctx)
+    r = webhook.kube.create(obj)
+    assert r.status < 500, r.message
+    if is_denied(findings):
+        assert r.status in (403, 422), (r.status, r.message, findings)
+        missing = [f.message for f in findings if f.verdict == "deny" and f.message not in r.message]
+        assert not missing, (r.message, missing)
+    else:
+        assert r.status == 201, (r.message, findings)
+        assert sorted(r.warnings) == sorted(f.message for f in findings if f.verdict == "warn")
+
+
+def test_a_crd_installed_while_the_operator_runs_is_checked_without_a_restart(webhook: Webhook) -> None:
+    """Kopf watches CRDs (RBAC: list/watch customresourcedefinitions) and serves the new resource."""
+    (pytorch_crd, *_) = yaml.safe_load_all(WORKLOAD_CRDS.read_text())
+    crd = copy.deepcopy(pytorch_crd)
+    crd["metadata"]["name"] = "tfjobs.kubeflow.org"
+    crd["spec"]["names"] = {"kind": "TFJob", "listKind": "TFJobList", "plural": "tfjobs", "singular": "tfjob"}
+    install_workload_crds(webhook.kube, [crd])
+    try:
+        (bad,) = load("invalid/workloads/tfjob-typo.yaml")
+        deadline = time.monotonic() + 60
+        while True:
+            r = webhook.kube.create(bad, webhook.namespace)
+            if r.status == 422 and "GS012-unknown-gpu-resource" in r.message:  # 404 until Kopf rescans
+                break
+            assert time.monotonic() < deadline, f"TFJob never checked: {r.status} {r.message}"
+            time.sleep(0.5)
+        assert 'did you mean "aliyun.com/gpu-core.percentage"?' in r.message
+        (good,) = load("workloads/tfjob.yaml")
+        assert webhook.kube.create(good, webhook.namespace).status == 201
+    finally:
+        webhook.kube.request(
+            "DELETE", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/tfjobs.kubeflow.org"
+        )

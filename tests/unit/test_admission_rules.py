@@ -157,6 +157,13 @@ def seed_nodes(per_gpu_mib: int = 15360) -> Context:
     return Context.build(SEED_POOLS, nodes)
 
 
+def labelled(pod_obj: dict[str, Any], count: str) -> dict[str, Any]:
+    """The pod with ACK's multi-GPU label ``aliyun.com/gpu-count``."""
+    out = copy.deepcopy(pod_obj)
+    out["metadata"]["labels"] = {"aliyun.com/gpu-count": count}
+    return out
+
+
 def ids(findings: list[Finding]) -> list[tuple[str, str]]:
     return [(f.rule_id, f.verdict) for f in findings]
 
@@ -567,6 +574,93 @@ RULE_CASES = [
         [],
         id="init-runs-before-app",
     ),
+    # GS012: unknown aliyun.com/gpu* names
+    pytest.param(
+        pod({MEM: 2, "aliyun.com/gpu-core": 50}, selector=CORE_SEL),
+        SEED_CTX,
+        [("GS012-unknown-gpu-resource", "deny"), ("GS009-pool-kind-mismatch", "deny")],
+        id="typo-gpu-core",
+    ),
+    pytest.param(
+        pod({"aliyun.com/gpu-memory": 2}, selector=CGPU_SEL),
+        SEED_CTX,
+        [("GS012-unknown-gpu-resource", "deny")],
+        id="typo-gpu-memory",
+    ),
+    pytest.param(
+        pod({MEM: 2, "aliyun.com/gpu-count": 2}, selector=CGPU_SEL),
+        SEED_CTX,
+        [("GS012-unknown-gpu-resource", "warn")],
+        id="gpu-count-as-resource",
+    ),
+    # GS013: ACK multi-GPU sharing (pod label aliyun.com/gpu-count)
+    pytest.param(labelled(pod({MEM: 24}, selector=CGPU_SEL), "2"), seed_nodes(), [], id="split-24-over-2x15"),
+    pytest.param(labelled(pod({MEM: 8}, selector=CGPU_SEL), "2"), seed_nodes(), [], id="split-ack-example"),
+    pytest.param(
+        labelled(pod({MEM: 7}, selector=CGPU_SEL), "2"),
+        seed_nodes(),
+        [("GS013-gpu-count-split", "deny")],
+        id="split-uneven",
+    ),
+    pytest.param(
+        labelled(pod({MEM: 8, CORE: 30}, selector=CORE_SEL), "2"),
+        seed_nodes(),
+        [("GS013-gpu-count-split", "deny")],
+        id="split-core-mem",
+    ),
+    pytest.param(
+        labelled(pod({MEM: 8}, selector=SHARE_SEL), "2"),
+        seed_nodes(),
+        [("GS013-gpu-count-split", "deny"), ("GS010-no-isolation-sizing", "warn")],
+        id="split-share",
+    ),
+    pytest.param(
+        labelled(pod({MEM: 8}, selector=CGPU_SEL), "two"),
+        SEED_CTX,
+        [("GS013-gpu-count-split", "deny")],
+        id="split-label-not-a-number",
+    ),
+    pytest.param(
+        labelled(pod({MEM: 40}, selector=CGPU_SEL), "2"),
+        seed_nodes(),
+        [("GS005-mem-exceeds-gpu", "deny")],
+        id="split-per-card-too-big",
+    ),
+    pytest.param(
+        pod({MEM: 24}, selector=CGPU_SEL),
+        seed_nodes(),
+        [("GS005-mem-exceeds-gpu", "deny")],
+        id="24-on-one-card-too-big",
+    ),
+    # GS014: CGPU_DISABLE in the env
+    pytest.param(
+        pod(
+            containers=[{**container(limits={MEM: 2}), "env": [{"name": "CGPU_DISABLE", "value": "true"}]}],
+            selector=CGPU_SEL,
+        ),
+        SEED_CTX,
+        [("GS014-cgpu-disable-env", "warn")],
+        id="cgpu-disable-env",
+    ),
+    # GS015: an unknown kind with a GPU-sharing container
+    pytest.param(
+        {
+            "apiVersion": "example.com/v1",
+            "kind": "GPUThing",
+            "metadata": {"name": "t", "namespace": "ml"},
+            "spec": {"runner": {"template": {"spec": {"containers": [container(limits={MEM: 2})]}}}},
+        },
+        SEED_CTX,
+        [("GS015-workload-kind-unknown", "warn")],
+        id="unknown-kind",
+    ),
+    # One pass: the selector finding and the size finding together.
+    pytest.param(
+        pod({MEM: 20}),
+        seed_nodes(),
+        [("GS007-pool-target-missing", "deny"), ("GS005-mem-exceeds-gpu", "deny")],
+        id="missing-selector-and-too-big",
+    ),
 ]
 
 
@@ -626,7 +720,9 @@ def test_suggestions_name_pools_of_the_right_kind() -> None:
     (f,) = evaluate(pod({MEM: 2, CORE: 30}), SEED_CTX)
     assert "gpushare.io/pool: gpu-core" in f.message
     (f,) = evaluate(pod({MEM: 2}), SEED_CTX)
-    assert "cgpu, cgpu-no-isolation" in f.message and "gpu-core" not in f.message
+    assert "cgpu pools: cgpu; share pools: cgpu-no-isolation" in f.message and "gpu-core" not in f.message
+    # Isolation first: the first suggestion for a memory-only pod is a cgpu pool, never share.
+    assert "e.g. nodeSelector {gpushare.io/pool: cgpu}" in f.message
 
 
 # --- pool admission.mode --------------------------------------------------------------------------
@@ -865,6 +961,8 @@ def contexts(draw: st.DrawFn) -> Context:
 
 
 POD_RULES_ALWAYS_DENY = {
+    "GS012-unknown-gpu-resource",
+    "GS013-gpu-count-split",
     "GS001-core-percentage-step",
     "GS002-core-percentage-range",
     "GS003-core-without-mem",
@@ -882,7 +980,9 @@ def test_random_pods_never_raise_and_verdicts_follow_the_rules(obj: dict[str, An
         assert f.rule_id in RULES and f.verdict in ("deny", "warn")
         assert f.rule_id in f.message and f.object in f.message
         if f.rule_id in POD_RULES_ALWAYS_DENY:
-            assert f.verdict == "deny"
+            assert f.verdict == "deny" or (
+                f.rule_id == "GS012-unknown-gpu-resource" and "gpu-count" in f.field
+            )
         if f.rule_id == "GS010-no-isolation-sizing":
             assert f.verdict == "warn"
     got = {(f.rule_id, f.container) for f in findings}
@@ -917,7 +1017,7 @@ def test_random_pods_never_raise_and_verdicts_follow_the_rules(obj: dict[str, An
     else:
         assert not missing
     if not any_gpu:
-        assert findings == []
+        assert all(f.rule_id == "GS012-unknown-gpu-resource" and f.verdict == "warn" for f in findings)
 
 
 @given(obj=gpu_pods())
@@ -936,6 +1036,7 @@ def test_pool_mode_off_leaves_only_pod_rules(obj: dict[str, Any]) -> None:
             r"targets ack\.node\.gpu\.schedule=\w+ nodes", f.message
         )
         assert f.rule_id in POD_RULES_ALWAYS_DENY or unpooled, f.message
+        assert f.rule_id != "GS005-mem-exceeds-gpu"
 
 
 def test_node_of_a_pool_not_yet_switched_counts_by_its_current_labels() -> None:
@@ -993,5 +1094,8 @@ def test_daemonset_pods_are_resolved_by_their_node() -> None:
 def test_misspelled_gpu_resource_gets_a_did_you_mean() -> None:
     (f,) = evaluate(pod({"aliyun.com/gpu-memory": 2}, selector=CGPU_SEL), SEED_CTX)
     assert f.rule_id == "GS012-unknown-gpu-resource" and f.verdict == "deny"
-    assert 'resources.limits["aliyun.com/gpu-memory"] is not a GPU resource any node offers' in f.message
+    assert (
+        'resources.limits["aliyun.com/gpu-memory"]=2 is not a resource any GPU-sharing node offers'
+        in f.message
+    )
     assert 'did you mean "aliyun.com/gpu-mem"?' in f.message

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gpushare.cli import main
 
@@ -96,6 +98,125 @@ EXPECTED: dict[str, tuple[int, list[tuple[str, str, str]]]] = {
         [
             ("GPUSharePool/wide", "GP004-pool-overlap", "deny"),
             ("GPUSharePool/wide", "GP004-pool-overlap", "deny"),
+        ],
+    ),
+    # One example per workload kind of the kinds table, valid and invalid.
+    "workloads/clusterworkflowtemplate.yaml": (0, []),
+    "workloads/cronworkflow.yaml": (0, []),
+    "workloads/inferenceservice.yaml": (0, []),
+    "workloads/jobset.yaml": (0, []),
+    "workloads/leaderworkerset.yaml": (0, []),
+    "workloads/mpijob.yaml": (0, []),
+    "workloads/paddlejob.yaml": (0, []),
+    "workloads/pytorchjob.yaml": (0, []),
+    "workloads/raycluster.yaml": (0, []),
+    "workloads/rayjob.yaml": (0, []),
+    "workloads/rayservice.yaml": (0, []),
+    "workloads/tfjob.yaml": (0, []),
+    "workloads/volcano-job.yaml": (0, []),
+    "workloads/workflow.yaml": (0, []),
+    "workloads/workflowtemplate.yaml": (0, []),
+    "workloads/xgboostjob.yaml": (0, []),
+    "invalid/workloads/clusterworkflowtemplate-no-selector.yaml": (
+        1,
+        [
+            ("ClusterWorkflowTemplate/gpu-train-no-selector", "GS007-pool-target-missing", "deny"),
+        ],
+    ),
+    "invalid/workloads/cronworkflow-on-gpu-core.yaml": (
+        1,
+        [
+            ("CronWorkflow/default/nightly-train-core", "GS009-pool-kind-mismatch", "deny"),
+        ],
+    ),
+    "invalid/workloads/inferenceservice-20gib.yaml": (
+        1,
+        [
+            ("InferenceService/default/torchserve-20gib", "GS005-mem-exceeds-gpu", "deny"),
+        ],
+    ),
+    "invalid/workloads/jobset-ambiguous.yaml": (
+        1,
+        [
+            ("JobSet/default/jobset-train-ambiguous", "GS008-pool-target-ambiguous", "deny"),
+        ],
+    ),
+    "invalid/workloads/leaderworkerset-split-core.yaml": (
+        1,
+        [
+            ("LeaderWorkerSet/default/vllm-core", "GS013-gpu-count-split", "deny"),
+            ("LeaderWorkerSet/default/vllm-core", "GS013-gpu-count-split", "deny"),
+        ],
+    ),
+    "invalid/workloads/mpijob-uneven.yaml": (
+        1,
+        [
+            ("MPIJob/default/mpi-pi-uneven", "GS013-gpu-count-split", "deny"),
+        ],
+    ),
+    "invalid/workloads/paddlejob-20gib.yaml": (
+        1,
+        [
+            ("PaddleJob/default/paddle-resnet-20gib", "GS005-mem-exceeds-gpu", "deny"),
+            ("PaddleJob/default/paddle-resnet-20gib", "GS005-mem-exceeds-gpu", "deny"),
+        ],
+    ),
+    "invalid/workloads/pytorchjob-33.yaml": (
+        1,
+        [
+            ("PyTorchJob/default/pytorch-mnist-33", "GS001-core-percentage-step", "deny"),
+        ],
+    ),
+    "invalid/workloads/raycluster-no-selector.yaml": (
+        1,
+        [
+            ("RayCluster/default/ray-no-selector", "GS007-pool-target-missing", "deny"),
+        ],
+    ),
+    "invalid/workloads/rayjob-core-without-mem.yaml": (
+        1,
+        [
+            ("RayJob/default/ray-train-no-mem", "GS003-core-without-mem", "deny"),
+        ],
+    ),
+    "invalid/workloads/rayservice-2Gi.yaml": (
+        1,
+        [
+            ("RayService/default/ray-serve-2gi", "GS004-mem-positive-integer", "deny"),
+        ],
+    ),
+    "invalid/workloads/tfjob-typo.yaml": (
+        1,
+        [
+            ("TFJob/default/tf-mnist-typo", "GS012-unknown-gpu-resource", "deny"),
+            ("TFJob/default/tf-mnist-typo", "GS009-pool-kind-mismatch", "deny"),
+            ("TFJob/default/tf-mnist-typo", "GS012-unknown-gpu-resource", "deny"),
+            ("TFJob/default/tf-mnist-typo", "GS009-pool-kind-mismatch", "deny"),
+        ],
+    ),
+    "invalid/workloads/volcano-job-request-mismatch.yaml": (
+        1,
+        [
+            ("Job/default/volcano-train-mismatch", "GS006-request-limit-mismatch", "deny"),
+        ],
+    ),
+    "invalid/workloads/workflow-120.yaml": (
+        1,
+        [
+            ("Workflow/default/train-gpushare-120", "GS002-core-percentage-range", "deny"),
+        ],
+    ),
+    "invalid/workloads/workflowtemplate-33.yaml": (
+        1,
+        [
+            ("WorkflowTemplate/default/train-template-33", "GS001-core-percentage-step", "deny"),
+        ],
+    ),
+    "invalid/workloads/xgboostjob-on-gpu-core.yaml": (
+        1,
+        [
+            ("XGBoostJob/default/xgboost-iris-core", "GS009-pool-kind-mismatch", "deny"),
+            ("XGBoostJob/default/xgboost-iris-core", "GS009-pool-kind-mismatch", "deny"),
         ],
     ),
 }
@@ -199,7 +320,7 @@ def test_text_output(capsys: pytest.CaptureFixture[str]) -> None:
         pytest.param(
             ["-f", "examples/job-cuda-sample.yaml", "--pools", "BAD"],
             "kind: ConfigMap\nmetadata: {name: x}\n",
-            "ConfigMap/x is neither a GPUSharePool nor a Node",
+            "ConfigMap/default/x is neither a GPUSharePool nor a Node",
             id="pools-wrong-kind",
         ),
         pytest.param(
@@ -266,3 +387,136 @@ def test_without_context_files_check_reads_the_cluster(
         "(pass --kubeconfig or set KUBECONFIG); "
         "to check without a cluster use --offline or --pools/--nodes files"
     )
+
+
+# --- robust input ---------------------------------------------------------------------------------
+
+ALIAS_BOMB = (
+    "apiVersion: v1\nkind: Pod\nmetadata: {name: bomb}\nspec:\n  containers:\n  - name: c\n"
+    "    resources:\n      limits:\n        aliyun.com/gpu-mem: &l9 [" + ", ".join(["*l8"] * 9) + "]\n"
+)
+ALIAS_ANCHORS = "x0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    f"x{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]\n" for i in range(1, 9)
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param(
+            "a:\n" + "".join(" " * (i + 1) + "a:\n" for i in range(300)),
+            "nested more than 100",
+            id="deep-block",
+        ),
+        pytest.param("kind: Pod\nx: " + "[" * 100_000, "nested more than 100", id="deep-flow"),
+        pytest.param(
+            "x: " + "{a: " * 150 + "1" + "}" * 150 + "\nkind: Pod\n",
+            "nested more than 100",
+            id="deep-flow-maps",
+        ),
+        pytest.param(ALIAS_ANCHORS + ALIAS_BOMB.replace("&l9 ", ""), "alias bomb", id="alias-bomb"),
+        pytest.param("apiVersion: v1\nkind: Pod\nkind: Job\n", "duplicate key 'kind'", id="duplicate-key"),
+        pytest.param(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {{ .Values.name }}\n",
+            "is a Helm template",
+            id="helm-template",
+        ),
+        pytest.param(
+            "kind: ConfigMap\ndata:\n  " + "k" * 1000 + ": 1\n  " + "k" * 1000 + ": 2\n",
+            "(1002 characters)",
+            id="long-key-clipped",
+        ),
+    ],
+)
+def test_pathological_input_fails_fast_with_one_line(
+    text: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    code = main(["check", "--offline", "-f", str(bad)])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert message in captured.err, captured.err
+    assert len(captured.err.strip().splitlines()) == 1 and "Traceback" not in captured.err
+    assert len(captured.err) < 600
+
+
+def test_merge_keys_are_not_duplicates(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "merge.yaml"
+    f.write_text(
+        "base: &b {image: x}\napiVersion: v1\nkind: Pod\nmetadata: {name: m}\n"
+        "spec:\n  containers:\n  - <<: *b\n    name: c\n    resources: {limits: {aliyun.com/gpu-mem: 2}}\n"
+    )
+    assert main(["check", "--offline", "-f", str(f), "-o", "json"]) == 1
+    (finding,) = json.loads(capsys.readouterr().out)
+    assert finding["rule_id"] == "GS007-pool-target-missing" and finding["object"] == "Pod/default/m"
+
+
+def test_a_mixed_directory_is_checked_whole_and_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    d = tmp_path / "mixed"
+    (d / "templates").mkdir(parents=True)
+    (d / "a-template.yaml").write_text('kind: Pod\nmetadata:\n  name: {{ include "x" . }}\n')
+    (d / "b-bad.yaml").write_text("kind: [unclosed\n")
+    (d / "c-good.yaml").write_text((EX / "job-cuda-sample.yaml").read_text())
+    (d / "d-denied.yaml").write_text((EX / "invalid/cuda-sample-33.yaml").read_text())
+    (d / "e-pytorch.yaml").write_text((EX / "invalid/workloads/pytorchjob-33.yaml").read_text())
+    (d / "notes.txt").write_text("not a manifest")
+    code = main(["check", "-f", str(d), *_context_args()])
+    captured = capsys.readouterr()
+    assert code == 2
+    errors = captured.err.strip().splitlines()
+    assert len(errors) == 2
+    assert "a-template.yaml: is a Helm template" in errors[0] and "helm template" in errors[0]
+    assert "b-bad.yaml:" in errors[1] and "is not valid YAML" in errors[1]
+    out = captured.out.strip().splitlines()
+    assert out[-1] == "checked 3 object(s): 2 denied, 0 warning(s), 2 file(s) unreadable"
+    assert any("Job/default/cuda-sample-33" in line for line in out)
+    assert any("PyTorchJob/default/pytorch-mnist-33" in line for line in out)
+
+
+def test_long_values_are_cut_in_messages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "long.yaml"
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "long"},
+        "spec": {
+            "nodeSelector": {"gpushare.io/pool": "cgpu"},
+            "containers": [
+                {"name": "c", "resources": {"limits": {"aliyun.com/gpu-mem": "9" * 100_000 + "x"}}}
+            ],
+        },
+    }
+    f.write_text(json.dumps(pod))
+    assert main(["check", "-f", str(f), *_context_args(), "-o", "json"]) == 1
+    (finding,) = json.loads(capsys.readouterr().out)
+    assert finding["rule_id"] == "GS004-mem-positive-integer"
+    assert len(finding["message"]) < 600 and "(100003 characters)" in finding["message"]
+
+
+@given(
+    doc=st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+        lambda children: (
+            st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3)
+        ),
+        max_leaves=20,
+    ),
+    kind=st.sampled_from(["Pod", "Job", "PyTorchJob", "RayCluster", "Workflow", "GPUSharePool", "Thing", 3]),
+)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_any_object_gives_an_exit_code_never_a_traceback(
+    doc: Any, kind: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = tmp_path / "random.json"
+    api = {"PyTorchJob": "kubeflow.org/v1", "RayCluster": "ray.io/v1", "Workflow": "argoproj.io/v1alpha1"}
+    obj = {"apiVersion": api.get(str(kind), "v1"), "kind": kind, "metadata": doc, "spec": doc}
+    f.write_text(json.dumps(obj))
+    code = main(["check", "--offline", "-f", str(f)])
+    captured = capsys.readouterr()
+    assert code in (0, 1, 2)
+    assert "Traceback" not in captured.err
+    if code == 2:
+        assert len(captured.err.strip().splitlines()) == 1

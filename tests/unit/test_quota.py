@@ -9,7 +9,7 @@ from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpushare.cli import CLIError, main
@@ -219,6 +219,7 @@ def test_parse_helpers() -> None:
     unit=st.sampled_from(["GiB", "MiB"]),
     margin=st.floats(min_value=0.0, max_value=0.99),
 )
+@settings(deadline=None)  # no timing assertion: the shared CI machine is slow at times
 def test_property_fraction_and_bytes(device: int, data: st.DataObject, unit: str, margin: float) -> None:
     container = data.draw(st.integers(min_value=1, max_value=device))
     q = read_quota(
@@ -354,3 +355,14 @@ def test_quota_is_frozen() -> None:
     q = Quota(unit="GiB", container=1, device=2)
     with pytest.raises(AttributeError):
         q.container = 3  # type: ignore[misc]
+
+
+def test_unit_follows_the_pool_or_the_device_size() -> None:
+    """A MiB pool's plugin reports ALIYUN_COM_GPU_MEM_DEV=15360: without a unit that is MiB, not 15 TiB."""
+    env = {"ALIYUN_COM_GPU_MEM_CONTAINER": "4096", "ALIYUN_COM_GPU_MEM_DEV": "15360"}
+    assert read_quota(env).unit == "MiB"
+    assert read_quota({**env, "GPUSHARE_MEMORY_UNIT": "MiB"}).container_bytes == 4096 * 1024**2
+    small = {"ALIYUN_COM_GPU_MEM_CONTAINER": "4", "ALIYUN_COM_GPU_MEM_DEV": "15"}
+    assert read_quota(small).unit == "GiB"
+    with pytest.raises(QuotaError, match="larger than"):
+        read_quota({**env, "ALIYUN_COM_GPU_MEM_CONTAINER": "20000"})

@@ -4,6 +4,17 @@ Rule ids are stable (``GSnnn-*`` for pods and workloads, ``GPnnn-*`` for GPUShar
 table is :data:`RULES` and docs/admission-rules.md.
 """
 
+from gpushare.admission.kinds import (
+    BUILTIN_KINDS,
+    DEFAULT_TABLE,
+    KindsError,
+    KindTable,
+    WorkloadKind,
+    kind_targets,
+    load_kinds,
+    object_name,
+    table_with,
+)
 from gpushare.admission.model import (
     EMPTY_CONTEXT,
     RULES,
@@ -20,20 +31,29 @@ from gpushare.admission.rules import evaluate, evaluate_pool, is_denied
 from gpushare.admission.targeting import pool_node_labels
 
 __all__ = [
+    "BUILTIN_KINDS",
+    "DEFAULT_TABLE",
     "EMPTY_CONTEXT",
     "RULES",
     "Context",
     "Finding",
+    "KindTable",
+    "KindsError",
     "NodeInfo",
     "Quantity",
     "Rule",
     "Verdict",
+    "WorkloadKind",
     "evaluate",
     "evaluate_pool",
     "is_denied",
+    "kind_targets",
+    "load_kinds",
     "node_info",
+    "object_name",
     "parse_quantity",
     "pod_specs",
     "pool_node_labels",
     "requests_gpu_sharing",
+    "table_with",
 ]

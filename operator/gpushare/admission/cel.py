@@ -1,15 +1,15 @@
-"""CEL generated from one description of where pod specs live per kind (pure; no client).
+"""CEL generated from the workload-kinds table (:mod:`gpushare.admission.kinds`; pure, no client).
 
-The description is a list of **paths** per kind (``gpushare.admission.podspecs.POD_SPEC_PATHS``):
-dotted field names from the object root, where
+The table says, per kind, where its pod-likes are and, relative to each, where the containers and
+the pod's labels are. Paths use the table's syntax: dotted field names from the object root, where
 
-* ``name[]`` means every item of the list ``name`` (``spec.tasks[].template.spec``), and
+* ``name[*]`` means every item of the list ``name`` (``spec.tasks[*].template.spec``), and
 * ``*`` means every value of the map reached so far (``spec.pytorchReplicaSpecs.*.template.spec``).
 
-A *pod-spec path* ends at a PodSpec; its containers are ``containers[]``, ``initContainers[]`` and
-``ephemeralContainers[]``, and the pod's labels are in the sibling ``metadata`` (``spec`` ->
-``metadata``, ``spec.template.spec`` -> ``spec.template.metadata``). A *container path* ends at one
-container (``spec.templates[].container``, for kinds whose templates hold containers directly).
+:func:`kind_paths` turns one table entry into absolute container paths (with the word used in
+messages) and label paths; :func:`parse_path` is the one translation of that syntax into CEL steps.
+A path CEL cannot select (a key that is not a CEL identifier, ``*[*]``) makes the kind "unknown to
+CEL": its webhook gets no matchConditions (it is sent whole) and the policy leaves it out.
 
 From that the module writes:
 
@@ -31,13 +31,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gpushare import constants as c
-
-#: The container lists of a PodSpec, with the word used in messages (same order as the rules).
-POD_CONTAINER_LISTS: tuple[tuple[str, str], ...] = (
-    ("containers", "container"),
-    ("initContainers", "init container"),
-    ("ephemeralContainers", "ephemeral container"),
-)
+from gpushare.admission.kinds import KindsError, WorkloadKind, container_label, pod_labels_path
+from gpushare.admission.kinds import parse_path as parse_table_path
 
 #: ACK's multi-GPU sharing pod label (it has the name of the node resource it refers to).
 POD_LABEL_GPU_COUNT = c.RES_GPU_COUNT
@@ -85,55 +80,60 @@ class Step:
     def text(self) -> str:
         if self.field is None:
             return "*"
-        return f"{self.field}[]" if self.items else self.field
+        return f"{self.field}[*]" if self.items else self.field
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=512)
 def parse_path(path: str) -> tuple[Step, ...]:
-    """``"spec.tasks[].template.spec"`` -> steps; raises :class:`PathError` on anything else."""
-    if not path:
-        raise PathError("empty path")
+    """A kinds-table path (``"spec.tasks[*].template.spec"``) -> CEL steps; :class:`PathError` when
+    the path is malformed or names something CEL cannot select."""
+    try:
+        segments = parse_table_path(path)
+    except KindsError as exc:
+        raise PathError(str(exc)) from None
     steps: list[Step] = []
-    for part in path.split("."):
-        if part == "*":
+    for seg in segments:
+        if seg == "[*]":
+            last = steps[-1] if steps else None
+            if last is None or last.field is None or last.items:
+                raise PathError(f"{path!r}: '[*]' must follow a field name")
+            steps[-1] = Step(last.field, True)
+        elif seg == "*":
             if not steps:
                 raise PathError(f"{path!r}: '*' needs a map before it")
             steps.append(Step(None))
-            continue
-        items = part.endswith("[]")
-        name = part[:-2] if items else part
-        if not _IDENT.match(name) or name in _CEL_RESERVED:
-            raise PathError(f"{path!r}: {name!r} is not a field name CEL can select")
-        steps.append(Step(name, items))
+        elif not _IDENT.match(seg) or seg in _CEL_RESERVED:
+            raise PathError(f"{path!r}: {seg!r} is not a field name CEL can select")
+        else:
+            steps.append(Step(seg))
     return tuple(steps)
-
-
-def container_paths(pod_spec_path: str) -> list[tuple[str, str]]:
-    """``[(container path, label)]`` of a pod-spec path."""
-    return [(f"{pod_spec_path}.{key}[]", label) for key, label in POD_CONTAINER_LISTS]
-
-
-def pod_metadata_path(pod_spec_path: str) -> str | None:
-    """Where the pod's metadata is for a pod-spec path (``a.b.spec`` -> ``a.b.metadata``)."""
-    head, _, last = pod_spec_path.rpartition(".")
-    if last != "spec":
-        return None
-    return f"{head}.metadata" if head else "metadata"
 
 
 @dataclass(frozen=True)
 class KindPaths:
-    """Where one resource keeps its pod specs (and containers held directly, if any)."""
+    """Where one resource keeps its containers and its pods' labels (absolute table paths)."""
 
     group: str
     plural: str
-    pod_specs: tuple[str, ...]
     containers: tuple[tuple[str, str], ...] = ()  # (container path, label)
+    labels: tuple[str, ...] = ()  # paths of pod label maps
 
     def all_containers(self) -> list[tuple[str, str]]:
-        out = [cp for p in self.pod_specs for cp in container_paths(p)]
-        out.extend(self.containers)
-        return out
+        return list(self.containers)
+
+
+def kind_paths(kind: WorkloadKind) -> KindPaths | None:
+    """The CEL view of one table entry, or None when some path cannot be written in CEL."""
+    containers = tuple(
+        (f"{source.path}.{rel}", container_label(rel)) for source in kind.sources for rel in source.containers
+    )
+    labels = tuple(pod_labels_path(source.path, source.labels) for source in kind.sources)
+    try:
+        for path in (*(p for p, _ in containers), *labels):
+            parse_path(path)
+    except PathError:
+        return None
+    return KindPaths(kind.group, kind.plural, containers, labels)
 
 
 # --- expression building blocks --------------------------------------------------------------------
@@ -202,14 +202,10 @@ def container_asks_gpu(container: str) -> str:
 
 
 def gpu_sharing_condition(kind: KindPaths) -> str:
-    """The webhook's matchCondition: does the object ask for GPU sharing anywhere?"""
+    """The webhook's matchCondition: does the object ask for GPU sharing anywhere (a container's
+    ``aliyun.com/gpu*`` resource, or ACK's ``aliyun.com/gpu-count`` pod label)?"""
     parts = [exists_at(path, container_asks_gpu) for path, _ in kind.all_containers()]
-    for spec_path in kind.pod_specs:
-        meta = pod_metadata_path(spec_path)
-        if meta is not None:
-            parts.append(
-                exists_at(meta, lambda m: f"(has({m}.labels) && {_str(POD_LABEL_GPU_COUNT)} in {m}.labels)")
-            )
+    parts.extend(exists_at(path, lambda m: f"{_str(POD_LABEL_GPU_COUNT)} in {m}") for path in kind.labels)
     if not parts:
         return "object != null"  # nothing known to look at: match everything
     return "object != null && (" + " || ".join(parts) + ")"
@@ -353,14 +349,20 @@ def _unknown_name(var: str) -> str:
     return f"({_gpu_key(var)} && !({var} in [{known}]))"
 
 
-def _gs012_detail(e: str) -> str:
-    tag = _tag("GS012-unknown-gpu-resource")
-    known = ", ".join(c.KNOWN_GPU_RESOURCES)
+#: GS012's problem and fix as the rules engine writes them (rules.py ``_check_names``), less the
+#: did-you-mean (difflib has no CEL counterpart).
+GS012_TEXT = (
+    "is not a resource any GPU-sharing node offers; the pod would stay Pending"
+    f" {_tag('GS012-unknown-gpu-resource')}; the device plugin offers {c.RES_GPU_MEM} and {c.RES_GPU_CORE}"
+)
 
+
+def _gs012_detail(e: str) -> str:
     def name(m: str, where: str) -> str:
+        value = f"{e}.{m}[u]"
         return (
-            f"'resources.{where}[\"' + {e}.{m}.filter(r, {_unknown_name('r')})[0]"
-            f" + '\"] is not a GPU resource any node offers {tag}; use one of {known}'"
+            f"[{e}.{m}.filter(r, {_unknown_name('r')})[0]].map(u, 'resources.{where}[\"' + u + '\"]='"
+            f" + {shown(value, number(value))} + {_str(' ' + GS012_TEXT)})[0]"
         )
 
     return f"({e}.l.exists(r, {_unknown_name('r')}) ? {name('l', 'limits')} : {name('q', 'requests')})"
@@ -372,7 +374,7 @@ STATELESS_RULES: tuple[CelRule, ...] = (
         lambda e: f"({e}.l.exists(r, {_unknown_name('r')}) || {e}.q.exists(r, {_unknown_name('r')}))",
         _gs012_detail,
         f"asks for an aliyun.com/gpu* resource no node offers {_tag('GS012-unknown-gpu-resource')};"
-        f" use one of {', '.join(c.KNOWN_GPU_RESOURCES)}",
+        f" the device plugin offers {c.RES_GPU_MEM} and {c.RES_GPU_CORE}",
         values=False,
     ),
     CelRule(
@@ -422,26 +424,65 @@ OBJECT_NAME = (
 RESOURCE = "request.resource.group + '/' + request.resource.resource"
 
 
-def _list_path(path: str) -> tuple[str, str] | None:
-    """``spec.containers[]`` -> (has() guards, ``object.spec.containers``) when nothing but the last
-    step is a list or a map wildcard; else None."""
-    steps = parse_path(path)
-    if not steps[-1].items or any(s.field is None or s.items for s in steps[:-1]):
-        return None
-    nodes = ["object." + ".".join(s.field or "" for s in steps[: i + 1]) for i in range(len(steps))]
-    return " && ".join(f"has({n})" for n in nodes), nodes[-1]
+def _nodes(base: str, steps: Sequence[Step]) -> list[str]:
+    """The CEL node after each step (fields only)."""
+    return [base + "." + ".".join(s.field or "" for s in steps[: i + 1]) for i in range(len(steps))]
 
 
-def _entry(x: str, label: str) -> str:
+def _default_name(path: str) -> str:
+    """The container name the rules engine shows when the manifest has none (podspecs)."""
+    last = parse_path(path)[-1]
+    if last.items or last.field is None:
+        return "?"
+    return "main" if last.field in ("container", "script") else last.field
+
+
+def _entry(x: str, label: str, default: str = "?") -> str:
     def res(where: str) -> str:
         return f"(has({x}.resources) && has({x}.resources.{where}) ? {x}.resources.{where} : {{}})"
 
     # Map literals must be homogeneous for the apiserver's type checker: every value is dyn.
-    name = f"(has({x}.name) ? {x}.name : '?')"
+    name = f"(has({x}.name) ? {x}.name : {_str(default)})"
     return (
         f"{{'label': dyn({_str(label)}), 'name': dyn({name}), 'l': dyn({res('limits')}),"
         f" 'q': dyn({res('requests')})}}"
     )
+
+
+def _flat(base: str, steps: Sequence[Step], label: str, default: str, var: str = "x") -> str | None:
+    """A list of container entries at ``steps`` from ``base`` when at most the last step is a
+    wildcard (a list); else None."""
+    if any(s.field is None for s in steps) or any(s.items for s in steps[:-1]):
+        return None
+    if not steps:
+        return f"[{_entry(base, label, default)}]"
+    nodes = _nodes(base, steps)
+    guard = " && ".join(f"has({n})" for n in nodes)
+    if steps[-1].items:
+        return f"({guard} ? {nodes[-1]}.map({var}, {_entry(var, label, default)}) : [])"
+    return f"({guard} ? [{_entry(nodes[-1], label, default)}] : [])"
+
+
+def _grouped(base: str, steps: Sequence[Step], label: str, default: str) -> str | None:
+    """A list of lists of container entries: the first wildcard maps over its items (or map values),
+    the rest of the path is :func:`_flat`; None when the rest has another wildcard before its end."""
+    first = next((i for i, s in enumerate(steps) if s.field is None or s.items), None)
+    if first is None:
+        return None
+    if steps[first].field is None:  # "*": the values of the map the steps before reach
+        prefix, rest = steps[:first], steps[first + 1 :]
+        node = _nodes(base, prefix)[-1]
+        inner = _flat(f"{node}[k]", rest, label, default)
+        mapped = f"{node}.map(k, {inner})"
+    else:
+        prefix, rest = steps[: first + 1], steps[first + 1 :]
+        node = _nodes(base, prefix)[-1]
+        inner = _flat("g", rest, label, default)
+        mapped = f"{node}.map(g, {inner})"
+    if inner is None:
+        return None
+    guard = " && ".join(f"has({n})" for n in _nodes(base, prefix))
+    return f"({guard} ? {mapped} : [])"
 
 
 def _locations(kinds: Sequence[KindPaths]) -> dict[str, tuple[str, list[str]]]:
@@ -453,22 +494,47 @@ def _locations(kinds: Sequence[KindPaths]) -> dict[str, tuple[str, list[str]]]:
     return out
 
 
-def containers_variable(kinds: Sequence[KindPaths], resource_var: str = "variables.resource") -> str:
-    """The ``containers`` variable: every container under a path without wildcards before its list."""
+def _variable(
+    kinds: Sequence[KindPaths],
+    build: Callable[[str, Sequence[Step], str, str], str | None],
+    resource_var: str,
+) -> str:
     parts = []
     for path, (label, resources) in _locations(kinds).items():
-        listed = _list_path(path)
-        if listed is None:
+        expr = build("object", parse_path(path), label, _default_name(path))
+        if expr is None:
             continue
-        guard, node = listed
         known = ", ".join(_str(r) for r in resources)
-        parts.append(f"({resource_var} in [{known}] && {guard} ? {node}.map(x, {_entry('x', label)}) : [])")
+        parts.append(f"({resource_var} in [{known}] ? {expr} : [])")
     return " + ".join(parts) if parts else "[]"
 
 
+def containers_variable(kinds: Sequence[KindPaths], resource_var: str = "variables.resource") -> str:
+    """The ``containers`` variable: every container under a path with no wildcard before its last
+    step, as one list of entries."""
+    return _variable(kinds, _flat, resource_var)
+
+
+def container_groups_variable(kinds: Sequence[KindPaths], resource_var: str = "variables.resource") -> str:
+    """The ``containerGroups`` variable: the containers under paths with one more wildcard (a map of
+    replica specs, a list of worker groups or of templates), as a list of lists of entries."""
+    return _variable(
+        kinds,
+        lambda b, s, lab, d: None if _flat(b, s, lab, d) is not None else _grouped(b, s, lab, d),
+        resource_var,
+    )
+
+
+def _covered(path: str) -> bool:
+    """Whether a container path is in one of the two variables (else each rule walks it itself)."""
+    steps = parse_path(path)
+    return _flat("object", steps, "", "") is not None or _grouped("object", steps, "", "") is not None
+
+
 def _entry_ok(rule: CelRule, label: str, x: str) -> str:
-    entry = _entry(x, label)
-    return rule.bind(entry, "!" + rule.bad(entry))
+    """The rule holds for the container at ``x`` (its entry bound once as ``e``: the rule reads ``e``
+    many times, and an inlined entry would multiply the expression's size)."""
+    return f"[{_entry(x, label)}].all(e, {rule.bind('e', '!' + rule.bad('e'))})"
 
 
 def rule_validation(
@@ -476,25 +542,31 @@ def rule_validation(
     kinds: Sequence[KindPaths],
     *,
     containers_var: str = "variables.containers",
+    groups_var: str = "variables.containerGroups",
     name_var: str = "variables.objectName",
     resource_var: str = "variables.resource",
 ) -> dict[str, str]:
     """The VAP validation of one rule: expression, messageExpression, message, reason."""
-    checks = [f"{containers_var}.all(e, {rule.bind('e', '!' + rule.bad('e'))})"]
-    message = (
-        f"{name_var} + ': ' + {containers_var}.filter(e, {rule.bind('e', rule.bad('e'))})"
+    ok = rule.bind("e", "!" + rule.bad("e"))
+    bad = rule.bind("e", rule.bad("e"))
+    shown_entry = (
         f".map(e, e.label + ' \"' + e.name + '\": ' + {rule.bind('e', rule.detail('e'), text=True)})[0]"
     )
+    checks = [f"{containers_var}.all(e, {ok})", f"{groups_var}.all(g, g.all(e, {ok}))"]
+    fallback = _str(f"a container {rule.summary}")
     for path, (label, resources) in _locations(kinds).items():
-        if _list_path(path) is not None:
-            continue  # in the containers variable
+        if _covered(path):
+            continue
         known = ", ".join(_str(r) for r in resources)
-        ok = all_at(path, functools.partial(_entry_ok, rule, label))
-        checks.append(f"(!({resource_var} in [{known}]) || {ok})")
-        message = (
-            f"({containers_var}.exists(e, {rule.bind('e', rule.bad('e'))}) ? {message}"
-            f" : {name_var} + {_str(f': a {label} under {path} {rule.summary}')})"
-        )
+        walked = all_at(path, functools.partial(_entry_ok, rule, label))
+        checks.append(f"(!({resource_var} in [{known}]) || {walked})")
+    message = (
+        f"{name_var} + ': ' + ({containers_var}.exists(e, {bad})"
+        f" ? {containers_var}.filter(e, {bad}){shown_entry}"
+        f" : ({groups_var}.exists(g, g.exists(e, {bad}))"
+        f" ? {groups_var}.filter(g, g.exists(e, {bad}))[0].filter(e, {bad}){shown_entry}"
+        f" : {fallback}))"
+    )
     return {
         "expression": " && ".join(checks),
         "messageExpression": message,

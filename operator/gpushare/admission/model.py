@@ -66,14 +66,16 @@ _RULE_LIST: tuple[Rule, ...] = (
         "GS004-mem-positive-integer",
         "deny",
         False,
-        f"`{c.RES_GPU_MEM}` is a positive whole number of GiB, without a unit suffix",
+        f"`{c.RES_GPU_MEM}` is a positive whole number of the device plugin's memory unit (GiB, or MiB"
+        " on pools with `devicePlugin.memoryUnit: MiB`), without a unit suffix",
         'write e.g. `aliyun.com/gpu-mem: 2` (not "2Gi", "1.5" or 0)',
     ),
     Rule(
         "GS005-mem-exceeds-gpu",
         "deny",
         True,
-        f"`{c.RES_GPU_MEM}` of a container (and of the pod) fits on one GPU of the target pool",
+        f"`{c.RES_GPU_MEM}` of a container (and of the pod, or of each card with `{c.RES_GPU_COUNT}`)"
+        " fits on one GPU of the target pool, in the pool's memory unit",
         "ask for at most the per-GPU memory of the pool, or target a pool with larger GPUs",
     ),
     Rule(
@@ -123,9 +125,37 @@ _RULE_LIST: tuple[Rule, ...] = (
         "GS012-unknown-gpu-resource",
         "deny",
         False,
-        "every `aliyun.com/gpu*` resource a container asks for is one a node can offer"
-        f" ({', '.join(c.KNOWN_GPU_RESOURCES)})",
-        "fix the resource name (did-you-mean in the message)",
+        f"every `{c.GPU_RESOURCE_PREFIX}*` resource a container asks for is one a node can offer"
+        f" ({', '.join(f'`{r}`' for r in c.KNOWN_GPU_RESOURCES)}); `{c.RES_GPU_COUNT}` and"
+        " `aliyun.com/gpu` in a container are only warned about (they are not GPU-sharing requests)",
+        "fix the resource name (the message suggests the closest one); no node offers a misspelled name",
+    ),
+    Rule(
+        "GS013-gpu-count-split",
+        "deny",
+        False,
+        f'a pod labelled `{c.RES_GPU_COUNT}: "M"` (ACK multi-GPU sharing) has M a whole number >= 1,'
+        f" a total `{c.RES_GPU_MEM}` N with N/M whole, no `{c.RES_GPU_CORE}`, and targets a cgpu pool"
+        " (memory isolation, shared compute)",
+        "make N a multiple of M, drop gpu-core.percentage, and target a pool with memoryIsolation"
+        " and no computeAllocation",
+    ),
+    Rule(
+        "GS014-cgpu-disable-env",
+        "warn",
+        False,
+        "a container does not set `CGPU_DISABLE` itself (the device plugin sets it on nodes with"
+        f" `{c.LABEL_DISABLE_ISOLATION}=true`)",
+        "remove CGPU_DISABLE from the env; choose isolation by the pool (memoryIsolation) instead",
+    ),
+    Rule(
+        "GS015-workload-kind-unknown",
+        "warn",
+        False,
+        f"an object whose containers ask for `{c.GPU_RESOURCE_PREFIX}*` is of a kind whose pod templates"
+        " gpushare knows",
+        "register the kind (a workload-kinds file: `gpushare check --kinds FILE`,"
+        " `gpushare run --workload-kinds FILE`)",
     ),
     Rule(
         "GP001-pool-schema",
@@ -177,15 +207,24 @@ class NodeInfo:
     @property
     def per_gpu_gib(self) -> int | None:
         """Memory of the smallest GPU in whole GiB (floored, like the device plugin), if known."""
+        return self.per_gpu("GiB")
+
+    def per_gpu(self, unit: str = "GiB") -> int | None:
+        """Memory of the smallest GPU in whole ``unit`` (GiB floored like the device plugin, or MiB).
+
+        The node's allocatable ``aliyun.com/gpu-mem`` is counted in the unit of its device plugin,
+        which is the unit of its pool (``spec.devicePlugin.memoryUnit``).
+        """
+        div = 1024 if unit == "GiB" else 1
         if self.gpu_memory_mib:
-            return min(self.gpu_memory_mib) // 1024
+            return min(self.gpu_memory_mib) // div
         mem = _int_or_none(self.allocatable.get(c.RES_GPU_MEM))
         count = _int_or_none(self.allocatable.get(c.RES_GPU_COUNT))
         if mem is not None and count:
             return mem // count
         mib = _int_or_none(self.labels.get(c.LABEL_GPU_MEMORY_MIB))
         if mib is not None:
-            return mib // 1024
+            return mib // div
         return None
 
 
@@ -258,16 +297,28 @@ class Context:
         return out
 
     @cached_property
-    def pool_per_gpu_gib(self) -> dict[str, int]:
-        """pool name -> the largest per-GPU memory (GiB) among its nodes, where any is known."""
+    def pool_per_gpu(self) -> dict[str, int]:
+        """pool name -> the largest per-GPU memory among its nodes (in the pool's memory unit)."""
         out: dict[str, int] = {}
         for node in self.nodes:
             pool = self.node_pool.get(node.name)
-            gib = node.per_gpu_gib
-            if pool is None or gib is None:
+            if pool is None:
                 continue
-            out[pool] = max(out.get(pool, 0), gib)
+            size = node.per_gpu(self.pool_unit(pool))
+            if size is None:
+                continue
+            out[pool] = max(out.get(pool, 0), size)
         return out
+
+    @property
+    def pool_per_gpu_gib(self) -> dict[str, int]:
+        """Kept for callers of the GiB-only days: per-GPU memory in each pool's unit."""
+        return self.pool_per_gpu
+
+    def pool_unit(self, name: str) -> str:
+        """The device plugin's memory unit on a pool's nodes (GiB when the pool is unknown)."""
+        pool = self.pool(name)
+        return pool.spec.device_plugin.memory_unit if pool is not None else "GiB"
 
 
 EMPTY_CONTEXT = Context()

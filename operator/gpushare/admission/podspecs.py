@@ -1,147 +1,198 @@
-"""Find the pod specs inside Kubernetes objects (Pods and the templates of workload controllers)."""
+"""Find the pods inside Kubernetes objects, by the workload-kinds table (:mod:`.kinds`).
+
+A :class:`PodLike` is one pod template: its location, the fields that constrain its nodes
+(``nodeSelector``, ``affinity``, ``nodeName``, inherited where the kind says so), its labels and its
+containers. Malformed objects (a missing or non-object part) give fewer pods, never an exception.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpushare import constants as c
-from gpushare.admission.cel import (
-    POD_CONTAINER_LISTS,
-    POD_LABEL_GPU_COUNT,
-    Step,
+from gpushare.admission.kinds import (
+    DEFAULT_TABLE,
+    POD_CONTAINERS,
+    KindTable,
+    PodSource,
+    container_key,
+    container_label,
     parse_path,
-    pod_metadata_path,
+    pod_labels_path,
+    resolve_relative,
+    walk,
 )
 
-#: Where each kind keeps its pod specs: paths from the object root (``name[]`` = every item of a
-#: list, ``*`` = every value of a map; see :mod:`gpushare.admission.cel`). The rules, ``gpushare
-#: check``, the webhook's matchConditions and the ValidatingAdmissionPolicy all read this table.
-POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
-    "Pod": ("spec",),
-    "PodTemplate": ("template.spec",),
-    "ReplicationController": ("spec.template.spec",),
-    "ReplicaSet": ("spec.template.spec",),
-    "Deployment": ("spec.template.spec",),
-    "StatefulSet": ("spec.template.spec",),
-    "DaemonSet": ("spec.template.spec",),
-    "Job": ("spec.template.spec",),
-    "CronJob": ("spec.jobTemplate.spec.template.spec",),
-}
+#: ACK's multi-GPU sharing pod label: a pod carrying it asks for GPU sharing even without resources.
+POD_LABEL_GPU_COUNT = c.RES_GPU_COUNT
 
-#: Container lists that can request resources, with the word used in messages.
-CONTAINER_LISTS: tuple[tuple[str, str], ...] = POD_CONTAINER_LISTS
-
-
-def _expand(node: Any, steps: Sequence[Step], where: str) -> Iterator[tuple[str, Any]]:
-    """Every ``(concrete path, value)`` a wildcard path reaches; missing or mistyped steps reach nothing."""
-    if not steps:
-        yield where, node
-        return
-    step, rest = steps[0], steps[1:]
-    if not isinstance(node, Mapping):
-        return
-    if step.field is None:
-        for key, value in node.items():
-            yield from _expand(value, rest, f"{where}.{key}")
-        return
-    child = node.get(step.field)
-    here = f"{where}.{step.field}" if where else step.field
-    if not step.items:
-        yield from _expand(child, rest, here)
-        return
-    if isinstance(child, list):
-        for index, item in enumerate(child):
-            yield from _expand(item, rest, f"{here}[{index}]")
-
-
-def _kind_paths(obj: Mapping[str, Any]) -> tuple[str, ...]:
-    kind = obj.get("kind")
-    return POD_SPEC_PATHS.get(kind, ()) if isinstance(kind, str) else ()
-
-
-def pod_specs(obj: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """``[(path, podspec)]`` for a Pod or a workload's pod templates; ``[]`` for other kinds.
-
-    ``path`` is the dotted location of the spec (``spec.template.spec``). Malformed objects (a
-    missing or non-object spec) give ``[]`` rather than an exception.
-    """
-    out: list[tuple[str, dict[str, Any]]] = []
-    for path in _kind_paths(obj):
-        out.extend(
-            (where, node) for where, node in _expand(obj, parse_path(path), "") if isinstance(node, dict)
-        )
-    return out
-
-
-def pod_labels(obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The labels of the pod or of each pod template (the sibling ``metadata`` of each pod spec)."""
-    out: list[Mapping[str, Any]] = []
-    for path in _kind_paths(obj):
-        meta = pod_metadata_path(path)
-        if meta is None:
-            continue
-        for _, node in _expand(obj, parse_path(meta), ""):
-            labels = node.get("labels") if isinstance(node, Mapping) else None
-            if isinstance(labels, Mapping):
-                out.append(labels)
-    return out
+#: Scheduling fields a pod-like may inherit (Argo: the workflow's, when the template has none).
+SCHEDULING_FIELDS: tuple[str, ...] = ("nodeSelector", "affinity", "tolerations")
 
 
 @dataclass(frozen=True)
 class ContainerRef:
-    """One container of a pod spec: where it is, what it is called, and its resources maps."""
+    """One container of a pod: where it is, what it is called, its resources maps and env."""
 
     path: str  # e.g. spec.template.spec.containers[0]
-    label: str  # "container" or "init container"
+    label: str  # "container", "init container", "script", "sidecar", ...
     name: str
     limits: Mapping[str, Any]
     requests: Mapping[str, Any]
+    env: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def display(self) -> str:
         return f'{self.label} "{self.name}"'
+
+    @property
+    def init(self) -> bool:
+        """Init containers run one after another, before the others (their memory is not added)."""
+        return self.label == "init container"
+
+
+@dataclass(frozen=True)
+class PodLike:
+    """One pod template inside an object."""
+
+    path: str
+    #: The node-constraint fields as the pods will have them (after inheritance).
+    spec: Mapping[str, Any]
+    #: Where those constraints are written, for messages (the inherited spec's path when inherited).
+    constraints_path: str
+    labels: Mapping[str, Any]
+    labels_path: str
+    containers: tuple[ContainerRef, ...] = field(default_factory=tuple)
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def iter_containers(spec_path: str, spec: Mapping[str, Any]) -> Iterator[ContainerRef]:
-    """Containers, init and ephemeral containers of a pod spec; entries that are not objects are skipped."""
-    for key, label in CONTAINER_LISTS:
-        items = spec.get(key)
-        if not isinstance(items, list):
+def _container_ref(path: str, item: Mapping[str, Any], rel: str, index: int | None) -> ContainerRef:
+    name = item.get("name")
+    resources = _mapping(item.get("resources"))
+    env = item.get("env")
+    key = container_key(rel)
+    # Argo names the container of a container/script template "main"; KServe the model's "kserve-container".
+    default = f"#{index}" if index is not None else ("main" if key in ("container", "script") else key)
+    return ContainerRef(
+        path=path,
+        label=container_label(rel),
+        name=name if isinstance(name, str) and name else default,
+        limits=_mapping(resources.get("limits")),
+        requests=_mapping(resources.get("requests")),
+        env=tuple(e for e in env if isinstance(e, Mapping)) if isinstance(env, list) else (),
+    )
+
+
+def containers_at(base: str, node: Mapping[str, Any], rel: str) -> Iterator[ContainerRef]:
+    """Containers at ``rel`` (a path relative to the pod-like ``node`` at ``base``)."""
+    for path, item in walk(node, parse_path(rel), base):
+        if not isinstance(item, Mapping):
             continue
-        for index, item in enumerate(items):
-            if not isinstance(item, Mapping):
-                continue
-            name = item.get("name")
-            resources = _mapping(item.get("resources"))
-            yield ContainerRef(
-                path=f"{spec_path}.{key}[{index}]",
-                label=label,
-                name=name if isinstance(name, str) and name else f"#{index}",
-                limits=_mapping(resources.get("limits")),
-                requests=_mapping(resources.get("requests")),
-            )
+        index = int(path.rsplit("[", 1)[1].rstrip("]")) if path.endswith("]") else None
+        yield _container_ref(path, item, rel, index)
+
+
+def iter_containers(spec_path: str, spec: Mapping[str, Any]) -> Iterator[ContainerRef]:
+    """Containers, init and ephemeral containers of a PodSpec; entries that are not objects are skipped."""
+    for rel in POD_CONTAINERS:
+        yield from containers_at(spec_path, spec, rel)
+
+
+def _pod_like(obj: Mapping[str, Any], path: str, node: Mapping[str, Any], source: PodSource) -> PodLike:
+    containers = tuple(ref for rel in source.containers for ref in containers_at(path, node, rel))
+    spec: dict[str, Any] = {k: node[k] for k in (*SCHEDULING_FIELDS, "nodeName") if k in node}
+    constraints_path = path
+    if source.inherit is not None:
+        parent = next((v for _, v in walk(obj, parse_path(source.inherit))), None)
+        if isinstance(parent, Mapping):
+            inherited = {k: parent[k] for k in SCHEDULING_FIELDS if k not in spec and k in parent}
+            if inherited and not any(k in spec for k in ("nodeSelector", "affinity")):
+                constraints_path = source.inherit
+            spec.update(inherited)
+    labels = resolve_relative(obj, path, source.labels)
+    labels_path = pod_labels_path(path, source.labels)
+    return PodLike(path, spec, constraints_path, _mapping(labels), labels_path, containers)
+
+
+def pod_likes(obj: Mapping[str, Any], table: KindTable = DEFAULT_TABLE) -> list[PodLike]:
+    """Every pod template of ``obj`` by the kinds table; ``[]`` for kinds not in it."""
+    kind = table.lookup(obj)
+    if kind is None:
+        return []
+    out = []
+    for source in kind.sources:
+        for path, node in walk(obj, parse_path(source.path)):
+            if isinstance(node, Mapping):
+                out.append(_pod_like(obj, path, node, source))
+    return out
+
+
+def pod_specs(obj: Mapping[str, Any], table: KindTable = DEFAULT_TABLE) -> list[tuple[str, dict[str, Any]]]:
+    """``[(path, podspec)]`` of a Pod or a workload's pod templates; ``[]`` for other kinds."""
+    kind = table.lookup(obj)
+    if kind is None:
+        return []
+    return [
+        (path, node)
+        for source in kind.sources
+        for path, node in walk(obj, parse_path(source.path))
+        if isinstance(node, dict)
+    ]
 
 
 def is_gpu_resource(name: object) -> bool:
     return isinstance(name, str) and name.startswith(c.GPU_RESOURCE_PREFIX)
 
 
-def requests_gpu_sharing(obj: Mapping[str, Any]) -> bool:
-    """Fast check: does any container of the object's pod specs mention an ``aliyun.com/gpu*`` resource,
-    or does the pod carry ACK's multi-GPU label ``aliyun.com/gpu-count``? (The webhook's
+def asks_gpu(ref: ContainerRef) -> bool:
+    return any(is_gpu_resource(k) for k in ref.limits) or any(is_gpu_resource(k) for k in ref.requests)
+
+
+def requests_gpu_sharing(obj: Mapping[str, Any], table: KindTable = DEFAULT_TABLE) -> bool:
+    """Fast check: does any container of the object's pods mention an ``aliyun.com/gpu*`` resource,
+    or does a pod carry ACK's multi-GPU label ``aliyun.com/gpu-count``? (The webhook's
     matchConditions, :func:`gpushare.admission.cel.gpu_sharing_condition`, ask the same.)"""
-    if any(POD_LABEL_GPU_COUNT in labels for labels in pod_labels(obj)):
-        return True
-    for path, spec in pod_specs(obj):
-        for container in iter_containers(path, spec):
-            if any(is_gpu_resource(k) for k in container.limits) or any(
-                is_gpu_resource(k) for k in container.requests
-            ):
+    kind = table.lookup(obj)
+    if kind is None:
+        return False
+    for source in kind.sources:
+        # The labels where the CEL looks for them, whether or not the pod spec beside them exists.
+        for _, labels in walk(obj, parse_path(pod_labels_path(source.path, source.labels))):
+            if isinstance(labels, Mapping) and POD_LABEL_GPU_COUNT in labels:
                 return True
-    return False
+    return any(asks_gpu(ref) for pod in pod_likes(obj, table) for ref in pod.containers)
+
+
+#: How deep :func:`find_gpu_container` looks into an object of an unknown kind.
+MAX_SCAN_DEPTH = 40
+
+
+def find_gpu_container(node: Any, path: str = "", depth: int = 0) -> str | None:
+    """The path of the first container-like object (``resources.limits|requests`` naming an
+    ``aliyun.com/gpu*`` resource) anywhere in ``node``, or None. Bounded in depth."""
+    if depth > MAX_SCAN_DEPTH:
+        return None
+    if isinstance(node, Mapping):
+        resources = node.get("resources")
+        if isinstance(resources, Mapping) and any(
+            isinstance(resources.get(k), Mapping) and any(is_gpu_resource(r) for r in resources[k])
+            for k in ("limits", "requests")
+        ):
+            return path or "<root>"
+        for key, value in node.items():
+            if isinstance(value, Mapping | list):
+                found = find_gpu_container(value, f"{path}.{key}" if path else str(key), depth + 1)
+                if found is not None:
+                    return found
+    elif isinstance(node, list):
+        for i, item in enumerate(node):
+            if isinstance(item, Mapping | list):
+                found = find_gpu_container(item, f"{path}[{i}]", depth + 1)
+                if found is not None:
+                    return found
+    return None

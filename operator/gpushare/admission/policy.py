@@ -23,23 +23,38 @@ from gpushare.admission.cel import (
     RESOURCE,
     STATELESS_RULES,
     KindPaths,
+    container_groups_variable,
     containers_variable,
     gpu_sharing_anywhere,
     rule_validation,
 )
-from gpushare.admission.webhook_config import TARGETS, WebhookSettings, excluded_namespaces, kind_paths
+from gpushare.admission.webhook_config import (
+    TARGETS,
+    WebhookSettings,
+    WebhookTarget,
+    excluded_namespaces,
+    kind_paths,
+)
 
 POLICY_NAME = "gpushare-stateless-rules.gpushare.io"
 #: The rule ids the policy enforces (the rest need pools and nodes: the webhook's job).
 POLICY_RULES: tuple[str, ...] = tuple(r.rule_id for r in STATELESS_RULES)
 
 
-PolicyKind = tuple[KindPaths, tuple[str, ...], str]
+#: ``(paths, operations, versions)`` of one kind.
+PolicyKind = tuple[KindPaths, tuple[str, ...], tuple[str, ...]]
 
 
-def policy_kinds() -> list[PolicyKind]:
-    """``(paths, operations, version)`` of every workload kind the webhook validates."""
-    return [(kind_paths(t), t.operations, t.version) for t in TARGETS if t.kind != c.KIND]
+def policy_kinds(targets: tuple[WebhookTarget, ...] = TARGETS) -> list[PolicyKind]:
+    """``(paths, operations, versions)`` of every workload kind the webhook validates (the
+    workload-kinds table), less the kinds with a path CEL cannot select (only the webhook checks
+    those)."""
+    out: list[PolicyKind] = []
+    for target in targets:
+        paths = kind_paths(target)
+        if paths is not None:
+            out.append((paths, target.operations, target.versions or (target.version,)))
+    return out
 
 
 def build_policy(
@@ -49,7 +64,7 @@ def build_policy(
 ) -> dict[str, Any]:
     """The policy over the webhook's kinds (and ``extra_kinds``: custom resources, tests)."""
     settings = settings or WebhookSettings()
-    kinds = [*policy_kinds(), *extra_kinds]
+    kinds = [*policy_kinds(settings.targets or TARGETS), *extra_kinds]
     paths = [k for k, _, _ in kinds]
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -84,11 +99,11 @@ def build_policy(
                 "resourceRules": [
                     {
                         "apiGroups": [k.group],
-                        "apiVersions": [version],
+                        "apiVersions": list(versions),
                         "resources": [k.plural],
                         "operations": list(ops),
                     }
-                    for k, ops, version in kinds
+                    for k, ops, versions in kinds
                 ],
             },
             "matchConditions": [{"name": "asks-for-gpu-sharing", "expression": gpu_sharing_anywhere(paths)}],
@@ -96,6 +111,7 @@ def build_policy(
                 {"name": "resource", "expression": RESOURCE},
                 {"name": "objectName", "expression": OBJECT_NAME},
                 {"name": "containers", "expression": containers_variable(paths)},
+                {"name": "containerGroups", "expression": container_groups_variable(paths)},
             ],
             "validations": [rule_validation(rule, paths) for rule in STATELESS_RULES],
         },

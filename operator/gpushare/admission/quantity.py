@@ -15,6 +15,26 @@ _INT_RE = re.compile(r"^[0-9]+$")
 _SUFFIX_RE = re.compile(r"^[0-9.]+([a-zA-Z]+)$")
 
 
+#: Longest value shown in a message; longer ones are cut (a manifest value can be megabytes long).
+MAX_SHOWN = 40
+
+
+def clip(text: str, limit: int = MAX_SHOWN) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} characters)"
+
+
+def shown_value(raw: object) -> str:
+    """A user-written value for a message: strings that are not plain integers quoted; all clipped."""
+    if isinstance(raw, str):
+        return clip(repr(raw) if not _INT_RE.match(raw) else raw)
+    if isinstance(raw, dict | list):
+        return f"<{type(raw).__name__} of {len(raw)} item(s)>"
+    return clip(str(raw))
+
+
 @dataclass(frozen=True)
 class Quantity:
     """A parsed quantity: ``value`` when it is a non-negative integer, else ``error`` says why not."""
@@ -25,10 +45,8 @@ class Quantity:
 
     @property
     def shown(self) -> str:
-        """The value as the user wrote it, for messages."""
-        if isinstance(self.raw, str):
-            return repr(self.raw) if not _INT_RE.match(self.raw) else self.raw
-        return str(self.raw)
+        """The value as the user wrote it, for messages (cut to a readable length)."""
+        return shown_value(self.raw)
 
 
 def parse_quantity(raw: object) -> Quantity:
@@ -44,6 +62,8 @@ def parse_quantity(raw: object) -> Quantity:
             return Quantity(raw, error="is negative")
         return Quantity(raw, error="is not a whole number")
     if isinstance(raw, str):
+        if len(raw) > 64:
+            return Quantity(raw, error="is not a number")
         text = raw.strip()
         if _INT_RE.match(text):
             return Quantity(raw, value=int(text))

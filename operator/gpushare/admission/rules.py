@@ -12,45 +12,87 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gpushare import constants as c
+from gpushare.admission.kinds import DEFAULT_TABLE, KindTable, object_name
 from gpushare.admission.model import EMPTY_CONTEXT, RULES, Context, Finding, Verdict, rule_tag
 from gpushare.admission.podspecs import (
     ContainerRef,
+    PodLike,
+    asks_gpu,
+    find_gpu_container,
     is_gpu_resource,
-    iter_containers,
-    pod_specs,
-    requests_gpu_sharing,
+    pod_likes,
 )
-from gpushare.admission.quantity import Quantity, parse_quantity
+from gpushare.admission.quantity import Quantity, clip, parse_quantity, shown_value
 from gpushare.admission.targeting import (
     KIND_TEXT,
-    Resolution,
     node_constraints,
     pools_of_kind,
     resolve,
     term_possible,
 )
 from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
-from gpushare.manifests import describe
 
 AdmissionMode = Literal["Enforce", "Warn", "Off"]
 _MODE_ORDER: dict[str, int] = {"Off": 0, "Warn": 1, "Enforce": 2}
 
 MEMORY_ONLY_KINDS = (c.SCHEDULE_CGPU, c.SCHEDULE_SHARE)
+CGPU_DISABLE = "CGPU_DISABLE"
+#: Longest field path shown in a message (keys come from the manifest).
+MAX_FIELD_SHOWN = 200
+#: The GPU-sharing resources a device plugin offers; any other ``aliyun.com/gpu*`` name is a typo.
+KNOWN_RESOURCES: tuple[str, ...] = (c.RES_GPU_MEM, c.RES_GPU_CORE)
+#: Names that exist but are not for containers of sharing pods, with what they are (GS012 warns).
+OTHER_RESOURCES: dict[str, str] = {
+    c.RES_GPU_COUNT: "a node capacity the device plugin reports, not a container request; ACK's"
+    f' multi-GPU sharing uses the pod label {c.RES_GPU_COUNT}: "M"',
+    "aliyun.com/gpu": "ACK's topology-aware whole-GPU resource (ack.node.gpu.schedule=topology),"
+    " not GPU sharing",
+}
+#: Other names ACK-compatible device plugins offer, which gpushare does not check. Every name of
+#: ``c.KNOWN_GPU_RESOURCES`` is allowed or warned about; only the rest (misspellings) are denied,
+#: exactly what the ValidatingAdmissionPolicy's GS012 denies (:mod:`gpushare.admission.cel`).
+ALLOWED_OTHER: frozenset[str] = frozenset(c.KNOWN_GPU_RESOURCES) - {*KNOWN_RESOURCES, *OTHER_RESOURCES}
+assert set(OTHER_RESOURCES) <= set(c.KNOWN_GPU_RESOURCES)
 
 
-def evaluate(obj: Any, ctx: Context = EMPTY_CONTEXT) -> list[Finding]:
-    """Every finding for one object. Objects without GPU-sharing requests give ``[]`` quickly."""
+def evaluate(obj: Any, ctx: Context = EMPTY_CONTEXT, table: KindTable = DEFAULT_TABLE) -> list[Finding]:
+    """Every finding for one object, in one pass. Objects without GPU-sharing requests give ``[]``."""
     if not isinstance(obj, Mapping):
         return []
     if obj.get("kind") == c.KIND:
         return evaluate_pool(obj, ctx)
-    if not requests_gpu_sharing(obj):
+    kind = table.lookup(obj)
+    if kind is None:
+        return _unknown_kind(obj, table)
+    pods = pod_likes(obj, table)
+    if not any(asks_gpu(ref) for pod in pods for ref in pod.containers):
         return []
-    name = describe(dict(obj))
+    name = object_name(obj, table)
     findings: list[Finding] = []
-    for path, spec in pod_specs(obj):
-        findings.extend(_evaluate_pod_spec(name, path, spec, ctx))
+    several = len(pods) > 1 or any("*" in s.path for s in kind.sources)
+    for pod in pods:
+        findings.extend(_evaluate_pod(name, pod, ctx, several))
     return findings
+
+
+def _unknown_kind(obj: Mapping[str, Any], table: KindTable) -> list[Finding]:
+    where = find_gpu_container(obj)
+    if where is None:
+        return []
+    em = _Emitter(object_name(obj, table))
+    api = obj.get("apiVersion")
+    kind = f"{obj.get('kind')} ({api})" if isinstance(api, str) else str(obj.get("kind"))
+    em.add(
+        "GS015-workload-kind-unknown",
+        container=None,
+        field=where,
+        value=None,
+        problem=f"asks for {c.GPU_RESOURCE_PREFIX}* but gpushare does not know where {kind} keeps its pod"
+        " templates, so its GPU requests are not checked",
+        fix="register the kind with its podSpecs paths in a workload-kinds file"
+        " (`gpushare check --kinds FILE`, `gpushare run --workload-kinds FILE`; see README)",
+    )
+    return em.out
 
 
 def is_denied(findings: list[Finding]) -> bool:
@@ -90,8 +132,10 @@ def _nearest_steps(value: int) -> str:
 
 
 class _Emitter:
-    def __init__(self, obj_name: str) -> None:
+    def __init__(self, obj_name: str, pod_path: str | None = None) -> None:
         self.obj = obj_name
+        #: Named in container messages when an object has several pod templates (replicas, steps).
+        self.pod_path = pod_path
         self.out: list[Finding] = []
 
     def add(
@@ -108,6 +152,9 @@ class _Emitter:
     ) -> None:
         rule = RULES[rule_id]
         where = f"{container.display}: {field.removeprefix(container.path + '.')}" if container else field
+        if container and self.pod_path:
+            where = f"{self.pod_path} {where}"
+        where = clip(where, MAX_FIELD_SHOWN)
         shown = f"={value}" if value is not None else ""
         message = f"{self.obj}: {where}{shown} {problem} {rule_tag(rule_id)}; {fix}{note}"
         self.out.append(
@@ -123,28 +170,67 @@ class _Emitter:
         )
 
 
+def _did_you_mean(name: str) -> str:
+    """The known resource the name most likely meant: a shared stem first (``gpu-core`` ->
+    ``gpu-core.percentage``, ``gpu-memory`` -> ``gpu-mem``), else the closest spelling."""
+    tail = name.removeprefix(c.GPU_RESOURCE_PREFIX).lstrip("-").lower()
+    stems = {
+        known: known.removeprefix(c.GPU_RESOURCE_PREFIX).lstrip("-").split(".")[0]
+        for known in KNOWN_RESOURCES
+    }
+    by_stem = [k for k, stem in stems.items() if tail and (tail.startswith(stem) or stem.startswith(tail))]
+    tails = {known.removeprefix(c.GPU_RESOURCE_PREFIX).lstrip("-"): known for known in KNOWN_RESOURCES}
+    close = by_stem or [tails[t] for t in difflib.get_close_matches(tail, list(tails), n=1, cutoff=0.6)]
+    offers = f"the device plugin offers {' and '.join(KNOWN_RESOURCES)}"
+    # The ValidatingAdmissionPolicy writes the same message without the did-you-mean (cel.py).
+    return f'did you mean "{close[0]}"? {offers}' if close else offers
+
+
 def _check_names(em: _Emitter, ref: ContainerRef) -> None:
-    """GS012: an ``aliyun.com/gpu*`` name no node offers (a misspelling), with a did-you-mean."""
+    """GS012: ``aliyun.com/gpu*`` names no node offers (a typo leaves the pod Pending forever)."""
     seen: set[str] = set()
     for where, resources in (("limits", ref.limits), ("requests", ref.requests)):
         for name in resources:
-            if not is_gpu_resource(name) or name in c.KNOWN_GPU_RESOURCES or name in seen:
+            if not is_gpu_resource(name) or name in KNOWN_RESOURCES or name in ALLOWED_OTHER or name in seen:
                 continue
             seen.add(name)
-            close = difflib.get_close_matches(name, c.KNOWN_GPU_RESOURCES, n=1, cutoff=0.6)
+            other = OTHER_RESOURCES.get(name)
             em.add(
                 "GS012-unknown-gpu-resource",
                 container=ref,
-                field=f'{ref.path}.resources.{where}["{name}"]',
-                value=None,
-                problem="is not a GPU resource any node offers",
-                fix=(f'did you mean "{close[0]}"? ' if close else "")
-                + f"use one of {', '.join(c.KNOWN_GPU_RESOURCES)}",
+                field=f"{ref.path}.{_res_field(where, name)}",
+                value=shown_value(resources[name]),
+                problem=f"is not a GPU-sharing resource: {other}"
+                if other
+                else "is not a resource any GPU-sharing node offers; the pod would stay Pending",
+                fix=_did_you_mean(name) if other is None else f"ask for {c.RES_GPU_MEM} instead",
+                # A name nodes do report (gpu-count capacity, topology's aliyun.com/gpu) can be
+                # scheduled, so it is only a warning; a misspelled one can never be.
+                verdict="warn" if other else None,
             )
 
 
-def _check_container(em: _Emitter, ref: ContainerRef) -> _ContainerGPU:
+def _check_env(em: _Emitter, ref: ContainerRef) -> None:
+    """GS014: CGPU_DISABLE set by hand."""
+    for i, var in enumerate(ref.env):
+        if var.get("name") != CGPU_DISABLE:
+            continue
+        value = var.get("value")
+        em.add(
+            "GS014-cgpu-disable-env",
+            container=ref,
+            field=f"{ref.path}.env[{i}]",
+            value=f"{CGPU_DISABLE}={shown_value(value)}" if value is not None else CGPU_DISABLE,
+            problem="is set in the manifest; the device plugin sets CGPU_DISABLE=true itself on nodes"
+            f" labelled {c.LABEL_DISABLE_ISOLATION}=true, which turns off cGPU memory isolation for the"
+            " container (it then sees and may use the whole GPU)",
+            fix="remove it and choose isolation by the target pool (memoryIsolation: true or false)",
+        )
+
+
+def _check_container(em: _Emitter, ref: ContainerRef, unit: str) -> _ContainerGPU:
     _check_names(em, ref)
+    _check_env(em, ref)
     mem, mem_where = _pick(ref, c.RES_GPU_MEM)
     core, core_where = _pick(ref, c.RES_GPU_CORE)
     # GS006: requests without limits, or requests different from limits.
@@ -186,8 +272,8 @@ def _check_container(em: _Emitter, ref: ContainerRef) -> _ContainerGPU:
                 container=ref,
                 field=field,
                 value=mem.shown,
-                problem=f"{mem.error}; GPU memory is a positive whole number of GiB",
-                fix="write a whole number of GiB such as 2",
+                problem=f"{mem.error}; GPU memory is a positive whole number of {unit}",
+                fix=f"write a whole number of {unit} such as {2 if unit == 'GiB' else 2048}",
             )
         elif mem.value == 0:
             em.add(
@@ -195,7 +281,7 @@ def _check_container(em: _Emitter, ref: ContainerRef) -> _ContainerGPU:
                 container=ref,
                 field=field,
                 value=mem.shown,
-                problem="is zero; GPU memory is a positive whole number of GiB",
+                problem=f"is zero; GPU memory is a positive whole number of {unit}",
                 fix=f'ask for at least 1, or remove "{c.RES_GPU_MEM}"',
             )
     if core is not None:
@@ -234,7 +320,7 @@ def _check_container(em: _Emitter, ref: ContainerRef) -> _ContainerGPU:
                 field=f"{ref.path}.{_res_field('limits', c.RES_GPU_MEM)}",
                 value=None,
                 problem=f'is missing but the container asks for "{c.RES_GPU_CORE}"={core.shown}',
-                fix=f'add "{c.RES_GPU_MEM}" (GiB of GPU memory) to the same container',
+                fix=f'add "{c.RES_GPU_MEM}" ({unit} of GPU memory) to the same container',
             )
     return _ContainerGPU(ref, mem, mem_where, core, core_where)
 
@@ -267,32 +353,95 @@ def _pool_verdict(rule_id: str, ctx: Context, pools: set[str], unpooled: bool) -
     return base, ""
 
 
-def _suggest(ctx: Context, compute: bool) -> str:
-    kinds = (c.SCHEDULE_CORE_MEM,) if compute else MEMORY_ONLY_KINDS
-    pools = pools_of_kind(ctx, kinds)
-    if pools:
-        return f"e.g. nodeSelector {{{c.LABEL_POOL}: {pools[0]}}} (pools of that kind: {', '.join(pools)})"
+def _wanted_kinds(compute: bool, multi: bool, reachable: set[str] | None = None) -> tuple[str, ...]:
+    """The pool kinds a pod fits, best first: core_mem for compute shares, cgpu for multi-GPU
+    sharing, else cgpu (isolated) then share; narrowed to ``reachable`` when that leaves any."""
     if compute:
+        kinds: tuple[str, ...] = (c.SCHEDULE_CORE_MEM,)
+    elif multi:
+        kinds = (c.SCHEDULE_CGPU,)
+    else:
+        kinds = MEMORY_ONLY_KINDS
+    if reachable:
+        narrowed = tuple(k for k in kinds if k in reachable)
+        if narrowed:
+            return narrowed
+    return kinds
+
+
+def _suggest(ctx: Context, compute: bool, multi: bool = False, reachable: set[str] | None = None) -> str:
+    kinds = _wanted_kinds(compute, multi, reachable)
+    by_kind = [(k, pools_of_kind(ctx, (k,))) for k in kinds]
+    found = [(k, p) for k, p in by_kind if p]
+    if found:
+        first = found[0][1][0]
+        listed = "; ".join(f"{k} pools: {', '.join(p)}" for k, p in found)
+        return f"e.g. nodeSelector {{{c.LABEL_POOL}: {first}}} ({listed})"
+    if kinds == (c.SCHEDULE_CORE_MEM,):
         return (
             f"e.g. nodeSelector {{{c.LABEL_SCHEDULE}: {c.SCHEDULE_CORE_MEM}}} or {{{c.LABEL_POOL}: <pool>}}"
         )
+    if kinds == (c.SCHEDULE_SHARE,):
+        return f'e.g. nodeSelector {{{c.LABEL_POOL}: <pool>}} or {{{c.LABEL_DISABLE_ISOLATION}: "true"}}'
+    # Memory-only: isolation first; sharing without isolation only when asked for by name.
     return (
         f"e.g. nodeSelector {{{c.LABEL_POOL}: <pool>}} or {{{c.LABEL_SCHEDULE}: {c.SCHEDULE_CGPU}}}"
-        f' / {{{c.LABEL_DISABLE_ISOLATION}: "true"}}'
+        " (memory isolation)"
     )
 
 
-def _evaluate_pod_spec(obj_name: str, path: str, spec: Mapping[str, Any], ctx: Context) -> list[Finding]:
-    em = _Emitter(obj_name)
-    containers = [_check_container(em, ref) for ref in iter_containers(path, spec)]
+def _unit(ctx: Context, pools: set[str]) -> str:
+    """The memory unit of the target pools (GiB unless every one of them says MiB)."""
+    units = {ctx.pool_unit(p) for p in pools}
+    return "MiB" if units == {"MiB"} else "GiB"
+
+
+@dataclass(frozen=True)
+class _Split:
+    """ACK multi-GPU sharing: the pod label ``aliyun.com/gpu-count``."""
+
+    count: int  # M (1 when absent or invalid)
+    field: str
+    shown: str | None  # the label value as written, when present
+
+
+def _gpu_count(em: _Emitter, pod: PodLike) -> _Split:
+    field = f'{pod.labels_path}["{c.RES_GPU_COUNT}"]'
+    if c.RES_GPU_COUNT not in pod.labels:
+        return _Split(1, field, None)
+    raw = pod.labels[c.RES_GPU_COUNT]
+    q = parse_quantity(raw)
+    if q.value is None or q.value < 1:
+        em.add(
+            "GS013-gpu-count-split",
+            container=None,
+            field=field,
+            value=q.shown,
+            problem=f"{q.error or 'is zero'}; the number of GPUs to spread the pod's memory over is a"
+            ' whole number of at least 1, written as a string label value (e.g. "2")',
+            fix=f'write e.g. {c.RES_GPU_COUNT}: "2", or remove the label for one GPU',
+        )
+        return _Split(1, field, q.shown)
+    return _Split(q.value, field, q.shown)
+
+
+def _evaluate_pod(obj_name: str, pod: PodLike, ctx: Context, several: bool = False) -> list[Finding]:
+    em = _Emitter(obj_name, pod.path if several else None)
+    constraints = node_constraints(pod.constraints_path, pod.spec)
+    res = resolve(constraints, ctx)
+    all_pools = {p.name for p in ctx.pools}
+    unit = _unit(ctx, res.pools) if res.pools else "GiB"
+    containers = [_check_container(em, ref, unit) for ref in pod.containers]
     gpu = [g for g in containers if g.mem is not None or g.core is not None]
     if not gpu:
         return em.out
     compute = any(g.core is not None for g in gpu)
-    constraints = node_constraints(path, spec)
-    res = resolve(constraints, ctx)
-    all_pools = {p.name for p in ctx.pools}
+    split = _gpu_count(em, pod)
+    multi = split.count > 1
     value = constraints.render() if constraints.present else None
+    total = _pod_total(gpu)
+    if multi:
+        _check_split(em, split, gpu, total, unit)
 
     if res.source == "missing":
         verdict, note = _pool_verdict("GS007-pool-target-missing", ctx, all_pools, False)
@@ -300,16 +449,17 @@ def _evaluate_pod_spec(obj_name: str, path: str, spec: Mapping[str, Any], ctx: C
             em.add(
                 "GS007-pool-target-missing",
                 container=None,
-                field=f"{path}.nodeSelector",
+                field=f"{pod.constraints_path}.nodeSelector",
                 value=None,
                 problem=(
                     "is missing: a pod asking for GPU sharing must be confined to one GPU-sharing pool,"
                     " or it may land on a node of another kind"
                 ),
-                fix=_suggest(ctx, compute),
+                fix=_suggest(ctx, compute, multi),
                 verdict=verdict,
                 note=note,
             )
+        _check_memory_fits(em, ctx, all_pools, gpu, pod.path, split, total, anywhere=True)
         return em.out
     if res.source == "unknown":
         return em.out  # names a pool we cannot resolve offline; nothing more to check
@@ -323,10 +473,11 @@ def _evaluate_pod_spec(obj_name: str, path: str, spec: Mapping[str, Any], ctx: C
                 field=constraints.field,
                 value=value,
                 problem=f"matches no GPU-sharing pool or node (known pools: {known})",
-                fix=_suggest(ctx, compute),
+                fix=_suggest(ctx, compute, multi),
                 verdict=verdict,
                 note=note,
             )
+        _check_memory_fits(em, ctx, all_pools, gpu, pod.path, split, total, anywhere=True)
         return em.out
     if len(res.kinds) > 1:
         verdict, note = _pool_verdict("GS008-pool-target-ambiguous", ctx, res.pools, res.unpooled)
@@ -337,10 +488,12 @@ def _evaluate_pod_spec(obj_name: str, path: str, spec: Mapping[str, Any], ctx: C
                 field=constraints.field,
                 value=value,
                 problem=f"lets the pod land on more than one kind of GPU-sharing pool: {res.describe()}",
-                fix=_suggest(ctx, compute),
+                fix=_suggest(ctx, compute, multi, set(res.kinds)),
                 verdict=verdict,
                 note=note,
             )
+        if not res.unpooled:
+            _check_memory_fits(em, ctx, res.pools, gpu, pod.path, split, total, anywhere=True)
         return em.out
     (kind,) = res.kinds
     pools = res.kinds[kind]
@@ -365,12 +518,26 @@ def _evaluate_pod_spec(obj_name: str, path: str, spec: Mapping[str, Any], ctx: C
                 field=constraints.field,
                 value=value,
                 problem=problem,
-                fix=_suggest(ctx, compute),
+                fix=_suggest(ctx, compute, multi),
                 verdict=verdict,
                 note=note,
             )
-        return em.out
-    if kind == c.SCHEDULE_SHARE:
+    elif multi and not compute and kind != c.SCHEDULE_CGPU:
+        verdict, note = _pool_verdict("GS013-gpu-count-split", ctx, pools, res.unpooled)
+        if verdict:
+            em.add(
+                "GS013-gpu-count-split",
+                container=None,
+                field=constraints.field,
+                value=value,
+                problem=f"targets {where} ({kind}: {KIND_TEXT[kind]}) but the pod spreads its memory over"
+                f" {split.count} GPUs ({c.RES_GPU_COUNT}={split.shown}); ACK supports multi-GPU sharing only"
+                " with memory isolation and shared compute (cgpu)",
+                fix=_suggest(ctx, compute, multi),
+                verdict=verdict,
+                note=note,
+            )
+    if kind == c.SCHEDULE_SHARE and not compute:
         verdict, _ = _pool_verdict("GS010-no-isolation-sizing", ctx, pools, res.unpooled)
         if verdict:
             em.add(
@@ -382,24 +549,89 @@ def _evaluate_pod_spec(obj_name: str, path: str, spec: Mapping[str, Any], ctx: C
                 fix="size GPU memory from ALIYUN_COM_GPU_MEM_CONTAINER / ALIYUN_COM_GPU_MEM_DEV",
                 verdict=verdict,
             )
-    _check_memory_fits(em, ctx, res, gpu, path)
+    if not res.unpooled:
+        _check_memory_fits(em, ctx, res.pools, gpu, pod.path, split, total)
     return em.out
 
 
+def _pod_total(gpu: list[_ContainerGPU]) -> int:
+    """The pod's GPU memory: its running containers together, or its largest init container."""
+    app = sum(g.mem.value for g in gpu if not g.ref.init and g.mem and g.mem.value)
+    init = max((g.mem.value for g in gpu if g.ref.init and g.mem and g.mem.value), default=0)
+    return max(app, init)
+
+
+def _check_split(em: _Emitter, split: _Split, gpu: list[_ContainerGPU], total: int, unit: str) -> None:
+    """GS013 for what the pod alone decides: compute shares and an uneven split."""
+    asker = next((g for g in gpu if g.core is not None), None)
+    if asker is not None:
+        em.add(
+            "GS013-gpu-count-split",
+            container=asker.ref,
+            field=f"{asker.ref.path}.{_res_field(asker.core_where, c.RES_GPU_CORE)}",
+            value=asker.core.shown if asker.core else None,
+            problem=f"is asked for by a pod spread over {split.count} GPUs ({c.RES_GPU_COUNT}={split.shown});"
+            " ACK's multi-GPU sharing works with memory isolation and shared compute (cgpu) only, not with"
+            " compute allocation (core_mem)",
+            fix=f"drop {c.RES_GPU_CORE}, or drop the {c.RES_GPU_COUNT} label and use one GPU",
+        )
+    if total and total % split.count:
+        low = total - total % split.count
+        em.add(
+            "GS013-gpu-count-split",
+            container=None,
+            field=split.field,
+            value=split.shown,
+            problem=f"splits the pod's {total} {unit} of {c.RES_GPU_MEM} over {split.count} GPUs:"
+            f" {total}/{split.count} is not a whole number of {unit} per GPU",
+            fix=f"ask for a multiple of {split.count} in total"
+            f" (e.g. {low or split.count} or {low + split.count})",
+        )
+
+
 def _check_memory_fits(
-    em: _Emitter, ctx: Context, res: Resolution, gpu: list[_ContainerGPU], path: str
+    em: _Emitter,
+    ctx: Context,
+    pools: set[str],
+    gpu: list[_ContainerGPU],
+    path: str,
+    split: _Split,
+    total: int,
+    *,
+    anywhere: bool = False,
 ) -> None:
-    pools = res.pools
-    if not pools or res.unpooled:
+    """GS005: memory larger than one GPU of every target pool (of every known pool when ``anywhere``)."""
+    if not pools:
         return
-    sizes = {p: ctx.pool_per_gpu_gib.get(p) for p in pools}
+    sizes = {p: ctx.pool_per_gpu.get(p) for p in pools}
     if any(v is None for v in sizes.values()):
         return  # some pool's GPU size is unknown: it might fit there
     best = max(v for v in sizes.values() if v is not None)
-    shown = ", ".join(f"{p} {sizes[p]} GiB" for p in sorted(sizes))
+    units = {p: ctx.pool_unit(p) for p in pools}
+    unit = _unit(ctx, pools)
+    shown = ", ".join(f"{p} {sizes[p]} {units[p]}" for p in sorted(sizes))
+    target = "any known pool" if anywhere else "the target pool"
     verdict, note = _pool_verdict("GS005-mem-exceeds-gpu", ctx, pools, False)
     if verdict is None:
         return
+    if split.count > 1:
+        if total % split.count:
+            return  # GS013 already says the split is uneven
+        per_card = total // split.count
+        if per_card > best:
+            em.add(
+                "GS005-mem-exceeds-gpu",
+                container=None,
+                field=f'{path}.containers[*].resources.limits["{c.RES_GPU_MEM}"]',
+                value=str(total),
+                problem=f"over {split.count} GPUs ({c.RES_GPU_COUNT}={split.shown}) is {per_card} {unit} per"
+                f" GPU, more than one GPU of {target} ({shown})",
+                fix=f"ask for at most {best * split.count} in total, or spread over more GPUs",
+                verdict=verdict,
+                note=note,
+            )
+        return
+    hint = _unit_hint(units, best)
     any_container = False
     for g in gpu:
         if g.mem is None or g.mem.value is None or g.mem.value <= best:
@@ -410,28 +642,40 @@ def _check_memory_fits(
             container=g.ref,
             field=f"{g.ref.path}.{_res_field(g.mem_where, c.RES_GPU_MEM)}",
             value=g.mem.shown,
-            problem=f"is larger than one GPU of the target pool ({shown})",
-            fix=f"ask for at most {best}, or target a pool with larger GPUs",
+            problem=f"is larger than one GPU of {target} ({shown})",
+            fix=f"ask for at most {best}, or target a pool with larger GPUs{_multi_hint(g.mem.value, best)}"
+            f"{hint if g.mem.value >= 1024 else ''}",
             verdict=verdict,
             note=note,
         )
     if any_container:
         return
-    app = sum(g.mem.value for g in gpu if g.ref.label == "container" and g.mem and g.mem.value)
-    init = max((g.mem.value for g in gpu if g.ref.label != "container" and g.mem and g.mem.value), default=0)
-    total = max(app, init)
     if total > best:
         em.add(
             "GS005-mem-exceeds-gpu",
             container=None,
             field=f'{path}.containers[*].resources.limits["{c.RES_GPU_MEM}"]',
             value=str(total),
-            problem=f"(the pod's total) is larger than one GPU of the target pool ({shown}); a pod's"
-            " GPU memory comes from a single GPU",
-            fix=f"ask for at most {best} in total, or target a pool with larger GPUs",
+            problem=f"(the pod's total) is larger than one GPU of {target} ({shown}); a pod's"
+            f" GPU memory comes from a single GPU unless it is labelled {c.RES_GPU_COUNT}",
+            fix=f"ask for at most {best} in total, or target a pool with larger GPUs"
+            f"{_multi_hint(total, best)}",
             verdict=verdict,
             note=note,
         )
+
+
+def _multi_hint(value: int, best: int) -> str:
+    for m in range(2, 9):
+        if value % m == 0 and value // m <= best:
+            return f', or spread it over {m} GPUs with the pod label {c.RES_GPU_COUNT}: "{m}" (cgpu pools)'
+    return ""
+
+
+def _unit_hint(units: dict[str, str], best: int) -> str:
+    if "GiB" in units.values():
+        return f" (the value looks like MiB, but the pool counts {c.RES_GPU_MEM} in GiB: one GPU is {best})"
+    return ""
 
 
 # --- pools ----------------------------------------------------------------------------------------
@@ -442,7 +686,7 @@ _GP003_TEXT = "nodeSelector must not be empty"
 
 def evaluate_pool(obj: Mapping[str, Any], ctx: Context = EMPTY_CONTEXT) -> list[Finding]:
     """Findings for a GPUSharePool: schema problems, compute without isolation, empty selector, overlap."""
-    em = _Emitter(describe(dict(obj)))
+    em = _Emitter(object_name(obj))
     raw_spec = obj.get("spec")
     spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
     if spec.get("computeAllocation") is True and spec.get("memoryIsolation") is False:

@@ -30,6 +30,8 @@ from gpushare.policy.planner import desired_labels
 
 #: The kinds of GPU-sharing pool, i.e. the ``ack.node.gpu.schedule`` value of their nodes.
 KINDS: tuple[str, ...] = (c.SCHEDULE_CGPU, c.SCHEDULE_SHARE, c.SCHEDULE_CORE_MEM)
+#: ACK sharing modes outside the pool API: pods aimed at them are not judged by the pool rules.
+UNMANAGED_SHARING_MODES: tuple[str, ...] = ("mps",)
 KIND_TEXT: dict[str, str] = {
     c.SCHEDULE_CGPU: "memory isolation, no compute allocation",
     c.SCHEDULE_SHARE: "no isolation",
@@ -306,6 +308,9 @@ def label_kinds(term: Term) -> set[str] | None:
         by_isolation = {c.SCHEDULE_CGPU, c.SCHEDULE_SHARE}
     if c.LABEL_CGPU in {r.key for r in term} and "true" not in _allowed(term, c.LABEL_CGPU, ("true",)):
         by_isolation = set()
+    pinned = _pinned(term, c.LABEL_SCHEDULE)
+    if pinned is not None and pinned & set(UNMANAGED_SHARING_MODES):
+        return None  # ACK's mps nodes: GPU sharing gpushare does not manage or judge (README: Limits)
     if _constrains(term, c.LABEL_SCHEDULE):
         allowed_sched = _allowed(term, c.LABEL_SCHEDULE, (*KINDS, None))
         kinds = {k for k in allowed_sched if k is not None}

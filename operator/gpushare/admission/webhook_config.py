@@ -22,7 +22,8 @@ import yaml
 
 from gpushare import constants as c
 from gpushare.admission.cel import KindPaths, gpu_sharing_condition
-from gpushare.admission.podspecs import POD_SPEC_PATHS
+from gpushare.admission.cel import kind_paths as cel_kind_paths
+from gpushare.admission.kinds import DEFAULT_TABLE, KindTable, WorkloadKind
 
 FailurePolicy = Literal["Fail", "Ignore"]
 
@@ -44,37 +45,63 @@ class WebhookTarget:
     plural: str
     operations: tuple[str, ...]
     namespaced: bool = True
+    #: Every served version the rule lists (``version`` first); empty means ``(version,)``.
+    versions: tuple[str, ...] = ()
+    #: The workload-kinds table entry (where the pod specs and containers are); None for pools.
+    workload: WorkloadKind | None = None
 
 
-TARGETS: tuple[WebhookTarget, ...] = (
-    WebhookTarget("validate-pods", "Pod", "", "v1", "pods", ("CREATE",)),
-    WebhookTarget("validate-deployments", "Deployment", "apps", "v1", "deployments", ("CREATE", "UPDATE")),
-    WebhookTarget("validate-statefulsets", "StatefulSet", "apps", "v1", "statefulsets", ("CREATE", "UPDATE")),
-    WebhookTarget("validate-daemonsets", "DaemonSet", "apps", "v1", "daemonsets", ("CREATE", "UPDATE")),
-    WebhookTarget("validate-replicasets", "ReplicaSet", "apps", "v1", "replicasets", ("CREATE", "UPDATE")),
-    WebhookTarget("validate-jobs", "Job", "batch", "v1", "jobs", ("CREATE", "UPDATE")),
-    WebhookTarget("validate-cronjobs", "CronJob", "batch", "v1", "cronjobs", ("CREATE", "UPDATE")),
-    WebhookTarget(
-        "validate-gpusharepools", c.KIND, c.GROUP, c.VERSION, c.PLURAL, ("CREATE", "UPDATE"), namespaced=False
-    ),
-)
+def targets_for(table: KindTable = DEFAULT_TABLE) -> tuple[WebhookTarget, ...]:
+    """One target per kind of the workload-kinds table (:mod:`gpushare.admission.kinds`), then pools."""
+    return (
+        *(
+            WebhookTarget(
+                k.handler_id,
+                k.kind,
+                k.group,
+                k.versions[0],
+                k.plural,
+                k.operations,
+                k.namespaced,
+                k.versions,
+                workload=k,
+            )
+            for k in table.webhook_kinds()
+        ),
+        WebhookTarget(
+            "validate-gpusharepools",
+            c.KIND,
+            c.GROUP,
+            c.VERSION,
+            c.PLURAL,
+            ("CREATE", "UPDATE"),
+            namespaced=False,
+        ),
+    )
+
+
+TARGETS: tuple[WebhookTarget, ...] = targets_for()
 TARGETS_BY_ID: dict[str, WebhookTarget] = {t.handler_id: t for t in TARGETS}
 
 #: The matchCondition every workload webhook carries: only objects asking for GPU sharing are sent.
 MATCH_CONDITION_NAME = "asks-for-gpu-sharing"
 
 
-def kind_paths(target: WebhookTarget) -> KindPaths:
-    """Where the target's kind keeps its pod specs (``POD_SPEC_PATHS``), for the generated CEL."""
-    return KindPaths(target.group, target.plural, POD_SPEC_PATHS.get(target.kind, ()))
+def kind_paths(target: WebhookTarget) -> KindPaths | None:
+    """Where the target's kind keeps its containers and pod labels (from the workload-kinds table),
+    for the generated CEL; None for pools and for kinds with a path CEL cannot select."""
+    if target.workload is None:
+        return None
+    return cel_kind_paths(target.workload)
 
 
 def match_conditions(target: WebhookTarget) -> list[dict[str, str]]:
-    """``[]`` for GPUSharePools (always sent) and kinds whose pod specs the table does not know
-    (sent whole: the webhook decides); else the GPU-sharing condition of the kind."""
-    if target.kind == c.KIND or not POD_SPEC_PATHS.get(target.kind):
+    """``[]`` for GPUSharePools (always sent) and kinds whose paths CEL cannot select (sent whole:
+    the webhook decides); else the GPU-sharing condition of the kind."""
+    paths = kind_paths(target)
+    if paths is None:
         return []
-    return [{"name": MATCH_CONDITION_NAME, "expression": gpu_sharing_condition(kind_paths(target))}]
+    return [{"name": MATCH_CONDITION_NAME, "expression": gpu_sharing_condition(paths)}]
 
 
 @dataclass(frozen=True)
@@ -94,6 +121,8 @@ class WebhookSettings:
     timeout_seconds: int = MAX_TIMEOUT_SECONDS
     #: Namespaces never sent to the webhook, in addition to the operator's own.
     excluded_namespaces: tuple[str, ...] = ("kube-system",)
+    #: The handlers to register; None = :data:`TARGETS` (configured workload kinds add more).
+    targets: tuple[WebhookTarget, ...] | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.timeout_seconds <= MAX_TIMEOUT_SECONDS:
@@ -140,7 +169,7 @@ def build_webhook(settings: WebhookSettings, target: WebhookTarget) -> dict[str,
         "rules": [
             {
                 "apiGroups": [target.group],
-                "apiVersions": [target.version],
+                "apiVersions": list(target.versions or (target.version,)),
                 "resources": [target.plural],
                 "operations": list(target.operations),
                 "scope": "Namespaced" if target.namespaced else "Cluster",
@@ -178,7 +207,7 @@ def build_configuration(settings: WebhookSettings) -> dict[str, Any]:
                 "app.kubernetes.io/component": "webhook",
             },
         },
-        "webhooks": [build_webhook(settings, t) for t in TARGETS],
+        "webhooks": [build_webhook(settings, t) for t in settings.targets or TARGETS],
     }
 
 

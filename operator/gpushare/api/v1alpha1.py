@@ -168,6 +168,14 @@ class DevicePlugin(_Model):
         "for the node to advertise the pool's mode's resources (else Degraded, reason PluginModeStale). "
         "Seconds, 10 to 3600, default 300.",
     )
+    memory_unit: Literal["GiB", "MiB"] = Field(
+        default="GiB",
+        description=(
+            "The unit of aliyun.com/gpu-mem on this pool's nodes: the device plugin's --memory-unit flag"
+            " (GiB by default, or MiB). Admission judges requests, inspect shows capacity and the"
+            " quota helper reads ALIYUN_COM_GPU_MEM_* in this unit. gpushare does not set the flag."
+        ),
+    )
 
 
 class Rollout(_Model):
@@ -493,7 +501,8 @@ def _is_plumbing(part: int | str) -> bool:
 
 def parse_pool(obj: dict[str, Any]) -> GPUSharePool:
     """Parse a GPUSharePool object (as Kubernetes JSON), or raise PoolValidationError."""
-    name = str((obj.get("metadata") or {}).get("name") or "<unnamed>")
+    meta = obj.get("metadata")
+    name = str((meta.get("name") if isinstance(meta, dict) else None) or "<unnamed>")
     try:
         return GPUSharePool.model_validate(obj)
     except ValidationError as exc:

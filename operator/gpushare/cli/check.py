@@ -4,7 +4,9 @@ Context (the pools and nodes the pool rules need): the live cluster's GPUSharePo
 read through the kubeconfig (get/list only), unless ``--pools``/``--nodes`` files are given or
 ``--offline`` says to use only what ``-f`` holds (for CI without a cluster).
 
-Exit codes: 0 nothing denied (warnings allowed), 1 something denied, 2 unreadable input.
+Exit codes: 0 nothing denied (warnings allowed), 1 something denied, 2 unreadable input. A file
+that cannot be read (bad YAML, a Helm template, too deep or too large) is reported on stderr in
+one line and the other files are still checked; the exit code is then 2.
 Output: ``-o text`` (default) prints one line per finding, ``VERDICT RULE-ID MESSAGE`` (the message
 starts with ``Kind/namespace/name``), then a summary line; ``-o json`` prints one JSON list of
 finding objects (keys: rule_id, verdict, object, container, field, value, message).
@@ -15,14 +17,29 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import sys
+from pathlib import Path
 from typing import Any
 
 from gpushare import constants as c
-from gpushare.admission import Context, Finding, evaluate, is_denied, node_info
+from gpushare.admission import (
+    DEFAULT_TABLE,
+    Context,
+    Finding,
+    KindsError,
+    KindTable,
+    WorkloadKind,
+    evaluate,
+    is_denied,
+    load_kinds,
+    node_info,
+    object_name,
+    table_with,
+)
 from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
 from gpushare.cli import CLIError
 from gpushare.k8s.readonly import LiveReadError, read_live_sync
-from gpushare.manifests import describe, load_files
+from gpushare.manifests import collect_files, load_files
 
 
 def register(subparsers: Any) -> None:
@@ -55,6 +72,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--kubeconfig", help="kubeconfig file (default: in-cluster, else KUBECONFIG, ~/.kube/config)"
     )
+    parser.add_argument(
+        "--kinds", action="append", default=[], metavar="FILE",
+        help="extra workload kinds and where their pod templates are (YAML; README: workload kinds)",
+    )  # fmt: skip
     parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
     parser.set_defaults(func=run)
 
@@ -72,15 +93,34 @@ def _context_objects(paths: list[str], option: str) -> tuple[list[GPUSharePool],
         elif kind == "Node":
             nodes.append(obj)
         else:
-            raise CLIError(f"{option}: {describe(obj)} is neither a GPUSharePool nor a Node")
+            raise CLIError(f"{option}: {object_name(obj)} is neither a GPUSharePool nor a Node")
     return pools, nodes
 
 
-def check_objects(objects: list[dict[str, Any]], ctx: Context) -> list[Finding]:
+def check_objects(
+    objects: list[dict[str, Any]], ctx: Context, table: KindTable = DEFAULT_TABLE
+) -> list[Finding]:
     findings: list[Finding] = []
     for obj in objects:
-        findings.extend(evaluate(obj, ctx))
+        findings.extend(evaluate(obj, ctx, table))
     return findings
+
+
+def kinds_table(paths: list[str]) -> KindTable:
+    """Built-in workload kinds plus those of every ``--kinds FILE``."""
+    if not paths:
+        return DEFAULT_TABLE
+    configured: list[WorkloadKind] = []
+    for path in paths:
+        try:
+            text = Path(path).read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CLIError(f"--kinds {path}: cannot read: {exc}") from None
+        try:
+            configured.extend(load_kinds(text, f"--kinds {path}"))
+        except KindsError as exc:
+            raise CLIError(str(exc)) from None
+    return table_with(configured)
 
 
 def build_context(
@@ -116,15 +156,22 @@ def _live_context(kubeconfig: str | None) -> tuple[list[GPUSharePool], list[dict
 
 
 def run(args: argparse.Namespace) -> int:
-    objects = load_files(args.files)
-    if args.pools or args.nodes or args.offline:
-        pools, nodes = _context_objects(args.pools, "--pools")
-        more_pools, more_nodes = _context_objects(args.nodes, "--nodes")
-    else:
-        pools, nodes = _live_context(args.kubeconfig)
-        more_pools, more_nodes = [], []
+    table = kinds_table(args.kinds)
+    objects, errors = collect_files(args.files)  # a bad file is reported; the others are still checked
+    if errors and not objects:
+        return _report_errors(errors)  # nothing to check: no context needed
+    try:
+        if args.pools or args.nodes or args.offline:
+            pools, nodes = _context_objects(args.pools, "--pools")
+            more_pools, more_nodes = _context_objects(args.nodes, "--nodes")
+        else:
+            pools, nodes = _live_context(args.kubeconfig)
+            more_pools, more_nodes = [], []
+    except CLIError:
+        _report_errors(errors)
+        raise
     ctx = build_context(objects, pools + more_pools, nodes + more_nodes)
-    findings = check_objects(objects, ctx)
+    findings = check_objects(objects, ctx, table)
     if args.output == "json":
         print(json.dumps([f.to_dict() for f in findings], indent=2))
     else:
@@ -132,5 +179,15 @@ def run(args: argparse.Namespace) -> int:
             print(f"{f.verdict.upper():4} {f.rule_id} {f.message}")
         denied = sum(1 for f in findings if f.verdict == "deny")
         warned = len(findings) - denied
-        print(f"checked {len(objects)} object(s): {denied} denied, {warned} warning(s)")
+        unread = f", {len(errors)} file(s) unreadable" if errors else ""
+        print(f"checked {len(objects)} object(s): {denied} denied, {warned} warning(s){unread}")
+    if errors:
+        return _report_errors(errors)
     return 1 if is_denied(findings) else 0
+
+
+def _report_errors(errors: list[str]) -> int:
+    """One line per unreadable file on stderr; the exit code for unreadable input."""
+    for error in errors:
+        print(f"gpushare check: error: {error}", file=sys.stderr)
+    return 2

@@ -38,7 +38,19 @@ from kubernetes_asyncio import client
 
 from gpushare import constants as c
 from gpushare import metrics
-from gpushare.admission import EMPTY_CONTEXT, Context, NodeInfo, evaluate, node_info, requests_gpu_sharing
+from gpushare.admission import (
+    DEFAULT_TABLE,
+    EMPTY_CONTEXT,
+    Context,
+    KindTable,
+    NodeInfo,
+    evaluate,
+    load_kinds,
+    node_info,
+    object_name,
+    requests_gpu_sharing,
+    table_with,
+)
 from gpushare.admission.review import CODE_BAD_REQUEST, Decision, decide
 from gpushare.admission.webhook_config import (
     DEFAULT_CONFIGURATION_NAME,
@@ -46,17 +58,16 @@ from gpushare.admission.webhook_config import (
     DEFAULT_PORT,
     DEFAULT_SERVICE,
     MAX_TIMEOUT_SECONDS,
-    TARGETS,
     TARGETS_BY_ID,
     FailurePolicy,
     WebhookSettings,
     WebhookTarget,
+    targets_for,
 )
 from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
 from gpushare.handlers.webhook_server import GPUShareWebhookServer
 from gpushare.k8s import webhook_certs as certs
 from gpushare.k8s.client import load_configuration
-from gpushare.manifests import describe
 
 logger = logging.getLogger("gpushare.webhook")
 T = TypeVar("T")
@@ -96,6 +107,12 @@ class WebhookOptions:
     context: str | None = None
     #: Answer reviews without Kopf's per-request machinery (same rules, same indexes).
     direct: bool = True
+    #: Workload kinds whose pod templates are checked (built-ins plus ``--workload-kinds FILE``).
+    kinds: KindTable = DEFAULT_TABLE
+
+    @property
+    def targets(self) -> tuple[WebhookTarget, ...]:
+        return targets_for(self.kinds)
 
     def webhook_settings(self, ca_bundle: str | None) -> WebhookSettings:
         return WebhookSettings(
@@ -107,6 +124,7 @@ class WebhookOptions:
             ca_bundle=ca_bundle,
             failure_policy=self.failure_policy,
             timeout_seconds=self.timeout_seconds,
+            targets=None if self.kinds is DEFAULT_TABLE else self.targets,
         )
 
 
@@ -165,31 +183,40 @@ def _values(index: Any, kind: type[T]) -> list[T]:
 
 
 def admit(
-    target: WebhookTarget, body: Mapping[str, Any], operation: str | None, ctx_fn: Callable[[], Context]
+    target: WebhookTarget,
+    body: Mapping[str, Any],
+    operation: str | None,
+    ctx_fn: Callable[[], Context],
+    table: KindTable = DEFAULT_TABLE,
 ) -> Decision:
     """Decide one request (raises nothing; the handler turns a denial into ``kopf.AdmissionError``)."""
     if operation not in target.operations:
         return Decision(True)
     obj = dict(body)
-    if target.kind != c.KIND and not requests_gpu_sharing(obj):
+    if target.kind != c.KIND and not requests_gpu_sharing(obj, table):
         return Decision(True)  # fast path: no GPU sharing, no state
     try:
-        return decide(evaluate(obj, ctx_fn()))
+        return decide(evaluate(obj, ctx_fn(), table))
     except Exception as exc:  # a bug must not become a 500 (kopf's default code)
-        logger.exception("Admission rules failed on %s", describe(obj))
+        logger.exception("Admission rules failed on %s", object_name(obj, table))
         return Decision(
             False,
             CODE_BAD_REQUEST,
-            f"{describe(obj)}: gpushare could not evaluate the GPU-sharing rules"
+            f"{object_name(obj, table)}: gpushare could not evaluate the GPU-sharing rules"
             f" ({type(exc).__name__}: {exc})",
         )
 
 
-def fast_allow(handler_id: str, review: Mapping[str, Any]) -> bool:
+def fast_allow(
+    handler_id: str,
+    review: Mapping[str, Any],
+    targets: Mapping[str, WebhookTarget] = TARGETS_BY_ID,
+    table: KindTable = DEFAULT_TABLE,
+) -> bool:
     """True when the request can be allowed before Kopf: no GPU sharing requested, or an operation
     the handler does not check. Same answer as the handler, at a fraction of the cost."""
     started = time.perf_counter()
-    target = TARGETS_BY_ID.get(handler_id)
+    target = targets.get(handler_id)
     if target is None or target.kind == c.KIND:
         return False
     request = review.get("request") or {}
@@ -198,21 +225,27 @@ def fast_allow(handler_id: str, review: Mapping[str, Any]) -> bool:
         return False  # a configuration routing something else here: let Kopf decide
     obj = request.get("object")
     if request.get("operation") in target.operations and (
-        not isinstance(obj, Mapping) or requests_gpu_sharing(obj)
+        not isinstance(obj, Mapping) or requests_gpu_sharing(obj, table)
     ):
         return False
     _record(target.kind, Decision(True), time.perf_counter() - started)
     return True
 
 
-def respond(handler_id: str, review: Mapping[str, Any], state: AdmissionState) -> dict[str, Any] | None:
+def respond(
+    handler_id: str,
+    review: Mapping[str, Any],
+    state: AdmissionState,
+    targets: Mapping[str, WebhookTarget] = TARGETS_BY_ID,
+    table: KindTable = DEFAULT_TABLE,
+) -> dict[str, Any] | None:
     """The whole answer without Kopf's per-request machinery (memos, diffs, causes, handler
     bookkeeping: most of a request's CPU), from the same ``admit`` and the same index snapshot the
     Kopf handler would use. None (let Kopf answer) until the startup handler has handed over the
     indexes, or for a review routed to an unexpected resource."""
     if state.pools_index is None or state.nodes_index is None:
         return None
-    target = TARGETS_BY_ID.get(handler_id)
+    target = targets.get(handler_id)
     if target is None:
         return None
     request = review.get("request") or {}
@@ -224,10 +257,14 @@ def respond(handler_id: str, review: Mapping[str, Any], state: AdmissionState) -
         return None
     started = time.perf_counter()
     decision = admit(
-        target, obj, request.get("operation"), lambda: state.context(state.pools_index, state.nodes_index)
+        target,
+        obj,
+        request.get("operation"),
+        lambda: state.context(state.pools_index, state.nodes_index),
+        table,
     )
     _record(target.kind, decision, time.perf_counter() - started)
-    _log(obj, decision)
+    _log(obj, decision, table)
     answer: dict[str, Any] = {"uid": request["uid"], "allowed": decision.allowed}
     if decision.warnings:
         answer["warnings"] = list(decision.warnings)
@@ -236,12 +273,12 @@ def respond(handler_id: str, review: Mapping[str, Any], state: AdmissionState) -
     return answer
 
 
-def _log(body: Mapping[str, Any], decision: Decision) -> None:
+def _log(body: Mapping[str, Any], decision: Decision, table: KindTable = DEFAULT_TABLE) -> None:
     if decision.findings:
         logger.info(
             "%s %s: %s",
             "Admitted" if decision.allowed else "Denied",
-            describe(dict(body)),
+            object_name(dict(body), table),
             ", ".join(sorted(set(decision.rules))),
         )
 
@@ -256,15 +293,21 @@ def _record(kind: str, decision: Decision, elapsed: float) -> None:
     metrics.ADMISSION_SECONDS.labels(kind=kind, decision=label).observe(elapsed)
 
 
-def _make_handler(target: WebhookTarget, state: AdmissionState) -> Callable[..., Coroutine[Any, Any, None]]:
+def _make_handler(
+    target: WebhookTarget, state: AdmissionState, table: KindTable = DEFAULT_TABLE
+) -> Callable[..., Coroutine[Any, Any, None]]:
     async def validate(body: kopf.Body, operation: str | None, warnings: list[str], **kwargs: Any) -> None:
         started = time.perf_counter()
         decision = admit(
-            target, body, operation, lambda: state.context(kwargs.get(POOLS_INDEX), kwargs.get(NODES_INDEX))
+            target,
+            body,
+            operation,
+            lambda: state.context(kwargs.get(POOLS_INDEX), kwargs.get(NODES_INDEX)),
+            table,
         )
         warnings.extend(decision.warnings)
         _record(target.kind, decision, time.perf_counter() - started)
-        _log(body, decision)
+        _log(body, decision, table)
         if not decision.allowed:
             raise kopf.AdmissionError(decision.message, code=decision.code)
 
@@ -303,12 +346,13 @@ def register(registry: kopf.OperatorRegistry, options: WebhookOptions) -> Admiss
     def gpushare_admission_nodes(name: str, body: kopf.Body, **_: Any) -> dict[str, NodeInfo]:
         return {name: state.node(node_info(dict(body)))}
 
-    for target in TARGETS:
+    for target in options.targets:  # one handler per kind of the workload-kinds table, plus pools
         kopf.on.validate(
-            target.group, target.version, target.plural, id=target.handler_id,
+            group=target.group, plural=target.plural, id=target.handler_id,
+            version=target.version if len(target.versions) <= 1 else None,  # None: every version
             operations=cast(tuple[Literal["CREATE", "UPDATE"], ...], target.operations),
             registry=registry,
-        )(_make_handler(target, state))  # fmt: skip
+        )(_make_handler(target, state, options.kinds))  # fmt: skip
 
     @kopf.on.startup(id="gpushare-webhook", registry=registry)
     async def webhook_startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
@@ -383,9 +427,12 @@ def build_server(options: WebhookOptions, state: AdmissionState) -> GPUShareWebh
             except (certs.WebhookCertError, OSError, client.ApiException) as exc:
                 logger.warning("Webhook certificate check failed (will retry): %s", exc)
 
+    targets = {t.handler_id: t for t in options.targets}
     return GPUShareWebhookServer(
-        fast_allow=fast_allow,
-        respond=lambda handler_id, review: respond(handler_id, review, state) if options.direct else None,
+        fast_allow=lambda handler_id, review: fast_allow(handler_id, review, targets, options.kinds),
+        respond=lambda handler_id, review: (
+            respond(handler_id, review, state, targets, options.kinds) if options.direct else None
+        ),
         addr=options.addr,
         port=options.port,
         host=options.host if options.local else None,
@@ -450,6 +497,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--webhook-via-kopf", action="store_true",
         help="answer every review through Kopf's handler machinery (slower; for comparison)",
     )  # fmt: skip
+    g.add_argument(
+        "--workload-kinds", type=Path, metavar="FILE",
+        help="YAML list of extra workload kinds and where their pod templates are (README: workload kinds)",
+    )  # fmt: skip
 
 
 def options_from_args(args: argparse.Namespace) -> WebhookOptions:
@@ -472,7 +523,19 @@ def options_from_args(args: argparse.Namespace) -> WebhookOptions:
         direct=not getattr(args, "webhook_via_kopf", False),
         kubeconfig=getattr(args, "kubeconfig", None),
         context=getattr(args, "context", None),
+        kinds=_kinds_from(getattr(args, "workload_kinds", None)),
     )
+
+
+def _kinds_from(path: Path | None) -> KindTable:
+    """The table with the kinds of ``--workload-kinds FILE`` (ValueError, one line, when unusable)."""
+    if path is None:
+        return DEFAULT_TABLE
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"--workload-kinds {path}: cannot read: {exc}") from None
+    return table_with(load_kinds(text, f"--workload-kinds {path}"))
 
 
 __all__ = [
