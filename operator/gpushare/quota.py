@@ -94,7 +94,15 @@ class Quota:
         return min(1.0, self.container_bytes / self.real_device_bytes)
 
     def fraction_with_margin(self, margin: float = DEFAULT_MARGIN) -> float:
-        return floor6(self.effective_fraction * (1.0 - check_margin(margin)))
+        """The fraction a framework multiplies the real device by, never above the share in bytes.
+
+        A 6-decimal fraction such as 0.51248 (3203 of 6250) is not exact in binary floating point,
+        and times the device size it can exceed the share by a byte: step down until it does not.
+        """
+        safe = floor6(self.effective_fraction * (1.0 - check_margin(margin)))
+        while safe > 0.0 and safe * self.real_device_bytes > self.container_bytes:
+            safe = max(0.0, round(safe - 0.000001, 6))
+        return safe
 
     def memory_limit_mib(self, margin: float = DEFAULT_MARGIN) -> int:
         """The share minus the margin, in whole MiB (TensorFlow's ``memory_limit``)."""

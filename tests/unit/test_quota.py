@@ -236,6 +236,15 @@ def test_property_fraction_and_bytes(device: int, data: st.DataObject, unit: str
     assert q.memory_limit_mib(margin) * MiB <= q.container_bytes
 
 
+@pytest.mark.parametrize("unit", ["GiB", "MiB"])
+def test_a_fraction_not_exact_in_binary_never_exceeds_the_share(unit: str) -> None:
+    # 3203 / 6250 = 0.51248, which times 6250 GiB came out a byte above 3203 GiB (found by hypothesis).
+    q = read_quota({"ALIYUN_COM_GPU_MEM_CONTAINER": "3203", "ALIYUN_COM_GPU_MEM_DEV": "6250"}, unit)
+    safe = q.fraction_with_margin(0.0)
+    assert safe * q.device_bytes <= q.container_bytes
+    assert safe == pytest.approx(0.51248, abs=2e-6)
+
+
 # --- frameworks: stand-in modules (neither is installed on the test machines) -------------
 
 
