@@ -20,6 +20,8 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -122,6 +124,30 @@ async def _prepare(info: ClusterInfo) -> None:
             await wait_plugin_ready(api, node, timeout_s=90)
 
 
+async def _policy_in_force(info: ClusterInfo, timeout_s: float = 120.0) -> None:
+    """Wait until the apiserver enforces the agent's node-restriction policy.
+
+    A new ValidatingAdmissionPolicy and its binding take effect when the apiserver's policy
+    informer has compiled them, which can take a while on a busy machine (the manifests also carry
+    the large GPU-rules policy): probe with a dry-run write the policy must refuse.
+    """
+    path = Path(tempfile.mkdtemp()) / "probe.kubeconfig"
+    kubeconfig_for(info, token(info, AGENT_SA, bound_pod="agent-probe"), path)
+    body = {"metadata": {"labels": {c.LABEL_SCHEDULE: "default"}}}
+    deadline = time.monotonic() + timeout_s
+    async with await make_api_client(str(path)) as api:
+        while True:
+            try:
+                await client.CoreV1Api(api).patch_node("lp-1", body, dry_run="All", **MERGE)
+            except ApiException as exc:
+                if exc.status in (403, 422):
+                    return
+                raise
+            if time.monotonic() > deadline:
+                pytest.fail(f"the agent node-restriction policy was not in force after {timeout_s:.0f} s")
+            await asyncio.sleep(1.0)
+
+
 @pytest.fixture(scope="module")
 def installed(cluster: ClusterInfo) -> Iterator[ClusterInfo]:
     # ``cluster`` makes a missing control plane fail with its message; this test needs its own.
@@ -135,6 +161,7 @@ def installed(cluster: ClusterInfo) -> Iterator[ClusterInfo]:
         )  # fmt: skip
         kubectl(info, "apply", "--server-side", "-k", str(MANIFESTS))
         asyncio.run(_prepare(info))
+        asyncio.run(_policy_in_force(info))
         yield info
     finally:
         dev.stop()
