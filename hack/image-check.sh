@@ -58,6 +58,12 @@ OFFICIAL="$(sed -n 's/^ARG PYTHON_IMAGE=//p' Dockerfile | head -1)"
 build_local_base() {
   local tar="$IMG_CACHE/debian-$SUITE-python3.tar" root="$IMG_CACHE/rootfs.partial"
   if [[ ! -s "$tar" ]]; then
+    if ! command -v debootstrap >/dev/null 2>&1 && [[ "$(id -u)" -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+      say "debootstrap not found: installing Debian's debootstrap package"
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap >/dev/null \
+        || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap >/dev/null; } \
+        || true
+    fi
     command -v debootstrap >/dev/null 2>&1 || die "debootstrap not found (apt-get install -y debootstrap)"
     say "debootstrap a minimal Debian $SUITE with python3 into $root (once; cached as $tar)"
     rm -rf "$root"
