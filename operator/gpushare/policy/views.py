@@ -96,6 +96,15 @@ def _interned(items: Mapping[str, Any] | None, keep: str | tuple[str, ...] = "")
 _KEPT_ALLOCATABLE: tuple[str, ...] = (c.GPU_RESOURCE_PREFIX, "nvidia.com/gpu")
 
 
+def _node_ready(status: Mapping[str, Any]) -> bool:
+    """False only for a Ready condition that is not True; unknown (no Ready condition, e.g. a node
+    written by hand for `gpushare plan`) counts as ready."""
+    return not any(
+        cond.get("type") == "Ready" and cond.get("status") != "True"
+        for cond in status.get("conditions") or []
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class NodeView:
     name: str
@@ -111,18 +120,13 @@ class NodeView:
     def from_obj(cls, obj: Mapping[str, Any]) -> NodeView:
         meta = obj.get("metadata") or {}
         status = obj.get("status") or {}
-        # Unknown (no Ready condition, e.g. a node written by hand for `gpushare plan`) counts as ready.
-        ready = not any(
-            cond.get("type") == "Ready" and cond.get("status") != "True"
-            for cond in status.get("conditions") or []
-        )
         return cls(
             name=str(meta.get("name", "")),
             labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
             annotations={str(k): str(v) for k, v in (meta.get("annotations") or {}).items()},
             unschedulable=bool((obj.get("spec") or {}).get("unschedulable")),
             allocatable={str(k): str(v) for k, v in (status.get("allocatable") or {}).items()},
-            ready=ready,
+            ready=_node_ready(status),
             resource_version=str(meta.get("resourceVersion") or ""),
         )
 
@@ -132,17 +136,13 @@ class NodeView:
         gpushare's own annotations only, GPU allocatable only; strings interned."""
         meta = obj.get("metadata") or {}
         status = obj.get("status") or {}
-        ready = not any(
-            cond.get("type") == "Ready" and cond.get("status") != "True"
-            for cond in status.get("conditions") or []
-        )
         return cls(
             name=sys.intern(str(meta.get("name", ""))),
             labels=_interned(meta.get("labels")),
             annotations=_interned(meta.get("annotations"), c.GROUP + "/"),
             unschedulable=bool((obj.get("spec") or {}).get("unschedulable")),
             allocatable=_interned(status.get("allocatable"), _KEPT_ALLOCATABLE),
-            ready=ready,
+            ready=_node_ready(status),
             resource_version=str(meta.get("resourceVersion") or ""),
         )
 
