@@ -86,6 +86,12 @@ PER_NODE_LISTS = 8
 PATCH_ATTEMPTS = 3
 #: Seconds between two status writes of one pool while it changes.
 STATUS_INTERVAL = 1.0
+#: A restart owed from before this replica started moving restarts (another replica, or this
+#: operator before a restart, wrote it) may have had its plugin pod deleted just before that
+#: replica stopped. With no plugin pod on the node, wait this long after taking over for the
+#: DaemonSet to create the new one before recording "no device plugin pod" (it is never
+#: recorded as such for a node whose pod we deleted ourselves).
+PLUGIN_RECREATE_GRACE = timedelta(seconds=30)
 _LIST_MAX = 8
 
 
@@ -225,6 +231,7 @@ class Reconciler:
         self._reported: dict[tuple[str, str], frozenset[str]] = {}
         self._deleted_plugin: dict[str, str] = {}  # node -> `since` of the restart we deleted pods for
         self._deleted_uids: set[str] = set()
+        self._restarts_since: datetime | None = None  # when this replica first moved restarts
         self.wakeups: dict[str, asyncio.Event] = {}
 
     # --- wake-ups (set by observed changes, awaited by the pool loops) ---------------------------
@@ -772,6 +779,8 @@ class Reconciler:
         bound: Any,
     ) -> bool:
         """Move owed restarts on: delete old plugin pods, mark Done/Failed. True if any still runs."""
+        if self._restarts_since is None:
+            self._restarts_since = now
         sem = self._semaphore(name)
         still: list[str] = []
         restarted: list[str] = []
@@ -911,6 +920,12 @@ class Reconciler:
                 metrics.PLUGIN_RESTARTS.labels(pool=pool, result="deleted").inc()
                 bound.debug("Deleted device plugin Pod", node=node, pod=f"{p.namespace}/{p.name}", uid=p.uid)
         if not pods and self._deleted_plugin.get(node) != record.since:
+            started = self._restarts_since or now
+            if since < started and now - started < min(
+                PLUGIN_RECREATE_GRACE, timedelta(seconds=dp.ready_timeout_seconds)
+            ):
+                # Owed before we took over: the replica before us may have deleted the pod.
+                return None, ""
             # Nothing to restart (no plugin on this node): report it, do not wait for one.
             metrics.PLUGIN_RESTARTS.labels(pool=pool, result="no_plugin").inc()
             return "Done", "NoDevicePluginPod"

@@ -454,25 +454,43 @@ class PluginPodTracker:
         self.uids: dict[str, set[str]] = {}
         self._task: asyncio.Task[None] | None = None
 
-    async def _run(self) -> None:
+    _SELECTOR = ",".join(f"{k}={v}" for k, v in c.DEFAULT_PLUGIN_LABELS.items())
+
+    async def _list(self) -> str:
+        """Record the plugin pods there now; the list's resourceVersion (to watch from)."""
+        pods = await client.CoreV1Api(self.api).list_namespaced_pod(
+            c.DEFAULT_PLUGIN_NAMESPACE, label_selector=self._SELECTOR
+        )
+        for pod in pods.items:
+            self._seen(pod)
+        return str(pods.metadata.resource_version)
+
+    def _seen(self, pod: Any) -> None:
+        if pod.spec.node_name:
+            self.uids.setdefault(pod.spec.node_name, set()).add(pod.metadata.uid)
+
+    async def _run(self, since: str) -> None:
         core = client.CoreV1Api(self.api)
-        selector = ",".join(f"{k}={v}" for k, v in c.DEFAULT_PLUGIN_LABELS.items())
-        while True:  # watch again (a fresh listing) after the apiserver went away
+        while True:  # watch again after the apiserver went away, from a fresh listing
             try:
                 w = watch.Watch()
                 async with w.stream(
-                    core.list_namespaced_pod, c.DEFAULT_PLUGIN_NAMESPACE, label_selector=selector
+                    core.list_namespaced_pod,
+                    c.DEFAULT_PLUGIN_NAMESPACE,
+                    label_selector=self._SELECTOR,
+                    resource_version=since,
                 ) as stream:
                     async for event in stream:
-                        pod = event["object"]
-                        if pod.spec.node_name:
-                            self.uids.setdefault(pod.spec.node_name, set()).add(pod.metadata.uid)
+                        self._seen(event["object"])
             except (ApiException, OSError, aiohttp.ClientError, TimeoutError, ValueError):
                 await asyncio.sleep(0.5)
+            with contextlib.suppress(ApiException, OSError, aiohttp.ClientError, TimeoutError, ValueError):
+                since = await self._list()
 
     async def __aenter__(self) -> PluginPodTracker:
-        self._task = asyncio.create_task(self._run())
-        await asyncio.sleep(0.5)
+        # The pods there before anything starts are recorded before this returns (a watch started
+        # in the background could list them only after the operator had already replaced some).
+        self._task = asyncio.create_task(self._run(await self._list()))
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -738,6 +756,8 @@ async def _rolled_out_once(
         assert foreign(labels) == foreign(before[n]), f"foreign labels of {n} changed"
         assert not node.spec.unschedulable, f"{n} left cordoned"
         assert c.ANNOTATION_CORDONED_BY not in (node.metadata.annotations or {})
+        record = restart_record(node) or {}
+        assert record.get("result") == "Restarted", f"{n}: restart recorded as {record}"
         assert len(plugins.uids.get(n, set())) == 2, f"{n}: plugin pods seen {plugins.uids.get(n)}, want 2"
 
 

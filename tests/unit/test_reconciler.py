@@ -19,7 +19,7 @@ from gpushare import constants as c
 from gpushare import metrics
 from gpushare.k8s.cluster import PluginPod
 from gpushare.policy import NodeView, PodView
-from gpushare.reconciler import Reconciler
+from gpushare.reconciler import PLUGIN_RECREATE_GRACE, Reconciler
 
 NP = "alibabacloud.com/nodepool-id"
 T0 = datetime(2026, 11, 29, 12, 0, 0, 300000, tzinfo=UTC)
@@ -186,6 +186,64 @@ async def test_a_lagging_index_never_repeats_writes_or_restarts(watched: bool) -
     quiet = await rec.reconcile("gpu", pools=[pool], nodes=stale, pods=pods())
     assert fake.writes == []
     assert quiet.done and quiet.requeue == 60.0
+
+
+def _restart_results(fake: FakeCluster) -> dict[str, str]:
+    out = {}
+    for name, obj in fake.nodes.items():
+        raw = obj["metadata"].get("annotations", {}).get(c.ANNOTATION_PLUGIN_RESTART)
+        record = json.loads(raw) if raw else {}
+        out[name] = f"{record.get('state')}/{record.get('result', '')}"
+    return out
+
+
+async def test_a_node_without_a_plugin_pod_is_done_at_once_for_the_replica_that_labelled_it() -> None:
+    fake = FakeCluster(["n0"])
+    clock = [T0]
+    rec = Reconciler(fake, clock=lambda: clock[0])  # type: ignore[arg-type]
+    await rec.reconcile("gpu", pools=[POOL], nodes=fake.views(), pods=[])
+    assert _restart_results(fake) == {"n0": "Pending/"}
+    clock[0] = T0 + timedelta(seconds=2)
+    done = await rec.reconcile("gpu", pools=[POOL], nodes=fake.views(), pods=[])
+    assert _restart_results(fake) == {"n0": "Done/NoDevicePluginPod"}
+    assert done.done
+
+
+@pytest.mark.parametrize("recreated", [True, False], ids=["daemonset-recreates", "never-recreated"])
+async def test_a_replica_taking_over_waits_for_the_plugin_its_predecessor_deleted(recreated: bool) -> None:
+    """Leader handover right after the old leader deleted the plugin pod: the node has no plugin
+    pod for a moment. The new leader must not record "no device plugin pod" while the DaemonSet
+    is about to create the new one (found by the leader-handover test on the real control plane)."""
+    fake = FakeCluster(["n0"])
+    fake.plugin["n0"] = [
+        PluginPod("n0", "kube-system", "dp-0", "uid-0", T0 - timedelta(hours=1), True, False)
+    ]
+    clock = [T0]
+    old = Reconciler(fake, clock=lambda: clock[0])  # type: ignore[arg-type]
+    await old.reconcile("gpu", pools=[POOL], nodes=fake.views(), pods=_plugin_views(fake))
+    clock[0] = T0 + timedelta(seconds=2)
+    await old.reconcile("gpu", pools=[POOL], nodes=fake.views(), pods=_plugin_views(fake))
+    assert ("delete", "dp-0", "uid-0") in fake.writes and fake.plugin["n0"] == []
+    # The old leader stops here. The new one starts with the pod gone and the restart still owed.
+    clock[0] = T0 + timedelta(seconds=3)
+    new = Reconciler(fake, clock=lambda: clock[0])  # type: ignore[arg-type]
+    fake.writes.clear()
+    waiting = await new.reconcile("gpu", pools=[POOL], nodes=fake.views(), pods=[])
+    assert _node_writes(fake) == [] and not waiting.done
+    assert _restart_results(fake) == {"n0": "Pending/"}
+    clock[0] = T0 + timedelta(seconds=13)
+    if recreated:
+        fake.plugin["n0"] = [PluginPod("n0", "kube-system", "dp-1", "uid-1", clock[0], True, False)]
+        done = await new.reconcile("gpu", pools=[POOL], nodes=fake.views(), pods=_plugin_views(fake))
+        assert _restart_results(fake) == {"n0": "Done/Restarted"}
+    else:
+        await new.reconcile("gpu", pools=[POOL], nodes=fake.views(), pods=[])
+        assert _restart_results(fake) == {"n0": "Pending/"}, "still within the grace"
+        clock[0] = T0 + timedelta(seconds=3) + PLUGIN_RECREATE_GRACE
+        done = await new.reconcile("gpu", pools=[POOL], nodes=fake.views(), pods=[])
+        assert _restart_results(fake) == {"n0": "Done/NoDevicePluginPod"}
+    assert done.done
+    assert [w for w in fake.writes if w[0] == "delete"] == [], "nothing deleted twice"
 
 
 async def test_index_newer_than_own_write_wins() -> None:
