@@ -88,6 +88,6 @@ if [ ! -x "$BIN/kwok" ]; then
 fi
 
 "$BIN/kube-apiserver" --version >&2
-"$BIN/etcd" --version | head -1 >&2
+"$BIN/etcd" --version | sed -n 1p >&2  # sed reads it all: `head` may exit first (SIGPIPE, 141 under pipefail)
 [ "${1:-}" = "--print-bin" ] && echo "$BIN"
 log "binaries ready in $BIN"
