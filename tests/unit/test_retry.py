@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import logging
+from types import SimpleNamespace
+from typing import Any
 
 import aiohttp
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import metrics
+from gpushare.k8s import agent as k8s_agent
+from gpushare.k8s.inspect_read import CLI_ATTEMPTS, InspectReadError, pages_or_absent
 from gpushare.k8s.retry import (
     ApiUnavailable,
     Backoff,
@@ -170,3 +174,96 @@ def test_backoff_doubles_up_to_the_cap_and_jitters_below_it() -> None:
     jittered = Backoff(base_delay=1.0, max_delay=4.0)
     for n, cap in ((1, 1.0), (2, 2.0), (5, 4.0)):
         assert all(cap / 2 <= jittered.delay(n) < cap for _ in range(50))
+
+
+# --- the command line's list reads go through the same policy ------------------------------------
+
+
+class Pages:
+    """A paginated list endpoint: ``failures`` first, then two pages."""
+
+    def __init__(self, *failures: BaseException) -> None:
+        self.failures = list(failures)
+        self.calls: list[dict[str, object]] = []
+
+    async def __call__(self, **kwargs: object) -> dict[str, object]:
+        self.calls.append(kwargs)
+        if self.failures:
+            raise self.failures.pop(0)
+        if "_continue" not in kwargs:
+            return {"items": [1, 2], "metadata": {"continue": "t"}}
+        return {"items": [3], "metadata": {}}
+
+
+async def test_cli_pages_follow_continue_tokens_and_treat_404_as_absent() -> None:
+    pages = Pages()
+    assert await pages_or_absent("widgets", pages, field_selector="x") == [1, 2, 3]
+    assert pages.calls == [
+        {"limit": 500, "field_selector": "x"},
+        {"limit": 500, "field_selector": "x", "_continue": "t"},
+    ]
+    assert await pages_or_absent("widgets", Pages(ApiException(status=404))) is None
+
+
+async def test_cli_pages_keep_their_one_line_errors() -> None:
+    flaky = Pages(ApiException(status=503, reason="Service Unavailable"))
+    assert await pages_or_absent("widgets", flaky) == [1, 2, 3]  # retried
+    down = Pages(*(ApiException(status=503, reason="Service Unavailable") for _ in range(5)))
+    with pytest.raises(InspectReadError, match=r"^list widgets: HTTP 503 Service Unavailable$"):
+        await pages_or_absent("widgets", down)
+    assert len(down.calls) == CLI_ATTEMPTS
+    with pytest.raises(InspectReadError, match=r"^list widgets: HTTP 403 Forbidden$"):
+        await pages_or_absent("widgets", Pages(ApiException(status=403, reason="Forbidden")))
+    refused = Pages(*(aiohttp.ClientConnectionError("refused") for _ in range(5)))
+    with pytest.raises(aiohttp.ClientConnectionError, match="refused"):  # the caller words it
+        await pages_or_absent("widgets", refused)
+
+
+# --- the node agent's two requests too -----------------------------------------------------------
+
+
+class _Core:
+    def __init__(self, *failures: BaseException) -> None:
+        self.failures = list(failures)
+        self.calls = 0
+
+    async def read_node(self, name: str) -> Any:
+        self.calls += 1
+        if self.failures:
+            raise self.failures.pop(0)
+        return SimpleNamespace(
+            metadata=SimpleNamespace(labels={"a": "b"}, annotations=None, resource_version="7")
+        )
+
+
+@pytest.mark.parametrize(
+    ("failures", "message", "calls"),
+    [
+        pytest.param([ApiException(status=503)], None, 2, id="503-retried"),
+        pytest.param(
+            [ApiException(status=404)],
+            "get node 'n1': not found (is --node-name / NODE_NAME the",
+            1,
+            id="404",
+        ),
+        pytest.param(
+            [aiohttp.ClientConnectionError("refused")] * 3,
+            "get node 'n1': API server unreachable: ",
+            3,
+            id="down",
+        ),
+    ],
+)
+async def test_agent_requests_use_the_policy_and_keep_their_messages(
+    monkeypatch: pytest.MonkeyPatch, failures: list[BaseException], message: str | None, calls: int
+) -> None:
+    core = _Core(*failures)
+    monkeypatch.setattr(k8s_agent.k8s_client, "CoreV1Api", lambda api: core)
+    if message is None:
+        meta = await k8s_agent.read_node_metadata(None, "n1")  # type: ignore[arg-type]
+        assert meta == k8s_agent.NodeMetadata({"a": "b"}, {}, "7")
+    else:
+        with pytest.raises(k8s_agent.NodeAccessError) as exc:
+            await k8s_agent.read_node_metadata(None, "n1")  # type: ignore[arg-type]
+        assert str(exc.value).startswith(message)
+    assert core.calls == calls

@@ -605,3 +605,23 @@ def test_respond_uses_the_rules_and_the_handed_over_indexes() -> None:
         "uid": "u",
         "allowed": True,
     }
+
+
+def test_via_kopf_leaves_every_review_to_kopf(tmp_path: Path) -> None:
+    """``--webhook-via-kopf``: the server's direct path answers nothing (Kopf's handlers do)."""
+    cache = ContextCache()
+    cache.pools_index, cache.nodes_index = {}, {}
+    review = _pod_review({MEM: "2", CORE: "33"})
+    direct = WebhookOptions(cert_dir=tmp_path)
+    via_kopf = WebhookOptions(cert_dir=tmp_path, direct=False)
+    served = build_server(direct, cache, CertLifecycle(direct))
+    assert served.respond is not None and served.respond("validate-pods", review) is not None
+    fallback = build_server(via_kopf, cache, CertLifecycle(via_kopf))
+    assert fallback.respond is not None and fallback.respond("validate-pods", review) is None
+    assert webhook_options(_run_parser().parse_args(["--webhook-via-kopf"])).direct is False
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser()
+    add_webhook_arguments(parser)
+    return parser

@@ -109,12 +109,14 @@ async def call(
     base_delay: float = API_BACKOFF.base_delay,
     max_delay: float = API_BACKOFF.max_delay,
     no_retry: frozenset[int] = frozenset(),
+    give_up: bool = True,
 ) -> T:
     """Run ``fn``; retry retryable failures with jittered exponential backoff.
 
     Non-retryable ``ApiException`` (404, 409, 422, 403, ...) are raised at once for the caller
     to interpret; statuses in ``no_retry`` too (e.g. 429 from an Eviction = a PDB blocks it).
-    After the last attempt a retryable failure becomes ``ApiUnavailable``.
+    After the last attempt a retryable failure becomes ``ApiUnavailable`` (``give_up=False``: it is
+    raised as it is, for callers that word their own one-line errors).
     """
 
     async def once() -> T:
@@ -135,7 +137,7 @@ async def call(
     try:
         return await _attempts(once, backoff, transient)
     except API_FAILURES as exc:
-        if transient(exc):
+        if give_up and transient(exc):
             msg = f"{verb} {resource}: gave up after {attempts} attempts: {exc!r}"
             raise ApiUnavailable(msg) from exc
         raise
@@ -148,10 +150,13 @@ async def call_or_absent(
     resource: str,
     attempts: int = API_BACKOFF.attempts,
     no_retry: frozenset[int] = frozenset(),
+    give_up: bool = True,
 ) -> T | None:
     """``call``, where 404 means the object is absent: None instead of an exception."""
     try:
-        return await call(fn, verb=verb, resource=resource, attempts=attempts, no_retry=no_retry)
+        return await call(
+            fn, verb=verb, resource=resource, attempts=attempts, no_retry=no_retry, give_up=give_up
+        )
     except ApiException as exc:
         if exc.status == 404:
             return None

@@ -12,7 +12,7 @@ configuration get/patch (create only where the manifests did not ship it, e.g. l
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +46,25 @@ def _failed(what: str, exc: ApiException | ApiUnavailable) -> WebhookCertError:
     return WebhookCertError(f"cannot {what}: {exc}")
 
 
+async def _write(
+    what: str,
+    fn: Callable[[], Awaitable[object]],
+    *,
+    verb: str,
+    resource: str,
+    conflicts: frozenset[int] = frozenset({409}),
+) -> None:
+    """One write; a status in ``conflicts`` (lost a race) is ``Conflict``, any other failure
+    ``WebhookCertError``."""
+    try:
+        await call(fn, verb=verb, resource=resource)
+    except (ApiException, ApiUnavailable) as exc:
+        failure = _failed(what, exc)
+        if isinstance(exc, ApiException) and exc.status in conflicts:
+            raise Conflict(str(failure)) from exc
+        raise failure from None
+
+
 async def read_secret(api: client.ApiClient, namespace: str, name: str) -> StoredSecret | None:
     """The Secret, or None when it does not exist."""
     core = client.CoreV1Api(api)
@@ -76,24 +95,21 @@ async def write_secret(
         "metadata": meta,
         "data": dict(data),
     }
-    try:
-        if resource_version is None:
-            await call(
-                lambda: core.create_namespaced_secret(namespace, body),  # type: ignore[arg-type]
-                verb="create",
-                resource=SECRETS,
-            )
-        else:
-            await call(
-                lambda: core.replace_namespaced_secret(name, namespace, body),  # type: ignore[arg-type]
-                verb="update",
-                resource=SECRETS,
-            )
-    except (ApiException, ApiUnavailable) as exc:
-        failure = _failed(f"write Secret {namespace}/{name}", exc)
-        if isinstance(exc, ApiException) and exc.status == 409:  # another replica won
-            raise Conflict(str(failure)) from exc
-        raise failure from None
+    what = f"write Secret {namespace}/{name}"
+    if resource_version is None:
+        await _write(
+            what,
+            lambda: core.create_namespaced_secret(namespace, body),  # type: ignore[arg-type]
+            verb="create",
+            resource=SECRETS,
+        )
+    else:
+        await _write(
+            what,
+            lambda: core.replace_namespaced_secret(name, namespace, body),  # type: ignore[arg-type]
+            verb="update",
+            resource=SECRETS,
+        )
 
 
 async def read_configuration(api: client.ApiClient, name: str) -> dict[str, Any] | None:
@@ -114,35 +130,25 @@ async def read_configuration(api: client.ApiClient, name: str) -> dict[str, Any]
 async def create_configuration(api: client.ApiClient, body: Mapping[str, Any]) -> None:
     """Create it; ``Conflict`` when another replica created it first."""
     adm = client.AdmissionregistrationV1Api(api)
-    name = body["metadata"]["name"]
-    try:
-        await call(
-            lambda: adm.create_validating_webhook_configuration(dict(body)),  # type: ignore[arg-type]
-            verb="create",
-            resource=CONFIGURATIONS,
-        )
-    except (ApiException, ApiUnavailable) as exc:
-        failure = _failed(f"create ValidatingWebhookConfiguration {name}", exc)
-        if isinstance(exc, ApiException) and exc.status == 409:
-            raise Conflict(str(failure)) from exc
-        raise failure from None
+    await _write(
+        f"create ValidatingWebhookConfiguration {body['metadata']['name']}",
+        lambda: adm.create_validating_webhook_configuration(dict(body)),  # type: ignore[arg-type]
+        verb="create",
+        resource=CONFIGURATIONS,
+    )
 
 
 async def patch_configuration(api: client.ApiClient, name: str, ops: Sequence[Mapping[str, Any]]) -> None:
     """Apply a JSON patch whose first op tests the resourceVersion that was read; ``Conflict`` when
     it moved (409, or 422 from the failed test)."""
     adm = client.AdmissionregistrationV1Api(api)
-    try:
-        await call(
-            lambda: adm.patch_validating_webhook_configuration(name, [dict(op) for op in ops], **_JSON_PATCH),
-            verb="patch",
-            resource=CONFIGURATIONS,
-        )
-    except (ApiException, ApiUnavailable) as exc:
-        failure = _failed(f"patch ValidatingWebhookConfiguration {name}", exc)
-        if isinstance(exc, ApiException) and exc.status in (409, 422):
-            raise Conflict(str(failure)) from exc
-        raise failure from None
+    await _write(
+        f"patch ValidatingWebhookConfiguration {name}",
+        lambda: adm.patch_validating_webhook_configuration(name, [dict(op) for op in ops], **_JSON_PATCH),
+        verb="patch",
+        resource=CONFIGURATIONS,
+        conflicts=frozenset({409, 422}),
+    )
 
 
 async def delete_configuration(api: client.ApiClient, name: str) -> None:
