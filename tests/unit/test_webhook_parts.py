@@ -347,7 +347,7 @@ def test_state_reuses_context_until_something_changes() -> None:
     assert state.context({}, {}).nodes == ()
 
 
-def test_options_from_args() -> None:
+def test_webhook_options_from_args() -> None:
     parser = argparse.ArgumentParser()
     add_webhook_arguments(parser)
     opts = webhook_options(parser.parse_args(["--webhook", "--webhook-local", "--webhook-port", "9999"]))
