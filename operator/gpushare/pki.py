@@ -1,6 +1,6 @@
 """Certificate maths (pure; ``now`` passed in): a small EC CA and serving certificates it signs.
 
-Used by the webhook's own certificates (``gpushare.k8s.webhook_certs``) and by the local control
+Used by the webhook's own certificates (``gpushare.webhook.tls``) and by the local control
 plane (``gpushare.devcluster.pki``). Go checks SANs, never the CN, so every serving certificate
 names its IPs and DNS names as SANs.
 """

@@ -1,6 +1,6 @@
 """The admission webhook, called over TLS by the real kube-apiserver.
 
-A Kopf operator with only the webhook's handlers (``gpushare.handlers.admission.register`` on a
+A Kopf operator with only the webhook's handlers (``gpushare.webhook.registration.register`` on a
 fresh registry) runs in a background thread for this module, in local mode: the
 ValidatingWebhookConfiguration points at https://127.0.0.1:<port>/<handler-id> and its caBundle
 comes from the CA in the operator's Secret. Requests go through the apiserver (mostly
@@ -42,9 +42,12 @@ from gpushare.admission.webhook_config import TARGETS, WebhookSettings, build_co
 from gpushare.api.v1alpha1 import parse_pool
 from gpushare.cli.check import build_context, check_objects
 from gpushare.devcluster import ClusterInfo
-from gpushare.handlers.admission import WebhookOptions, register
-from gpushare.k8s import webhook_certs as certs
+from gpushare.k8s import webhook_api
 from gpushare.k8s.client import make_api_client
+from gpushare.webhook import lifecycle
+from gpushare.webhook import tls as certs
+from gpushare.webhook.options import WebhookOptions
+from gpushare.webhook.registration import register
 
 REPO = Path(__file__).resolve().parents[2]
 EX = REPO / "examples"
@@ -620,13 +623,14 @@ async def test_two_replicas_agree_on_secret_and_ca_bundle(cluster: ClusterInfo, 
         ns = f"{OPERATOR_NS}"
         name = f"race-{secrets.token_hex(3)}"
         a, b = await asyncio.gather(
-            certs.ensure_certificates(api, ns, name, sans), certs.ensure_certificates(api, ns, name, sans)
+            lifecycle.ensure_certificates(api, ns, name, sans),
+            lifecycle.ensure_certificates(api, ns, name, sans),
         )
         assert a[0] == b[0]  # both replicas end with the one Secret's bundle
         assert [a[1] is not None, b[1] is not None].count(True) == 1  # exactly one wrote it
         settings_ = webhook.options.webhook_settings(webhook_ca_bundle(webhook))
         results = await asyncio.gather(
-            certs.ensure_configuration(api, settings_), certs.ensure_configuration(api, settings_)
+            lifecycle.ensure_configuration(api, settings_), lifecycle.ensure_configuration(api, settings_)
         )
         assert results == ["unchanged", "unchanged"]  # the running webhook already wrote the same
 
@@ -651,7 +655,7 @@ def test_expiring_certificate_is_renewed_and_served(webhook: Webhook) -> None:
     secret = webhook.kube.request("GET", path).body
     old = certs.bundle_from_secret_data(secret["data"])
     assert old is not None
-    now = certs._utcnow()
+    now = certs.utcnow()
     expiring = certs.renew(old, ["127.0.0.1", "localhost"], now, validity=certs.RENEW_BEFORE / 2)
     assert expiring.ca_cert == old.ca_cert  # same CA: caBundle must not change
     secret["data"] = certs.secret_data(expiring)
@@ -723,7 +727,7 @@ async def test_service_mode_patches_only_the_ca_bundle(cluster: ClusterInfo, web
             replica = WebhookSettings(name=name, namespace=OPERATOR_NS, ca_bundle=bundle)
             assert settings_.url_base is not None  # the module's webhook runs in local mode
             first, second = await asyncio.gather(
-                certs.ensure_configuration(api, replica), certs.ensure_configuration(api, replica)
+                lifecycle.ensure_configuration(api, replica), lifecycle.ensure_configuration(api, replica)
             )
             assert sorted([first, second]) == ["patched", "unchanged"]
             current = api.sanitize_for_serialization(await adm.read_validating_webhook_configuration(name))
@@ -733,11 +737,11 @@ async def test_service_mode_patches_only_the_ca_bundle(cluster: ClusterInfo, web
                 assert hook["clientConfig"]["service"]["namespace"] == OPERATOR_NS
                 assert hook["timeoutSeconds"] == 2 and hook["failurePolicy"] == "Ignore"
                 assert hook["objectSelector"] == {"matchLabels": {"never-present": f"x-{SUFFIX}"}}
-            assert await certs.ensure_configuration(api, replica) == "unchanged"
+            assert await lifecycle.ensure_configuration(api, replica) == "unchanged"
             again = await adm.read_validating_webhook_configuration(name)
             assert again.metadata.resource_version == version  # no fight: nothing written
         finally:
-            await certs.delete_configuration(api, name)
+            await webhook_api.delete_configuration(api, name)
 
 
 def test_local_mode_restores_match_conditions_removed_from_an_entry(webhook: Webhook) -> None:

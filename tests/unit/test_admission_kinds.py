@@ -30,7 +30,8 @@ from gpushare.admission.webhook_config import TARGETS, WebhookSettings, build_co
 from gpushare.api.v1alpha1 import parse_pool
 from gpushare.cli import main
 from gpushare.cli.check import check_objects
-from gpushare.handlers import admission
+from gpushare.cli.run import webhook_options
+from gpushare.webhook.answer import admit, fast_allow
 
 MEM = "aliyun.com/gpu-mem"
 CORE = "aliyun.com/gpu-core.percentage"
@@ -449,7 +450,7 @@ def test_check_and_the_webhook_handler_agree_on_every_kind(obj: dict[str, Any]) 
     kind = DEFAULT_TABLE.lookup(obj)
     assert kind is not None
     (target,) = [t for t in TARGETS if t.handler_id == kind.handler_id]
-    got = admission.admit(target, obj, "CREATE", lambda: CTX)
+    got = admit(target, obj, "CREATE", lambda: CTX)
     assert (got.allowed, got.code, got.message, got.warnings) == (
         want.allowed,
         want.code,
@@ -464,7 +465,7 @@ def test_check_and_the_webhook_handler_agree_on_every_kind(obj: dict[str, Any]) 
         }
     }
     # The server's fast path allows only what the handler would allow without findings.
-    if admission.fast_allow(target.handler_id, review):
+    if fast_allow(target.handler_id, review):
         assert want.allowed and not findings
 
 
@@ -525,7 +526,7 @@ def test_operator_takes_a_workload_kinds_file(tmp_path: Path) -> None:
     kinds = tmp_path / "kinds.yaml"
     kinds.write_text(KINDS_FILE)
     args = build_parser().parse_args(["run", "--webhook", "--workload-kinds", str(kinds)])
-    options = admission.options_from_args(args)
+    options = webhook_options(args)
     assert ("example.com", "Trainer") in {(k.group, k.kind) for k in options.kinds.kinds}
     ids = [t.handler_id for t in options.targets]
     assert "validate-trainers-example-com" in ids and "validate-pytorchjobs-kubeflow-org" in ids
@@ -544,18 +545,16 @@ def test_operator_takes_a_workload_kinds_file(tmp_path: Path) -> None:
         }
     }
     targets = {t.handler_id: t for t in options.targets}
-    assert admission.fast_allow("validate-trainers-example-com", review, targets, options.kinds)
+    assert fast_allow("validate-trainers-example-com", review, targets, options.kinds)
     # Without the file the default configuration has no such webhook.
-    default = admission.options_from_args(build_parser().parse_args(["run", "--webhook"]))
+    default = webhook_options(build_parser().parse_args(["run", "--webhook"]))
     assert "validate-trainers-example-com" not in [t.handler_id for t in default.targets]
     bad = tmp_path / "bad.yaml"
     bad.write_text("- {kind: X}\n")
     with pytest.raises(ValueError, match=r"--workload-kinds .*bad.yaml: kinds\[0\]"):
-        admission.options_from_args(
-            build_parser().parse_args(["run", "--webhook", "--workload-kinds", str(bad)])
-        )
+        webhook_options(build_parser().parse_args(["run", "--webhook", "--workload-kinds", str(bad)]))
     with pytest.raises(ValueError, match=r"missing\.yaml: cannot read"):
-        admission.options_from_args(
+        webhook_options(
             build_parser().parse_args(
                 ["run", "--webhook", "--workload-kinds", str(tmp_path / "missing.yaml")]
             )

@@ -40,5 +40,10 @@ def test_help_lists_the_options(capsys: pytest.CaptureFixture[str]) -> None:
         "--liveness",
         "--log-format",
         "--peering",
+        "--webhook",
+        "--webhook-local",
+        "--webhook-via-kopf",
+        "--webhook-cert-files",
+        "--workload-kinds",
     ):
         assert option in out

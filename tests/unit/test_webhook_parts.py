@@ -18,7 +18,7 @@ import pytest
 import yaml
 from cryptography import x509
 
-from gpushare.admission import Context, Finding, evaluate
+from gpushare.admission import Context, Finding, evaluate, node_info
 from gpushare.admission.review import (
     MAX_REVIEW_DEPTH,
     Decision,
@@ -35,9 +35,16 @@ from gpushare.admission.webhook_config import (
     build_configuration,
     render_manifest,
 )
-from gpushare.handlers import admission
-from gpushare.handlers.webhook_server import GPUShareWebhookServer
-from gpushare.k8s import webhook_certs as certs
+from gpushare.cli.run import add_webhook_arguments, webhook_options
+from gpushare.k8s.retry import Backoff
+from gpushare.k8s.webhook_api import WebhookCertError
+from gpushare.webhook import lifecycle, tls
+from gpushare.webhook.answer import admit, fast_allow, respond
+from gpushare.webhook.context import ContextCache
+from gpushare.webhook.lifecycle import CertLifecycle
+from gpushare.webhook.options import WebhookOptions
+from gpushare.webhook.registration import build_server
+from gpushare.webhook.server import GPUShareWebhookServer
 
 REPO = Path(__file__).resolve().parents[2]
 NOW = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
@@ -195,8 +202,8 @@ def _cert(pem: bytes) -> x509.Certificate:
 
 
 def test_new_bundle_is_valid_and_has_the_sans() -> None:
-    bundle = certs.renew(None, SANS, NOW)
-    assert certs.cert_problem(bundle, SANS, NOW) is None
+    bundle = tls.renew(None, SANS, NOW)
+    assert tls.cert_problem(bundle, SANS, NOW) is None
     cert = _cert(bundle.cert)
     san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert [str(ip) for ip in san.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
@@ -215,58 +222,58 @@ def test_new_bundle_is_valid_and_has_the_sans() -> None:
     ],
 )
 def test_cert_problem_over_time(later: dt.timedelta, problem: str | None) -> None:
-    bundle = certs.renew(None, SANS, NOW)
-    found = certs.cert_problem(bundle, SANS, NOW + later)
+    bundle = tls.renew(None, SANS, NOW)
+    found = tls.cert_problem(bundle, SANS, NOW + later)
     assert (found is None) if problem is None else (found is not None and problem in found)
 
 
 def test_cert_problem_detects_wrong_sans_wrong_ca_and_garbage() -> None:
-    bundle = certs.renew(None, SANS, NOW)
+    bundle = tls.renew(None, SANS, NOW)
     assert "lacks SANs ['gpushare-webhook.ops.svc']" in str(
-        certs.cert_problem(bundle, [*SANS, "gpushare-webhook.ops.svc"], NOW)
+        tls.cert_problem(bundle, [*SANS, "gpushare-webhook.ops.svc"], NOW)
     )
-    other = certs.renew(None, SANS, NOW)
-    mixed = certs.CertBundle(bundle.ca_cert, bundle.ca_key, other.cert, other.key, bundle.ca_bundle)
-    assert certs.cert_problem(mixed, SANS, NOW) == "the serving certificate is not signed by the CA"
-    broken = certs.CertBundle(b"junk", bundle.ca_key, bundle.cert, bundle.key, b"junk")
-    assert "unreadable" in str(certs.cert_problem(broken, SANS, NOW))
-    assert certs.cert_problem(None, SANS, NOW) == "no certificate yet"
+    other = tls.renew(None, SANS, NOW)
+    mixed = tls.CertBundle(bundle.ca_cert, bundle.ca_key, other.cert, other.key, bundle.ca_bundle)
+    assert tls.cert_problem(mixed, SANS, NOW) == "the serving certificate is not signed by the CA"
+    broken = tls.CertBundle(b"junk", bundle.ca_key, bundle.cert, bundle.key, b"junk")
+    assert "unreadable" in str(tls.cert_problem(broken, SANS, NOW))
+    assert tls.cert_problem(None, SANS, NOW) == "no certificate yet"
 
 
 def test_renewal_keeps_the_ca_and_rollover_trusts_both() -> None:
-    first = certs.renew(None, SANS, NOW)
-    renewed = certs.renew(first, SANS, NOW + dt.timedelta(days=340))
+    first = tls.renew(None, SANS, NOW)
+    renewed = tls.renew(first, SANS, NOW + dt.timedelta(days=340))
     assert renewed.ca_cert == first.ca_cert and renewed.cert != first.cert
     assert renewed.ca_bundle == first.ca_cert
     late = NOW + dt.timedelta(days=3650 - 100)
-    rolled = certs.renew(first, SANS, late)
+    rolled = tls.renew(first, SANS, late)
     assert rolled.ca_cert != first.ca_cert
     assert rolled.ca_bundle == rolled.ca_cert + first.ca_cert  # old CA still trusted until it expires
-    assert certs.cert_problem(rolled, SANS, late) is None
-    expired = certs.renew(first, SANS, NOW + dt.timedelta(days=3700))
+    assert tls.cert_problem(rolled, SANS, late) is None
+    expired = tls.renew(first, SANS, NOW + dt.timedelta(days=3700))
     assert expired.ca_bundle == expired.ca_cert
 
 
 def test_serving_cert_never_outlives_its_ca() -> None:
-    first = certs.renew(None, SANS, NOW)
+    first = tls.renew(None, SANS, NOW)
     near_end = NOW + dt.timedelta(days=3650 - 400)
-    renewed = certs.renew(first, SANS, near_end)
+    renewed = tls.renew(first, SANS, near_end)
     assert _cert(renewed.cert).not_valid_after_utc <= _cert(renewed.ca_cert).not_valid_after_utc
 
 
 def test_secret_round_trip_and_incomplete_data() -> None:
-    bundle = certs.renew(None, SANS, NOW)
-    assert certs.bundle_from_secret_data(certs.secret_data(bundle)) == bundle
-    data = certs.secret_data(bundle)
+    bundle = tls.renew(None, SANS, NOW)
+    assert tls.bundle_from_secret_data(tls.secret_data(bundle)) == bundle
+    data = tls.secret_data(bundle)
     del data["ca.key"]
-    assert certs.bundle_from_secret_data(data) is None
-    assert certs.bundle_from_secret_data({"tls.crt": "%%%"}) is None
-    assert certs.bundle_from_secret_data(None) is None
+    assert tls.bundle_from_secret_data(data) is None
+    assert tls.bundle_from_secret_data({"tls.crt": "%%%"}) is None
+    assert tls.bundle_from_secret_data(None) is None
 
 
 def test_serving_sans_per_mode() -> None:
-    assert certs.serving_sans(WebhookSettings(url_base="https://127.0.0.1:1")) == ["127.0.0.1", "localhost"]
-    assert certs.serving_sans(WebhookSettings(namespace="ops", service="wh")) == [
+    assert tls.serving_sans(WebhookSettings(url_base="https://127.0.0.1:1")) == ["127.0.0.1", "localhost"]
+    assert tls.serving_sans(WebhookSettings(namespace="ops", service="wh")) == [
         "wh.ops.svc",
         "wh.ops.svc.cluster.local",
         "wh.ops",
@@ -275,15 +282,15 @@ def test_serving_sans_per_mode() -> None:
 
 
 def test_write_files_only_when_changed(tmp_path: Path) -> None:
-    bundle = certs.renew(None, SANS, NOW)
-    files, changed = certs.write_files(bundle, tmp_path / "c")
+    bundle = tls.renew(None, SANS, NOW)
+    files, changed = tls.write_files(bundle, tmp_path / "c")
     assert (
         changed
         and files.certfile.read_bytes() == bundle.cert
         and files.cafile.read_bytes() == bundle.ca_bundle
     )
     assert files.keyfile.stat().st_mode & 0o777 == 0o600
-    assert certs.write_files(bundle, tmp_path / "c") == (files, False)
+    assert tls.write_files(bundle, tmp_path / "c") == (files, False)
 
 
 # --- the handler's decision -----------------------------------------------------------------------
@@ -302,17 +309,17 @@ def _never() -> Context:
 
 def test_admit_fast_path_and_operations() -> None:
     pods = TARGETS_BY_ID["validate-pods"]
-    assert admission.admit(pods, _pod({"cpu": "1"}), "CREATE", _never) == Decision(True)
-    assert admission.admit(pods, _pod({MEM: "2", CORE: "33"}), "UPDATE", _never) == Decision(True)
-    assert admission.admit(pods, _pod({MEM: "2", CORE: "33"}), "DELETE", _never) == Decision(True)
+    assert admit(pods, _pod({"cpu": "1"}), "CREATE", _never) == Decision(True)
+    assert admit(pods, _pod({MEM: "2", CORE: "33"}), "UPDATE", _never) == Decision(True)
+    assert admit(pods, _pod({MEM: "2", CORE: "33"}), "DELETE", _never) == Decision(True)
 
 
 def test_admit_denies_and_warns_like_the_engine() -> None:
     pods = TARGETS_BY_ID["validate-pods"]
     bad = _pod({MEM: "2", CORE: "33"}, {"ack.node.gpu.schedule": "core_mem"})
-    d = admission.admit(pods, bad, "CREATE", Context)
+    d = admit(pods, bad, "CREATE", Context)
     assert not d.allowed and d.code == 422 and d.message == evaluate(bad)[0].message
-    warned = admission.admit(pods, _pod({MEM: "2"}, {"cgpu.disable.isolation": "true"}), "CREATE", Context)
+    warned = admit(pods, _pod({MEM: "2"}, {"cgpu.disable.isolation": "true"}), "CREATE", Context)
     assert warned.allowed and len(warned.warnings) == 1 and "GS010" in warned.warnings[0]
 
 
@@ -320,41 +327,37 @@ def test_admit_turns_a_crash_into_a_400_denial() -> None:
     def broken() -> Context:
         raise RuntimeError("boom")
 
-    d = admission.admit(TARGETS_BY_ID["validate-pods"], _pod({MEM: "2"}, {"x": "y"}), "CREATE", broken)
+    d = admit(TARGETS_BY_ID["validate-pods"], _pod({MEM: "2"}, {"x": "y"}), "CREATE", broken)
     assert (d.allowed, d.code) == (False, 400)
     assert d.message == "Pod/ns/p: gpushare could not evaluate the GPU-sharing rules (RuntimeError: boom)"
 
 
 def test_state_reuses_context_until_something_changes() -> None:
-    state = admission.AdmissionState()
-    node = admission.node_info({"metadata": {"name": "n1", "labels": {"a": "b"}}})
+    state = ContextCache()
+    node = node_info({"metadata": {"name": "n1", "labels": {"a": "b"}}})
     same = state.node(node)
     nodes = {"n1": [same]}
     ctx1 = state.context({}, nodes)
     # A heartbeat: an equal NodeInfo comes back as the stored object, the context is reused.
-    nodes = {"n1": [state.node(admission.node_info({"metadata": {"name": "n1", "labels": {"a": "b"}}}))]}
+    nodes = {"n1": [state.node(node_info({"metadata": {"name": "n1", "labels": {"a": "b"}}}))]}
     assert state.context({}, nodes) is ctx1
-    nodes = {"n1": [state.node(admission.node_info({"metadata": {"name": "n1", "labels": {"a": "c"}}}))]}
+    nodes = {"n1": [state.node(node_info({"metadata": {"name": "n1", "labels": {"a": "c"}}}))]}
     ctx2 = state.context({}, nodes)
     assert ctx2 is not ctx1 and ctx2.nodes[0].labels == {"a": "c"}
     assert state.context({}, {}).nodes == ()
 
 
-def test_options_from_args() -> None:
+def test_webhook_options_from_args() -> None:
     parser = argparse.ArgumentParser()
-    admission.add_arguments(parser)
-    opts = admission.options_from_args(
-        parser.parse_args(["--webhook", "--webhook-local", "--webhook-port", "9999"])
-    )
+    add_webhook_arguments(parser)
+    opts = webhook_options(parser.parse_args(["--webhook", "--webhook-local", "--webhook-port", "9999"]))
     assert opts.local and opts.port == 9999 and opts.addr == "127.0.0.1"
     assert opts.webhook_settings("Q0E=").url_base == "https://127.0.0.1:9999"
     assert opts.webhook_settings(None).url_base == "https://127.0.0.1:9999"
-    service = admission.options_from_args(
-        parser.parse_args(["--webhook", "--webhook-failure-policy", "Ignore"])
-    )
+    service = webhook_options(parser.parse_args(["--webhook", "--webhook-failure-policy", "Ignore"]))
     assert service.webhook_settings(None).url_base is None and service.failure_policy == "Ignore"
     with pytest.raises(ValueError, match=r"must be 1\.\.5"):
-        admission.options_from_args(parser.parse_args(["--webhook-timeout", "30"]))
+        webhook_options(parser.parse_args(["--webhook-timeout", "30"]))
 
 
 # --- the HTTPS server on malformed input (no apiserver needed) ------------------------------------
@@ -382,8 +385,8 @@ def _post(port: int, cafile: Path, payload: bytes) -> tuple[int, Any]:
 
 
 async def test_server_answers_malformed_reviews_with_4xx(tmp_path: Path, unused_tcp_port: int) -> None:
-    bundle = certs.renew(None, SANS, dt.datetime.now(dt.UTC))
-    files, _ = certs.write_files(bundle, tmp_path)
+    bundle = tls.renew(None, SANS, dt.datetime.now(dt.UTC))
+    files, _ = tls.write_files(bundle, tmp_path)
     calls: list[str] = []
 
     async def prepare() -> None:
@@ -442,27 +445,27 @@ def test_manifest_is_valid_yaml_with_service_and_configuration() -> None:
 
 async def test_mounted_certificate_files_mode(tmp_path: Path) -> None:
     """cert-manager: the server uses the mounted files and caBundle comes from their ca.crt."""
-    bundle = certs.renew(None, SANS, dt.datetime.now(dt.UTC))
-    certs.write_files(bundle, tmp_path)
-    options = admission.WebhookOptions(local=True, cert_files_dir=tmp_path, manage_configuration=False)
-    state = admission.AdmissionState()
-    server = admission.build_server(options, state)
+    bundle = tls.renew(None, SANS, dt.datetime.now(dt.UTC))
+    tls.write_files(bundle, tmp_path)
+    options = WebhookOptions(local=True, cert_files_dir=tmp_path, manage_configuration=False)
+    certs = CertLifecycle(options)
+    server = build_server(options, ContextCache(), certs)
     assert (server.certfile, server.pkeyfile, server.cafile) == tuple(
         str(tmp_path / n) for n in ("tls.crt", "tls.key", "ca.crt")
     )
     assert server.prepare is not None and server.on_listening is not None
     await server.prepare()  # no API client needed: nothing is read from or written to a Secret
-    assert state.ca_bundle == bundle.ca_bundle_b64
+    assert certs.ca_bundle == bundle.ca_bundle_b64
     await server.on_listening({"url": "https://127.0.0.1:1"})  # configuration management is off
 
 
 def test_deleted_nodes_are_forgotten() -> None:
-    state = admission.AdmissionState()
-    a = state.node(admission.node_info({"metadata": {"name": "a"}}))
-    b = state.node(admission.node_info({"metadata": {"name": "b"}}))
+    state = ContextCache()
+    a = state.node(node_info({"metadata": {"name": "a"}}))
+    b = state.node(node_info({"metadata": {"name": "b"}}))
     state.context({}, {"a": [a], "b": [b]})
     state.context({}, {"a": [a]})
-    assert state.node(admission.node_info({"metadata": {"name": "b"}})) is not b
+    assert state.node(node_info({"metadata": {"name": "b"}})) is not b
 
 
 def _count(kind: str) -> float:
@@ -504,14 +507,14 @@ def test_fast_allow(handler_id: str, request_: dict[str, Any], fast: bool) -> No
     before = _count(kind)
     target = TARGETS_BY_ID.get(handler_id, TARGETS_BY_ID["validate-pods"])
     resource = {"group": target.group, "version": target.version, "resource": target.plural}
-    assert admission.fast_allow(handler_id, {"request": {"resource": resource, **request_}}) is fast
+    assert fast_allow(handler_id, {"request": {"resource": resource, **request_}}) is fast
     assert _count(kind) == before + (1 if fast else 0)
 
 
 def test_fast_allow_needs_the_resource_of_the_handler() -> None:
     review = {"request": {"operation": "CREATE", "object": _pod({"cpu": "1"})}}
     review["request"]["resource"] = {"group": "x", "version": "v1", "resource": "widgets"}
-    assert admission.fast_allow("validate-pods", review) is False
+    assert fast_allow("validate-pods", review) is False
 
 
 async def test_configuration_errors_do_not_stop_the_server(
@@ -521,18 +524,13 @@ async def test_configuration_errors_do_not_stop_the_server(
 
     async def forbidden(api: Any, settings_: WebhookSettings, **_: Any) -> str:
         calls.append(settings_.name)
-        raise certs.WebhookCertError(
-            "cannot create ValidatingWebhookConfiguration gpushare-webhook: 403 Forbidden"
-        )
+        raise WebhookCertError("cannot create ValidatingWebhookConfiguration gpushare-webhook: 403 Forbidden")
 
-    async def no_sleep(_: float) -> None:
-        return None
-
-    monkeypatch.setattr(certs, "ensure_configuration", forbidden)
-    monkeypatch.setattr(admission.asyncio, "sleep", no_sleep)
-    state = admission.AdmissionState()
-    state.api = object()  # type: ignore[assignment]
-    server = admission.build_server(admission.WebhookOptions(cert_dir=tmp_path), state)
+    monkeypatch.setattr(lifecycle, "ensure_configuration", forbidden)
+    options = WebhookOptions(cert_dir=tmp_path)
+    certs = CertLifecycle(options, register_backoff=Backoff(attempts=5, base_delay=0.001))
+    certs.api = object()  # type: ignore[assignment]
+    server = build_server(options, ContextCache(), certs)
     assert server.on_listening is not None
     await server.on_listening({"url": "https://x"})
     assert calls == ["gpushare-webhook"] * 5
@@ -591,19 +589,39 @@ def _pod_review(limits: dict[str, Any], operation: str = "CREATE") -> dict[str, 
 
 
 def test_respond_uses_the_rules_and_the_handed_over_indexes() -> None:
-    state = admission.AdmissionState()
+    state = ContextCache()
     review = _pod_review({MEM: "2", CORE: "33"})
-    assert admission.respond("validate-pods", review, state) is None  # no indexes yet: Kopf answers
+    assert respond("validate-pods", review, state) is None  # no indexes yet: Kopf answers
     state.pools_index, state.nodes_index = {}, {}
-    answer = admission.respond("validate-pods", review, state)
+    answer = respond("validate-pods", review, state)
     assert answer is not None and answer["uid"] == "u" and answer["allowed"] is False
     assert answer["status"]["code"] == 422 and "GS001-core-percentage-step" in answer["status"]["message"]
-    assert admission.respond("validate-pods", _pod_review({"cpu": "1"}), state) == {
+    assert respond("validate-pods", _pod_review({"cpu": "1"}), state) == {
         "uid": "u",
         "allowed": True,
     }
-    assert admission.respond("validate-jobs", review, state) is None  # routed to the wrong handler
-    assert admission.respond("validate-pods", _pod_review({MEM: "2"}, "DELETE"), state) == {
+    assert respond("validate-jobs", review, state) is None  # routed to the wrong handler
+    assert respond("validate-pods", _pod_review({MEM: "2"}, "DELETE"), state) == {
         "uid": "u",
         "allowed": True,
     }
+
+
+def test_via_kopf_leaves_every_review_to_kopf(tmp_path: Path) -> None:
+    """``--webhook-via-kopf``: the server's direct path answers nothing (Kopf's handlers do)."""
+    cache = ContextCache()
+    cache.pools_index, cache.nodes_index = {}, {}
+    review = _pod_review({MEM: "2", CORE: "33"})
+    direct = WebhookOptions(cert_dir=tmp_path)
+    via_kopf = WebhookOptions(cert_dir=tmp_path, direct=False)
+    served = build_server(direct, cache, CertLifecycle(direct))
+    assert served.respond is not None and served.respond("validate-pods", review) is not None
+    fallback = build_server(via_kopf, cache, CertLifecycle(via_kopf))
+    assert fallback.respond is not None and fallback.respond("validate-pods", review) is None
+    assert webhook_options(_run_parser().parse_args(["--webhook-via-kopf"])).direct is False
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser()
+    add_webhook_arguments(parser)
+    return parser

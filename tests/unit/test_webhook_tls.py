@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from gpushare.handlers.webhook_server import MINIMUM_TLS_VERSION, GPUShareWebhookServer
-from gpushare.k8s import webhook_certs as certs
+from gpushare.webhook import tls as certs
+from gpushare.webhook.server import MINIMUM_TLS_VERSION, GPUShareWebhookServer
 
 
 async def _allow(review: Any, **_: Any) -> dict[str, Any]:

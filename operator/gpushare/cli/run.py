@@ -12,10 +12,15 @@ import asyncio
 import logging
 import os
 import random
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from gpushare.cli import CLIError
 from gpushare.log import LOG_FORMATS, configure_logging
+
+if TYPE_CHECKING:
+    from gpushare.admission import KindTable
+    from gpushare.webhook.options import WebhookOptions
 
 PLUGIN_NAMESPACES_ENV = "GPUSHARE_PLUGIN_NAMESPACES"
 
@@ -56,10 +61,97 @@ def register(subparsers: Any) -> None:
         "pod deletes there); a pool naming another is reported, not a 403. "
         f"Default: ${PLUGIN_NAMESPACES_ENV}, else any namespace (RBAC alone decides)",
     )  # fmt: skip
-    from gpushare.handlers.admission import add_arguments as add_webhook_arguments
-
     add_webhook_arguments(parser)  # --webhook* (docs/webhook.md)
     parser.set_defaults(func=run)
+
+
+def add_webhook_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``--webhook*`` options of ``gpushare run``."""
+    from gpushare.admission.webhook_config import (
+        DEFAULT_CONFIGURATION_NAME,
+        DEFAULT_NAMESPACE,
+        DEFAULT_PORT,
+        DEFAULT_SERVICE,
+        MAX_TIMEOUT_SECONDS,
+    )
+    from gpushare.webhook.options import DEFAULT_SECRET
+
+    g = parser.add_argument_group("admission webhook")
+    g.add_argument("--webhook", action="store_true", help="serve the validating admission webhook")
+    g.add_argument("--webhook-port", type=int, default=DEFAULT_PORT, help="HTTPS port (default 9443)")
+    g.add_argument("--webhook-addr", default="127.0.0.1", help="listen address (0.0.0.0 in a pod)")
+    g.add_argument(
+        "--webhook-local", action="store_true",
+        help="local/dev mode: register https://127.0.0.1:PORT/<handler-id> instead of the Service",
+    )  # fmt: skip
+    g.add_argument(
+        "--webhook-namespace", default=DEFAULT_NAMESPACE, help="operator namespace (Secret, Service)"
+    )
+    g.add_argument("--webhook-service", default=DEFAULT_SERVICE, help="Service in front of the webhook")
+    g.add_argument("--webhook-configuration", default=DEFAULT_CONFIGURATION_NAME, metavar="NAME")
+    g.add_argument(
+        "--webhook-secret", default=DEFAULT_SECRET, help="Secret holding the CA and serving certificate"
+    )
+    g.add_argument("--webhook-cert-dir", type=Path, help="where the serving certificate files are written")
+    g.add_argument(
+        "--webhook-cert-files", type=Path, metavar="DIR",
+        help="use mounted tls.crt/tls.key/ca.crt (cert-manager) instead of the Secret",
+    )  # fmt: skip
+    g.add_argument(
+        "--webhook-no-configuration", action="store_true",
+        help="leave the ValidatingWebhookConfiguration alone (cert-manager's cainjector sets caBundle)",
+    )  # fmt: skip
+    g.add_argument("--webhook-failure-policy", choices=("Fail", "Ignore"), default="Fail")
+    g.add_argument("--webhook-timeout", type=int, default=MAX_TIMEOUT_SECONDS, help="timeoutSeconds, 1..5")
+    g.add_argument(
+        "--webhook-via-kopf", action="store_true",
+        help="answer every review through Kopf's handler machinery (slower; for comparison)",
+    )  # fmt: skip
+    g.add_argument(
+        "--workload-kinds", type=Path, metavar="FILE",
+        help="YAML list of extra workload kinds and where their pod templates are (README: workload kinds)",
+    )  # fmt: skip
+
+
+def webhook_options(args: argparse.Namespace) -> WebhookOptions:
+    """The webhook's options from ``args`` (ValueError, one line, when unusable)."""
+    from gpushare.admission.webhook_config import MAX_TIMEOUT_SECONDS
+    from gpushare.webhook.options import WebhookOptions
+
+    if not 1 <= args.webhook_timeout <= MAX_TIMEOUT_SECONDS:
+        raise ValueError(f"--webhook-timeout {args.webhook_timeout}: must be 1..{MAX_TIMEOUT_SECONDS}")
+    base = WebhookOptions()
+    return WebhookOptions(
+        addr=args.webhook_addr,
+        port=args.webhook_port,
+        local=args.webhook_local,
+        namespace=args.webhook_namespace,
+        service=args.webhook_service,
+        configuration=args.webhook_configuration,
+        manage_configuration=not args.webhook_no_configuration,
+        secret=args.webhook_secret,
+        cert_dir=args.webhook_cert_dir or base.cert_dir,
+        cert_files_dir=args.webhook_cert_files,
+        failure_policy=args.webhook_failure_policy,
+        timeout_seconds=args.webhook_timeout,
+        direct=not getattr(args, "webhook_via_kopf", False),
+        kubeconfig=getattr(args, "kubeconfig", None),
+        context=getattr(args, "context", None),
+        kinds=_kinds_from(getattr(args, "workload_kinds", None)),
+    )
+
+
+def _kinds_from(path: Path | None) -> KindTable:
+    """The table with the kinds of ``--workload-kinds FILE`` (ValueError, one line, when unusable)."""
+    from gpushare.admission import DEFAULT_TABLE, load_kinds, table_with
+
+    if path is None:
+        return DEFAULT_TABLE
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"--workload-kinds {path}: cannot read: {exc}") from None
+    return table_with(load_kinds(text, f"--workload-kinds {path}"))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -83,10 +175,10 @@ def run(args: argparse.Namespace) -> int:
     import gpushare.handlers  # noqa: F401 - registers the handlers
 
     if args.webhook:  # the admission webhook's handlers, server and certificates (docs/webhook.md)
-        from gpushare.handlers import admission
+        from gpushare.webhook.registration import register as register_webhook
 
         try:
-            admission.register(kopf.get_default_registry(), admission.options_from_args(args))
+            register_webhook(kopf.get_default_registry(), webhook_options(args))
         except ValueError as exc:
             raise CLIError(str(exc)) from None
 

@@ -13,7 +13,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import constants as c
 from gpushare.k8s.cluster import plugin_namespace_problem, pool_ref
-from gpushare.k8s.retry import ApiUnavailable
+from gpushare.k8s.retry import ApiUnavailable, Backoff
 from gpushare.reconciler import RESYNC, PassResult, Reconciler
 
 log = structlog.get_logger("gpushare.handlers")
@@ -22,6 +22,8 @@ T = TypeVar("T")
 DEBOUNCE = 0.1
 #: A failed pass (e.g. the apiserver is down) is retried after at most this many seconds.
 MAX_BACKOFF = 4.0
+#: 1 s, 2 s, then MAX_BACKOFF after consecutive failed passes (the shared retry policy's backoff).
+FAILED_PASS_BACKOFF = Backoff(base_delay=1.0, max_delay=MAX_BACKOFF, jitter=False)
 #: While cleaning up, look again at least this often (seconds).
 CLEANUP_POLL = 2.0
 
@@ -60,7 +62,7 @@ async def reconcile_loop(name: str, memo: kopf.Memo, stopped: kopf.DaemonStopped
             failures = 0
         except Exception as exc:
             failures += 1
-            delay = min(MAX_BACKOFF, 0.5 * 2.0**failures)
+            delay = FAILED_PASS_BACKOFF.delay(failures)
             log.exception("Reconcile pass failed", pool=name, retry_in=delay, error=str(exc))
         woken = asyncio.ensure_future(wake.wait())
         stopping = asyncio.ensure_future(stopped.wait())

@@ -9,14 +9,20 @@ agent's own ``gpushare.io/`` keys and nothing else.
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from gpushare.k8s.retry import call
+
 FIELD_MANAGER = "gpushare-agent"
+#: A transient failure is tried again twice within a round (the agent's loop tries the next period).
+ATTEMPTS = 3
+T = TypeVar("T")
 
 
 class NodeAccessError(Exception):
@@ -47,13 +53,18 @@ def _reason(exc: ApiException) -> str:
     return f"HTTP {exc.status} {exc.reason}"
 
 
-async def read_node_metadata(api: k8s_client.ApiClient, name: str) -> NodeMetadata:
+async def _node_call(verb: str, name: str, fn: Callable[[], Awaitable[T]]) -> T:
+    """One request on the Node through the retry policy; failures as ``NodeAccessError``."""
     try:
-        node = await k8s_client.CoreV1Api(api).read_node(name)
+        return await call(fn, verb=verb, resource="nodes", attempts=ATTEMPTS, give_up=False)
     except ApiException as exc:
-        raise NodeAccessError(f"get node {name!r}: {_reason(exc)}") from None
+        raise NodeAccessError(f"{verb} node {name!r}: {_reason(exc)}") from None
     except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-        raise NodeAccessError(f"get node {name!r}: API server unreachable: {exc!r}") from None
+        raise NodeAccessError(f"{verb} node {name!r}: API server unreachable: {exc!r}") from None
+
+
+async def read_node_metadata(api: k8s_client.ApiClient, name: str) -> NodeMetadata:
+    node = await _node_call("get", name, lambda: k8s_client.CoreV1Api(api).read_node(name))
     meta = node.metadata
     return NodeMetadata(
         labels=dict(meta.labels or {}),
@@ -64,12 +75,9 @@ async def read_node_metadata(api: k8s_client.ApiClient, name: str) -> NodeMetada
 
 async def patch_node_metadata(api: k8s_client.ApiClient, name: str, patch: dict[str, Any]) -> str:
     """Apply one merge patch to the Node; returns the new resourceVersion."""
-    try:
-        # A dict body is sent as a strategic merge patch; for metadata.labels/annotations
-        # (plain string maps) that is exactly a JSON merge patch: keys set, null deletes.
-        node = await k8s_client.CoreV1Api(api).patch_node(name, patch, field_manager=FIELD_MANAGER)
-    except ApiException as exc:
-        raise NodeAccessError(f"patch node {name!r}: {_reason(exc)}") from None
-    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-        raise NodeAccessError(f"patch node {name!r}: API server unreachable: {exc!r}") from None
+    # A dict body is sent as a strategic merge patch; for metadata.labels/annotations
+    # (plain string maps) that is exactly a JSON merge patch: keys set, null deletes.
+    node = await _node_call(
+        "patch", name, lambda: k8s_client.CoreV1Api(api).patch_node(name, patch, field_manager=FIELD_MANAGER)
+    )
     return str(node.metadata.resource_version or "")

@@ -1,6 +1,7 @@
 """The operator's Kubernetes side effects: node patches, plugin pods, evictions, events, status.
 
-Every write goes through ``retry.call`` (backoff on 5xx/429/connection errors) and is counted in
+Every request goes through ``retry.call`` (backoff on 5xx/429/connection errors; ``call_or_absent``
+where 404 means gone) and every write is counted in
 ``gpushare_api_writes_total``. Nothing here decides anything: the plans come from
 ``gpushare.policy``.
 
@@ -21,7 +22,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import constants as c
-from gpushare.k8s.retry import call
+from gpushare.k8s.retry import call, call_if_present, call_or_absent
 from gpushare.policy import PodView
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -124,12 +125,9 @@ class Cluster:
 
     async def read_node(self, name: str) -> dict[str, Any] | None:
         """The node as the apiserver has it now; None if it is gone."""
-        try:
-            node = await call(lambda: self.core.read_node(name), verb="get", resource="nodes")
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        node = await call_or_absent(lambda: self.core.read_node(name), verb="get", resource="nodes")
+        if node is None:
+            return None
         out: dict[str, Any] = self.api.sanitize_for_serialization(node)
         return out
 
@@ -139,16 +137,13 @@ class Cluster:
         With ``metadata.resourceVersion`` in the patch the apiserver applies it only to that version
         (409 Conflict otherwise), so a patch planned from a stale view is never applied.
         """
-        try:
-            result = await call(
-                lambda: self.core.patch_node(name, dict(patch), field_manager=FIELD_MANAGER, **_MERGE),
-                verb="patch",
-                resource="nodes",
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        result = await call_or_absent(
+            lambda: self.core.patch_node(name, dict(patch), field_manager=FIELD_MANAGER, **_MERGE),
+            verb="patch",
+            resource="nodes",
+        )
+        if result is None:
+            return None
         out: dict[str, Any] = self.api.sanitize_for_serialization(result)
         return out
 
@@ -218,52 +213,43 @@ class Cluster:
         self._check_plugin_namespace(namespace)
         body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
         try:
-            await call(
+            return await call_if_present(  # False: already gone
                 lambda: self.core.delete_namespaced_pod(name, namespace, body=body),
                 verb="delete",
                 resource="pods",
             )
         except ApiException as exc:
-            if exc.status in (404, 409):  # gone, or replaced by a same-named pod (UID mismatch)
+            if exc.status == 409:  # replaced by a same-named pod (UID mismatch)
                 return False
             raise
-        return True
 
     async def evict_pod(self, namespace: str, name: str) -> str:
         """Evict through the Eviction API: "evicted", "gone", or "blocked" (429: a PDB forbids it now)."""
         body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace))
         try:
-            await call(
+            evicted = await call_if_present(
                 lambda: self.core.create_namespaced_pod_eviction(name, namespace, body),
                 verb="create",
                 resource="pods/eviction",
                 no_retry=frozenset({429}),
             )
         except ApiException as exc:
-            if exc.status == 404:
-                return "gone"
             if exc.status == 429:
                 return "blocked"
             raise
-        return "evicted"
+        return "evicted" if evicted else "gone"
 
     # --- pools ---------------------------------------------------------------------------------
 
     async def patch_pool_status(self, name: str, status: Mapping[str, Any]) -> bool:
         """Merge-patch the pool's status subresource; False if the pool is gone."""
-        try:
-            await call(
-                lambda: self.custom.patch_cluster_custom_object_status(
-                    c.GROUP, c.VERSION, c.PLURAL, name, {"status": dict(status)}, **_MERGE
-                ),
-                verb="patch",
-                resource="gpusharepools/status",
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
-        return True
+        return await call_if_present(
+            lambda: self.custom.patch_cluster_custom_object_status(
+                c.GROUP, c.VERSION, c.PLURAL, name, {"status": dict(status)}, **_MERGE
+            ),
+            verb="patch",
+            resource="gpusharepools/status",
+        )
 
     # --- events --------------------------------------------------------------------------------
 

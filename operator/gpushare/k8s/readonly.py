@@ -16,7 +16,7 @@ from kubernetes_asyncio import client as k8s_client
 
 from gpushare import constants as c
 from gpushare.k8s.client import KubeConfigError, make_api_client
-from gpushare.k8s.inspect_read import UNFINISHED, InspectReadError, _pages
+from gpushare.k8s.inspect_read import UNFINISHED, InspectReadError, _pages, pages_or_absent
 
 Objects = list[dict[str, Any]]
 #: Unfinished pods that are bound to a node (only those can hold a mode switch or be a plugin pod).
@@ -43,17 +43,11 @@ async def _read(api: k8s_client.ApiClient, with_pods: bool) -> tuple[Objects, Ob
     warnings: list[str] = []
     core = k8s_client.CoreV1Api(api)
     custom = k8s_client.CustomObjectsApi(api)
-    try:
-        pools = [
-            dict(p)
-            for p in await _pages(
-                c.PLURAL, lambda **kw: custom.list_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL, **kw)
-            )
-        ]
-    except InspectReadError as exc:
-        if "HTTP 404" not in str(exc):
-            raise
-        pools = []
+    found = await pages_or_absent(
+        c.PLURAL, lambda **kw: custom.list_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL, **kw)
+    )
+    pools = [dict(p) for p in found or []]
+    if found is None:
         warnings.append(f"the {c.CRD_NAME} CRD is not installed: the cluster has no pools")
     nodes = [api.sanitize_for_serialization(n) for n in await _pages("nodes", core.list_node)]
     pods: Objects = []

@@ -1,0 +1,159 @@
+"""The admission webhook's API side effects: its certificate Secret and its ValidatingWebhookConfiguration.
+
+Nothing here decides anything (what to write and when comes from ``gpushare.webhook.lifecycle``).
+Every request goes through ``gpushare.k8s.retry`` (backoff on 5xx/429/connection errors, counted in
+``gpushare_api_errors_total`` / ``gpushare_api_writes_total``; 404 means absent). A write that lost
+a race to another replica raises ``retry.Conflict`` (the caller reads again and decides again);
+any other failure raises ``WebhookCertError`` with a one-line message naming the object.
+
+RBAC (docs/security.md): the Secret get/create/update in the operator's namespace; the
+configuration get/patch (create only where the manifests did not ship it, e.g. local mode).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from gpushare.k8s.retry import ApiUnavailable, Conflict, call, call_if_present, call_or_absent
+
+SECRETS = "secrets"
+CONFIGURATIONS = "validatingwebhookconfigurations"
+#: The generated stubs do not list ``_content_type``; the client accepts it.
+_JSON_PATCH: dict[str, Any] = {"_content_type": "application/json-patch+json"}
+SECRET_LABELS = {"app.kubernetes.io/name": "gpushare-operator", "app.kubernetes.io/component": "webhook"}
+
+
+class WebhookCertError(Exception):
+    """Certificates or the webhook configuration could not be ensured; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class StoredSecret:
+    """A Secret as read: its ``data`` (base64 values) and the resourceVersion to replace it at."""
+
+    data: dict[str, str]
+    resource_version: str
+
+
+def _failed(what: str, exc: ApiException | ApiUnavailable) -> WebhookCertError:
+    if isinstance(exc, ApiException):
+        return WebhookCertError(f"cannot {what}: {exc.status} {exc.reason}")
+    return WebhookCertError(f"cannot {what}: {exc}")
+
+
+async def _write(
+    what: str,
+    fn: Callable[[], Awaitable[object]],
+    *,
+    verb: str,
+    resource: str,
+    conflicts: frozenset[int] = frozenset({409}),
+) -> None:
+    """One write; a status in ``conflicts`` (lost a race) is ``Conflict``, any other failure
+    ``WebhookCertError``."""
+    try:
+        await call(fn, verb=verb, resource=resource)
+    except (ApiException, ApiUnavailable) as exc:
+        failure = _failed(what, exc)
+        if isinstance(exc, ApiException) and exc.status in conflicts:
+            raise Conflict(str(failure)) from exc
+        raise failure from None
+
+
+async def read_secret(api: client.ApiClient, namespace: str, name: str) -> StoredSecret | None:
+    """The Secret, or None when it does not exist."""
+    core = client.CoreV1Api(api)
+    try:
+        secret = await call_or_absent(
+            lambda: core.read_namespaced_secret(name, namespace), verb="get", resource=SECRETS
+        )
+    except (ApiException, ApiUnavailable) as exc:
+        raise _failed(f"read Secret {namespace}/{name}", exc) from None
+    if secret is None:
+        return None
+    return StoredSecret(dict(secret.data or {}), str(secret.metadata.resource_version or ""))
+
+
+async def write_secret(
+    api: client.ApiClient, namespace: str, name: str, data: Mapping[str, str], resource_version: str | None
+) -> None:
+    """Create the TLS Secret (``resource_version`` None) or replace the version that was read;
+    ``Conflict`` when another writer got there first."""
+    core = client.CoreV1Api(api)
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(SECRET_LABELS)}
+    if resource_version is not None:
+        meta["resourceVersion"] = resource_version
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/tls",
+        "metadata": meta,
+        "data": dict(data),
+    }
+    what = f"write Secret {namespace}/{name}"
+    if resource_version is None:
+        await _write(
+            what,
+            lambda: core.create_namespaced_secret(namespace, body),  # type: ignore[arg-type]
+            verb="create",
+            resource=SECRETS,
+        )
+    else:
+        await _write(
+            what,
+            lambda: core.replace_namespaced_secret(name, namespace, body),  # type: ignore[arg-type]
+            verb="update",
+            resource=SECRETS,
+        )
+
+
+async def read_configuration(api: client.ApiClient, name: str) -> dict[str, Any] | None:
+    """The ValidatingWebhookConfiguration as JSON, or None when it does not exist."""
+    adm = client.AdmissionregistrationV1Api(api)
+    try:
+        found = await call_or_absent(
+            lambda: adm.read_validating_webhook_configuration(name), verb="get", resource=CONFIGURATIONS
+        )
+    except (ApiException, ApiUnavailable) as exc:
+        raise _failed(f"read ValidatingWebhookConfiguration {name}", exc) from None
+    if found is None:
+        return None
+    out: dict[str, Any] = api.sanitize_for_serialization(found)
+    return out
+
+
+async def create_configuration(api: client.ApiClient, body: Mapping[str, Any]) -> None:
+    """Create it; ``Conflict`` when another replica created it first."""
+    adm = client.AdmissionregistrationV1Api(api)
+    await _write(
+        f"create ValidatingWebhookConfiguration {body['metadata']['name']}",
+        lambda: adm.create_validating_webhook_configuration(dict(body)),  # type: ignore[arg-type]
+        verb="create",
+        resource=CONFIGURATIONS,
+    )
+
+
+async def patch_configuration(api: client.ApiClient, name: str, ops: Sequence[Mapping[str, Any]]) -> None:
+    """Apply a JSON patch whose first op tests the resourceVersion that was read; ``Conflict`` when
+    it moved (409, or 422 from the failed test)."""
+    adm = client.AdmissionregistrationV1Api(api)
+    await _write(
+        f"patch ValidatingWebhookConfiguration {name}",
+        lambda: adm.patch_validating_webhook_configuration(name, [dict(op) for op in ops], **_JSON_PATCH),
+        verb="patch",
+        resource=CONFIGURATIONS,
+        conflicts=frozenset({409, 422}),
+    )
+
+
+async def delete_configuration(api: client.ApiClient, name: str) -> None:
+    """Delete it (nothing to do when it is already gone)."""
+    adm = client.AdmissionregistrationV1Api(api)
+    await call_if_present(
+        lambda: adm.delete_validating_webhook_configuration(name), verb="delete", resource=CONFIGURATIONS
+    )

@@ -1,0 +1,163 @@
+"""Kopf wiring of the validating admission webhook (thin: decisions come from ``gpushare.admission``).
+
+``register(registry, options)`` adds, to a Kopf registry:
+
+* two indexes, ``gpushare_admission_pools`` (valid GPUSharePools) and ``gpushare_admission_nodes``
+  (``NodeInfo`` of every node), the live context of the rules (``ContextCache``);
+* one validating handler per resource kind, with explicit ids that are also the URL paths
+  (``validate-pods``, ``validate-deployments``, ... ``validate-gpusharepools``; see
+  ``gpushare.admission.webhook_config.TARGETS``). Objects without any ``aliyun.com/gpu*``
+  request are allowed at once, without touching the indexes. Denials are ``Denied`` (a
+  ``kopf.AdmissionError``) with code 422 (invalid value) or 403 (policy); warnings go to the
+  ``warnings`` list, which ``kubectl`` prints;
+* a startup handler that serves HTTPS (``GPUShareWebhookServer``) with the certificate of
+  ``CertLifecycle`` (the operator's Secret, or mounted files, e.g. from cert-manager), which also
+  keeps the shipped ValidatingWebhookConfiguration's caBundle current; a cleanup handler.
+
+Kopf does not check ``operations`` at runtime (they only feed the webhook configuration), so each
+handler checks the operation itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, Literal, cast
+
+import kopf
+from kubernetes_asyncio import client
+
+from gpushare import constants as c
+from gpushare.admission import DEFAULT_TABLE, KindTable, NodeInfo, node_info
+from gpushare.admission.webhook_config import WebhookTarget
+from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
+from gpushare.k8s.client import load_configuration
+from gpushare.webhook.answer import admit, fast_allow, log_decision, record, respond
+from gpushare.webhook.context import ContextCache
+from gpushare.webhook.lifecycle import CertLifecycle
+from gpushare.webhook.options import WebhookOptions
+from gpushare.webhook.server import GPUShareWebhookServer
+
+POOLS_INDEX = "gpushare_admission_pools"
+NODES_INDEX = "gpushare_admission_nodes"
+
+
+class Denied(kopf.AdmissionError):
+    """The rules denied the object: the webhook working, not failing."""
+
+
+class QuietDenials(logging.Filter):
+    """Drop the ERROR Kopf logs for every handler that raised a permanent error, when the error is
+    our ``Denied`` (the handler already logged the denial at INFO).
+
+    Kopf logs that line inside its ``except`` clause, so the exception being handled identifies it
+    (``sys.exc_info()``, or the record's ``exc_info`` should Kopf ever attach it) whatever its
+    wording. Every other ERROR passes.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR:
+            return True
+        exc = record.exc_info[1] if record.exc_info else sys.exc_info()[1]
+        return not isinstance(exc, Denied)
+
+
+QUIET_DENIALS = QuietDenials()
+
+
+@dataclass(frozen=True)
+class Registered:
+    """What ``register`` set up: the rules' context cache and the certificate lifecycle."""
+
+    cache: ContextCache
+    lifecycle: CertLifecycle
+
+
+def make_handler(
+    target: WebhookTarget, cache: ContextCache, table: KindTable = DEFAULT_TABLE
+) -> Callable[..., Coroutine[Any, Any, None]]:
+    async def validate(body: kopf.Body, operation: str | None, warnings: list[str], **kwargs: Any) -> None:
+        started = time.perf_counter()
+        decision = admit(
+            target,
+            body,
+            operation,
+            lambda: cache.context(kwargs.get(POOLS_INDEX), kwargs.get(NODES_INDEX)),
+            table,
+        )
+        warnings.extend(decision.warnings)
+        record(target.kind, decision, time.perf_counter() - started)
+        log_decision(body, decision, table)
+        if not decision.allowed:
+            raise Denied(decision.message, code=decision.code)
+
+    validate.__name__ = validate.__qualname__ = target.handler_id.replace("-", "_")
+    return validate
+
+
+def register(registry: kopf.OperatorRegistry, options: WebhookOptions) -> Registered:
+    """Add the webhook's indexes, handlers, startup and cleanup to ``registry``."""
+    cache = ContextCache()
+    lifecycle = CertLifecycle(options)
+    logging.getLogger("kopf.objects").addFilter(QUIET_DENIALS)  # idempotent: the same filter object
+
+    @kopf.index(c.GROUP, c.VERSION, c.PLURAL, id=POOLS_INDEX, registry=registry)
+    def gpushare_admission_pools(body: kopf.Body, **_: Any) -> GPUSharePool | None:
+        try:
+            return cache.pool(parse_pool(dict(body)))
+        except PoolValidationError:
+            return None
+
+    @kopf.index("v1", "nodes", id=NODES_INDEX, registry=registry)
+    def gpushare_admission_nodes(name: str, body: kopf.Body, **_: Any) -> dict[str, NodeInfo]:
+        return {name: cache.node(node_info(dict(body)))}
+
+    for target in options.targets:  # one handler per kind of the workload-kinds table, plus pools
+        kopf.on.validate(
+            group=target.group, plural=target.plural, id=target.handler_id,
+            version=target.version if len(target.versions) <= 1 else None,  # None: every version
+            operations=cast(tuple[Literal["CREATE", "UPDATE"], ...], target.operations),
+            registry=registry,
+        )(make_handler(target, cache, options.kinds))  # fmt: skip
+
+    @kopf.on.startup(id="gpushare-webhook", registry=registry)
+    async def webhook_startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
+        cache.pools_index = kwargs.get(POOLS_INDEX)  # live views, updated in place by Kopf
+        cache.nodes_index = kwargs.get(NODES_INDEX)
+        cfg = await load_configuration(options.kubeconfig, context=options.context)
+        lifecycle.api = client.ApiClient(configuration=cfg)
+        settings.admission.managed = None  # the project ships the configuration (kopf-notes §1.9)
+        settings.admission.server = build_server(options, cache, lifecycle)
+
+    @kopf.on.cleanup(id="gpushare-webhook-cleanup", registry=registry)
+    async def webhook_cleanup(**_: Any) -> None:
+        await lifecycle.close()
+
+    return Registered(cache, lifecycle)
+
+
+def build_server(
+    options: WebhookOptions, cache: ContextCache, lifecycle: CertLifecycle
+) -> GPUShareWebhookServer:
+    """The HTTPS server: fast path, direct path (unless ``--webhook-via-kopf``), Kopf's handlers
+    as the fallback, and the certificate lifecycle's hooks."""
+    targets = {t.handler_id: t for t in options.targets}
+    return GPUShareWebhookServer(
+        fast_allow=lambda handler_id, review: fast_allow(handler_id, review, targets, options.kinds),
+        respond=lambda handler_id, review: (
+            respond(handler_id, review, cache, targets, options.kinds) if options.direct else None
+        ),
+        addr=options.addr,
+        port=options.port,
+        host=options.host if options.local else None,
+        certfile=str(lifecycle.files.certfile),
+        pkeyfile=str(lifecycle.files.keyfile),
+        cafile=str(lifecycle.files.cafile),
+        file_check_interval=options.file_check_interval,
+        prepare=lifecycle.prepare,
+        on_listening=lifecycle.on_listening,
+        background=lifecycle.background,
+    )

@@ -1,0 +1,401 @@
+"""The webhook certificate's lifecycle against an in-memory API (conflicts injected), the API layer's
+mapping of statuses, and the Kopf log filter on Kopf's real admission path."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import datetime as dt
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import kopf
+import pytest
+from kopf._cogs.structs import references
+from kopf._core.engines import indexing
+from kopf._core.engines.admission import serve_admission_request
+from kopf._core.reactor import inventory
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from gpushare import metrics
+from gpushare.admission.webhook_config import WebhookSettings, build_configuration
+from gpushare.k8s import webhook_api
+from gpushare.k8s.retry import Backoff, Conflict
+from gpushare.k8s.webhook_api import StoredSecret, WebhookCertError
+from gpushare.webhook import lifecycle, tls
+from gpushare.webhook.lifecycle import CertLifecycle, configuration_patch
+from gpushare.webhook.options import WebhookOptions
+from gpushare.webhook.registration import Denied, QuietDenials, register
+
+NOW = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
+SANS = ["127.0.0.1", "localhost"]
+FAST = Backoff(attempts=5, base_delay=0.001)
+
+
+class FakeApi:
+    """The functions of ``gpushare.k8s.webhook_api`` over dicts; ``conflicts`` writes lose a race
+    (another replica's write lands first, as ``rival`` says)."""
+
+    def __init__(self) -> None:
+        self.secrets: dict[str, StoredSecret] = {}
+        self.configurations: dict[str, dict[str, Any]] = {}
+        self.conflicts = 0
+        self.rival: dict[str, str] | None = None
+        self.writes: list[str] = []
+        self.version = 0
+
+    def _next(self) -> str:
+        self.version += 1
+        return str(self.version)
+
+    async def read_secret(self, api: Any, namespace: str, name: str) -> StoredSecret | None:
+        return self.secrets.get(f"{namespace}/{name}")
+
+    async def write_secret(
+        self, api: Any, namespace: str, name: str, data: Mapping[str, str], resource_version: str | None
+    ) -> None:
+        key = f"{namespace}/{name}"
+        if self.conflicts:
+            self.conflicts -= 1
+            if self.rival is not None:
+                self.secrets[key] = StoredSecret(dict(self.rival), self._next())
+            raise Conflict(f"cannot write Secret {key}: 409 Conflict")
+        current = self.secrets.get(key)
+        assert (current.resource_version if current else None) == resource_version
+        self.secrets[key] = StoredSecret(dict(data), self._next())
+        self.writes.append(key)
+
+    async def read_configuration(self, api: Any, name: str) -> dict[str, Any] | None:
+        found = self.configurations.get(name)
+        return copy.deepcopy(found) if found is not None else None
+
+    async def create_configuration(self, api: Any, body: Mapping[str, Any]) -> None:
+        name = body["metadata"]["name"]
+        if self.conflicts:
+            self.conflicts -= 1
+            self.configurations[name] = _stored(body, self._next())
+            raise Conflict(f"cannot create ValidatingWebhookConfiguration {name}: 409 Conflict")
+        assert name not in self.configurations
+        self.configurations[name] = _stored(body, self._next())
+        self.writes.append(f"create {name}")
+
+    async def patch_configuration(self, api: Any, name: str, ops: Sequence[Mapping[str, Any]]) -> None:
+        current = self.configurations[name]
+        if self.conflicts:
+            self.conflicts -= 1
+            current["metadata"]["resourceVersion"] = self._next()
+            raise Conflict(f"cannot patch ValidatingWebhookConfiguration {name}: 422 Unprocessable Entity")
+        test, *rest = ops
+        assert test == {
+            "op": "test",
+            "path": "/metadata/resourceVersion",
+            "value": current["metadata"]["resourceVersion"],
+        }
+        for op in rest:
+            _apply(current, op)
+        current["metadata"]["resourceVersion"] = self._next()
+        self.writes.append(f"patch {name}")
+
+
+def _stored(body: Mapping[str, Any], version: str) -> dict[str, Any]:
+    out = copy.deepcopy(dict(body))
+    out["metadata"]["resourceVersion"] = version
+    return out
+
+
+def _apply(doc: dict[str, Any], op: Mapping[str, Any]) -> None:
+    """The JSON-patch ops ``configuration_patch`` writes: add/replace under /webhooks."""
+    parts = op["path"].strip("/").split("/")
+    target: Any = doc
+    for part in parts[:-1]:
+        target = target[int(part)] if isinstance(target, list) else target[part]
+    last = parts[-1]
+    if isinstance(target, list):
+        if last == "-":
+            target.append(op["value"])
+        else:
+            target[int(last)] = op["value"]
+    else:
+        target[last] = op["value"]
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeApi:
+    api = FakeApi()
+    monkeypatch.setattr(lifecycle, "webhook_api", api)
+    return api
+
+
+# --- the Secret: create, keep, renew, lose a race -------------------------------------------------
+
+
+async def test_certificates_are_created_once_then_kept(fake: FakeApi) -> None:
+    bundle, why = await lifecycle.ensure_certificates(None, "ops", "tls", SANS, now=NOW)  # type: ignore[arg-type]
+    assert why == "no certificate yet" and fake.writes == ["ops/tls"]
+    again, why2 = await lifecycle.ensure_certificates(None, "ops", "tls", SANS, now=NOW)  # type: ignore[arg-type]
+    assert (again, why2) == (bundle, None) and fake.writes == ["ops/tls"]
+    later = NOW + dt.timedelta(days=340)  # inside RENEW_BEFORE of the serving certificate's expiry
+    renewed, why3 = await lifecycle.ensure_certificates(None, "ops", "tls", SANS, now=later)  # type: ignore[arg-type]
+    assert why3 is not None and "serving certificate expires" in why3
+    assert renewed.ca_cert == bundle.ca_cert and renewed.cert != bundle.cert
+    assert fake.writes == ["ops/tls", "ops/tls"]
+
+
+async def test_a_replica_that_loses_the_race_serves_the_winners_certificate(fake: FakeApi) -> None:
+    winner = tls.renew(None, SANS, NOW)
+    fake.conflicts, fake.rival = 1, tls.secret_data(winner)
+    bundle, why = await lifecycle.ensure_certificates(None, "ops", "tls", SANS, now=NOW, backoff=FAST)  # type: ignore[arg-type]
+    assert (bundle, why) == (winner, None)  # read again after the 409: nothing left to write
+    assert fake.writes == []
+
+
+async def test_a_secret_that_keeps_changing_is_an_error_naming_it(fake: FakeApi) -> None:
+    fake.conflicts = 99
+    with pytest.raises(WebhookCertError, match=r"Secret ops/tls: kept changing under us \(5 attempts\)"):
+        await lifecycle.ensure_certificates(None, "ops", "tls", SANS, now=NOW, backoff=FAST)  # type: ignore[arg-type]
+    assert fake.conflicts == 94
+
+
+# --- the configuration: create, patch only what differs, replan ----------------------------------
+
+
+def test_configuration_patch_service_mode_touches_only_the_ca_bundle() -> None:
+    shipped = _stored(build_configuration(WebhookSettings(name="wh")), "7")
+    for hook in shipped["webhooks"]:
+        hook["timeoutSeconds"] = 2  # the administrator's edit
+    ops = configuration_patch(shipped, WebhookSettings(name="wh", ca_bundle="Q0E="))
+    assert ops[0] == {"op": "test", "path": "/metadata/resourceVersion", "value": "7"}
+    assert {op["path"] for op in ops[1:]} == {
+        f"/webhooks/{i}/clientConfig/caBundle" for i in range(len(shipped["webhooks"]))
+    }
+    for op in ops[1:]:
+        _apply(shipped, op)
+    assert configuration_patch(shipped, WebhookSettings(name="wh", ca_bundle="Q0E=")) == []
+    assert all(h["timeoutSeconds"] == 2 for h in shipped["webhooks"])
+
+
+def test_configuration_patch_local_mode_restores_and_adds_entries() -> None:
+    settings = WebhookSettings(name="wh", url_base="https://127.0.0.1:9443")
+    stored = _stored(build_configuration(settings), "3")
+    assert configuration_patch(stored, settings) == []
+    del stored["webhooks"][1]["matchConditions"]
+    removed = stored["webhooks"].pop()
+    ops = configuration_patch(stored, settings)
+    assert [op["op"] for op in ops] == ["test", "replace", "add"]
+    assert ops[1]["path"] == "/webhooks/1" and ops[2] == {
+        "op": "add",
+        "path": "/webhooks/-",
+        "value": removed,
+    }
+
+
+async def test_configuration_is_created_patched_and_left_alone(fake: FakeApi) -> None:
+    settings = WebhookSettings(name="wh", ca_bundle="Q0E=")
+    assert await lifecycle.ensure_configuration(None, settings) == "created"  # type: ignore[arg-type]
+    assert await lifecycle.ensure_configuration(None, settings) == "unchanged"  # type: ignore[arg-type]
+    rotated = WebhookSettings(name="wh", ca_bundle="TkVX")
+    assert await lifecycle.ensure_configuration(None, rotated) == "patched"  # type: ignore[arg-type]
+    assert {h["clientConfig"]["caBundle"] for h in fake.configurations["wh"]["webhooks"]} == {"TkVX"}
+    assert fake.writes == ["create wh", "patch wh"]
+
+
+async def test_configuration_conflicts_replan_without_recursion(fake: FakeApi) -> None:
+    settings = WebhookSettings(name="wh", ca_bundle="Q0E=")
+    fake.conflicts = 1  # another replica creates it first: read it, it is already right
+    assert await lifecycle.ensure_configuration(None, settings, backoff=FAST) == "unchanged"  # type: ignore[arg-type]
+    fake.conflicts = 2  # the resourceVersion moves twice under the patch
+    rotated = WebhookSettings(name="wh", ca_bundle="TkVX")
+    assert await lifecycle.ensure_configuration(None, rotated, backoff=FAST) == "patched"  # type: ignore[arg-type]
+    fake.conflicts = 99
+    with pytest.raises(WebhookCertError, match="ValidatingWebhookConfiguration wh: kept changing under us"):
+        await lifecycle.ensure_configuration(None, settings, backoff=FAST)  # type: ignore[arg-type]
+
+
+# --- CertLifecycle over the server's hooks ---------------------------------------------------------
+
+
+async def test_lifecycle_prepares_files_and_registers_the_ca_bundle(fake: FakeApi, tmp_path: Path) -> None:
+    options = WebhookOptions(local=True, cert_dir=tmp_path, namespace="ops", configuration="wh")
+    certs = CertLifecycle(options)
+    assert certs.files == tls.CertFiles.under(tmp_path)
+    assert certs.sans == ["127.0.0.1", "localhost"]
+    certs.api = object()  # type: ignore[assignment]
+    await certs.prepare()
+    stored = tls.bundle_from_secret_data(fake.secrets[f"ops/{options.secret}"].data)
+    assert stored is not None and certs.files.certfile.read_bytes() == stored.cert
+    assert certs.ca_bundle == stored.ca_bundle_b64
+    await certs.on_listening({"url": "https://127.0.0.1:9443"})
+    hooks = fake.configurations["wh"]["webhooks"]
+    assert {h["clientConfig"]["url"].rsplit("/", 1)[0] for h in hooks} == {
+        f"https://127.0.0.1:{options.port}"
+    }
+
+
+async def test_prepare_persists_until_the_api_answers(
+    fake: FakeApi, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    certs = CertLifecycle(WebhookOptions(cert_dir=tmp_path), prepare_backoff=FAST)
+    certs.api = object()  # type: ignore[assignment]
+    real = fake.read_secret
+    failures = [WebhookCertError("cannot read Secret x: 503 Service Unavailable")] * 2
+
+    async def flaky(*args: Any) -> StoredSecret | None:
+        if failures:
+            raise failures.pop()
+        return await real(*args)
+
+    fake.read_secret = flaky  # type: ignore[method-assign]
+    await certs.prepare()
+    assert certs.ca_bundle is not None and certs.files.keyfile.exists()
+    assert caplog.text.count("Could not prepare the webhook certificate (attempt") == 2
+
+
+async def test_background_check_survives_failures(fake: FakeApi, tmp_path: Path) -> None:
+    certs = CertLifecycle(WebhookOptions(cert_dir=tmp_path, renew_check_seconds=0.001))
+    certs.api = object()  # type: ignore[assignment]
+    checked = asyncio.Event()
+    calls = 0
+
+    async def failing(*_: Any) -> None:
+        nonlocal calls
+        calls += 1
+        if calls >= 3:
+            checked.set()
+        raise WebhookCertError("cannot read Secret: 403 Forbidden")
+
+    fake.read_secret = failing  # type: ignore[assignment,method-assign]
+    task = asyncio.create_task(certs.background())
+    await asyncio.wait_for(checked.wait(), 10)
+    assert not task.done()  # a failed check is logged; the loop goes on
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+# --- the API layer: statuses become Conflict or WebhookCertError, each request is counted ----------
+
+
+class _Core:
+    def __init__(self, _: Any, failures: list[ApiException]) -> None:
+        self.failures = failures
+
+    async def create_namespaced_secret(self, namespace: str, body: Any) -> None:
+        if self.failures:
+            raise self.failures.pop(0)
+
+    async def read_namespaced_secret(self, name: str, namespace: str) -> None:
+        raise self.failures.pop(0)
+
+
+async def test_api_layer_maps_statuses(monkeypatch: pytest.MonkeyPatch) -> None:
+    failures: list[ApiException] = []
+    monkeypatch.setattr(webhook_api.client, "CoreV1Api", lambda api: _Core(api, failures))
+    errors = metrics.API_ERRORS.labels(verb="create", resource="secrets", code="409")
+    writes = metrics.API_WRITES.labels(verb="create", resource="secrets")
+    e0, w0 = errors._value.get(), writes._value.get()
+    failures[:] = [ApiException(status=409, reason="Conflict")]
+    with pytest.raises(Conflict, match="cannot write Secret ops/tls: 409 Conflict"):
+        await webhook_api.write_secret(None, "ops", "tls", {}, None)  # type: ignore[arg-type]
+    failures[:] = [ApiException(status=403, reason="Forbidden")]
+    with pytest.raises(WebhookCertError, match="cannot write Secret ops/tls: 403 Forbidden"):
+        await webhook_api.write_secret(None, "ops", "tls", {}, None)  # type: ignore[arg-type]
+    await webhook_api.write_secret(None, "ops", "tls", {}, None)  # type: ignore[arg-type]
+    assert (errors._value.get() - e0, writes._value.get() - w0) == (1, 1)
+    failures[:] = [ApiException(status=404, reason="Not Found")]
+    assert await webhook_api.read_secret(None, "ops", "tls") is None  # type: ignore[arg-type]
+
+
+# --- Kopf's ERROR line for a denial, filtered by the exception, not by its wording ----------------
+
+_BAD_POD = {
+    "kind": "Pod",
+    "apiVersion": "v1",
+    "metadata": {"name": "p", "namespace": "ns"},
+    "spec": {
+        "nodeSelector": {"ack.node.gpu.schedule": "core_mem"},
+        "containers": [
+            {
+                "name": "c",
+                "resources": {"limits": {"aliyun.com/gpu-mem": "2", "aliyun.com/gpu-core.percentage": "33"}},
+            }
+        ],
+    },
+}
+
+
+async def _through_kopf(registry: kopf.OperatorRegistry) -> dict[str, Any]:
+    """One review through Kopf's own admission engine (as its webhook server calls it)."""
+    insights = references.Insights()
+    insights.webhook_resources.add(
+        references.Resource(group="", version="v1", plural="pods", kind="Pod", namespaced=True)
+    )
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "u",
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "operation": "CREATE",
+            "userInfo": {},
+            "object": _BAD_POD,
+        },
+    }
+    response = await serve_admission_request(
+        review,  # type: ignore[arg-type]
+        webhook="validate-pods",  # type: ignore[arg-type]
+        settings=kopf.OperatorSettings(),
+        registry=registry,
+        insights=insights,
+        memories=inventory.ResourceMemories(),
+        memobase=kopf.Memo(),
+        indices=indexing.OperatorIndexers().indices,
+    )
+    return dict(response["response"])
+
+
+def _kopf_errors(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "kopf.objects" and r.levelno >= logging.ERROR]
+
+
+async def test_kopf_logs_no_error_for_a_denial(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    registry = kopf.OperatorRegistry()
+    register(registry, WebhookOptions())
+    answer = await _through_kopf(registry)
+    assert answer["allowed"] is False and answer["status"]["code"] == 422
+    assert "GS001-core-percentage-step" in answer["status"]["message"]
+    assert _kopf_errors(caplog) == []
+    assert "Denied Pod/ns/p: GS001-core-percentage-step" in caplog.text  # our own INFO line
+
+
+async def test_other_handler_failures_still_log_errors(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    registry = kopf.OperatorRegistry()
+    register(kopf.OperatorRegistry(), WebhookOptions())  # the filter is installed
+
+    @kopf.on.validate("", "v1", "pods", id="validate-pods", registry=registry)
+    def broken(**_: Any) -> None:
+        raise kopf.AdmissionError("not a denial of ours", code=400)
+
+    answer = await _through_kopf(registry)
+    assert answer["allowed"] is False
+    assert len(_kopf_errors(caplog)) == 1 and "not a denial of ours" in _kopf_errors(caplog)[0]
+
+
+def test_filter_reads_the_exception_not_the_message() -> None:
+    quiet = QuietDenials()
+
+    def record(level: int, exc: BaseException | None) -> logging.LogRecord:
+        info = (type(exc), exc, None) if exc is not None else None
+        return logging.LogRecord("kopf.objects", level, __file__, 1, "reworded: %s", ("x",), info)
+
+    assert quiet.filter(record(logging.ERROR, Denied("m", code=422))) is False
+    assert quiet.filter(record(logging.ERROR, kopf.AdmissionError("m", code=422))) is True
+    assert quiet.filter(record(logging.ERROR, None)) is True
+    assert quiet.filter(record(logging.INFO, Denied("m", code=422))) is True
+    try:
+        raise Denied("m", code=422)
+    except Denied:  # how Kopf logs it: inside its except clause, without exc_info
+        assert quiet.filter(record(logging.ERROR, None)) is False
