@@ -29,8 +29,8 @@ import structlog.testing
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from gpushare import agent as agent_loop
 from gpushare import constants as c
-from gpushare.cli import agent as agent_cli
 from gpushare.devcluster import ClusterInfo, DevCluster, create_gpu_nodes, wait_for
 from gpushare.devcluster.cluster import write_kubeconfig
 from gpushare.devcluster.fakes import POOL_LABEL, ensure_device_plugin_daemonset, wait_plugin_ready
@@ -439,8 +439,8 @@ async def test_the_real_agent_cycle_works_under_the_policy(
     paths = IsolationPaths(proc_modules=tmp_path / "modules", proc_cgpu=tmp_path / "cgpu_km")
     nvml = FakeNVML(gpus=[H200, H200])
     labels_before, _, _ = await _meta(admin, "lp-0")
-    state = agent_cli.AgentState()
-    assert await agent_cli.run_agent(as_agent, "lp-0", nvml, paths=paths, once=True, state=state) == 0
+    state = agent_loop.AgentState()
+    assert await agent_loop.run_agent(as_agent, "lp-0", nvml, paths=paths, once=True, state=state) == 0
     assert state.writes == 1
     labels, annotations, _ = await _meta(admin, "lp-0")
     assert labels[c.LABEL_GPU_COUNT] == "2"
@@ -449,12 +449,12 @@ async def test_the_real_agent_cycle_works_under_the_policy(
     assert json.loads(annotations[c.ANNOTATION_INVENTORY])["state"] == "ok"
     assert {k: v for k, v in labels.items() if k not in AGENT_LABELS} == labels_before
     # the next cycle finds nothing to write
-    assert await agent_cli.run_agent(as_agent, "lp-0", nvml, paths=paths, once=True, state=state) == 0
+    assert await agent_loop.run_agent(as_agent, "lp-0", nvml, paths=paths, once=True, state=state) == 0
     assert state.writes == 1
     # run as if on another node (wrong NODE_NAME): refused, reported, not a crash
-    other = agent_cli.AgentState()
+    other = agent_loop.AgentState()
     with structlog.testing.capture_logs() as logs:
-        assert await agent_cli.run_agent(as_agent, "lp-1", nvml, paths=paths, once=True, state=other) == 1
+        assert await agent_loop.run_agent(as_agent, "lp-1", nvml, paths=paths, once=True, state=other) == 1
     assert other.errors == 1
     (error,) = [e for e in logs if e["event"] == "cannot update node; retrying next period"]
     assert "forbidden: " in error["error"] and "may not modify node lp-1" in error["error"], error

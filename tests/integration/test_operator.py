@@ -964,7 +964,7 @@ async def test_agent_reporting_no_cgpu_module_makes_the_node_isolation_unavailab
     api: client.ApiClient, fake_nodes: FakeNodeSet, operator: OperatorProc, pools: Pools, tmp_path: Path
 ) -> None:
     """Issue 6: the real agent cycle publishes `absent`; an isolated pool reports IsolationUnavailable."""
-    from gpushare.cli.agent import run_cycle
+    from gpushare.agent import run_cycle
     from gpushare.gpu.fake import FakeGPU, FakeNVML
     from gpushare.gpu.isolation import MODULE_NAME, IsolationPaths
 
