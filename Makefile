@@ -51,10 +51,11 @@ promtool: ## Find promtool, or install it (Debian's prometheus package) to check
 monitoring-check: setup promtool ## Alerts, ServiceMonitor, dashboard: promtool check/test rules, every dashboard query, metric names
 	$(BIN)/pytest -q tests/unit/test_monitoring.py
 
-lint: setup ## ruff, mypy --strict, and the CRD drift check
+lint: setup ## ruff, mypy --strict, the import contracts (layers), and the CRD drift check
 	$(BIN)/ruff check operator tests
 	$(BIN)/ruff format --check operator tests
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-logo
 	$(BIN)/python -m gpushare.api.crd | diff -u crds/gpushare.io_gpusharepools.yaml - \
 	  || { echo "crds/ is stale: run 'make crds'"; exit 1; }
 	$(BIN)/python -m gpushare.admission.webhook_config | diff -u manifests/webhook/webhook.yaml - \
@@ -91,7 +92,7 @@ lock: setup ## Re-pin the image's dependencies with hashes (requirements/*.txt, 
 	  --custom-compile-command "make lock" -q -o requirements/build.txt $(LOCK_ARGS)
 
 clean: ## Remove local build state
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .import_linter_cache
 
 BENCH_NODES ?= 100,1000
 BENCH_STEADY ?= 60

@@ -39,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes_asyncio import client
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from gpushare import constants as c
 from gpushare.devcluster import DevCluster
@@ -74,22 +76,17 @@ async def kubectl(kubeconfig: Path, *args: str) -> float:
     return time.monotonic() - start
 
 
-def metrics(port: int) -> dict[str, float]:
+def metrics(port: int) -> list[Sample]:
+    """Every sample the operator exposes (parsed with prometheus_client's parser)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
         text = resp.read().decode()
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("gpushare_"):
-            key, _, value = line.rpartition(" ")
-            out[key] = float(value)
-    return out
+    return [s for family in text_string_to_metric_families(text) for s in family.samples]
 
 
-def total(samples: dict[str, float], prefix: str, **labels: str) -> float:
+def total(samples: list[Sample], name: str, **labels: str) -> float:
+    """The sum of the samples called ``name`` whose labels include ``labels``."""
     return sum(
-        v
-        for k, v in samples.items()
-        if k.startswith(prefix + "{") and all(f'{lk}="{lv}"' in k for lk, lv in labels.items())
+        s.value for s in samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
     )
 
 

@@ -7,17 +7,24 @@ reports it as skipped or passed.
 ``helm_bin``: the helm binary for the chart's tests, built by hack/build-helm.sh into
 ~/.cache/gpushare (``make helm``; ``make test`` builds it first). Without it those tests FAIL
 with that message; they are never skipped.
+
+``tests/support/`` holds helpers that more than one test module uses (the tests run with
+``--import-mode=importlib``, so a test module cannot import another): ``tests/`` goes on
+``sys.path`` here, so they import as ``support.kube``, ``support.operator_proc``.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+if str(REPO / "tests") not in sys.path:
+    sys.path.insert(0, str(REPO / "tests"))
 
 collect_ignore: list[str] = [] if os.environ.get("GPUSHARE_E2E") == "1" else ["e2e"]
 

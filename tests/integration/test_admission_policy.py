@@ -19,15 +19,10 @@ after the operator was stopped. Then:
 from __future__ import annotations
 
 import copy
-import json
 import re
 import secrets
 import socket
-import ssl
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +39,7 @@ from gpushare.admission.kinds import PodSource, WorkloadKind, table_with
 from gpushare.admission.policy import POLICY_RULES, build_binding, build_policy
 from gpushare.admission.webhook_config import WebhookSettings, build_configuration
 from gpushare.devcluster import ClusterInfo
+from support.kube import ADM, CRDS, Kube, Response
 
 MEM = "aliyun.com/gpu-mem"
 CORE = "aliyun.com/gpu-core.percentage"
@@ -52,70 +48,8 @@ OPERATOR_NS = f"gpushare-system-vap-{SUFFIX}"
 USER_NS = f"vap-{SUFFIX}"
 POLICY = f"gpushare-stateless-rules-{SUFFIX}.gpushare.io"
 WEBHOOKS = f"gpushare-webhook-down-{SUFFIX}"
-ADM = "/apis/admissionregistration.k8s.io/v1"
 RULE_ID = re.compile(r"\(rule (G[SP]\d{3}-[a-z0-9-]+)\)")
 DID_YOU_MEAN = re.compile(r'did you mean "[^"]*"\? ')
-
-
-@dataclass
-class Response:
-    status: int
-    body: dict[str, Any]
-
-    @property
-    def message(self) -> str:
-        return str(self.body.get("message", ""))
-
-
-class Kube:
-    """A tiny synchronous Kubernetes client (urllib)."""
-
-    def __init__(self, info: ClusterInfo) -> None:
-        self.server = info.server.rstrip("/")
-        self.token = info.token
-        self.ctx = ssl.create_default_context(cafile=str(info.ca_path))
-
-    def request(
-        self, method: str, path: str, body: Any = None, content_type: str = "application/json", **params: str
-    ) -> Response:
-        url = self.server + path + (f"?{urllib.parse.urlencode(params)}" if params else "")
-        req = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None)
-        req.method = method
-        req.add_header("Authorization", f"Bearer {self.token}")
-        req.add_header("Content-Type", content_type)
-        try:
-            with urllib.request.urlopen(req, context=self.ctx, timeout=30) as resp:
-                status, raw = resp.status, resp.read()
-        except urllib.error.HTTPError as exc:
-            with exc:  # close its socket now, not at some later garbage collection
-                status, raw = exc.code, exc.read()
-        try:
-            return Response(status, json.loads(raw) if raw else {})
-        except ValueError:  # e.g. "404 page not found" before a CRD is served
-            return Response(status, {"message": raw.decode(errors="replace")})
-
-    def create(self, obj: dict[str, Any], dry_run: bool = True) -> Response:
-        prefix, plural = _PLURALS[obj["kind"]]
-        ns = obj["metadata"].get("namespace")
-        path = f"{prefix}/namespaces/{ns}/{plural}" if ns else f"{prefix}/{plural}"
-        return self.request("POST", path, obj, **({"dryRun": "All"} if dry_run else {}))
-
-
-_PLURALS = {
-    "Pod": ("/api/v1", "pods"),
-    "Namespace": ("/api/v1", "namespaces"),
-    "Deployment": ("/apis/apps/v1", "deployments"),
-    "Job": ("/apis/batch/v1", "jobs"),
-    "CronJob": ("/apis/batch/v1", "cronjobs"),
-    "ValidatingAdmissionPolicy": (ADM, "validatingadmissionpolicies"),
-    "ValidatingAdmissionPolicyBinding": (ADM, "validatingadmissionpolicybindings"),
-    "ValidatingWebhookConfiguration": (ADM, "validatingwebhookconfigurations"),
-    "CustomResourceDefinition": ("/apis/apiextensions.k8s.io/v1", "customresourcedefinitions"),
-    "GPUTrainJob": ("/apis/test.gpushare.io/v1", "gputrainjobs"),
-    "PyTorchJob": ("/apis/kubeflow.org/v1", "pytorchjobs"),
-    "RayCluster": ("/apis/ray.io/v1", "rayclusters"),
-    "Workflow": ("/apis/argoproj.io/v1alpha1", "workflows"),
-}
 REPO = Path(__file__).resolve().parents[2]
 #: The minimal schema-less CRDs of tests/integration/test_webhook.py (PyTorchJob, RayCluster, Workflow).
 WORKLOAD_CRDS = Path(__file__).parent / "crds" / "workload-kinds.yaml"
@@ -252,7 +186,7 @@ def env(cluster: ClusterInfo) -> Iterator[Env]:
             kube.request("DELETE", f"/api/v1/namespaces/{ns}")
         kube.request(
             "DELETE",
-            f"{_PLURALS['CustomResourceDefinition'][0]}/customresourcedefinitions/gputrainjobs.test.gpushare.io",
+            f"{CRDS}/customresourcedefinitions/gputrainjobs.test.gpushare.io",
         )
 
 

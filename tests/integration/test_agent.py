@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
+from gpushare import agent as agent_loop
 from gpushare import constants as c
-from gpushare.cli import agent as agent_cli
 from gpushare.devcluster import ClusterInfo
 from gpushare.devcluster.fakes import POOL_LABEL, FakeNodeSet
 from gpushare.gpu.fake import FakeGPU, FakeNVML
@@ -64,7 +64,7 @@ async def test_agent_publishes_then_writes_nothing_when_unchanged(
     before, _ = await _meta(api, node)
     nvml = FakeNVML(gpus=[H200, A10])
 
-    assert await agent_cli.run_agent(api, node, nvml, paths=no_cgpu, once=True) == 0
+    assert await agent_loop.run_agent(api, node, nvml, paths=no_cgpu, once=True) == 0
     assert len(patch_calls) == 1
     labels, annotations = await _meta(api, node)
     assert labels[c.LABEL_GPU_COUNT] == "2"
@@ -82,9 +82,9 @@ async def test_agent_publishes_then_writes_nothing_when_unchanged(
     assert isolation_state(labels, annotations) == "absent"
 
     # second and third runs: same inventory → no write at all
-    state = agent_cli.AgentState()
-    assert await agent_cli.run_agent(api, node, nvml, paths=no_cgpu, once=True, state=state) == 0
-    assert await agent_cli.run_agent(api, node, nvml, paths=no_cgpu, once=True, state=state) == 0
+    state = agent_loop.AgentState()
+    assert await agent_loop.run_agent(api, node, nvml, paths=no_cgpu, once=True, state=state) == 0
+    assert await agent_loop.run_agent(api, node, nvml, paths=no_cgpu, once=True, state=state) == 0
     assert len(patch_calls) == 1
     assert state.writes == 0
     assert all(not r.patched for r in state.results)
@@ -98,14 +98,14 @@ async def test_agent_nvml_failure_publishes_unknown_and_clears_capacity_labels(
     patch_calls: list[dict[str, Any]],
 ) -> None:
     (node,) = await fake_nodes.create(1)
-    assert await agent_cli.run_agent(api, node, FakeNVML(gpus=[H200]), paths=no_cgpu, once=True) == 0
+    assert await agent_loop.run_agent(api, node, FakeNVML(gpus=[H200]), paths=no_cgpu, once=True) == 0
     broken = FakeNVML(
         gpus=[H200],
         device_errors={
             (0, "device_name"): NVMLError("GPU is lost", kind="gpu-lost", call="nvmlDeviceGetName")
         },
     )
-    assert await agent_cli.run_agent(api, node, broken, paths=no_cgpu, once=True) == 0
+    assert await agent_loop.run_agent(api, node, broken, paths=no_cgpu, once=True) == 0
     labels, annotations = await _meta(api, node)
     assert c.LABEL_GPU_COUNT not in labels
     assert c.LABEL_GPU_PRODUCT not in labels
@@ -119,8 +119,8 @@ async def test_agent_nvml_failure_publishes_unknown_and_clears_capacity_labels(
 
 
 async def test_agent_missing_node_fails_once_mode(api: client.ApiClient, no_cgpu: IsolationPaths) -> None:
-    state = agent_cli.AgentState()
-    code = await agent_cli.run_agent(
+    state = agent_loop.AgentState()
+    code = await agent_loop.run_agent(
         api, "no-such-node", FakeNVML(gpus=[H200]), paths=no_cgpu, once=True, state=state
     )
     assert code == 1
@@ -143,9 +143,10 @@ async def test_agent_loop_keeps_running_without_a_driver(
         real_init()
 
     nvml.init = init  # type: ignore[method-assign]
-    state = agent_cli.AgentState()
+    state = agent_loop.AgentState()
     code = await asyncio.wait_for(
-        agent_cli.run_agent(api, node, nvml, paths=no_cgpu, interval=0.05, stop=stop, state=state), timeout=30
+        agent_loop.run_agent(api, node, nvml, paths=no_cgpu, interval=0.05, stop=stop, state=state),
+        timeout=30,
     )
     assert code == 0
     assert state.cycles == 4

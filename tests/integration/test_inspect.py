@@ -12,8 +12,8 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
+from gpushare import agent as agent_loop
 from gpushare import constants as c
-from gpushare.cli import agent as agent_cli
 from gpushare.devcluster import ClusterInfo, wait_for
 from gpushare.devcluster.fakes import POOL_LABEL, FakeNodeSet
 from gpushare.gpu.fake import FakeGPU, FakeNVML
@@ -59,7 +59,7 @@ async def test_inspect_live(
     (tmp_path / "modules").write_text("nvidia 1 0 - Live 0x0\n")
     paths = IsolationPaths(proc_modules=tmp_path / "modules", proc_cgpu=tmp_path / "none")
     nvml = FakeNVML(gpus=[FakeGPU(name="Tesla V100-SXM2-16GB", memory_mib=16160)] * 2)
-    assert await agent_cli.run_agent(api, n0, nvml, paths=paths, once=True) == 0
+    assert await agent_loop.run_agent(api, n0, nvml, paths=paths, once=True) == 0
 
     custom = client.CustomObjectsApi(api)
     body = {

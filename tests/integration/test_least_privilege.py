@@ -17,9 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -31,16 +29,17 @@ import structlog.testing
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from gpushare import agent as agent_loop
 from gpushare import constants as c
-from gpushare.cli import agent as agent_cli
 from gpushare.devcluster import ClusterInfo, DevCluster, create_gpu_nodes, wait_for
-from gpushare.devcluster.cluster import free_port, write_kubeconfig
+from gpushare.devcluster.cluster import write_kubeconfig
 from gpushare.devcluster.fakes import POOL_LABEL, ensure_device_plugin_daemonset, wait_plugin_ready
 from gpushare.gpu.fake import FakeGPU, FakeNVML
 from gpushare.gpu.inventory import AGENT_LABELS
 from gpushare.gpu.isolation import IsolationPaths
 from gpushare.k8s.client import make_api_client
 from gpushare.k8s.cluster import Cluster, PluginNamespaceNotAllowed
+from support.operator_proc import launch_operator
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
@@ -440,8 +439,8 @@ async def test_the_real_agent_cycle_works_under_the_policy(
     paths = IsolationPaths(proc_modules=tmp_path / "modules", proc_cgpu=tmp_path / "cgpu_km")
     nvml = FakeNVML(gpus=[H200, H200])
     labels_before, _, _ = await _meta(admin, "lp-0")
-    state = agent_cli.AgentState()
-    assert await agent_cli.run_agent(as_agent, "lp-0", nvml, paths=paths, once=True, state=state) == 0
+    state = agent_loop.AgentState()
+    assert await agent_loop.run_agent(as_agent, "lp-0", nvml, paths=paths, once=True, state=state) == 0
     assert state.writes == 1
     labels, annotations, _ = await _meta(admin, "lp-0")
     assert labels[c.LABEL_GPU_COUNT] == "2"
@@ -450,12 +449,12 @@ async def test_the_real_agent_cycle_works_under_the_policy(
     assert json.loads(annotations[c.ANNOTATION_INVENTORY])["state"] == "ok"
     assert {k: v for k, v in labels.items() if k not in AGENT_LABELS} == labels_before
     # the next cycle finds nothing to write
-    assert await agent_cli.run_agent(as_agent, "lp-0", nvml, paths=paths, once=True, state=state) == 0
+    assert await agent_loop.run_agent(as_agent, "lp-0", nvml, paths=paths, once=True, state=state) == 0
     assert state.writes == 1
     # run as if on another node (wrong NODE_NAME): refused, reported, not a crash
-    other = agent_cli.AgentState()
+    other = agent_loop.AgentState()
     with structlog.testing.capture_logs() as logs:
-        assert await agent_cli.run_agent(as_agent, "lp-1", nvml, paths=paths, once=True, state=other) == 1
+        assert await agent_loop.run_agent(as_agent, "lp-1", nvml, paths=paths, once=True, state=other) == 1
     assert other.errors == 1
     (error,) = [e for e in logs if e["event"] == "cannot update node; retrying next period"]
     assert "forbidden: " in error["error"] and "may not modify node lp-1" in error["error"], error
@@ -505,38 +504,11 @@ async def test_operator_deletes_pods_only_in_device_plugin_namespaces(
     await wait_for(gone, what="team-a/victim evicted", timeout_s=30)
 
 
-class Operator:
-    """``gpushare run`` as a subprocess with the operator ServiceAccount's token (the shipped RBAC)."""
-
-    def __init__(self, info: ClusterInfo, kubeconfig: Path, log_path: Path) -> None:
-        self.log_path = log_path
-        port = free_port()
-        cmd = [
-            sys.executable, "-m", "gpushare", "run", "--kubeconfig", str(kubeconfig),
-            "--namespace-for-events", "default", "--plugin-namespaces", "kube-system",
-            "--peering", "gpushare-operator",  # the shipped ClusterKopfPeering, as the Deployment runs
-            "--metrics-port", str(port), "--log-format", "json",
-        ]  # fmt: skip
-        with log_path.open("wb") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-
-    def logs(self) -> list[dict[str, Any]]:
-        out = []
-        for line in self.log_path.read_text(errors="replace").splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-        return out
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
+#: ``gpushare run`` as the Deployment runs it (with the operator ServiceAccount's token).
+OPERATOR_ARGS = (
+    "--namespace-for-events", "default", "--plugin-namespaces", "kube-system",
+    "--peering", "gpushare-operator",  # the shipped ClusterKopfPeering, as the Deployment runs
+)  # fmt: skip
 
 
 async def _pool(admin: client.ApiClient, name: str, **spec: Any) -> None:
@@ -579,7 +551,7 @@ async def test_operator_rollout_eviction_and_restore_with_its_service_account(
     cfg = kubeconfig_for(installed, token(installed, OPERATOR_SA), tmp_path / "op.kubeconfig")
     before = {n: (await _meta(admin, n))[0] for n in nodes}
     plugins_before = await _plugin_uids(admin)
-    op = Operator(installed, cfg, tmp_path / "operator.log")
+    op = launch_operator(cfg, tmp_path / "operator.log", *OPERATOR_ARGS)
     try:
         await _pool(admin, "lp-share", rollout={"maxUnavailable": "100%", "modeSwitch": "Evict"})
 

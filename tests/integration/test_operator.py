@@ -15,13 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import secrets
-import signal
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,61 +28,12 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import constants as c
 from gpushare.devcluster import ClusterInfo, DevCluster, wait_for
-from gpushare.devcluster.cluster import free_port
 from gpushare.devcluster.crds import install_crd_files
 from gpushare.devcluster.fakes import POOL_LABEL, FakeNodeSet, plugin_pods_on, wait_plugin_registered
 from gpushare.devcluster.pluginsim import ANNOTATION_HANG, ANNOTATION_STATE
+from support.operator_proc import OperatorProc, launch_operator
 
 MERGE: dict[str, Any] = {"_content_type": "application/merge-patch+json"}
-
-
-@dataclass
-class OperatorProc:
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-    metrics_port: int
-
-    def metrics(self) -> dict[str, float]:
-        """The operator's gpushare_* samples, ``name{labels}`` → value."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as resp:
-            text = resp.read().decode()
-        out: dict[str, float] = {}
-        for line in text.splitlines():
-            if line.startswith("gpushare_"):
-                key, _, value = line.rpartition(" ")
-                out[key] = float(value)
-        return out
-
-    def sum_metric(self, prefix: str, **labels: str) -> float:
-        total = 0.0
-        for key, value in self.metrics().items():
-            if not key.startswith(prefix + "{") and key != prefix:
-                continue
-            if all(f'{k}="{v}"' in key for k, v in labels.items()):
-                total += value
-        return total
-
-    def logs(self) -> list[dict[str, Any]]:
-        out = []
-        for line in self.log_path.read_text(errors="replace").splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-        return out
-
-    def stop(self, sig: int = signal.SIGINT, timeout: float = 20.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
-        return self.proc.returncode
-
-    def kill(self) -> None:
-        self.stop(signal.SIGKILL)
 
 
 @pytest.fixture
@@ -96,31 +41,10 @@ def start_operator(cluster: ClusterInfo, tmp_path: Path) -> Iterator[Callable[..
     started: list[OperatorProc] = []
 
     def start(*extra: str) -> OperatorProc:
-        log_path = tmp_path / f"operator-{len(started)}.log"
-        port = free_port()
-        cmd = [
-            sys.executable, "-m", "gpushare", "run",
-            "--kubeconfig", str(cluster.kubeconfig),
-            "--metrics-port", str(port),
-            "--log-format", "json",
-            *extra,
-        ]  # fmt: skip
-        with log_path.open("wb") as out:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ})
-        op = OperatorProc(proc, log_path, port)
+        op = launch_operator(cluster.kubeconfig, tmp_path / f"operator-{len(started)}.log", *extra)
         started.append(op)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise AssertionError(
-                    f"gpushare run exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}"
-                )
-            try:
-                op.metrics()
-                return op
-            except OSError:
-                time.sleep(0.1)
-        raise AssertionError(f"gpushare run did not serve metrics in 30s:\n{log_path.read_text()[-3000:]}")
+        op.wait_serving()
+        return op
 
     yield start
     for op in started:
@@ -333,8 +257,37 @@ async def gpu_pod(
     return name
 
 
-async def settle(seconds: float = 1.0) -> None:
-    await asyncio.sleep(seconds)
+#: A label gpushare does not own, changed on a node to wake the pools that select it.
+NUDGE_LABEL = "gpushare-test/nudge"
+
+
+async def observed(api: client.ApiClient, op: OperatorProc, pool: str, node: str) -> None:
+    """Return once ``op`` has run a whole reconcile pass of ``pool`` that started after this call.
+
+    Before asserting that the operator did *not* change something: a pass already running when
+    this is called may end without having seen the present state, so the pass count must advance
+    by two. Each poll changes the label ``NUDGE_LABEL`` on ``node`` (the operator sees every
+    label, so that wakes the pool: a settled pool would otherwise run its next pass only at the
+    periodic resync); the label is removed again before returning.
+    """
+    core = client.CoreV1Api(api)
+    start = op.passes(pool)
+    nudges = 0
+
+    async def advanced() -> bool:
+        nonlocal nudges
+        if op.passes(pool) >= start + 2:
+            return True
+        nudges += 1
+        await core.patch_node(node, {"metadata": {"labels": {NUDGE_LABEL: str(nudges)}}}, **MERGE)
+        return False
+
+    try:
+        await wait_for(
+            advanced, what=f"two reconcile passes of {pool} (from {start})", timeout_s=60, interval=0.5
+        )
+    finally:
+        await core.patch_node(node, {"metadata": {"labels": {NUDGE_LABEL: None}}}, **MERGE)
 
 
 # --- tests -------------------------------------------------------------------------------------
@@ -564,7 +517,7 @@ async def test_mode_switch_wait_holds_until_the_gpu_pod_is_gone(
     cond = await pools.wait_condition(name, "Progressing", "True", "NodesHeld")
     assert node in cond["message"] and pod in cond["message"]
     await wait_event(api, name, "NodeHeld")
-    await settle(2)
+    await observed(api, operator, name, node)
     assert managed(await node_labels(api, node))[c.LABEL_SCHEDULE] == "cgpu", "held: no label change"
     assert not (await node_obj(api, node)).spec.unschedulable
     obj = await pools.get(name)
@@ -655,7 +608,7 @@ async def test_admin_cordon_is_preserved(
     await wait_labels(api, [node], {**SHARE})
     await wait_restarts_done(api, [node])
     await pools.wait_condition(name, "Progressing", "False")
-    await settle(2)
+    await observed(api, operator, name, node)
     assert (await node_obj(api, node)).spec.unschedulable, "gpushare must not lift an administrator's cordon"
 
 
@@ -676,7 +629,7 @@ async def test_drift_is_corrected_without_a_second_restart(
     await wait_labels(api, [node], CGPU)
     labels = await node_labels(api, node)
     assert labels["owner"] == "someone", "the hand-made foreign label stays"
-    await settle(2)
+    await observed(api, operator, name, node)
     assert await plugin_pod_uids(api, node) == plugin, "labels back to what the plugin saw: no restart"
 
 
@@ -745,11 +698,13 @@ async def _rolled_out_once(
     before: dict[str, dict[str, str]],
     plugins: PluginPodTracker,
     pool: str,
+    op: OperatorProc,
 ) -> None:
-    """Every label there, foreign labels intact, no node cordoned, every plugin replaced once."""
+    """Every label there, foreign labels intact, no node cordoned, every plugin replaced once
+    (after ``op``, the operator now in charge, has seen the finished rollout)."""
     await wait_labels(api, nodes, {**CGPU, c.LABEL_POOL: pool})
     await wait_restarts_done(api, nodes)
-    await settle(1)
+    await observed(api, op, pool, nodes[0])
     for n in nodes:
         node = await node_obj(api, n)
         labels = dict(node.metadata.labels or {})
@@ -790,7 +745,7 @@ async def test_killed_mid_rollout_resumes_without_duplicate_restarts(
                 await wait_for(reached, what=f"rollout at {point}", timeout_s=60, interval=0.05)
             first.kill()
             second = start_operator()
-            await _rolled_out_once(api, nodes, before, plugins, name)
+            await _rolled_out_once(api, nodes, before, plugins, name, second)
             await helper.wait_condition(name, "Ready", "True")
         await helper.delete(name)
     finally:
@@ -900,7 +855,7 @@ async def test_leader_handover_mid_rollout_replaces_each_plugin_once(
             await wait_for(pending, what="a restart in progress", timeout_s=60, interval=0.05)
             written = leader.sum_metric("gpushare_label_patches_total")
             assert leader.stop() == 0  # graceful: the standby resumes at once
-            await _rolled_out_once(api, nodes, before, plugins, name)
+            await _rolled_out_once(api, nodes, before, plugins, name, standby)
         # Exactly one label patch per node over both replicas.
         assert written + standby.sum_metric("gpushare_label_patches_total") == len(nodes)
         await helper.delete(name)
@@ -939,7 +894,7 @@ async def test_apiserver_killed_mid_rollout_the_operator_resumes(
             assert op.proc.poll() is None, "the operator exited while the apiserver was down"
             # From the main thread: a component dies with the thread that started it (PDEATHSIG).
             dev.restart("kube-apiserver")
-            await _rolled_out_once(api, nodes, before, plugins, name)
+            await _rolled_out_once(api, nodes, before, plugins, name, op)
             await helper.wait_condition(name, "Ready", "True")
         assert op.proc.poll() is None
         assert op.sum_metric("gpushare_label_patches_total") == len(nodes)
@@ -1009,7 +964,7 @@ async def test_agent_reporting_no_cgpu_module_makes_the_node_isolation_unavailab
     api: client.ApiClient, fake_nodes: FakeNodeSet, operator: OperatorProc, pools: Pools, tmp_path: Path
 ) -> None:
     """Issue 6: the real agent cycle publishes `absent`; an isolated pool reports IsolationUnavailable."""
-    from gpushare.cli.agent import run_cycle
+    from gpushare.agent import run_cycle
     from gpushare.gpu.fake import FakeGPU, FakeNVML
     from gpushare.gpu.isolation import MODULE_NAME, IsolationPaths
 

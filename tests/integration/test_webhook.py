@@ -48,6 +48,7 @@ from gpushare.webhook import lifecycle
 from gpushare.webhook import tls as certs
 from gpushare.webhook.options import WebhookOptions
 from gpushare.webhook.registration import register
+from support.kube import Kube, collection_path
 
 REPO = Path(__file__).resolve().parents[2]
 EX = REPO / "examples"
@@ -57,76 +58,6 @@ SUFFIX = secrets.token_hex(3)
 OPERATOR_NS = f"gpushare-system-{SUFFIX}"
 CONFIG_NAME = f"gpushare-webhook-test-{SUFFIX}"
 SECRET = "gpushare-webhook-tls"
-
-
-@dataclass
-class Response:
-    status: int
-    body: dict[str, Any]
-    warnings: list[str]
-
-    @property
-    def message(self) -> str:
-        return str(self.body.get("message", ""))
-
-
-class Kube:
-    """A tiny synchronous Kubernetes client (urllib) for tests that run beside an async operator."""
-
-    def __init__(self, info: ClusterInfo) -> None:
-        self.server = info.server.rstrip("/")
-        self.token = info.token
-        self.ctx = ssl.create_default_context(cafile=str(info.ca_path))
-
-    def request(
-        self, method: str, path: str, body: Any = None, content_type: str = "application/json", **params: str
-    ) -> Response:
-        url = self.server + path + (f"?{urllib.parse.urlencode(params)}" if params else "")
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(url, data=data, method=method)
-        req.add_header("Authorization", f"Bearer {self.token}")
-        req.add_header("Content-Type", content_type)
-        try:
-            with urllib.request.urlopen(req, context=self.ctx, timeout=30) as resp:
-                status, raw, headers = resp.status, resp.read(), resp.headers
-        except urllib.error.HTTPError as exc:
-            with exc:  # close its socket now, not at some later garbage collection
-                status, raw, headers = exc.code, exc.read(), exc.headers
-        warnings = [_warning_text(w) for w in headers.get_all("Warning") or []]
-        return Response(status, json.loads(raw) if raw else {}, warnings)
-
-    def create(self, obj: dict[str, Any], namespace: str | None = None, dry_run: bool = True) -> Response:
-        if namespace is not None:
-            obj = {**obj, "metadata": {**obj["metadata"], "namespace": namespace}}
-        path = _collection_path(obj, namespace)
-        return self.request("POST", path, obj, **({"dryRun": "All"} if dry_run else {}))
-
-    def delete(self, obj: dict[str, Any], namespace: str | None = None) -> None:
-        name = obj["metadata"]["name"]
-        self.request("DELETE", f"{_collection_path(obj, namespace)}/{name}", propagationPolicy="Background")
-
-
-def _warning_text(header: str) -> str:
-    """``299 - "text"`` (RFC 7234, as the apiserver writes it) -> ``text``."""
-    code, _, rest = header.partition(" - ")
-    assert code == "299", header
-    assert rest.startswith('"') and rest.endswith('"'), header
-    return rest[1:-1].replace('\\"', '"').replace("\\\\", "\\")
-
-
-_PLURALS = {
-    "Pod": ("/api/v1", "pods"),
-    "Node": ("/api/v1", "nodes"),
-    "Namespace": ("/api/v1", "namespaces"),
-    "Deployment": ("/apis/apps/v1", "deployments"),
-    "Job": ("/apis/batch/v1", "jobs"),
-    "CronJob": ("/apis/batch/v1", "cronjobs"),
-    "GPUSharePool": ("/apis/gpushare.io/v1alpha1", "gpusharepools"),
-    "PyTorchJob": ("/apis/kubeflow.org/v1", "pytorchjobs"),
-    "RayCluster": ("/apis/ray.io/v1", "rayclusters"),
-    "Workflow": ("/apis/argoproj.io/v1alpha1", "workflows"),
-    "TFJob": ("/apis/kubeflow.org/v1", "tfjobs"),
-}
 #: Minimal CRDs (written here, schema-less) for the workload kinds the webhook is shown on.
 WORKLOAD_CRDS = Path(__file__).parent / "crds" / "workload-kinds.yaml"
 
@@ -148,14 +79,6 @@ def install_workload_crds(kube: Kube, crds: list[dict[str, Any]] | None = None) 
                 break
             assert time.monotonic() < deadline, f"CRD {name} not served: {conditions} {served.status}"
             time.sleep(0.5)
-
-
-def _collection_path(obj: dict[str, Any], namespace: str | None) -> str:
-    prefix, plural = _PLURALS[obj["kind"]]
-    if obj["kind"] in ("Node", "Namespace", "GPUSharePool"):
-        return f"{prefix}/{plural}"
-    ns = namespace or obj["metadata"].get("namespace") or "default"
-    return f"{prefix}/namespaces/{ns}/{plural}"
 
 
 def load(name: str) -> list[dict[str, Any]]:
@@ -816,9 +739,7 @@ def test_invalid_ml_workloads_are_denied_at_apply(
     assert rule in r.message and where in r.message
     assert f"{kind}/{webhook.namespace}/{obj['metadata']['name']}" in r.message
     assert _admission_count(kind, "denied", rule) == before + 1
-    gone = webhook.kube.request(
-        "GET", f"{_collection_path(obj, webhook.namespace)}/{obj['metadata']['name']}"
-    )
+    gone = webhook.kube.request("GET", f"{collection_path(obj, webhook.namespace)}/{obj['metadata']['name']}")
     assert gone.status == 404  # nothing was stored
     text = (EX / example).read_text().replace("namespace: default", f"namespace: {webhook.namespace}")
     applied = _kubectl(cluster, "apply", "-f", "-", stdin=text)
@@ -834,7 +755,7 @@ def test_update_of_a_workflow_to_an_invalid_template_is_denied(webhook: Webhook)
     try:
         bad = copy.deepcopy(created.body)
         bad["spec"]["templates"][1]["container"]["resources"]["limits"][CORE] = 33
-        path = f"{_collection_path(wf, webhook.namespace)}/{wf['metadata']['name']}"
+        path = f"{collection_path(wf, webhook.namespace)}/{wf['metadata']['name']}"
         r = webhook.kube.request("PUT", path, bad)
         assert r.status == 422 and "GS001-core-percentage-step" in r.message, r.message
     finally:

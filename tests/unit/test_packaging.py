@@ -1,7 +1,10 @@
-"""The wheel the image installs holds the `gpushare` package at top level, never an `operator` package."""
+"""The wheel the image installs holds the `gpushare` package at top level, never an `operator` package,
+and not the development harness (``gpushare.devcluster``, ``gpushare.gpu.fake``), which only the
+editable install of ``make setup`` (tests, ``make cluster``, ``make demo``) provides."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import zipfile
@@ -41,6 +44,59 @@ def test_wheel_has_gpushare_package_and_no_operator_package(wheel: Path) -> None
     assert not any(n.startswith("operator/") for n in names), (
         "a top-level 'operator' package shadows the stdlib"
     )
+
+
+#: The development harness: in the source tree, never in the wheel.
+DEV_ONLY = ("gpushare/devcluster/", "gpushare/gpu/fake.py")
+
+
+def test_wheel_leaves_out_the_development_harness(wheel: Path) -> None:
+    names = zipfile.ZipFile(wheel).namelist()
+    for path in DEV_ONLY:
+        assert (ROOT / "operator" / path).exists(), f"{path} moved: update DEV_ONLY and pyproject.toml"
+        assert not [n for n in names if n.startswith(path)], f"{path} ships in the wheel"
+    assert "gpushare/gpu/nvml.py" in names and "gpushare/agent.py" in names
+
+
+def test_every_module_of_the_installed_wheel_imports_without_the_harness(wheel: Path, tmp_path: Path) -> None:
+    """Installed alone (as in the image), nothing in gpushare needs the harness to import."""
+    target = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
+        check=True,
+    )
+    script = """
+import importlib, pkgutil, sys
+import gpushare
+assert gpushare.__file__.startswith(sys.argv[1]), gpushare.__file__
+names = [m.name for m in pkgutil.walk_packages(gpushare.__path__, "gpushare.")]
+names = [n for n in names if not n.endswith(".__main__")]
+for name in names:
+    importlib.import_module(name)
+for name in ("gpushare.devcluster", "gpushare.gpu.fake"):
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError:
+        continue
+    raise SystemExit(name + " is importable from the installed wheel")
+print(len(names))
+"""
+    # PYTHONPATH comes before site-packages, where the editable install points at operator/.
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(target)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout) > 40, proc.stdout
+
+
+def test_the_editable_install_still_provides_the_harness() -> None:
+    """`make setup` installs in editable mode: the tests, `make cluster` and `make demo` import it."""
+    import gpushare.devcluster
+    import gpushare.gpu.fake
+
+    assert Path(gpushare.devcluster.__file__).is_relative_to(ROOT / "operator")
+    assert Path(gpushare.gpu.fake.__file__).is_relative_to(ROOT / "operator")
 
 
 def test_wheel_declares_both_console_scripts(wheel: Path) -> None:

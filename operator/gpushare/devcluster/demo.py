@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpushare.cli.agent import run_cycle
+from gpushare.agent import run_cycle
 from gpushare.devcluster.fakes import POOL_LABEL, create_gpu_nodes
 from gpushare.gpu.fake import FakeGPU, FakeNVML
 from gpushare.gpu.isolation import MODULE_NAME, IsolationPaths

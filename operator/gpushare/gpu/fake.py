@@ -2,7 +2,8 @@
 
 Production code never selects it: the agent CLI always uses
 :class:`~gpushare.gpu.nvml.PynvmlBackend`; tests and the demo call the agent's
-``run_cycle`` / ``run_agent`` with a ``FakeNVML`` explicitly.
+``run_cycle`` / ``run_agent`` with a ``FakeNVML`` explicitly. Left out of the wheel
+(pyproject.toml): only the editable install of ``make setup`` has it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The node agent's only Kubernetes side effects: read its Node's metadata, merge-patch it.
 
 RBAC: ``nodes: get, patch``; the ValidatingAdmissionPolicy of manifests/agent/node-restriction.yaml
-confines the patches to the agent's own node and keys. The caller (``gpushare.cli.agent``) only
+confines the patches to the agent's own node and keys. The caller (``gpushare.agent``) only
 ever passes patches built by :func:`gpushare.gpu.inventory.node_metadata_patch`, which touch the
 agent's own ``gpushare.io/`` keys and nothing else.
 """
