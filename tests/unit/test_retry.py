@@ -38,7 +38,8 @@ class Flaky:
 
 
 def _errors(code: str) -> float:
-    return metrics.API_ERRORS.labels(verb="patch", resource="test", code=code)._value.get()
+    value: float = metrics.API_ERRORS.labels(verb="patch", resource="test", code=code)._value.get()
+    return value
 
 
 @pytest.mark.parametrize(
