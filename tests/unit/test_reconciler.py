@@ -204,7 +204,7 @@ def _restart_results(fake: FakeCluster) -> dict[str, str]:
 async def test_a_node_without_a_plugin_pod_is_done_at_once_for_the_replica_that_labelled_it() -> None:
     fake = FakeCluster(["n0"])
     clock = [T0]
-    rec = Reconciler(fake, clock=lambda: clock[0])  # type: ignore[arg-type]
+    rec = Reconciler(fake, clock=lambda: clock[0])
     await rec.reconcile("gpu", pools=[POOL], nodes=fake.views(), pods=[])
     assert _restart_results(fake) == {"n0": "Pending/"}
     clock[0] = T0 + timedelta(seconds=2)
@@ -223,14 +223,14 @@ async def test_a_replica_taking_over_waits_for_the_plugin_its_predecessor_delete
         PluginPod("n0", "kube-system", "dp-0", "uid-0", T0 - timedelta(hours=1), True, False)
     ]
     clock = [T0]
-    old = Reconciler(fake, clock=lambda: clock[0])  # type: ignore[arg-type]
+    old = Reconciler(fake, clock=lambda: clock[0])
     await old.reconcile("gpu", pools=[POOL], nodes=fake.views(), pods=_plugin_views(fake))
     clock[0] = T0 + timedelta(seconds=2)
     await old.reconcile("gpu", pools=[POOL], nodes=fake.views(), pods=_plugin_views(fake))
     assert ("delete", "dp-0", "uid-0") in fake.writes and fake.plugin["n0"] == []
     # The old leader stops here. The new one starts with the pod gone and the restart still owed.
     clock[0] = T0 + timedelta(seconds=3)
-    new = Reconciler(fake, clock=lambda: clock[0])  # type: ignore[arg-type]
+    new = Reconciler(fake, clock=lambda: clock[0])
     fake.writes.clear()
     waiting = await new.reconcile("gpu", pools=[POOL], nodes=fake.views(), pods=[])
     assert _node_writes(fake) == [] and not waiting.done
