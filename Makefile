@@ -51,10 +51,10 @@ promtool: ## Find promtool, or install it (Debian's prometheus package) to check
 monitoring-check: setup promtool ## Alerts, ServiceMonitor, dashboard: promtool check/test rules, every dashboard query, metric names
 	$(BIN)/pytest -q tests/unit/test_monitoring.py
 
-lint: setup ## ruff, mypy --strict, the import contracts (layers), and the CRD drift check
+lint: setup ## ruff, mypy --strict (the package and tests/), the import contracts (layers), and the CRD drift check
 	$(BIN)/ruff check operator tests
 	$(BIN)/ruff format --check operator tests
-	$(BIN)/mypy
+	$(BIN)/mypy  # operator/gpushare and tests: pyproject.toml [tool.mypy] files
 	$(BIN)/lint-imports --no-logo
 	$(BIN)/python -m gpushare.api.crd | diff -u crds/gpushare.io_gpusharepools.yaml - \
 	  || { echo "crds/ is stale: run 'make crds'"; exit 1; }

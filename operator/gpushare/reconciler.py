@@ -45,7 +45,8 @@ from gpushare.api.v1alpha1 import (
     PoolValidationError,
     parse_pool,
 )
-from gpushare.k8s.cluster import Cluster, PluginPod, node_ref, pool_ref
+from gpushare.k8s.api import ClusterAPI
+from gpushare.k8s.cluster import PluginPod, node_ref, pool_ref
 from gpushare.k8s.retry import ApiUnavailable
 from gpushare.policy import Action, ClusterPlan, NodePlan, NodeView, PodView, RestartRecord, plan
 from gpushare.policy.decide import (
@@ -62,7 +63,7 @@ from gpushare.policy.planner import RestartState
 from gpushare.policy.rollout import disrupts
 from gpushare.policy.status import awaiting_plugin_mode, pool_status
 
-log = structlog.get_logger("gpushare.reconciler")
+log = structlog.stdlib.get_logger("gpushare.reconciler")
 
 __all__ = [
     "FAST_REQUEUE",
@@ -203,7 +204,7 @@ class Reconciler:
     """
 
     def __init__(
-        self, cluster: Cluster, *, clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+        self, cluster: ClusterAPI, *, clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     ) -> None:
         self.cluster = cluster
         self.clock = clock
@@ -610,7 +611,7 @@ class Reconciler:
         batch: Sequence[NodePlan],
         now: datetime,
         result: PassResult,
-        bound: Any,
+        bound: structlog.stdlib.BoundLogger,
     ) -> None:
         sem = self._semaphore(name)
         live = self._live()
@@ -750,7 +751,9 @@ class Reconciler:
                 await self._event(node_ref(picked[0]), verb, f"{verb} by GPUSharePool {name}{why}")
             await self._event(ref, verb, f"{verb} {len(picked)} node(s){why}: {_names(picked)}")
 
-    async def _evict(self, name: str, holds: Sequence[NodePlan], result: PassResult, bound: Any) -> None:
+    async def _evict(
+        self, name: str, holds: Sequence[NodePlan], result: PassResult, bound: structlog.stdlib.BoundLogger
+    ) -> None:
         for p in holds:
             node = self._view(p.node)
             if node is None or not node.unschedulable:
@@ -776,7 +779,7 @@ class Reconciler:
         owed: Sequence[tuple[str, RestartRecord]],
         now: datetime,
         result: PassResult,
-        bound: Any,
+        bound: structlog.stdlib.BoundLogger,
     ) -> bool:
         """Move owed restarts on: delete old plugin pods, mark Done/Failed. True if any still runs."""
         if self._restarts_since is None:
@@ -886,7 +889,7 @@ class Reconciler:
         since: datetime,
         now: datetime,
         dp: DevicePlugin,
-        bound: Any,
+        bound: structlog.stdlib.BoundLogger,
         pool: str,
     ) -> tuple[RestartState | None, str]:
         """(new state or None to keep waiting, result text) for one node's owed restart."""

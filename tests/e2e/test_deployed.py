@@ -15,7 +15,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import pytest
 
@@ -157,18 +157,25 @@ def test_pools_label_nodes_and_restart_device_plugins_then_restore(
 ) -> None:
     nodes = _gpu_nodes(kubectl)
     assert {ls["alibabacloud.com/nodepool-id"] for ls in nodes.values()} == set(EXPECTED), nodes
-    before = wait_for(
-        lambda: (p := _plugin_pods(kubectl)) and all(n in p for n in nodes) and p,
-        "a Ready device-plugin pod on every GPU node",
+    # (the checks return False, {} or the dict: cast to the dict they return once they pass)
+    before = cast(
+        "dict[str, str]",
+        wait_for(
+            lambda: (p := _plugin_pods(kubectl)) and all(n in p for n in nodes) and p,
+            "a Ready device-plugin pod on every GPU node",
+        ),
     )
     apply_pools(kubectl)
     kubectl.run("wait", "gsp", *pools, "--for=condition=Ready", "--timeout=240s")
     for name, labels in _gpu_nodes(kubectl).items():
         expected = EXPECTED[labels["alibabacloud.com/nodepool-id"]]
         assert {k: labels.get(k) for k in expected} == expected, (name, labels)
-    after = wait_for(
-        lambda: (p := _plugin_pods(kubectl)) and all(n in p and p[n] != before[n] for n in nodes) and p,
-        "a new Ready device-plugin pod on every pool node",
+    after = cast(
+        "dict[str, str]",
+        wait_for(
+            lambda: (p := _plugin_pods(kubectl)) and all(n in p and p[n] != before[n] for n in nodes) and p,
+            "a new Ready device-plugin pod on every pool node",
+        ),
     )
     assert all(after[n] != before[n] for n in nodes)
 
@@ -208,13 +215,16 @@ def test_webhook_behind_the_service_rejects_33_percent_and_admits_the_seed_job(
 def test_agent_publishes_isolation_on_each_gpu_node(kubectl: Kubectl) -> None:
     # kind nodes have no NVIDIA driver: the agent reports the inventory as unknown but always
     # publishes the isolation state it read from /proc/modules.
-    labelled = wait_for(
-        lambda: (
-            (ns := _gpu_nodes(kubectl))
-            and all("gpushare.io/cgpu.isolation" in ls for ls in ns.values())
-            and ns
+    labelled = cast(
+        "dict[str, dict[str, str]]",
+        wait_for(
+            lambda: (
+                (ns := _gpu_nodes(kubectl))
+                and all("gpushare.io/cgpu.isolation" in ls for ls in ns.values())
+                and ns
+            ),
+            "gpushare.io/cgpu.isolation on every GPU node",
         ),
-        "gpushare.io/cgpu.isolation on every GPU node",
     )
     for name, labels in labelled.items():
         assert labels["gpushare.io/cgpu.isolation"] in ("active", "absent", "unknown"), (name, labels)

@@ -20,6 +20,7 @@ import os
 import secrets
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from kubernetes_asyncio import client
@@ -89,7 +90,9 @@ async def api(cluster: ClusterInfo) -> AsyncIterator[client.ApiClient]:
 async def namespace(api: client.ApiClient) -> AsyncIterator[str]:
     name = f"t-{secrets.token_hex(4)}"
     core = client.CoreV1Api(api)
-    await core.create_namespace({"metadata": {"name": name, "labels": {"gpushare.io/test": "true"}}})
+    await core.create_namespace(
+        cast(Any, {"metadata": {"name": name, "labels": {"gpushare.io/test": "true"}}})
+    )
     yield name
     try:
         await core.delete_namespace(name)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes_asyncio import client
@@ -135,7 +135,7 @@ async def test_invalid_pools_are_rejected_with_clear_messages(
     with pytest.raises(ApiException) as err:
         await create(api, pool(spec))
     assert err.value.status == 422, err.value.body
-    status = json.loads(err.value.body)
+    status = json.loads(cast(bytes, err.value.body))
     assert message in status["message"], status["message"]
     assert status["message"].startswith(f'GPUSharePool.gpushare.io "{status["details"]["name"]}" is invalid')
 
@@ -239,5 +239,5 @@ async def test_status_is_validated_too(api: client.ApiClient, pools: Any) -> Non
             c.GROUP, c.VERSION, c.PLURAL, obj["metadata"]["name"], bad
         )
     assert err.value.status == 422
-    message = json.loads(err.value.body)["message"]
+    message = json.loads(cast(bytes, err.value.body))["message"]
     assert 'status.conditions[0].status: Unsupported value: "Maybe"' in message, message

@@ -79,7 +79,7 @@ async def test_label_and_field_selectors_on_pods(
     await core.create_namespaced_pod(namespace, pod("a-cpu", node_a, {"app": "x"}))
     await core.create_namespaced_pod(namespace, pod("b-gpu", node_b, {"app": "x", "gpu": "yes"}))
 
-    async def names(**kw: str) -> list[str]:
+    async def names(**kw: Any) -> list[str]:
         res = await core.list_namespaced_pod(namespace, **kw)
         return sorted(p.metadata.name for p in res.items)
 

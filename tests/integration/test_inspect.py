@@ -8,7 +8,7 @@ import secrets
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from kubernetes_asyncio import client
 
@@ -91,9 +91,11 @@ async def test_inspect_live(
         )
 
         core = client.CoreV1Api(api)
-        await core.create_namespaced_pod(namespace, _gpu_pod("train-a", 4, node=n0))
-        await core.create_namespaced_pod(namespace, _gpu_pod("train-b", 6, node=n0))
-        await core.create_namespaced_pod(namespace, _gpu_pod("too-big", 100, selector={POOL_LABEL: np}))
+        await core.create_namespaced_pod(namespace, cast(Any, _gpu_pod("train-a", 4, node=n0)))
+        await core.create_namespaced_pod(namespace, cast(Any, _gpu_pod("train-b", 6, node=n0)))
+        await core.create_namespaced_pod(
+            namespace, cast(Any, _gpu_pod("too-big", 100, selector={POOL_LABEL: np}))
+        )
 
         async def unschedulable() -> bool:
             p = await core.read_namespaced_pod("too-big", namespace)

@@ -22,7 +22,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import structlog.testing
@@ -115,10 +115,10 @@ async def _prepare(info: ClusterInfo) -> None:
         await create_gpu_nodes(api, 3, prefix="lp", pool_labels={POOL_LABEL: NODEPOOL})
         await ensure_device_plugin_daemonset(api)
         core = client.CoreV1Api(api)
-        await core.create_namespace({"metadata": {"name": "team-a"}})
+        await core.create_namespace(cast(Any, {"metadata": {"name": "team-a"}}))
         # The agent's pod on node lp-0, as the DaemonSet would make it (the test's own, so its
         # name is known): tokens are bound to it.
-        await core.create_namespaced_pod(NS, pod_body("agent-probe", "lp-0", sa=AGENT_SA))
+        await core.create_namespaced_pod(NS, cast(Any, pod_body("agent-probe", "lp-0", sa=AGENT_SA)))
         for node in ("lp-0", "lp-1", "lp-2"):
             await wait_plugin_ready(api, node, timeout_s=90)
 
@@ -195,7 +195,7 @@ async def _denied(api: client.ApiClient, node: str, body: dict[str, Any]) -> str
     with pytest.raises(ApiException) as err:
         await _patch(api, node, body)
     assert err.value.status == 403, err.value.body
-    message: str = json.loads(err.value.body)["message"]
+    message: str = json.loads(cast(bytes, err.value.body))["message"]
     return message
 
 
@@ -317,7 +317,7 @@ async def test_the_policy_holds_even_if_rbac_grants_more(
             try:
                 await core.delete_node("lp-0", dry_run="All")
             except ApiException as exc:
-                return "ValidatingAdmissionPolicy" in json.loads(exc.body)["message"]
+                return "ValidatingAdmissionPolicy" in json.loads(cast(bytes, exc.body))["message"]
             pytest.fail("the agent deleted its node (dry run)")
 
         await wait_for(rbac_applied, what="the widened RBAC to reach the authorizer", timeout_s=30)
@@ -326,13 +326,14 @@ async def test_the_policy_holds_even_if_rbac_grants_more(
                 "lp-0", {"status": {"capacity": {c.RES_GPU_MEM: "1"}}}
             ),
             "DELETE of a Node": lambda: core.delete_node("lp-0"),
-            "CREATE of a Node": lambda: core.create_node({"metadata": {"name": "lp-new"}}),
+            "CREATE of a Node": lambda: core.create_node(cast(Any, {"metadata": {"name": "lp-new"}})),
         }
         for what, request in attempts.items():
             with pytest.raises(ApiException) as err:
                 await request()
             assert err.value.status == 403
-            assert f"may only update Node metadata; {what} is denied" in json.loads(err.value.body)["message"]
+            message = json.loads(cast(bytes, err.value.body))["message"]
+            assert f"may only update Node metadata; {what} is denied" in message
     finally:
         kubectl(installed, "delete", "clusterrolebinding,clusterrole", "agent-too-much")
     assert (await client.CoreV1Api(admin).read_node("lp-0")).metadata.deletion_timestamp is None
@@ -469,8 +470,8 @@ async def test_operator_deletes_pods_only_in_device_plugin_namespaces(
     installed: ClusterInfo, admin: client.ApiClient, tmp_path: Path
 ) -> None:
     core = client.CoreV1Api(admin)
-    await core.create_namespaced_pod("team-a", pod_body("victim", "lp-2"))
-    await core.create_namespaced_pod("kube-system", pod_body("plugin-like", "lp-2"))
+    await core.create_namespaced_pod("team-a", cast(Any, pod_body("victim", "lp-2")))
+    await core.create_namespaced_pod("kube-system", cast(Any, pod_body("plugin-like", "lp-2")))
     cfg = kubeconfig_for(installed, token(installed, OPERATOR_SA), tmp_path / "op.kubeconfig")
     async with await make_api_client(str(cfg)) as api:
         as_operator = client.CoreV1Api(api)
@@ -570,20 +571,23 @@ async def test_operator_rollout_eviction_and_restore_with_its_service_account(
         # A GPU pod on lp-2 blocks a mode switch: with modeSwitch Evict it is evicted.
         await core.create_namespaced_pod(
             "team-a",
-            {
-                "metadata": {"name": "gpu-job", "labels": IGNORE},
-                "spec": {
-                    "nodeName": "lp-2",
-                    "tolerations": [{"operator": "Exists"}],
-                    "containers": [
-                        {
-                            "name": "cuda",
-                            "image": "registry.invalid/cuda:fake",
-                            "resources": {"limits": {c.RES_GPU_MEM: "2"}},
-                        }
-                    ],
+            cast(
+                Any,
+                {
+                    "metadata": {"name": "gpu-job", "labels": IGNORE},
+                    "spec": {
+                        "nodeName": "lp-2",
+                        "tolerations": [{"operator": "Exists"}],
+                        "containers": [
+                            {
+                                "name": "cuda",
+                                "image": "registry.invalid/cuda:fake",
+                                "resources": {"limits": {c.RES_GPU_MEM: "2"}},
+                            }
+                        ],
+                    },
                 },
-            },
+            ),
         )
 
         async def running() -> bool:

@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from kubernetes_asyncio import client
@@ -109,7 +109,7 @@ async def test_plan_previews_apply_and_delete_against_the_cluster(
 
         # 2. -f with a changed spec while a GPU pod runs on n0: the spec diff, and the mode switch
         # (cgpu -> share) held on n0 by the live pod, applied on the idle n1.
-        await core.create_namespaced_pod(namespace, _gpu_pod("train", n0, 4))
+        await core.create_namespaced_pod(namespace, cast(Any, _gpu_pod("train", n0, 4)))
         changed = tmp_path / "pool.yaml"
         changed.write_text(yaml.safe_dump(_pool_body(name, np, memoryIsolation=False, placement="spread")))
         proc = await asyncio.to_thread(_cli, cluster, "plan", "-f", str(changed), "-o", "json")

@@ -16,10 +16,10 @@ import asyncio
 import contextlib
 import json
 import secrets
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import pytest
@@ -33,7 +33,9 @@ from gpushare.devcluster.fakes import POOL_LABEL, FakeNodeSet, plugin_pods_on, w
 from gpushare.devcluster.pluginsim import ANNOTATION_HANG, ANNOTATION_STATE
 from support.operator_proc import OperatorProc, launch_operator
 
+#: The generated stubs do not list ``_content_type``; the client accepts it.
 MERGE: dict[str, Any] = {"_content_type": "application/merge-patch+json"}
+JSON_PATCH: dict[str, Any] = {"_content_type": "application/json-patch+json"}
 
 
 @pytest.fixture
@@ -167,7 +169,7 @@ def foreign(labels: dict[str, str]) -> dict[str, str]:
 
 
 async def wait_labels(
-    api: client.ApiClient, nodes: list[str], expected: dict[str, str | None], timeout_s: float = 60
+    api: client.ApiClient, nodes: list[str], expected: Mapping[str, str | None], timeout_s: float = 60
 ) -> None:
     """Wait until every node has ``expected`` managed labels (None = absent)."""
 
@@ -247,7 +249,7 @@ async def gpu_pod(
             ],
         },
     }
-    await core.create_namespaced_pod(namespace, body)
+    await core.create_namespaced_pod(namespace, cast(Any, body))
 
     async def running() -> bool:
         pod = await core.read_namespaced_pod(name, namespace)
@@ -563,10 +565,13 @@ async def test_mode_switch_evict_honours_pdb(
     policy = client.PolicyV1Api(api)
     await policy.create_namespaced_pod_disruption_budget(
         namespace,
-        {
-            "metadata": {"name": "keep-one"},
-            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": pod}}},
-        },
+        cast(
+            Any,
+            {
+                "metadata": {"name": "keep-one"},
+                "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": pod}}},
+            },
+        ),
     )
 
     async def pdb_computed() -> bool:
@@ -934,7 +939,7 @@ async def test_invalid_pool_is_reported_and_touches_nothing(
     older = [r for r in original if "gpushare writes itself" not in r["message"]]
     assert len(older) == len(original) - 1
     patch = [{"op": "replace", "path": path, "value": older}]
-    await ext.patch_custom_resource_definition(c.CRD_NAME, patch, _content_type="application/json-patch+json")
+    await ext.patch_custom_resource_definition(c.CRD_NAME, patch, **JSON_PATCH)
     try:
 
         async def stored() -> bool:
@@ -949,9 +954,7 @@ async def test_invalid_pool_is_reported_and_touches_nothing(
         await wait_for(stored, what="the pool to be stored under the older CRD", timeout_s=30)
     finally:
         restore = [{"op": "replace", "path": path, "value": original}]
-        await ext.patch_custom_resource_definition(
-            c.CRD_NAME, restore, _content_type="application/json-patch+json"
-        )
+        await ext.patch_custom_resource_definition(c.CRD_NAME, restore, **JSON_PATCH)
     pools.created.append(name)
     cond = await pools.wait_condition(name, "Ready", "False", "InvalidSpec")
     assert "nodeSelector must not use labels gpushare writes itself (cgpu)" in cond["message"]
@@ -1129,7 +1132,7 @@ async def test_switch_to_core_mem_with_rolling_restarts_and_a_pending_core_job_s
     await wait_alloc(api, nodes, alloc_of(1, 16, "cgpu"), timeout_s=5)  # Ready implies it
 
     core = client.CoreV1Api(api)
-    await core.create_namespaced_pod(namespace, core_job_pod("core-job", np))
+    await core.create_namespaced_pod(namespace, cast(Any, core_job_pod("core-job", np)))
 
     async def unschedulable() -> bool:
         pod = await core.read_namespaced_pod("core-job", namespace)

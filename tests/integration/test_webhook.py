@@ -26,7 +26,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import kopf
 import pytest
@@ -555,7 +555,8 @@ async def test_two_replicas_agree_on_secret_and_ca_bundle(cluster: ClusterInfo, 
         results = await asyncio.gather(
             lifecycle.ensure_configuration(api, settings_), lifecycle.ensure_configuration(api, settings_)
         )
-        assert results == ["unchanged", "unchanged"]  # the running webhook already wrote the same
+        # The running webhook already wrote the same. (gather returns a list; typeshed says a tuple.)
+        assert cast(list[str], results) == ["unchanged", "unchanged"]
 
 
 def webhook_ca_bundle(webhook: Webhook) -> str:
@@ -783,7 +784,9 @@ def workloads(draw: st.DrawFn) -> dict[str, Any]:
     kind = draw(st.sampled_from(["PyTorchJob", "RayCluster", "Workflow"]))
     meta = {"name": f"hyp-{kind.lower()}"}
     if kind == "PyTorchJob":
-        body = {"pytorchReplicaSpecs": {"Worker": {"replicas": 1, "template": {"spec": spec}}}}
+        body: dict[str, Any] = {
+            "pytorchReplicaSpecs": {"Worker": {"replicas": 1, "template": {"spec": spec}}}
+        }
         return {"apiVersion": "kubeflow.org/v1", "kind": kind, "metadata": meta, "spec": body}
     if kind == "RayCluster":
         head = {"template": {"spec": {"containers": [{"name": "head", "image": "x"}]}}}

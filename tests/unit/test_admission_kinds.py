@@ -411,6 +411,7 @@ def test_kind_targets_give_what_a_registration_or_a_policy_needs() -> None:
 
 
 def test_pod_likes_of_malformed_objects_are_skipped() -> None:
+    spec: object
     for spec in (
         "oops",
         None,
@@ -418,7 +419,12 @@ def test_pod_likes_of_malformed_objects_are_skipped() -> None:
         {"pytorchReplicaSpecs": {"W": None}},
         {"pytorchReplicaSpecs": []},
     ):
-        obj = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "x"}, "spec": spec}
+        obj: dict[str, Any] = {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "metadata": {"name": "x"},
+            "spec": spec,
+        }
         assert pod_likes(obj) == []
         assert evaluate(obj, CTX) == []
 
@@ -622,7 +628,7 @@ def test_misspelled_gpu_resources_are_denied_with_a_did_you_mean(name: str, sugg
 def test_ambiguous_and_missing_selector_hints_name_a_pool_of_the_right_kind() -> None:
     """GS007/GS008 suggest isolation (cgpu) first for memory-only pods, core_mem for compute shares,
     and only cgpu for a multi-GPU split; never a pool of another kind."""
-    pod = {
+    pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "p"},

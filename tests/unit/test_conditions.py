@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gpushare.policy.conditions import get_condition, set_condition
+from gpushare.policy.conditions import Status, get_condition, set_condition
 
 T0 = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 T1 = T0 + timedelta(minutes=3)
@@ -33,7 +33,7 @@ def test_new_condition_is_added_with_now() -> None:
         pytest.param("True", "2026-11-29T12:03:00Z", id="status-change-moves-time"),
     ],
 )
-def test_transition_time_changes_only_with_status(new_status: str, expected_time: str) -> None:
+def test_transition_time_changes_only_with_status(new_status: Status, expected_time: str) -> None:
     first = set_condition([], "Ready", "False", "NodesNotReady", "0/2", 1, T0)
     second = set_condition(first, "Ready", new_status, "Other", "1/2", 2, T1)
     (cond,) = second

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -25,7 +26,7 @@ NP = "alibabacloud.com/nodepool-id"
 T0 = datetime(2026, 11, 29, 12, 0, 0, 300000, tzinfo=UTC)
 
 
-def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
+def _merge(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
     for key, value in patch.items():
         if value is None:
             target.pop(key, None)
@@ -36,7 +37,8 @@ def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
 
 
 class FakeCluster:
-    """The operator's API surface (gpushare.k8s.cluster.Cluster) over a dict of nodes."""
+    """The operator's API surface (``ClusterAPI``, which gpushare.k8s.cluster.Cluster implements) over a
+    dict of nodes; mypy checks it against the Protocol wherever it is handed to ``Reconciler``."""
 
     def __init__(self, nodes: list[str]) -> None:
         self.rv = 100
@@ -57,7 +59,7 @@ class FakeCluster:
     async def read_node(self, name: str) -> dict[str, Any] | None:
         return copy.deepcopy(self.nodes.get(name))
 
-    async def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any] | None:
+    async def patch_node(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any] | None:
         obj = self.nodes[name]
         patch = copy.deepcopy(patch)
         wanted = patch.get("metadata", {}).pop("resourceVersion", None)
@@ -93,15 +95,17 @@ class FakeCluster:
         self.writes.append(("evict", name, None))
         return "evicted"
 
-    async def patch_pool_status(self, name: str, status: dict[str, Any]) -> bool:
+    async def patch_pool_status(self, name: str, status: Mapping[str, Any]) -> bool:
         self.writes.append(("status", name, status))
         return True
 
-    async def event(self, obj: dict[str, str], *, reason: str, message: str, type_: str = "Normal") -> None:
+    async def event(
+        self, obj: Mapping[str, str], *, reason: str, message: str, type_: str = "Normal"
+    ) -> None:
         self.writes.append(("event", reason, message))
 
 
-POOL = {
+POOL: dict[str, Any] = {
     "apiVersion": c.API_VERSION,
     "kind": c.KIND,
     "metadata": {"name": "gpu", "generation": 1, "uid": "u1"},
@@ -148,7 +152,7 @@ async def test_a_lagging_index_never_repeats_writes_or_restarts(watched: bool) -
         return _plugin_views(fake) if watched else []
 
     clock = [T0]
-    rec = Reconciler(fake, clock=lambda: clock[0])  # type: ignore[arg-type]
+    rec = Reconciler(fake, clock=lambda: clock[0])
     stale = fake.views()  # the index never sees any of our writes in this test
 
     first = await rec.reconcile("gpu", pools=[pool], nodes=stale, pods=pods())
@@ -200,7 +204,7 @@ def _restart_results(fake: FakeCluster) -> dict[str, str]:
 async def test_a_node_without_a_plugin_pod_is_done_at_once_for_the_replica_that_labelled_it() -> None:
     fake = FakeCluster(["n0"])
     clock = [T0]
-    rec = Reconciler(fake, clock=lambda: clock[0])  # type: ignore[arg-type]
+    rec = Reconciler(fake, clock=lambda: clock[0])
     await rec.reconcile("gpu", pools=[POOL], nodes=fake.views(), pods=[])
     assert _restart_results(fake) == {"n0": "Pending/"}
     clock[0] = T0 + timedelta(seconds=2)
@@ -219,14 +223,14 @@ async def test_a_replica_taking_over_waits_for_the_plugin_its_predecessor_delete
         PluginPod("n0", "kube-system", "dp-0", "uid-0", T0 - timedelta(hours=1), True, False)
     ]
     clock = [T0]
-    old = Reconciler(fake, clock=lambda: clock[0])  # type: ignore[arg-type]
+    old = Reconciler(fake, clock=lambda: clock[0])
     await old.reconcile("gpu", pools=[POOL], nodes=fake.views(), pods=_plugin_views(fake))
     clock[0] = T0 + timedelta(seconds=2)
     await old.reconcile("gpu", pools=[POOL], nodes=fake.views(), pods=_plugin_views(fake))
     assert ("delete", "dp-0", "uid-0") in fake.writes and fake.plugin["n0"] == []
     # The old leader stops here. The new one starts with the pod gone and the restart still owed.
     clock[0] = T0 + timedelta(seconds=3)
-    new = Reconciler(fake, clock=lambda: clock[0])  # type: ignore[arg-type]
+    new = Reconciler(fake, clock=lambda: clock[0])
     fake.writes.clear()
     waiting = await new.reconcile("gpu", pools=[POOL], nodes=fake.views(), pods=[])
     assert _node_writes(fake) == [] and not waiting.done
@@ -248,7 +252,7 @@ async def test_a_replica_taking_over_waits_for_the_plugin_its_predecessor_delete
 
 async def test_index_newer_than_own_write_wins() -> None:
     fake = FakeCluster(["n0"])
-    rec = Reconciler(fake, clock=lambda: T0)  # type: ignore[arg-type]
+    rec = Reconciler(fake, clock=lambda: T0)
     await rec.reconcile("gpu", pools=[POOL], nodes=fake.views(), pods=[])
     # Someone edits a managed label after our write; the index shows it (newer resourceVersion).
     await fake.patch_node("n0", {"metadata": {"labels": {c.LABEL_SCHEDULE: "share"}}})
@@ -265,7 +269,7 @@ async def test_a_patch_planned_from_a_stale_view_is_refused_and_planned_again() 
     # Someone labels the node after the index last saw it (the index lags).
     await fake.patch_node("n0", {"metadata": {"labels": {c.LABEL_PLACEMENT: "spread"}}})
     fake.writes.clear()
-    rec = Reconciler(fake, clock=lambda: T0)  # type: ignore[arg-type]
+    rec = Reconciler(fake, clock=lambda: T0)
     first = await rec.reconcile("gpu", pools=[POOL], nodes=stale, pods=[])
     # Refused, read back, planned again from the real node and sent once more.
     assert [w[0] for w in fake.writes if w[0] in ("patch", "conflict")] == ["conflict", "patch"]
@@ -283,7 +287,7 @@ async def test_a_patch_planned_from_a_stale_view_is_refused_and_planned_again() 
 async def test_nothing_is_sent_when_a_stale_view_needs_nothing() -> None:
     fake = FakeCluster(["n0"])
     never = {**POOL, "spec": {**POOL["spec"], "devicePlugin": {"restart": "Never"}}}
-    rec = Reconciler(fake, clock=lambda: T0)  # type: ignore[arg-type]
+    rec = Reconciler(fake, clock=lambda: T0)
     await rec.reconcile("gpu", pools=[never], nodes=fake.views(), pods=[])
     stale = fake.views()
     await fake.patch_node("n0", {"metadata": {"labels": {c.LABEL_POOL: "x"}}})  # not plugin-relevant
@@ -300,7 +304,7 @@ async def test_a_node_waiting_for_its_plugin_mode_is_looked_at_again_before_the_
         obj["status"] = {"allocatable": {"nvidia.com/gpu": "1"}}  # still in exclusive mode
     short = {**POOL, "spec": {**POOL["spec"], "devicePlugin": {"readyTimeoutSeconds": 10}}}
     clock = [T0]
-    rec = Reconciler(fake, clock=lambda: clock[0])  # type: ignore[arg-type]
+    rec = Reconciler(fake, clock=lambda: clock[0])
     await rec.reconcile("gpu", pools=[short], nodes=fake.views(), pods=[])
     clock[0] = T0 + timedelta(seconds=2)  # no plugin pod: the restart is Done at once
     result = await rec.reconcile("gpu", pools=[short], nodes=fake.views(), pods=[])
@@ -327,7 +331,7 @@ async def test_own_echo_plans_nothing_and_a_change_wakes_only_the_pools_it_conce
     fake = FakeCluster(["a0", "a1", "b0"])
     fake.nodes["b0"]["metadata"]["labels"][NP] = "b"
     pools = [_pool("pa", "a"), _pool("pb", "b")]
-    rec = Reconciler(fake, clock=lambda: T0)  # type: ignore[arg-type]
+    rec = Reconciler(fake, clock=lambda: T0)
     wake_a, wake_b = rec.wakeup("pa"), rec.wakeup("pb")
     await rec.reconcile("pa", pools=pools, nodes=fake.views(), pods=[])
     await rec.run_pass("pb")
@@ -359,7 +363,7 @@ async def test_own_echo_plans_nothing_and_a_change_wakes_only_the_pools_it_conce
 async def test_a_node_selected_by_two_pools_is_written_by_neither_and_reported_by_both() -> None:
     fake = FakeCluster(["n0"])
     pools = [_pool("p1", "a"), _pool("p2", "a")]
-    rec = Reconciler(fake, clock=lambda: T0)  # type: ignore[arg-type]
+    rec = Reconciler(fake, clock=lambda: T0)
     await rec.reconcile("p1", pools=pools, nodes=fake.views(), pods=[])
     await rec.run_pass("p2")
     assert [w for w in fake.writes if w[0] == "patch"] == []
@@ -372,7 +376,7 @@ async def test_a_node_selected_by_two_pools_is_written_by_neither_and_reported_b
 async def test_an_invalid_pool_reports_all_four_conditions() -> None:
     fake = FakeCluster(["n0"])
     bad = _pool("bad", "a", mode="nonsense")
-    rec = Reconciler(fake, clock=lambda: T0)  # type: ignore[arg-type]
+    rec = Reconciler(fake, clock=lambda: T0)
     result = await rec.reconcile("bad", pools=[bad], nodes=fake.views(), pods=[])
     assert result.summary == "invalid spec"
     status = next(w[2] for w in fake.writes if w[0] == "status")

@@ -38,7 +38,8 @@ class Flaky:
 
 
 def _errors(code: str) -> float:
-    return metrics.API_ERRORS.labels(verb="patch", resource="test", code=code)._value.get()
+    value: float = metrics.API_ERRORS.labels(verb="patch", resource="test", code=code)._value.get()
+    return value
 
 
 @pytest.mark.parametrize(
@@ -258,7 +259,7 @@ async def test_agent_requests_use_the_policy_and_keep_their_messages(
     monkeypatch: pytest.MonkeyPatch, failures: list[BaseException], message: str | None, calls: int
 ) -> None:
     core = _Core(*failures)
-    monkeypatch.setattr(k8s_agent.k8s_client, "CoreV1Api", lambda api: core)
+    monkeypatch.setattr("gpushare.k8s.agent.k8s_client.CoreV1Api", lambda api: core)
     if message is None:
         meta = await k8s_agent.read_node_metadata(None, "n1")  # type: ignore[arg-type]
         assert meta == k8s_agent.NodeMetadata({"a": "b"}, {}, "7")

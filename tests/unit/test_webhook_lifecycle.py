@@ -246,7 +246,7 @@ async def test_prepare_persists_until_the_api_answers(
             raise failures.pop()
         return await real(*args)
 
-    fake.read_secret = flaky  # type: ignore[method-assign]
+    fake.read_secret = flaky  # type: ignore[method-assign, assignment]
     await certs.prepare()
     assert certs.ca_bundle is not None and certs.files.keyfile.exists()
     assert caplog.text.count("Could not prepare the webhook certificate (attempt") == 2
@@ -291,7 +291,7 @@ class _Core:
 
 async def test_api_layer_maps_statuses(monkeypatch: pytest.MonkeyPatch) -> None:
     failures: list[ApiException] = []
-    monkeypatch.setattr(webhook_api.client, "CoreV1Api", lambda api: _Core(api, failures))
+    monkeypatch.setattr("gpushare.k8s.webhook_api.client.CoreV1Api", lambda api: _Core(api, failures))
     errors = metrics.API_ERRORS.labels(verb="create", resource="secrets", code="409")
     writes = metrics.API_WRITES.labels(verb="create", resource="secrets")
     e0, w0 = errors._value.get(), writes._value.get()
@@ -349,7 +349,7 @@ async def _through_kopf(registry: kopf.OperatorRegistry) -> dict[str, Any]:
         registry=registry,
         insights=insights,
         memories=inventory.ResourceMemories(),
-        memobase=kopf.Memo(),
+        memobase=kopf.Memo(),  # type: ignore[arg-type]
         indices=indexing.OperatorIndexers().indices,
     )
     return dict(response["response"])

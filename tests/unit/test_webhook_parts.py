@@ -11,9 +11,11 @@ import json
 import ssl
 import urllib.error
 import urllib.request
+from collections.abc import AsyncGenerator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import kopf
 import pytest
 import yaml
 from cryptography import x509
@@ -399,11 +401,12 @@ async def test_server_answers_malformed_reviews_with_4xx(tmp_path: Path, unused_
         addr="127.0.0.1", port=unused_tcp_port, host="127.0.0.1", certfile=str(files.certfile),
         pkeyfile=str(files.keyfile), cafile=str(files.cafile), prepare=prepare, on_listening=on_listening,
     )  # fmt: skip
-    gen = server(_fake_kopf)  # type: ignore[arg-type]
+    # (an async generator, typed AsyncIterator like Kopf's WebhookServer.__call__: aclose() exists)
+    gen = cast("AsyncGenerator[kopf.WebhookClientConfig, None]", server(_fake_kopf))  # type: ignore[arg-type]
     cfg = await gen.__anext__()
     try:
         assert calls == ["prepare", f"https://127.0.0.1:{unused_tcp_port}"]
-        assert base64.b64decode(cfg["caBundle"]) == bundle.ca_bundle
+        assert base64.b64decode(cast(str, cfg["caBundle"])) == bundle.ca_bundle
         cases = [
             (b"{", 400, None),
             (b"[]", 400, None),

@@ -7,9 +7,11 @@ import datetime as dt
 import socket
 import ssl
 import warnings
+from collections.abc import AsyncGenerator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import kopf
 import pytest
 
 from gpushare.webhook import tls as certs
@@ -65,7 +67,8 @@ async def test_server_handshakes_tls_1_2_and_1_3_only(tmp_path: Path, unused_tcp
         addr="127.0.0.1", port=unused_tcp_port, host="127.0.0.1", certfile=str(files.certfile),
         pkeyfile=str(files.keyfile), cafile=str(files.cafile),
     )  # fmt: skip
-    gen = server(_allow)  # type: ignore[arg-type]
+    # (an async generator, typed AsyncIterator like Kopf's WebhookServer.__call__: aclose() exists)
+    gen = cast("AsyncGenerator[kopf.WebhookClientConfig, None]", server(_allow))  # type: ignore[arg-type]
     await gen.__anext__()
     try:
         got = {

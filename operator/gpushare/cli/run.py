@@ -158,6 +158,7 @@ def run(args: argparse.Namespace) -> int:
     import kopf
 
     from gpushare.handlers.options import RunOptions
+    from gpushare.handlers.state import OperatorState
     from gpushare.k8s.client import KubeConfigError, load_configuration
     from gpushare.k8s.cluster import parse_plugin_namespaces
 
@@ -200,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
                 peering_name=args.peering,
                 priority=priority,
                 liveness_endpoint=args.liveness,
-                memo=kopf.Memo(options=options),
+                memo=OperatorState(options=options),
             )
         )
     except KeyboardInterrupt:

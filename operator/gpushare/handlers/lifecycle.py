@@ -11,24 +11,19 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import constants as c
 from gpushare import metrics
-from gpushare.handlers.options import RunOptions
+from gpushare.handlers.state import OperatorState, Started
 from gpushare.k8s.client import load_configuration
 from gpushare.k8s.cluster import Cluster
 from gpushare.k8s.retry import ApiUnavailable
 from gpushare.reconciler import Reconciler
 
-log = structlog.get_logger("gpushare.operator")
-
-
-def _options(memo: Any) -> RunOptions:
-    options = getattr(memo, "options", None)
-    return options if isinstance(options, RunOptions) else RunOptions()
+log = structlog.stdlib.get_logger("gpushare.operator")
 
 
 @kopf.on.startup()
-async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **_: Any) -> None:
     """Every Kopf setting in one place; the API client and reconciler go into the memo."""
-    options = _options(memo)
+    options = memo.options
     # Kopf's own bookkeeping lives under our domain, on GPUSharePools only.
     settings.persistence.finalizer = c.FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.GROUP)
@@ -55,12 +50,11 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     cfg = await load_configuration(options.kubeconfig, context=options.context)
     from kubernetes_asyncio import client
 
-    memo.api = client.ApiClient(configuration=cfg)
+    api = client.ApiClient(configuration=cfg)
     cluster = Cluster(
-        memo.api, events_namespace=options.events_namespace, plugin_namespaces=options.plugin_namespaces
+        api, events_namespace=options.events_namespace, plugin_namespaces=options.plugin_namespaces
     )
-    memo.reconciler = Reconciler(cluster)
-    memo.plugin_namespace_reports = {}
+    memo.started = Started(api=api, cluster=cluster, reconciler=Reconciler(cluster))
     await _check_plugin_namespaces(cluster)
     metrics.serve(options.metrics_port, options.metrics_addr)
 
@@ -86,16 +80,15 @@ async def _check_plugin_namespaces(cluster: Cluster) -> None:
 
 
 @kopf.on.cleanup()
-async def close(memo: kopf.Memo, **_: Any) -> None:
-    api = getattr(memo, "api", None)
-    if api is not None:
-        await api.close()
+async def close(memo: OperatorState, **_: Any) -> None:
+    if memo.started is not None:
+        await memo.started.api.close()
 
 
 @kopf.on.login()
-async def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
+async def login(memo: OperatorState, **_: Any) -> kopf.ConnectionInfo:
     """Kopf's own watches use the same credentials as gpushare (``--kubeconfig`` or in-cluster)."""
-    options = _options(memo)
+    options = memo.options
     cfg = await load_configuration(options.kubeconfig, context=options.context)
     keys = cfg.api_key or {}
     token = keys.get("BearerToken") or keys.get("authorization")
@@ -116,7 +109,6 @@ async def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
 
 
 @kopf.on.probe(id="pools")
-def probe_pools(memo: kopf.Memo, **_: Any) -> int:
+def probe_pools(memo: OperatorState, **_: Any) -> int:
     """Liveness: the number of pools this replica reconciles (0 while paused by peering)."""
-    reconciler = getattr(memo, "reconciler", None)
-    return len(reconciler.wakeups) if reconciler is not None else 0
+    return len(memo.started.reconciler.wakeups) if memo.started is not None else 0

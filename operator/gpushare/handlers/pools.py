@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 import kopf
@@ -12,12 +13,15 @@ import structlog
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import constants as c
+from gpushare.handlers.state import OperatorState
 from gpushare.k8s.cluster import plugin_namespace_problem, pool_ref
 from gpushare.k8s.retry import ApiUnavailable, Backoff
 from gpushare.reconciler import RESYNC, PassResult, Reconciler
 
-log = structlog.get_logger("gpushare.handlers")
+log = structlog.stdlib.get_logger("gpushare.handlers")
 T = TypeVar("T")
+#: What ``gpushare_pools`` indexes: each pool's body by name (Kopf passes it as that kwarg).
+PoolIndex = kopf.Index[str, dict[str, Any]]
 #: After a wake-up, wait this long so a burst of node/pod events becomes one pass.
 DEBOUNCE = 0.1
 #: A failed pass (e.g. the apiserver is down) is retried after at most this many seconds.
@@ -33,31 +37,32 @@ async def gpushare_pools(name: str, body: kopf.Body, **_: Any) -> dict[str, dict
     return {name: copy.deepcopy(dict(body))}
 
 
-def _values(index: kopf.Index[Any, T]) -> list[T]:
+def _values(index: Mapping[Any, Iterable[T]]) -> list[T]:
     return [value for store in index.values() for value in store]
 
 
-async def _pass(
-    name: str, memo: kopf.Memo, pools: kopf.Index[Any, Any], *, resync: bool = False
-) -> PassResult:
-    reconciler: Reconciler = memo.reconciler
+async def _pass(name: str, reconciler: Reconciler, pools: PoolIndex, *, resync: bool = False) -> PassResult:
     reconciler.set_pools(_values(pools))
     with structlog.contextvars.bound_contextvars(pool=name):
         return await reconciler.run_pass(name, resync=resync)
 
 
-@kopf.daemon(c.GROUP, c.VERSION, c.PLURAL, id="reconcile", cancellation_timeout=5.0)
-async def reconcile_loop(name: str, memo: kopf.Memo, stopped: kopf.DaemonStopped, **kwargs: Any) -> None:
+# Kopf passes each index as a kwarg named after it; its callback protocols cannot declare such a
+# kwarg (kopf's TODO: ParamSpec), so mypy rejects a handler that names one: hence the ignores.
+@kopf.daemon(c.GROUP, c.VERSION, c.PLURAL, id="reconcile", cancellation_timeout=5.0)  # type: ignore[arg-type]
+async def reconcile_loop(
+    name: str, memo: OperatorState, stopped: kopf.DaemonStopped, gpushare_pools: PoolIndex, **_: Any
+) -> None:
     """A pass now, then again when woken (a node, pod or pool it concerns changed) or requeued;
     every ``RESYNC`` seconds of quiet a pass plans every node again."""
-    reconciler: Reconciler = memo.reconciler
+    reconciler = memo.reconciler
     wake = reconciler.wakeup(name)
     failures = 0
     resync = False
     while not stopped:
         wake.clear()
         try:
-            result = await _pass(name, memo, kwargs["gpushare_pools"], resync=resync)
+            result = await _pass(name, reconciler, gpushare_pools, resync=resync)
             delay = result.requeue
             failures = 0
         except Exception as exc:
@@ -67,7 +72,7 @@ async def reconcile_loop(name: str, memo: kopf.Memo, stopped: kopf.DaemonStopped
         woken = asyncio.ensure_future(wake.wait())
         stopping = asyncio.ensure_future(stopped.wait())
         try:
-            done, _ = await asyncio.wait(
+            done, _pending = await asyncio.wait(
                 {woken, stopping}, timeout=delay, return_when=asyncio.FIRST_COMPLETED
             )
         finally:
@@ -79,23 +84,25 @@ async def reconcile_loop(name: str, memo: kopf.Memo, stopped: kopf.DaemonStopped
 
 
 @kopf.on.update(c.GROUP, c.VERSION, c.PLURAL, field="spec")
-async def spec_changed(name: str, memo: kopf.Memo, **_: Any) -> None:
+async def spec_changed(name: str, memo: OperatorState, **_: Any) -> None:
     memo.reconciler.wakeup(name).set()
 
 
-@kopf.on.delete(c.GROUP, c.VERSION, c.PLURAL, id="cleanup")
-async def cleanup(name: str, meta: kopf.Meta, memo: kopf.Memo, **kwargs: Any) -> None:
+@kopf.on.delete(c.GROUP, c.VERSION, c.PLURAL, id="cleanup")  # type: ignore[arg-type]
+async def cleanup(
+    name: str, meta: kopf.Meta, memo: OperatorState, gpushare_pools: PoolIndex, **_: Any
+) -> None:
     """Restore (or retain) the pool's nodes; the finalizer goes only when nothing is left.
 
     The handler keeps running passes (woken like the daemon) until the cleanup is done, rather
     than failing temporarily, so Kopf posts no Event per retry. If the operator stops meanwhile,
     the finalizer stays and the next operator resumes the cleanup.
     """
-    reconciler: Reconciler = memo.reconciler
+    reconciler = memo.reconciler
     wake = reconciler.wakeup(name)
     while True:
         wake.clear()
-        result = await _pass(name, memo, kwargs["gpushare_pools"])
+        result = await _pass(name, reconciler, gpushare_pools)
         if result.done:
             break
         log.info("Cleanup in progress", pool=name, summary=result.summary)
@@ -111,14 +118,14 @@ async def plugin_namespace_check(
     uid: str,
     body: kopf.Body,
     type: str | None,  # noqa: A002
-    memo: kopf.Memo,
+    memo: OperatorState,
     **_: Any,
 ) -> None:
     """A pool whose device plugin lives outside ``--plugin-namespaces`` gets one Warning Event.
 
     (Its restarts then fail with the same message in the pool's status; nothing is deleted.)
     """
-    reports: dict[str, str] = memo.plugin_namespace_reports
+    reports = memo.plugin_namespace_reports
     if type == "DELETED":
         reports.pop(uid, None)
         return
@@ -126,7 +133,7 @@ async def plugin_namespace_check(
     namespace = str(plugin.get("namespace") or c.DEFAULT_PLUGIN_NAMESPACE)
     problem = None
     if plugin.get("restart", "Rolling") != "Never":
-        problem = plugin_namespace_problem(namespace, memo.reconciler.cluster.plugin_namespaces)
+        problem = plugin_namespace_problem(namespace, memo.cluster.plugin_namespaces)
     if problem is None:
         reports.pop(uid, None)
         return
@@ -135,7 +142,7 @@ async def plugin_namespace_check(
     reports[uid] = namespace
     log.error("Device plugin namespace not allowed", pool=name, namespace=namespace, problem=problem)
     try:
-        await memo.reconciler.cluster.event(
+        await memo.cluster.event(
             pool_ref(name, uid),
             reason="DevicePluginNamespaceNotAllowed",
             message=f"GPUSharePool {name}: {problem}",

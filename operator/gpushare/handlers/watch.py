@@ -19,6 +19,7 @@ from typing import Any
 import kopf
 
 from gpushare import constants as c
+from gpushare.handlers.state import OperatorState
 from gpushare.policy import NodeView, PodView
 from gpushare.policy.views import pod_requests
 from gpushare.reconciler import pod_key
@@ -29,13 +30,13 @@ def _deleted(type: str | None, **_: Any) -> bool:  # noqa: A002
 
 
 @kopf.index("v1", "nodes")
-async def gpushare_nodes(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, NodeView]:
+async def gpushare_nodes(body: kopf.Body, memo: OperatorState, **_: Any) -> dict[str, NodeView]:
     memo.reconciler.observe_node(NodeView.project(body))
     return {}
 
 
 @kopf.on.event("v1", "nodes", when=_deleted)
-async def node_deleted(name: str, memo: kopf.Memo, **_: Any) -> None:
+async def node_deleted(name: str, memo: OperatorState, **_: Any) -> None:
     memo.reconciler.forget_node(name)
 
 
@@ -62,12 +63,12 @@ def _pod(body: kopf.Body) -> PodView:
 
 
 @kopf.index("v1", "pods", when=_relevant)
-async def gpushare_pods(body: kopf.Body, memo: kopf.Memo, **_: Any) -> dict[str, PodView]:
+async def gpushare_pods(body: kopf.Body, memo: OperatorState, **_: Any) -> dict[str, PodView]:
     """GPU pods (for the mode-switch guard and status) and default device plugin pods."""
     memo.reconciler.observe_pod(_pod(body))
     return {}
 
 
 @kopf.on.event("v1", "pods", when=_relevant_deleted)
-async def pod_deleted(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+async def pod_deleted(body: kopf.Body, memo: OperatorState, **_: Any) -> None:
     memo.reconciler.forget_pod(pod_key(_pod(body)))

@@ -1,0 +1,48 @@
+"""``OperatorState``: what the operator's handlers share, carried in Kopf's ``memo``.
+
+``gpushare run`` passes one ``OperatorState`` as ``kopf.operator(memo=...)``; Kopf hands every
+handler a shallow copy of it (one per watched object), so the handlers annotate ``memo`` with this
+class. ``started`` is set once by the startup handler (``lifecycle.configure``), before any watch
+begins, and the copies share it and the ``plugin_namespace_reports`` dict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kubernetes_asyncio.client import ApiClient
+
+from gpushare.handlers.options import RunOptions
+from gpushare.k8s.cluster import Cluster
+from gpushare.reconciler import Reconciler
+
+
+@dataclass(frozen=True)
+class Started:
+    """What the startup handler builds from the kubeconfig."""
+
+    api: ApiClient
+    cluster: Cluster
+    reconciler: Reconciler
+
+
+@dataclass
+class OperatorState:
+    options: RunOptions = field(default_factory=RunOptions)
+    #: None until the startup handler has run (and in a replica that never started).
+    started: Started | None = None
+    #: Pool UID -> the device-plugin namespace already reported as not allowed (one Event each).
+    plugin_namespace_reports: dict[str, str] = field(default_factory=dict)
+
+    def _started(self) -> Started:
+        if self.started is None:
+            raise RuntimeError("the operator's startup handler has not run: no API client yet")
+        return self.started
+
+    @property
+    def cluster(self) -> Cluster:
+        return self._started().cluster
+
+    @property
+    def reconciler(self) -> Reconciler:
+        return self._started().reconciler
