@@ -291,7 +291,7 @@ class Context:
         """node name -> the one pool that selects it (nodes selected by two or more pools are left out)."""
         out: dict[str, str] = {}
         for node in self.nodes:
-            owners = [p.name for p in self.pools if p.spec.node_selector.matches(dict(node.labels))]
+            owners = [p.name for p in self.pools if p.spec.node_selector.matches(node.labels)]
             if len(owners) == 1:
                 out[node.name] = owners[0]
         return out

@@ -28,7 +28,6 @@ from gpushare.admission.targeting import (
     node_constraints,
     pools_of_kind,
     resolve,
-    term_possible,
 )
 from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
 
@@ -737,9 +736,9 @@ def _check_overlap(em: _Emitter, pool: GPUSharePool, ctx: Context) -> None:
     others = [p for p in ctx.pools if p.name != pool.name]
     clashes: dict[str, list[str]] = {}
     for node in ctx.nodes:
-        if not pool.spec.node_selector.matches(dict(node.labels)):
+        if not pool.spec.node_selector.matches(node.labels):
             continue
-        owners = {p.name for p in others if p.spec.node_selector.matches(dict(node.labels))}
+        owners = {p.name for p in others if p.spec.node_selector.matches(node.labels)}
         labelled = node.labels.get(c.LABEL_POOL)
         if labelled and labelled != pool.name:
             owners.add(labelled)
@@ -757,4 +756,4 @@ def _check_overlap(em: _Emitter, pool: GPUSharePool, ctx: Context) -> None:
         )
 
 
-__all__ = ["evaluate", "evaluate_pool", "is_denied", "term_possible"]
+__all__ = ["evaluate", "evaluate_pool", "is_denied"]

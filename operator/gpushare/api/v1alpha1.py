@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from gpushare import constants as c
+from gpushare.api import selector as sel
 
 PERCENT_RE = re.compile(r"^([1-9][0-9]?|100)%$")
 
@@ -75,6 +77,10 @@ class LabelSelectorRequirement(_Model):
         return self
 
 
+#: Where a LabelSelector keeps its requirements (outside the fields: not dumped, not compared).
+_REQUIREMENTS = "_gpushare_requirements"
+
+
 class LabelSelector(_Model):
     """A standard Kubernetes label selector: an object must satisfy every matchLabels entry AND every
     matchExpressions term."""
@@ -94,37 +100,29 @@ class LabelSelector(_Model):
     def is_empty(self) -> bool:
         return not self.match_labels and not self.match_expressions
 
-    def matches(self, labels: dict[str, str] | None) -> bool:
+    def requirements(self) -> sel.Term:
+        """The selector as requirements (matchLabels, by key, first): see :mod:`gpushare.api.selectors`.
+
+        Kept on the object (planner and webhook match every node against every pool); the cache
+        holds the field values it was built from, so a ``model_copy(update=...)`` rebuilds it.
+        """
+        cached: tuple[object, object, sel.Term] | None = self.__dict__.get(_REQUIREMENTS)
+        if cached is not None and cached[0] is self.match_labels and cached[1] is self.match_expressions:
+            return cached[2]
+        reqs = (
+            *sel.equal(dict(sorted(self.match_labels.items()))),
+            *(sel.Requirement(r.key, r.operator, tuple(r.values)) for r in self.match_expressions),
+        )
+        self.__dict__[_REQUIREMENTS] = (self.match_labels, self.match_expressions, reqs)
+        return reqs
+
+    def matches(self, labels: Mapping[str, str] | None) -> bool:
         """True when ``labels`` satisfy every term. An empty selector matches everything."""
-        labels = labels or {}
-        for key, value in self.match_labels.items():
-            if labels.get(key) != value:
-                return False
-        for req in self.match_expressions:
-            present = req.key in labels
-            if req.operator == "In" and (not present or labels[req.key] not in req.values):
-                return False
-            if req.operator == "NotIn" and present and labels[req.key] in req.values:
-                return False
-            if req.operator == "Exists" and not present:
-                return False
-            if req.operator == "DoesNotExist" and present:
-                return False
-        return True
+        return sel.matches(self.requirements(), labels)
 
     def to_query(self) -> str:
         """The selector in the ``labelSelector=`` query syntax of the Kubernetes API."""
-        terms = [f"{k}={v}" for k, v in sorted(self.match_labels.items())]
-        for req in self.match_expressions:
-            if req.operator == "In":
-                terms.append(f"{req.key} in ({','.join(req.values)})")
-            elif req.operator == "NotIn":
-                terms.append(f"{req.key} notin ({','.join(req.values)})")
-            elif req.operator == "Exists":
-                terms.append(req.key)
-            else:
-                terms.append(f"!{req.key}")
-        return ",".join(terms)
+        return sel.render(self.requirements())
 
 
 def _default_plugin_selector() -> LabelSelector:

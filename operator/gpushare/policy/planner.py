@@ -476,7 +476,7 @@ def _plan_node(
 ) -> NodePlan:
     owned = Ownership.parse(node.annotations.get(c.ANNOTATION_OWNED))
     record = RestartRecord.parse(node.annotations.get(c.ANNOTATION_PLUGIN_RESTART))
-    matching = [p for p in active if p.spec.node_selector.matches(dict(node.labels))]
+    matching = [p for p in active if p.spec.node_selector.matches(node.labels)]
 
     if node.labels.get(c.LABEL_SKIP) == "true":
         shown = owned.pool if owned and owned.pool else (matching[0].name if len(matching) == 1 else None)
