@@ -22,7 +22,7 @@ from gpushare.admission.podspecs import (
     is_gpu_resource,
     pod_likes,
 )
-from gpushare.admission.quantity import Quantity, clip, parse_quantity, shown_value
+from gpushare.admission.quantity import Amount, clip, parse_amount, shown_value
 from gpushare.admission.targeting import (
     KIND_TEXT,
     node_constraints,
@@ -108,17 +108,17 @@ def _res_field(where: str, resource: str) -> str:
 @dataclass
 class _ContainerGPU:
     ref: ContainerRef
-    mem: Quantity | None
+    mem: Amount | None
     mem_where: str
-    core: Quantity | None
+    core: Amount | None
     core_where: str
 
 
-def _pick(container: ContainerRef, resource: str) -> tuple[Quantity | None, str]:
+def _pick(container: ContainerRef, resource: str) -> tuple[Amount | None, str]:
     if resource in container.limits:
-        return parse_quantity(container.limits[resource]), "limits"
+        return parse_amount(container.limits[resource]), "limits"
     if resource in container.requests:
-        return parse_quantity(container.requests[resource]), "requests"
+        return parse_amount(container.requests[resource]), "requests"
     return None, "limits"
 
 
@@ -236,7 +236,7 @@ def _check_container(em: _Emitter, ref: ContainerRef, unit: str) -> _ContainerGP
     for resource in (c.RES_GPU_MEM, c.RES_GPU_CORE):
         if resource not in ref.requests:
             continue
-        req = parse_quantity(ref.requests[resource])
+        req = parse_amount(ref.requests[resource])
         field = f"{ref.path}.{_res_field('requests', resource)}"
         if resource not in ref.limits:
             em.add(
@@ -248,7 +248,7 @@ def _check_container(em: _Emitter, ref: ContainerRef, unit: str) -> _ContainerGP
                 fix=f'set resources.limits["{resource}"] to the same value',
             )
             continue
-        lim = parse_quantity(ref.limits[resource])
+        lim = parse_amount(ref.limits[resource])
         same = (
             (req.value == lim.value)
             if (req.value is not None and lim.value is not None)
@@ -409,7 +409,7 @@ def _gpu_count(em: _Emitter, pod: PodLike) -> _Split:
     if c.RES_GPU_COUNT not in pod.labels:
         return _Split(1, field, None)
     raw = pod.labels[c.RES_GPU_COUNT]
-    q = parse_quantity(raw)
+    q = parse_amount(raw)
     if q.value is None or q.value < 1:
         em.add(
             "GS013-gpu-count-split",
