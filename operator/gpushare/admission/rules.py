@@ -7,6 +7,7 @@ Pure: plain dicts in, plain findings out; no Kopf, no Kubernetes client. The web
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -29,7 +30,8 @@ from gpushare.admission.targeting import (
     pools_of_kind,
     resolve,
 )
-from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
+from gpushare.api.rules import EMPTY_SELECTOR, MANAGED_SELECTOR, SPEC_RULES, SpecRule
+from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, Problem, parse_pool
 
 AdmissionMode = Literal["Enforce", "Warn", "Off"]
 _MODE_ORDER: dict[str, int] = {"Off": 0, "Warn": 1, "Enforce": 2}
@@ -679,54 +681,47 @@ def _unit_hint(units: dict[str, str], best: int) -> str:
 
 # --- pools ----------------------------------------------------------------------------------------
 
-_GP002_TEXT = "computeAllocation: true requires memoryIsolation: true"
-_GP003_TEXT = "nodeSelector must not be empty"
+#: The pool's own rules (gpushare.api.rules) that have an admission rule of their own; every
+#: other problem parse_pool reports is a GP001-pool-schema finding.
+_POOL_RULES = {r.id: r for r in SPEC_RULES if r.id != "GP001-pool-schema"}
+
+
+def _pool_rule(problem: Problem) -> SpecRule | None:
+    """The pool rule with a finding of its own that ``problem`` breaks (a missing nodeSelector is
+    an empty one), or None for a GP001-pool-schema problem."""
+    if problem.rule == "missing" and problem.field == f"spec.{EMPTY_SELECTOR.field}":
+        return EMPTY_SELECTOR
+    return _POOL_RULES.get(problem.rule)
 
 
 def evaluate_pool(obj: Mapping[str, Any], ctx: Context = EMPTY_CONTEXT) -> list[Finding]:
     """Findings for a GPUSharePool: schema problems, compute without isolation, empty selector, overlap."""
     em = _Emitter(object_name(obj))
-    raw_spec = obj.get("spec")
-    spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
-    if spec.get("computeAllocation") is True and spec.get("memoryIsolation") is False:
-        em.add(
-            "GP002-pool-compute-without-isolation",
-            container=None,
-            field="spec.computeAllocation",
-            value="true",
-            problem="requires spec.memoryIsolation: true (compute isolation needs cGPU memory isolation)",
-            fix="set memoryIsolation: true, or computeAllocation: false",
-        )
-    selector = spec.get("nodeSelector")
-    if selector is None or (
-        isinstance(selector, Mapping)
-        and not selector.get("matchLabels")
-        and not selector.get("matchExpressions")
-    ):
-        em.add(
-            "GP003-pool-empty-selector",
-            container=None,
-            field="spec.nodeSelector",
-            value="{}" if selector is not None else None,
-            problem="is empty or missing: an empty selector would take over every node",
-            fix="select the pool's nodes, e.g. matchLabels {alibabacloud.com/nodepool-id: <id>}",
-        )
     try:
         pool = parse_pool(dict(obj))
     except PoolValidationError as exc:
-        for problem in exc.problems:
-            missing_selector = selector is None and problem.startswith("spec.nodeSelector:")
-            if _GP002_TEXT in problem or _GP003_TEXT in problem or missing_selector:
-                continue
-            loc, _, text = problem.partition(": ")
+        own = [(rule, p) for p in exc.errors if (rule := _pool_rule(p)) is not None]
+        for rule, problem in sorted(own, key=lambda found: SPEC_RULES.index(found[0])):
             em.add(
-                "GP001-pool-schema",
+                rule.id,
                 container=None,
-                field=loc,
-                value=None,
-                problem=f"is invalid: {text}",
-                fix="correct the field (see `kubectl explain gpusharepool.spec`)",
+                field=f"spec.{rule.field}",
+                value=None
+                if problem.value is None
+                else clip(json.dumps(problem.value, sort_keys=True, default=str)),
+                problem=f"is invalid: {rule.message}",
+                fix=rule.fix,
             )
+        for problem in exc.errors:
+            if _pool_rule(problem) is None:
+                em.add(
+                    "GP001-pool-schema",
+                    container=None,
+                    field=problem.field,
+                    value=None,
+                    problem=f"is invalid: {problem.message}",
+                    fix=MANAGED_SELECTOR.fix,
+                )
         return em.out
     _check_overlap(em, pool, ctx)
     return em.out

@@ -9,12 +9,23 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
+from pydantic_core import ErrorDetails
 
 from gpushare import constants as c
+from gpushare.api import rules
 from gpushare.api import selector as sel
 
 PERCENT_RE = re.compile(r"^([1-9][0-9]?|100)%$")
@@ -237,37 +248,19 @@ class Admission(_Model):
 
 
 _OBJ_DEFAULT: dict[str, Any] = {"default": {}}
-#: The managed label keys as a CEL list literal, for the CRD's selector rule.
-_MANAGED_CEL = "[" + ", ".join(f"'{key}'" for key in c.MANAGED_LABELS) + "]"
 
 
 class GPUSharePoolSpec(_Model):
     """Which nodes form the pool and how their GPUs are shared (memory isolation, compute allocation,
     placement), plus how changes roll out."""
 
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": rules.validations("spec")})
     node_selector: LabelSelector = Field(
         description="Required, non-empty: the nodes of this pool, e.g. matchLabels "
         "alibabacloud.com/nodepool-id: np-gpu. It must not use a label gpushare writes "
         f"({', '.join(c.MANAGED_LABELS)}). A node selected by two pools is a Conflict and neither pool "
         f"changes it; a node labelled {c.LABEL_SKIP}=true is left alone.",
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": "(has(self.matchLabels) && size(self.matchLabels) > 0) || "
-                    "(has(self.matchExpressions) && size(self.matchExpressions) > 0)",
-                    "message": "nodeSelector must not be empty: an empty selector would take over every node",
-                },
-                {
-                    "rule": "(!has(self.matchLabels) || "
-                    f"!self.matchLabels.exists(k, k in {_MANAGED_CEL})) && "
-                    "(!has(self.matchExpressions) || "
-                    f"self.matchExpressions.all(e, !(e.key in {_MANAGED_CEL})))",
-                    "message": f"nodeSelector must not use labels gpushare writes itself "
-                    f"({', '.join(c.MANAGED_LABELS)}): select nodes by a label gpushare does not manage, "
-                    "such as alibabacloud.com/nodepool-id",
-                },
-            ]
-        },
+        json_schema_extra={"x-kubernetes-validations": rules.validations("nodeSelector")},
     )
     memory_isolation: bool = Field(
         default=True,
@@ -312,26 +305,21 @@ class GPUSharePoolSpec(_Model):
         f"{c.LABEL_POOL} and the annotation are removed.",
     )
 
-    @model_validator(mode="after")
-    def _check(self) -> GPUSharePoolSpec:
-        if self.node_selector.is_empty():
-            raise ValueError("nodeSelector must not be empty: an empty selector would take over every node")
-        sel = self.node_selector
-        managed = sorted(
-            ({*sel.match_labels} | {req.key for req in sel.match_expressions}) & set(c.MANAGED_LABELS)
-        )
-        if managed:
-            raise ValueError(
-                f"nodeSelector must not use labels gpushare writes itself ({', '.join(managed)}): "
-                "applying the pool would change which nodes it selects; select nodes by a label "
-                "gpushare does not manage, such as alibabacloud.com/nodepool-id"
-            )
-        if self.compute_allocation and not self.memory_isolation:
-            raise ValueError(
-                "computeAllocation: true requires memoryIsolation: true "
-                "(compute isolation, ack.node.gpu.schedule=core_mem, only exists with cGPU memory isolation)"
-            )
-        return self
+    # The rules of gpushare.api.rules, as validators (field validators, so that they are reported
+    # together with the other fields' errors).
+    @field_validator("node_selector")
+    @classmethod
+    def _selector_rules(cls, selector: LabelSelector) -> LabelSelector:
+        rules.EMPTY_SELECTOR.check(selector.requirements())
+        rules.MANAGED_SELECTOR.check(selector.requirements())
+        return selector
+
+    @field_validator("compute_allocation")
+    @classmethod
+    def _compute_rules(cls, compute_allocation: bool, info: ValidationInfo) -> bool:
+        # memory_isolation is validated before compute_allocation (field order); absent when invalid.
+        rules.COMPUTE_WITHOUT_ISOLATION.check(compute_allocation, info.data.get("memory_isolation", True))
+        return compute_allocation
 
     @property
     def mode(self) -> PoolMode:
@@ -473,28 +461,57 @@ class GPUSharePool(BaseModel):
         return self.metadata.name
 
 
+@dataclass(frozen=True)
+class Problem:
+    """One reason a GPUSharePool is invalid: where, what, and which rule (a pydantic error type:
+    a :mod:`gpushare.api.rules` id for the pool's own rules)."""
+
+    field: str
+    message: str
+    rule: str
+    #: The offending value as the user wrote it (None when absent).
+    value: object = None
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
 class PoolValidationError(ValueError):
     """A GPUSharePool that breaks the API's rules; ``str()`` names object, field, value and rule."""
 
-    def __init__(self, name: str, problems: list[str]) -> None:
+    def __init__(self, name: str, errors: list[Problem]) -> None:
         self.name = name
-        self.problems = problems
-        super().__init__(f"GPUSharePool/{name}: " + "; ".join(problems))
+        self.errors = errors
+        self.problems = [str(e) for e in errors]
+        super().__init__(f"GPUSharePool/{name}: " + "; ".join(self.problems))
 
 
 def _loc(loc: tuple[int | str, ...]) -> str:
     out = ""
     for part in loc:
+        if _is_plumbing(part):
+            continue
         if isinstance(part, int):
             out += f"[{part}]"
         else:
             out += ("." if out else "") + part
-    return out
+    return out or "object"
 
 
 def _is_plumbing(part: int | str) -> bool:
     """pydantic adds union members and validator names to error locations; users never wrote them."""
     return isinstance(part, str) and ("[" in part or part in ("int", "str"))
+
+
+_OWN_RULES = frozenset(rule.id for rule in rules.SPEC_RULES)
+
+
+def _problem(err: ErrorDetails) -> Problem:
+    value = None if err["type"] == "missing" else err.get("input")  # a missing field's input is its parent
+    message = err["msg"].removeprefix("Value error, ")
+    if err["type"] not in _OWN_RULES and not (isinstance(value, dict | list) or value is None):
+        message += f" (got {value!r})"  # the pool rules' messages name the value themselves
+    return Problem(_loc(err["loc"]), message, err["type"], value)
 
 
 def parse_pool(obj: dict[str, Any]) -> GPUSharePool:
@@ -504,14 +521,4 @@ def parse_pool(obj: dict[str, Any]) -> GPUSharePool:
     try:
         return GPUSharePool.model_validate(obj)
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            # Drop pydantic's union/validator plumbing from the location.
-            loc = tuple(
-                p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p in ("int", "str")))
-            )
-            msg = err["msg"].removeprefix("Value error, ")
-            value = err.get("input")
-            shown = "" if isinstance(value, dict | list) or value is None else f" (got {value!r})"
-            problems.append(f"{_loc(loc) or 'object'}: {msg}{shown}")
-        raise PoolValidationError(name, problems) from None
+        raise PoolValidationError(name, [_problem(err) for err in exc.errors()]) from None

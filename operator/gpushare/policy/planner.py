@@ -27,6 +27,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from gpushare import constants as c
+from gpushare.api.rules import MANAGED_SELECTOR
 from gpushare.api.v1alpha1 import GPUSharePool, GPUSharePoolSpec, Rollout
 from gpushare.policy.views import NodeView, PodView, pods_by_node
 
@@ -187,25 +188,16 @@ def restore_labels(prior: Mapping[str, str | None]) -> dict[str, str | None]:
     return out
 
 
-def selector_keys(spec: GPUSharePoolSpec) -> set[str]:
-    sel = spec.node_selector
-    return set(sel.match_labels) | {req.key for req in sel.match_expressions}
-
-
 def selector_problem(spec: GPUSharePoolSpec) -> str | None:
     """Why a pool's nodeSelector cannot be planned, or None.
 
     A selector on a label gpushare writes would change membership by applying the pool (a node
-    selected by ``cgpu DoesNotExist`` would leave the pool as soon as it is labelled), so such
-    selectors are rejected at parse time and, as a guard, ignored here.
+    selected by ``cgpu DoesNotExist`` would leave the pool as soon as it is labelled). parse_pool
+    rejects such selectors (:data:`gpushare.api.rules.MANAGED_SELECTOR`); a pool built without it
+    (stored before the rule existed, or constructed in code) is ignored here by the same rule.
     """
-    used = sorted(selector_keys(spec) & set(c.MANAGED_LABELS))
-    if used:
-        return (
-            f"spec.nodeSelector uses {', '.join(used)}, which gpushare writes itself; "
-            "select nodes by labels gpushare does not manage (e.g. alibabacloud.com/nodepool-id)"
-        )
-    return None
+    problem = MANAGED_SELECTOR.problem(spec.node_selector.requirements())
+    return None if problem is None else f"spec.{MANAGED_SELECTOR.field}: {problem}"
 
 
 def _diff(current: Mapping[str, str], target: Mapping[str, str | None]) -> dict[str, str | None]:
