@@ -57,6 +57,11 @@ class WorkloadKind:
     origin: str = "builtin"
 
     @property
+    def version(self) -> str:
+        """The preferred version (the first listed)."""
+        return self.versions[0]
+
+    @property
     def api_versions(self) -> tuple[str, ...]:
         return tuple(f"{self.group}/{v}" if self.group else v for v in self.versions)
 
@@ -276,39 +281,10 @@ class KindTable:
 DEFAULT_TABLE = KindTable(BUILTIN_KINDS)
 
 
-@dataclass(frozen=True)
-class KindTarget:
-    """Per kind, what a webhook registration or a ValidatingAdmissionPolicy needs."""
-
-    kind: str
-    group: str
-    version: str
-    versions: tuple[str, ...]
-    plural: str
-    namespaced: bool
-    handler_id: str
-    operations: tuple[str, ...]
-    pod_spec_paths: tuple[str, ...]
-    container_paths: tuple[str, ...]
-
-
-def kind_targets(table: KindTable = DEFAULT_TABLE) -> tuple[KindTarget, ...]:
-    """Per registered kind: group/version(s)/plural/kind/scope and the pod-spec and container paths."""
-    return tuple(
-        KindTarget(
-            kind=k.kind,
-            group=k.group,
-            version=k.versions[0],
-            versions=k.versions,
-            plural=k.plural,
-            namespaced=k.namespaced,
-            handler_id=k.handler_id,
-            operations=k.operations,
-            pod_spec_paths=k.pod_spec_paths,
-            container_paths=k.container_paths,
-        )
-        for k in table.webhook_kinds()
-    )
+def kind_targets(table: KindTable = DEFAULT_TABLE) -> tuple[WorkloadKind, ...]:
+    """The kinds a webhook registration or a ValidatingAdmissionPolicy covers: each WorkloadKind
+    gives group, version(s), plural, kind, scope, operations and the pod-spec and container paths."""
+    return table.webhook_kinds()
 
 
 # --- paths ----------------------------------------------------------------------------------------

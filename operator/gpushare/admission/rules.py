@@ -615,21 +615,29 @@ def _check_memory_fits(
     verdict, note = _pool_verdict("GS005-mem-exceeds-gpu", ctx, pools, False)
     if verdict is None:
         return
+
+    def pod_total(problem: str, fix: str) -> None:
+        """The finding on the pod's total (no single container is too large)."""
+        em.add(
+            "GS005-mem-exceeds-gpu",
+            container=None,
+            field=f'{path}.containers[*].resources.limits["{c.RES_GPU_MEM}"]',
+            value=str(total),
+            problem=problem,
+            fix=fix,
+            verdict=verdict,
+            note=note,
+        )
+
     if split.count > 1:
         if total % split.count:
             return  # GS013 already says the split is uneven
         per_card = total // split.count
         if per_card > best:
-            em.add(
-                "GS005-mem-exceeds-gpu",
-                container=None,
-                field=f'{path}.containers[*].resources.limits["{c.RES_GPU_MEM}"]',
-                value=str(total),
-                problem=f"over {split.count} GPUs ({c.RES_GPU_COUNT}={split.shown}) is {per_card} {unit} per"
+            pod_total(
+                f"over {split.count} GPUs ({c.RES_GPU_COUNT}={split.shown}) is {per_card} {unit} per"
                 f" GPU, more than one GPU of {target} ({shown})",
-                fix=f"ask for at most {best * split.count} in total, or spread over more GPUs",
-                verdict=verdict,
-                note=note,
+                f"ask for at most {best * split.count} in total, or spread over more GPUs",
             )
         return
     hint = _unit_hint(units, best)
@@ -652,17 +660,10 @@ def _check_memory_fits(
     if any_container:
         return
     if total > best:
-        em.add(
-            "GS005-mem-exceeds-gpu",
-            container=None,
-            field=f'{path}.containers[*].resources.limits["{c.RES_GPU_MEM}"]',
-            value=str(total),
-            problem=f"(the pod's total) is larger than one GPU of {target} ({shown}); a pod's"
+        pod_total(
+            f"(the pod's total) is larger than one GPU of {target} ({shown}); a pod's"
             f" GPU memory comes from a single GPU unless it is labelled {c.RES_GPU_COUNT}",
-            fix=f"ask for at most {best} in total, or target a pool with larger GPUs"
-            f"{_multi_hint(total, best)}",
-            verdict=verdict,
-            note=note,
+            f"ask for at most {best} in total, or target a pool with larger GPUs{_multi_hint(total, best)}",
         )
 
 

@@ -29,6 +29,7 @@ from typing import Any, Literal
 from gpushare import constants as c
 from gpushare.api.rules import MANAGED_SELECTOR
 from gpushare.api.v1alpha1 import GPUSharePool, GPUSharePoolSpec, Rollout
+from gpushare.policy import conditions as cond
 from gpushare.policy.views import NodeView, PodView, pods_by_node
 
 #: Labels the device plugin reads only when it starts: changing any of them needs a plugin restart.
@@ -41,9 +42,6 @@ PLUGIN_LABELS: tuple[str, ...] = (
 
 ModeSwitchPolicy = Literal["Wait", "Cordon", "Evict", "Force"]
 RestartState = Literal["Pending", "Done", "Failed", "Skipped"]
-
-Patch = Mapping[str, "str | None"]
-
 
 _OWED = ("Pending", "Failed")
 
@@ -354,7 +352,7 @@ def _change(
                 hold=hold,
                 annotation_patch=cordon_ann,
                 unschedulable_patch=True if cordon else None,
-                reason="ModeSwitchBlocked",
+                reason=cond.NODE_MODE_SWITCH_BLOCKED,
                 message=(
                     f"{c.LABEL_SCHEDULE} {old_mode} -> {new_mode} is blocked by "
                     f"{len(blocking)} pod(s) using {c.RES_GPU_MEM} (modeSwitch {hold}: {verb} {names})"
@@ -482,7 +480,7 @@ def _plan_node(
             owned.pool,
             owned,
             record,
-            "PoolInvalid",
+            cond.NODE_POOL_INVALID,
             f"left as is while GPUSharePool/{owned.pool} is invalid: {invalid[owned.pool]}",
         )
     if len(matching) >= 2:
@@ -510,7 +508,7 @@ def _plan_node(
         elif owned is None:
             reason, message = "Adopted", f"joins pool {pool.name}"
         else:
-            reason, message = "LabelsChanged", f"labels differ from what pool {pool.name} wants"
+            reason, message = cond.NODE_LABELS_CHANGED, f"labels differ from what pool {pool.name} wants"
         plan = _change(
             node,
             Action.APPLY,
