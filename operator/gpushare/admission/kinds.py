@@ -19,7 +19,7 @@ Administrators add kinds without code: a YAML file (``gpushare check --kinds FIL
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -418,6 +418,14 @@ def _str_list(value: Any, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _known_fields(raw: Mapping[str, Any], known: Set[str], where: str) -> None:
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise KindsError(
+            f"{where}: unknown field(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})"
+        )
+
+
 def _source(raw: Any, where: str) -> PodSource:
     if isinstance(raw, str):
         try:
@@ -427,11 +435,7 @@ def _source(raw: Any, where: str) -> PodSource:
         return PodSource(raw)
     if not isinstance(raw, Mapping):
         raise KindsError(f"{where}: must be a path string or an object with 'path'")
-    unknown = sorted(set(raw) - _SOURCE_KEYS)
-    if unknown:
-        raise KindsError(
-            f"{where}: unknown field(s) {', '.join(unknown)} (known: {', '.join(sorted(_SOURCE_KEYS))})"
-        )
+    _known_fields(raw, _SOURCE_KEYS, where)
     path = raw.get("path")
     if not isinstance(path, str):
         raise KindsError(f"{where}.path: is required (a string)")
@@ -457,11 +461,7 @@ def parse_kind(raw: Any, where: str, origin: str = "config") -> WorkloadKind:
     """One configured kind (the YAML entry format documented in README.md)."""
     if not isinstance(raw, Mapping):
         raise KindsError(f"{where}: must be an object")
-    unknown = sorted(set(raw) - _ENTRY_KEYS)
-    if unknown:
-        raise KindsError(
-            f"{where}: unknown field(s) {', '.join(unknown)} (known: {', '.join(sorted(_ENTRY_KEYS))})"
-        )
+    _known_fields(raw, _ENTRY_KEYS, where)
     kind, group, plural = raw.get("kind"), raw.get("group"), raw.get("plural")
     for name, value in (("kind", kind), ("plural", plural)):
         if not isinstance(value, str) or not value:
