@@ -13,6 +13,7 @@ from gpushare.api.rules import (
     EMPTY_SELECTOR,
     MANAGED_SELECTOR,
     SPEC_RULES,
+    VALUES_FIT_OPERATOR,
     SpecRule,
 )
 from gpushare.api.v1alpha1 import PoolValidationError, parse_pool
@@ -29,13 +30,25 @@ def _pool(**spec: Any) -> dict[str, Any]:
 
 
 NP = {"matchLabels": {"alibabacloud.com/nodepool-id": "np"}}
-BROKEN = {
-    COMPUTE_WITHOUT_ISOLATION.id: _pool(nodeSelector=NP, computeAllocation=True, memoryIsolation=False),
-    EMPTY_SELECTOR.id: _pool(nodeSelector={"matchExpressions": []}),
-    MANAGED_SELECTOR.id: _pool(
-        nodeSelector={"matchExpressions": [{"key": "gpushare.io/pool", "operator": "DoesNotExist"}]}
+#: For each rule: a pool that breaks it, and the field the problem is reported on.
+BROKEN: list[tuple[SpecRule, dict[str, Any], str]] = [
+    (
+        COMPUTE_WITHOUT_ISOLATION,
+        _pool(nodeSelector=NP, computeAllocation=True, memoryIsolation=False),
+        "spec.computeAllocation",
     ),
-}
+    (EMPTY_SELECTOR, _pool(nodeSelector={"matchExpressions": []}), "spec.nodeSelector"),
+    (
+        MANAGED_SELECTOR,
+        _pool(nodeSelector={"matchExpressions": [{"key": "gpushare.io/pool", "operator": "DoesNotExist"}]}),
+        "spec.nodeSelector",
+    ),
+    (
+        VALUES_FIT_OPERATOR,
+        _pool(nodeSelector={"matchExpressions": [{"key": "k", "operator": "Exists", "values": ["v"]}]}),
+        "spec.nodeSelector.matchExpressions[0]",
+    ),
+]
 
 
 def _schema_node(on: str) -> dict[str, Any]:
@@ -47,28 +60,40 @@ def _schema_node(on: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize("rule", SPEC_RULES, ids=lambda r: r.id)
 def test_every_rule_is_in_the_crd_where_it_says(rule: SpecRule) -> None:
-    assert rule.validation() in _schema_node(rule.cel_on)["x-kubernetes-validations"]
+    if rule.cel_on == "LabelSelectorRequirement":  # every selector's terms
+        terms = _schema_node("nodeSelector")["properties"]["matchExpressions"]["items"]
+        pod_terms = _schema_node("devicePlugin")["properties"]["podSelector"]["properties"][
+            "matchExpressions"
+        ]
+        assert rule.validation() in pod_terms["items"]["x-kubernetes-validations"]
+    else:
+        terms = _schema_node(rule.cel_on)
+    assert rule.validation() in terms["x-kubernetes-validations"]
 
 
-@pytest.mark.parametrize("rule", SPEC_RULES, ids=lambda r: r.id)
-def test_the_validator_reports_the_rule_by_id(rule: SpecRule) -> None:
+def test_every_rule_has_a_broken_example() -> None:
+    assert [rule for rule, _, _ in BROKEN] == list(SPEC_RULES)
+
+
+@pytest.mark.parametrize(("rule", "obj", "field"), BROKEN, ids=[r.cel for r, _, _ in BROKEN])
+def test_the_validator_reports_the_rule_by_id(rule: SpecRule, obj: dict[str, Any], field: str) -> None:
     with pytest.raises(PoolValidationError) as info:
-        parse_pool(BROKEN[rule.id])
+        parse_pool(obj)
     (problem,) = info.value.errors
-    assert (problem.rule, problem.field) == (rule.id, f"spec.{rule.field}")
+    assert (problem.rule, problem.field) == (rule.id, field)
     assert problem.message.split(" (")[0] in str(rule.validation()["message"])
 
 
-@pytest.mark.parametrize("rule", SPEC_RULES, ids=lambda r: r.id)
-def test_the_webhook_reports_the_rule(rule: SpecRule) -> None:
-    (finding,) = evaluate(BROKEN[rule.id])
-    assert finding.rule_id == rule.id and finding.field == f"spec.{rule.field}"
+@pytest.mark.parametrize(("rule", "obj", "field"), BROKEN, ids=[r.cel for r, _, _ in BROKEN])
+def test_the_webhook_reports_the_rule(rule: SpecRule, obj: dict[str, Any], field: str) -> None:
+    (finding,) = evaluate(obj)
+    assert (finding.rule_id, finding.field) == (rule.id, field)
     assert f"(rule {rule.id})" in finding.message
 
 
 def test_managed_selector_message_names_the_labels_used() -> None:
     with pytest.raises(PoolValidationError, match=r"gpushare writes itself \(gpushare.io/pool\)"):
-        parse_pool(BROKEN[MANAGED_SELECTOR.id])
+        parse_pool(BROKEN[2][1])
 
 
 def test_planner_applies_the_same_rule_to_pools_built_without_it() -> None:

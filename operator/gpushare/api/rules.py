@@ -35,9 +35,10 @@ class SpecRule:
     predicate fills; ``cel_values`` fills them for the CRD, whose messages are fixed text."""
 
     id: str
-    #: The spec field (wire name) the problem is reported on.
+    #: The field (wire name, under spec) the problem is reported on.
     field: str
-    #: The CRD schema node the CEL rule sits on: the field itself, or ``spec`` (several fields).
+    #: The CRD schema node the CEL rule sits on: a spec field, ``spec`` (several fields), or a
+    #: model's name (every place that model is used).
     cel_on: str
     cel: str
     message: str
@@ -72,6 +73,12 @@ def _managed(selector: Sequence[Requirement]) -> Broken:
 
 def _compute_without_isolation(compute_allocation: bool, memory_isolation: bool) -> Broken:
     return {} if compute_allocation and not memory_isolation else None
+
+
+def _values_fit_operator(operator: str, values: Sequence[str]) -> Broken:
+    if (operator in ("In", "NotIn")) == bool(values):
+        return None
+    return {"got": f" (operator {operator} with {len(values)} value(s))"}
 
 
 #: The managed label keys as a CEL list literal.
@@ -113,9 +120,26 @@ COMPUTE_WITHOUT_ISOLATION = SpecRule(
     predicate=_compute_without_isolation,
 )
 
-SPEC_RULES: tuple[SpecRule, ...] = (COMPUTE_WITHOUT_ISOLATION, EMPTY_SELECTOR, MANAGED_SELECTOR)
+VALUES_FIT_OPERATOR = SpecRule(
+    id="GP001-pool-schema",
+    field="matchExpressions[*]",
+    cel_on="LabelSelectorRequirement",
+    cel="self.operator in ['In', 'NotIn'] ? (has(self.values) && size(self.values) > 0)"
+    " : (!has(self.values) || size(self.values) == 0)",
+    message="In and NotIn need at least one value; Exists and DoesNotExist take none{got}",
+    fix="correct the field (see `kubectl explain gpusharepool.spec`)",
+    predicate=_values_fit_operator,
+    cel_values={"got": ""},
+)
+
+SPEC_RULES: tuple[SpecRule, ...] = (
+    COMPUTE_WITHOUT_ISOLATION,
+    EMPTY_SELECTOR,
+    MANAGED_SELECTOR,
+    VALUES_FIT_OPERATOR,
+)
 
 
 def validations(on: str) -> list[JsonValue]:
-    """The CEL rules placed on one schema node (``spec`` or a spec field's wire name)."""
+    """The CEL rules placed on one schema node (see :attr:`SpecRule.cel_on`)."""
     return [rule.validation() for rule in SPEC_RULES if rule.cel_on == on]

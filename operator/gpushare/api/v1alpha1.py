@@ -55,15 +55,7 @@ class LabelSelectorRequirement(_Model):
     """One term of a label selector: a label key, an operator and (for In/NotIn) a list of values."""
 
     model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": "self.operator in ['In', 'NotIn'] ? (has(self.values) && size(self.values) > 0)"
-                    " : (!has(self.values) || size(self.values) == 0)",
-                    "message": "In and NotIn need at least one value; Exists and DoesNotExist take none",
-                }
-            ]
-        }
+        json_schema_extra={"x-kubernetes-validations": rules.validations("LabelSelectorRequirement")}
     )
     key: str = Field(
         min_length=1,
@@ -81,10 +73,7 @@ class LabelSelectorRequirement(_Model):
 
     @model_validator(mode="after")
     def _values_match_operator(self) -> LabelSelectorRequirement:
-        if self.operator in ("In", "NotIn") and not self.values:
-            raise ValueError(f"operator {self.operator} needs at least one value")
-        if self.operator in ("Exists", "DoesNotExist") and self.values:
-            raise ValueError(f"operator {self.operator} takes no values")
+        rules.VALUES_FIT_OPERATOR.check(self.operator, self.values)
         return self
 
 
@@ -199,7 +188,7 @@ class Rollout(_Model):
             "x-kubernetes-int-or-string": True,
             "x-kubernetes-validations": [
                 {
-                    "rule": "type(self) == int ? self >= 1 : self.matches('^([1-9][0-9]?|100)%$')",
+                    "rule": f"type(self) == int ? self >= 1 : self.matches('{PERCENT_RE.pattern}')",
                     "message": "maxUnavailable must be an integer >= 1 or a percentage from 1% to 100%",
                 }
             ],
