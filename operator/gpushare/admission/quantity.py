@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpushare.api.quantity import quantity_or_none
+from gpushare.api.quantity import plain_int, quantity_or_none
 
 #: Longest value shown in a message; longer ones are cut (a manifest value can be megabytes long).
 MAX_SHOWN = 40
@@ -63,6 +63,9 @@ def parse_amount(raw: object) -> Amount:
         return Amount(raw, error="is not a number")
     if not isinstance(raw, int | str):
         return Amount(raw, error=f"is a {type(raw).__name__}, not a number")
+    plain = plain_int(raw)
+    if plain is not None and plain >= 0:
+        return Amount(raw, value=plain)
     q = quantity_or_none(raw)
     if q is None:
         return Amount(raw, error="is negative" if str(raw).strip().startswith("-") else "is not a number")

@@ -113,9 +113,32 @@ def quantity_or_none(raw: object) -> Quantity | None:
         return None
 
 
+def plain_int(raw: object) -> int | None:
+    """The common case without the full parse: an int, or a string of up to 18 digits."""
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return raw if -MAX_AMOUNT <= raw <= MAX_AMOUNT else None
+    if isinstance(raw, str):
+        text = raw.strip()
+        if len(text) <= 18 and text.isascii() and text.isdigit():
+            return int(text)
+    return None
+
+
+def amount_int(raw: object) -> int | None:
+    """The amount of a quantity (see :func:`quantity_or_none`) without its fraction, or None."""
+    plain = plain_int(raw)
+    if plain is not None:
+        return plain
+    q = quantity_or_none(raw)
+    return None if q is None else int(q)
+
+
 def integer_or_none(raw: object) -> int | None:
     """An integer written as one (an int, or digits with an optional sign; surrounding whitespace
     ignored), else None: no fraction, unit suffix or exponent."""
+    plain = plain_int(raw)
+    if plain is not None:
+        return plain
     q = quantity_or_none(raw)
     if q is None or q.suffix or "." in q.text:
         return None

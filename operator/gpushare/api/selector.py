@@ -94,7 +94,10 @@ def equal(labels: Mapping[str, str]) -> list[Requirement]:
 def matches(term: Iterable[Requirement], labels: Mapping[str, str] | None) -> bool:
     """Do these exact labels satisfy every requirement? An empty term matches everything."""
     labels = labels or {}
-    return all(req.accepts(labels.get(req.key)) for req in term)
+    for req in term:  # noqa: SIM110 - a loop, not all(<generator>): the planner asks nodes x pools times
+        if not req.accepts(labels.get(req.key)):
+            return False
+    return True
 
 
 def render(term: Iterable[Requirement]) -> str:

@@ -9,21 +9,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpushare import constants as c
-from gpushare.api.quantity import quantity_or_none
+from gpushare.api.quantity import amount_int
 
 
 def quantity_int(value: Any) -> int:
     """A Kubernetes quantity as a whole number (``"4"``, ``4``, ``"2k"``, ``"1e3"``), fraction dropped.
 
     Lenient on purpose, for odd live data: a value that is not a quantity (see
-    :func:`gpushare.api.quantity.quantity_or_none`) counts as 0, and a float (YAML written by hand)
+    :func:`gpushare.api.quantity.amount_int`) counts as 0, and a float (YAML written by hand)
     as its whole part, rather than failing the whole plan; the admission rules reject such requests
     up front.
     """
     if isinstance(value, float):
         return int(value) if math.isfinite(value) else 0
-    q = quantity_or_none(value)
-    return int(q) if q is not None else 0
+    return amount_int(value) or 0
 
 
 def _container_requests(container: Mapping[str, Any]) -> dict[str, int]:
