@@ -101,7 +101,7 @@ class LabelSelector(_Model):
         return not self.match_labels and not self.match_expressions
 
     def requirements(self) -> sel.Term:
-        """The selector as requirements (matchLabels, by key, first): see :mod:`gpushare.api.selectors`.
+        """The selector as requirements (matchLabels, by key, first): see :mod:`gpushare.api.selector`.
 
         Kept on the object (planner and webhook match every node against every pool); the cache
         holds the field values it was built from, so a ``model_copy(update=...)`` rebuilds it.
