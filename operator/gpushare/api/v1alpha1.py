@@ -97,9 +97,6 @@ class LabelSelector(_Model):
         description=f"Label terms (key, operator, values) that must all hold (at most {MAX_SELECTOR_TERMS}).",
     )
 
-    def is_empty(self) -> bool:
-        return not self.match_labels and not self.match_expressions
-
     def requirements(self) -> sel.Term:
         """The selector as requirements (matchLabels, by key, first): see :mod:`gpushare.api.selector`.
 
