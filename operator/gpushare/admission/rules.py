@@ -30,7 +30,7 @@ from gpushare.admission.targeting import (
     pools_of_kind,
     resolve,
 )
-from gpushare.api.rules import EMPTY_SELECTOR, MANAGED_SELECTOR, SPEC_RULES, SpecRule
+from gpushare.api.rules import EMPTY_SELECTOR, SCHEMA_FIX, SPEC_RULES, SpecRule
 from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, Problem, parse_pool
 
 AdmissionMode = Literal["Enforce", "Warn", "Off"]
@@ -721,7 +721,7 @@ def evaluate_pool(obj: Mapping[str, Any], ctx: Context = EMPTY_CONTEXT) -> list[
                     field=problem.field,
                     value=None,
                     problem=f"is invalid: {problem.message}",
-                    fix=MANAGED_SELECTOR.fix,
+                    fix=SCHEMA_FIX,
                 )
         return em.out
     _check_overlap(em, pool, ctx)

@@ -81,6 +81,8 @@ def _values_fit_operator(operator: str, values: Sequence[str]) -> Broken:
     return {"got": f" (operator {operator} with {len(values)} value(s))"}
 
 
+#: The fix of every GP001-pool-schema problem.
+SCHEMA_FIX = "correct the field (see `kubectl explain gpusharepool.spec`)"
 #: The managed label keys as a CEL list literal.
 _MANAGED_CEL = "[" + ", ".join(f"'{key}'" for key in c.MANAGED_LABELS) + "]"
 
@@ -104,7 +106,7 @@ MANAGED_SELECTOR = SpecRule(
     message="nodeSelector must not use labels gpushare writes itself ({labels}): applying the pool would "
     "change which nodes it selects; select nodes by a label gpushare does not manage, such as "
     "alibabacloud.com/nodepool-id",
-    fix="correct the field (see `kubectl explain gpusharepool.spec`)",
+    fix=SCHEMA_FIX,
     predicate=_managed,
     cel_values={"labels": ", ".join(c.MANAGED_LABELS)},
 )
@@ -127,7 +129,7 @@ VALUES_FIT_OPERATOR = SpecRule(
     cel="self.operator in ['In', 'NotIn'] ? (has(self.values) && size(self.values) > 0)"
     " : (!has(self.values) || size(self.values) == 0)",
     message="In and NotIn need at least one value; Exists and DoesNotExist take none{got}",
-    fix="correct the field (see `kubectl explain gpusharepool.spec`)",
+    fix=SCHEMA_FIX,
     predicate=_values_fit_operator,
     cel_values={"got": ""},
 )
