@@ -10,7 +10,8 @@ projected three ways, so the API server, the operator and the admission webhook 
   finding of the rule); the planner re-checks with :meth:`SpecRule.problem`.
 
 The id is the admission rule the problem is reported under. A selector on the labels gpushare
-writes has no rule of its own there: it is part of ``GP001-pool-schema``.
+writes, and a selector term whose values do not fit its operator, have no admission rule of their
+own: they are part of ``GP001-pool-schema``.
 """
 
 from __future__ import annotations
