@@ -31,6 +31,9 @@ LABELS = st.dictionaries(st.sampled_from(["k", "j", "x"]), VALUES, max_size=3)
         pytest.param(Requirement("k", "Gt", ("5",)), {"k": "7"}, True, id="gt"),
         pytest.param(Requirement("k", "Lt", ("5",)), {"k": "7"}, False, id="lt"),
         pytest.param(Requirement("k", "Gt", ("5",)), {"k": "x"}, False, id="gt-not-a-number"),
+        pytest.param(Requirement("k", "Gt", ("1",)), {"k": "\u00b2"}, False, id="gt-unicode-digit"),
+        pytest.param(Requirement("k", "Lt", ("-5",)), {"k": "-7"}, True, id="lt-negative"),
+        pytest.param(Requirement("k", "Lt", ("5",)), {"k": "--7"}, False, id="lt-two-minus"),
         pytest.param(Requirement("k", "Near", ("5",)), {"k": "5"}, False, id="unknown-operator"),
     ],
 )

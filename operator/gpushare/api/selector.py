@@ -28,7 +28,8 @@ Candidate = Mapping[str, Possible]
 
 
 def _is_int(text: str) -> bool:
-    return text.lstrip("-").isdigit()
+    digits = text.removeprefix("-")
+    return digits.isascii() and digits.isdigit()
 
 
 @dataclass(frozen=True)
