@@ -35,7 +35,8 @@ SCHEDULE_CORE_MEM: Final = "core_mem"
 ANNOTATION_OWNED: Final = f"{GROUP}/owned-labels"
 #: Set when the operator cordoned a node for a mode switch; never uncordon without it.
 ANNOTATION_CORDONED_BY: Final = f"{GROUP}/cordoned-by"
-#: JSON: {"hash": labels-hash, "pod": uid} — the labels the running device plugin has seen.
+#: JSON (policy.planner.RestartRecord): {"hash": plugin-labels-hash, "since": when they were written,
+#: "state": Pending|Done|Failed|Skipped, "pool": who owes the restart, "result": optional detail}.
 ANNOTATION_PLUGIN_RESTART: Final = f"{GROUP}/plugin-restart"
 #: JSON GPU inventory published by the node agent.
 ANNOTATION_INVENTORY: Final = f"{GROUP}/gpu-inventory"

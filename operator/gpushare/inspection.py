@@ -298,7 +298,7 @@ def build_report(
     members: dict[str, list[NodeView]] = {p.name: [] for p in parsed}
     pooled: set[str] = set()
     for node in node_views:
-        owners = [p.name for p in parsed if p.spec.node_selector.matches(dict(node.labels))]
+        owners = [p.name for p in parsed if p.spec.node_selector.matches(node.labels)]
         for owner in owners:
             members[owner].append(node)
         if owners:

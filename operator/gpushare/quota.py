@@ -28,6 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
+from gpushare.api.quantity import integer_or_none
+
 Unit = Literal["GiB", "MiB"]
 UNIT_BYTES: Final[dict[str, int]] = {"GiB": 1024**3, "MiB": 1024**2}
 MiB: Final = 1024**2
@@ -191,10 +193,10 @@ def _int(environ: Mapping[str, str], name: str, *, required: bool) -> int | None
                 "or it was not started through the gpushare device plugin"
             )
         return None
-    try:
-        return int(raw.strip())
-    except ValueError:
-        raise QuotaError(f"{name}={raw!r} is not a whole number") from None
+    value = integer_or_none(raw)
+    if value is None:
+        raise QuotaError(f"{name}={raw!r} is not a whole number")
+    return value
 
 
 def _positive(name: str, value: int | None) -> int:
@@ -213,8 +215,8 @@ def read_quota(environ: Mapping[str, str], unit: str | None = None) -> Quota:
     is 1024 or more, which only a MiB-counting device plugin reports."""
     given = unit if unit is not None else environ.get(ENV_UNIT)
     if given is None or not given.strip():
-        raw_dev = (environ.get(ENV_DEV) or "").strip()
-        given = "MiB" if raw_dev.isdigit() and int(raw_dev) >= MIB_EVIDENCE else "GiB"
+        dev = integer_or_none(environ.get(ENV_DEV))
+        given = "MiB" if dev is not None and dev >= MIB_EVIDENCE else "GiB"
     the_unit = parse_unit(given)
     visible = environ.get(ENV_VISIBLE, "")
     if visible.startswith(ALLOCATION_FAILED_PREFIX):

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpushare.admission import RULES, Context, Finding, evaluate, node_info, pod_specs, requests_gpu_sharing
-from gpushare.admission.quantity import parse_quantity
+from gpushare.admission.quantity import parse_amount
 from gpushare.api.v1alpha1 import GPUSharePool, parse_pool
 
 MEM = "aliyun.com/gpu-mem"
@@ -184,6 +184,12 @@ def ids(findings: list[Finding]) -> list[tuple[str, str]]:
         pytest.param(2.0, None, "not a whole number", id="float-whole"),
         pytest.param("2Gi", None, "unit suffix 'Gi'", id="suffix"),
         pytest.param("2000m", None, "unit suffix 'm'", id="milli"),
+        pytest.param("2E", None, "unit suffix 'E'", id="exa"),
+        pytest.param("2e3", None, "exponent 'e3'", id="exponent"),
+        pytest.param("+2", None, "digits only", id="plus"),
+        pytest.param("007", 7, None, id="leading-zeros"),
+        pytest.param("-abc", None, "negative", id="negative-word"),
+        pytest.param("2GB", None, "not a number", id="unknown-suffix"),
         pytest.param("-1", None, "negative", id="negative-string"),
         pytest.param(-1, None, "negative", id="negative-int"),
         pytest.param("abc", None, "not a number", id="word"),
@@ -194,7 +200,7 @@ def ids(findings: list[Finding]) -> list[tuple[str, str]]:
     ],
 )
 def test_parse_quantity(raw: Any, value: int | None, error: str | None) -> None:
-    q = parse_quantity(raw)
+    q = parse_amount(raw)
     assert q.value == value
     if error is None:
         assert q.error is None
@@ -996,7 +1002,7 @@ def test_random_pods_never_raise_and_verdicts_follow_the_rules(obj: dict[str, An
             has_core = CORE in limits or CORE in requests
             has_mem = MEM in limits or MEM in requests
             any_gpu = any_gpu or has_core or has_mem
-            q = parse_quantity(core)
+            q = parse_amount(core)
             if has_core and q.value is not None:
                 in_range = 5 <= q.value <= 100
                 assert (("GS002-core-percentage-range", c_["name"]) in got) == (not in_range)
@@ -1005,7 +1011,7 @@ def test_random_pods_never_raise_and_verdicts_follow_the_rules(obj: dict[str, An
                 assert ("GS001-core-percentage-step", c_["name"]) in got
             assert (("GS003-core-without-mem", c_["name"]) in got) == (has_core and not has_mem)
             if has_mem:
-                mem = parse_quantity(limits.get(MEM) if MEM in limits else requests.get(MEM))
+                mem = parse_amount(limits.get(MEM) if MEM in limits else requests.get(MEM))
                 bad = mem.value is None or mem.value <= 0
                 assert (("GS004-mem-positive-integer", c_["name"]) in got) == bad
     affinity = spec.get("affinity", {}).get("nodeAffinity", {})

@@ -156,6 +156,9 @@ def test_valid_env(env: dict[str, str], unit: str | None, expected: dict[str, An
         ),
         pytest.param({**BASE, "ALIYUN_COM_GPU_MEM_POD": "x"}, None, "POD='x' is not a whole", id="pod-bad"),
         pytest.param(
+            {**BASE, "ALIYUN_COM_GPU_MEM_POD": "8Gi"}, None, "POD='8Gi' is not a whole", id="pod-unit"
+        ),
+        pytest.param(
             {**BASE, "CGPU_DISABLE": "yes"}, None, "CGPU_DISABLE='yes' must be true or false", id="cgpu-bad"
         ),
         pytest.param(BASE, "GB", "memory unit must be GiB or MiB", id="unit-bad"),

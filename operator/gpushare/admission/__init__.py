@@ -26,7 +26,7 @@ from gpushare.admission.model import (
     node_info,
 )
 from gpushare.admission.podspecs import pod_specs, requests_gpu_sharing
-from gpushare.admission.quantity import Quantity, parse_quantity
+from gpushare.admission.quantity import Amount, parse_amount
 from gpushare.admission.rules import evaluate, evaluate_pool, is_denied
 from gpushare.admission.targeting import pool_node_labels
 
@@ -35,12 +35,12 @@ __all__ = [
     "DEFAULT_TABLE",
     "EMPTY_CONTEXT",
     "RULES",
+    "Amount",
     "Context",
     "Finding",
     "KindTable",
     "KindsError",
     "NodeInfo",
-    "Quantity",
     "Rule",
     "Verdict",
     "WorkloadKind",
@@ -51,7 +51,7 @@ __all__ = [
     "load_kinds",
     "node_info",
     "object_name",
-    "parse_quantity",
+    "parse_amount",
     "pod_specs",
     "pool_node_labels",
     "requests_gpu_sharing",

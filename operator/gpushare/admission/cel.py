@@ -20,7 +20,7 @@ From that the module writes:
 
 Every expression is safe on objects that lack any of the fields (``has()`` before each step) and
 on requests without an object (``object != null``). Values are compared the way
-:func:`gpushare.admission.quantity.parse_quantity` reads them: an int, or a string of digits.
+:func:`gpushare.admission.quantity.parse_amount` reads them: an int, or a string of digits.
 """
 
 from __future__ import annotations
@@ -215,7 +215,7 @@ def gpu_sharing_condition(kind: KindPaths) -> str:
 #
 # The policy has a variable ``containers``: one entry per container of the object, found through
 # the same paths, as ``{'label', 'name', 'l' (limits), 'q' (requests)}`` (missing maps are {}).
-# Each rule is a predicate over one entry; values are read as parse_quantity reads them and bound
+# Each rule is a predicate over one entry; values are read as parse_amount reads them and bound
 # once with the one-element-list idiom (``[value].all(v, ...)``), which every CEL version has.
 
 CORE = c.RES_GPU_CORE

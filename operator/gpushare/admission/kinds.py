@@ -19,7 +19,7 @@ Administrators add kinds without code: a YAML file (``gpushare check --kinds FIL
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +55,11 @@ class WorkloadKind:
     operations: tuple[str, ...] = ("CREATE", "UPDATE")
     #: "builtin" or the file the kind was configured in.
     origin: str = "builtin"
+
+    @property
+    def version(self) -> str:
+        """The preferred version (the first listed)."""
+        return self.versions[0]
 
     @property
     def api_versions(self) -> tuple[str, ...]:
@@ -276,39 +281,10 @@ class KindTable:
 DEFAULT_TABLE = KindTable(BUILTIN_KINDS)
 
 
-@dataclass(frozen=True)
-class KindTarget:
-    """Per kind, what a webhook registration or a ValidatingAdmissionPolicy needs."""
-
-    kind: str
-    group: str
-    version: str
-    versions: tuple[str, ...]
-    plural: str
-    namespaced: bool
-    handler_id: str
-    operations: tuple[str, ...]
-    pod_spec_paths: tuple[str, ...]
-    container_paths: tuple[str, ...]
-
-
-def kind_targets(table: KindTable = DEFAULT_TABLE) -> tuple[KindTarget, ...]:
-    """Per registered kind: group/version(s)/plural/kind/scope and the pod-spec and container paths."""
-    return tuple(
-        KindTarget(
-            kind=k.kind,
-            group=k.group,
-            version=k.versions[0],
-            versions=k.versions,
-            plural=k.plural,
-            namespaced=k.namespaced,
-            handler_id=k.handler_id,
-            operations=k.operations,
-            pod_spec_paths=k.pod_spec_paths,
-            container_paths=k.container_paths,
-        )
-        for k in table.webhook_kinds()
-    )
+def kind_targets(table: KindTable = DEFAULT_TABLE) -> tuple[WorkloadKind, ...]:
+    """The kinds a webhook registration or a ValidatingAdmissionPolicy covers: each WorkloadKind
+    gives group, version(s), plural, kind, scope, operations and the pod-spec and container paths."""
+    return table.webhook_kinds()
 
 
 # --- paths ----------------------------------------------------------------------------------------
@@ -442,6 +418,14 @@ def _str_list(value: Any, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _known_fields(raw: Mapping[str, Any], known: Set[str], where: str) -> None:
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise KindsError(
+            f"{where}: unknown field(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})"
+        )
+
+
 def _source(raw: Any, where: str) -> PodSource:
     if isinstance(raw, str):
         try:
@@ -451,11 +435,7 @@ def _source(raw: Any, where: str) -> PodSource:
         return PodSource(raw)
     if not isinstance(raw, Mapping):
         raise KindsError(f"{where}: must be a path string or an object with 'path'")
-    unknown = sorted(set(raw) - _SOURCE_KEYS)
-    if unknown:
-        raise KindsError(
-            f"{where}: unknown field(s) {', '.join(unknown)} (known: {', '.join(sorted(_SOURCE_KEYS))})"
-        )
+    _known_fields(raw, _SOURCE_KEYS, where)
     path = raw.get("path")
     if not isinstance(path, str):
         raise KindsError(f"{where}.path: is required (a string)")
@@ -481,11 +461,7 @@ def parse_kind(raw: Any, where: str, origin: str = "config") -> WorkloadKind:
     """One configured kind (the YAML entry format documented in README.md)."""
     if not isinstance(raw, Mapping):
         raise KindsError(f"{where}: must be an object")
-    unknown = sorted(set(raw) - _ENTRY_KEYS)
-    if unknown:
-        raise KindsError(
-            f"{where}: unknown field(s) {', '.join(unknown)} (known: {', '.join(sorted(_ENTRY_KEYS))})"
-        )
+    _known_fields(raw, _ENTRY_KEYS, where)
     kind, group, plural = raw.get("kind"), raw.get("group"), raw.get("plural")
     for name, value in (("kind", kind), ("plural", plural)):
         if not isinstance(value, str) or not value:

@@ -8,6 +8,7 @@ from functools import cached_property
 from typing import Any, Literal
 
 from gpushare import constants as c
+from gpushare.api.quantity import integer_or_none
 from gpushare.api.v1alpha1 import GPUSharePool
 from gpushare.gpu.inventory import inventory_from_annotations
 
@@ -229,13 +230,9 @@ class NodeInfo:
 
 
 def _int_or_none(value: object) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
-    return None
+    """A count the node reports (allocatable, a label): a whole number >= 0, else unknown (None)."""
+    number = integer_or_none(value)
+    return number if number is not None and number >= 0 else None
 
 
 def _inventory_mib(annotations: Mapping[str, Any]) -> tuple[int, ...]:
@@ -291,7 +288,7 @@ class Context:
         """node name -> the one pool that selects it (nodes selected by two or more pools are left out)."""
         out: dict[str, str] = {}
         for node in self.nodes:
-            owners = [p.name for p in self.pools if p.spec.node_selector.matches(dict(node.labels))]
+            owners = [p.name for p in self.pools if p.spec.node_selector.matches(node.labels)]
             if len(owners) == 1:
                 out[node.name] = owners[0]
         return out

@@ -1,19 +1,16 @@
-"""Quantities of the GPU-sharing extended resources (``aliyun.com/gpu-mem``, ``gpu-core.percentage``).
+"""Values of the GPU-sharing extended resources (``aliyun.com/gpu-mem``, ``gpu-core.percentage``).
 
 Both are counted in whole units (GiB of GPU memory, percent of one GPU), so only non-negative
 integers are meaningful: an int from YAML (``2``) or the API's string form (``"2"``). Anything
-else (``"1.5"``, ``"2Gi"``, ``"-1"``, ``"abc"``, ``true``) is rejected with a reason; the rules
+else (``"1.5"``, ``"2Gi"``, ``"1e3"``, ``"-1"``, ``"abc"``, ``true``) is rejected with a reason; the rules
 turn that reason into a denial, never an exception.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-_INT_RE = re.compile(r"^[0-9]+$")
-_SUFFIX_RE = re.compile(r"^[0-9.]+([a-zA-Z]+)$")
-
+from gpushare.api.quantity import plain_int, quantity_or_none
 
 #: Longest value shown in a message; longer ones are cut (a manifest value can be megabytes long).
 MAX_SHOWN = 40
@@ -29,15 +26,16 @@ def clip(text: str, limit: int = MAX_SHOWN) -> str:
 def shown_value(raw: object) -> str:
     """A user-written value for a message: strings that are not plain integers quoted; all clipped."""
     if isinstance(raw, str):
-        return clip(repr(raw) if not _INT_RE.match(raw) else raw)
+        return clip(raw if raw.isascii() and raw.isdigit() else repr(raw))
     if isinstance(raw, dict | list):
         return f"<{type(raw).__name__} of {len(raw)} item(s)>"
     return clip(str(raw))
 
 
 @dataclass(frozen=True)
-class Quantity:
-    """A parsed quantity: ``value`` when it is a non-negative integer, else ``error`` says why not."""
+class Amount:
+    """A GPU-sharing request value: ``value`` when it is a non-negative whole number, else ``error``
+    says why not."""
 
     raw: object
     value: int | None = None
@@ -49,35 +47,35 @@ class Quantity:
         return shown_value(self.raw)
 
 
-def parse_quantity(raw: object) -> Quantity:
-    """Parse a GPU-sharing quantity; never raises."""
+def parse_amount(raw: object) -> Amount:
+    """Judge a GPU-sharing request value; never raises.
+
+    The text is read by the one Kubernetes quantity parser (:mod:`gpushare.api.quantity`); of the
+    quantities, only plain digits are accepted (the ValidatingAdmissionPolicy's CEL reads the same).
+    """
     if isinstance(raw, bool):
-        return Quantity(raw, error="is a boolean, not a whole number")
-    if isinstance(raw, int):
-        if raw < 0:
-            return Quantity(raw, error="is negative")
-        return Quantity(raw, value=raw)
+        return Amount(raw, error="is a boolean, not a whole number")
     if isinstance(raw, float):
-        if raw < 0:
-            return Quantity(raw, error="is negative")
-        return Quantity(raw, error="is not a whole number")
-    if isinstance(raw, str):
-        if len(raw) > 64:
-            return Quantity(raw, error="is not a number")
-        text = raw.strip()
-        if _INT_RE.match(text):
-            return Quantity(raw, value=int(text))
-        if text.startswith("-"):
-            return Quantity(raw, error="is negative")
-        suffix = _SUFFIX_RE.match(text)
-        if suffix:
-            return Quantity(
-                raw,
-                error=f"has a unit suffix {suffix.group(1)!r}",
-            )
-        if re.match(r"^[0-9]*\.[0-9]+$", text):
-            return Quantity(raw, error="is not a whole number")
-        return Quantity(raw, error="is not a number")
+        return Amount(raw, error="is negative" if raw < 0 else "is not a whole number")
     if raw is None:
-        return Quantity(raw, error="is empty")
-    return Quantity(raw, error=f"is a {type(raw).__name__}, not a number")
+        return Amount(raw, error="is empty")
+    if isinstance(raw, str) and len(raw) > 64:
+        return Amount(raw, error="is not a number")
+    if not isinstance(raw, int | str):
+        return Amount(raw, error=f"is a {type(raw).__name__}, not a number")
+    plain = plain_int(raw)
+    if plain is not None and plain >= 0:
+        return Amount(raw, value=plain)
+    q = quantity_or_none(raw)
+    if q is None:
+        return Amount(raw, error="is negative" if str(raw).strip().startswith("-") else "is not a number")
+    if q.sign == "-":
+        return Amount(raw, error="is negative")
+    if q.suffix:
+        what = "an exponent" if q.has_exponent else "a unit suffix"
+        return Amount(raw, error=f"has {what} {q.suffix!r}")
+    if not q.is_whole or "." in q.text:
+        return Amount(raw, error="is not a whole number")
+    if not q.is_plain:
+        return Amount(raw, error="is not a plain whole number (digits only)")
+    return Amount(raw, value=int(q))

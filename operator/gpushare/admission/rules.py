@@ -7,6 +7,7 @@ Pure: plain dicts in, plain findings out; no Kopf, no Kubernetes client. The web
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -22,15 +23,15 @@ from gpushare.admission.podspecs import (
     is_gpu_resource,
     pod_likes,
 )
-from gpushare.admission.quantity import Quantity, clip, parse_quantity, shown_value
+from gpushare.admission.quantity import Amount, clip, parse_amount, shown_value
 from gpushare.admission.targeting import (
     KIND_TEXT,
     node_constraints,
     pools_of_kind,
     resolve,
-    term_possible,
 )
-from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
+from gpushare.api.rules import EMPTY_SELECTOR, SCHEMA_FIX, SPEC_RULES, SpecRule
+from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, Problem, parse_pool
 
 AdmissionMode = Literal["Enforce", "Warn", "Off"]
 _MODE_ORDER: dict[str, int] = {"Off": 0, "Warn": 1, "Enforce": 2}
@@ -109,17 +110,17 @@ def _res_field(where: str, resource: str) -> str:
 @dataclass
 class _ContainerGPU:
     ref: ContainerRef
-    mem: Quantity | None
+    mem: Amount | None
     mem_where: str
-    core: Quantity | None
+    core: Amount | None
     core_where: str
 
 
-def _pick(container: ContainerRef, resource: str) -> tuple[Quantity | None, str]:
+def _pick(container: ContainerRef, resource: str) -> tuple[Amount | None, str]:
     if resource in container.limits:
-        return parse_quantity(container.limits[resource]), "limits"
+        return parse_amount(container.limits[resource]), "limits"
     if resource in container.requests:
-        return parse_quantity(container.requests[resource]), "requests"
+        return parse_amount(container.requests[resource]), "requests"
     return None, "limits"
 
 
@@ -237,7 +238,7 @@ def _check_container(em: _Emitter, ref: ContainerRef, unit: str) -> _ContainerGP
     for resource in (c.RES_GPU_MEM, c.RES_GPU_CORE):
         if resource not in ref.requests:
             continue
-        req = parse_quantity(ref.requests[resource])
+        req = parse_amount(ref.requests[resource])
         field = f"{ref.path}.{_res_field('requests', resource)}"
         if resource not in ref.limits:
             em.add(
@@ -249,7 +250,7 @@ def _check_container(em: _Emitter, ref: ContainerRef, unit: str) -> _ContainerGP
                 fix=f'set resources.limits["{resource}"] to the same value',
             )
             continue
-        lim = parse_quantity(ref.limits[resource])
+        lim = parse_amount(ref.limits[resource])
         same = (
             (req.value == lim.value)
             if (req.value is not None and lim.value is not None)
@@ -410,7 +411,7 @@ def _gpu_count(em: _Emitter, pod: PodLike) -> _Split:
     if c.RES_GPU_COUNT not in pod.labels:
         return _Split(1, field, None)
     raw = pod.labels[c.RES_GPU_COUNT]
-    q = parse_quantity(raw)
+    q = parse_amount(raw)
     if q.value is None or q.value < 1:
         em.add(
             "GS013-gpu-count-split",
@@ -614,21 +615,29 @@ def _check_memory_fits(
     verdict, note = _pool_verdict("GS005-mem-exceeds-gpu", ctx, pools, False)
     if verdict is None:
         return
+
+    def pod_total(problem: str, fix: str) -> None:
+        """The finding on the pod's total (no single container is too large)."""
+        em.add(
+            "GS005-mem-exceeds-gpu",
+            container=None,
+            field=f'{path}.containers[*].resources.limits["{c.RES_GPU_MEM}"]',
+            value=str(total),
+            problem=problem,
+            fix=fix,
+            verdict=verdict,
+            note=note,
+        )
+
     if split.count > 1:
         if total % split.count:
             return  # GS013 already says the split is uneven
         per_card = total // split.count
         if per_card > best:
-            em.add(
-                "GS005-mem-exceeds-gpu",
-                container=None,
-                field=f'{path}.containers[*].resources.limits["{c.RES_GPU_MEM}"]',
-                value=str(total),
-                problem=f"over {split.count} GPUs ({c.RES_GPU_COUNT}={split.shown}) is {per_card} {unit} per"
+            pod_total(
+                f"over {split.count} GPUs ({c.RES_GPU_COUNT}={split.shown}) is {per_card} {unit} per"
                 f" GPU, more than one GPU of {target} ({shown})",
-                fix=f"ask for at most {best * split.count} in total, or spread over more GPUs",
-                verdict=verdict,
-                note=note,
+                f"ask for at most {best * split.count} in total, or spread over more GPUs",
             )
         return
     hint = _unit_hint(units, best)
@@ -651,17 +660,10 @@ def _check_memory_fits(
     if any_container:
         return
     if total > best:
-        em.add(
-            "GS005-mem-exceeds-gpu",
-            container=None,
-            field=f'{path}.containers[*].resources.limits["{c.RES_GPU_MEM}"]',
-            value=str(total),
-            problem=f"(the pod's total) is larger than one GPU of {target} ({shown}); a pod's"
+        pod_total(
+            f"(the pod's total) is larger than one GPU of {target} ({shown}); a pod's"
             f" GPU memory comes from a single GPU unless it is labelled {c.RES_GPU_COUNT}",
-            fix=f"ask for at most {best} in total, or target a pool with larger GPUs"
-            f"{_multi_hint(total, best)}",
-            verdict=verdict,
-            note=note,
+            f"ask for at most {best} in total, or target a pool with larger GPUs{_multi_hint(total, best)}",
         )
 
 
@@ -680,54 +682,47 @@ def _unit_hint(units: dict[str, str], best: int) -> str:
 
 # --- pools ----------------------------------------------------------------------------------------
 
-_GP002_TEXT = "computeAllocation: true requires memoryIsolation: true"
-_GP003_TEXT = "nodeSelector must not be empty"
+#: The pool's own rules (gpushare.api.rules) that have an admission rule of their own; every
+#: other problem parse_pool reports is a GP001-pool-schema finding.
+_POOL_RULES = {r.id: r for r in SPEC_RULES if r.id != "GP001-pool-schema"}
+
+
+def _pool_rule(problem: Problem) -> SpecRule | None:
+    """The pool rule with a finding of its own that ``problem`` breaks (a missing nodeSelector is
+    an empty one), or None for a GP001-pool-schema problem."""
+    if problem.rule == "missing" and problem.field == f"spec.{EMPTY_SELECTOR.field}":
+        return EMPTY_SELECTOR
+    return _POOL_RULES.get(problem.rule)
 
 
 def evaluate_pool(obj: Mapping[str, Any], ctx: Context = EMPTY_CONTEXT) -> list[Finding]:
     """Findings for a GPUSharePool: schema problems, compute without isolation, empty selector, overlap."""
     em = _Emitter(object_name(obj))
-    raw_spec = obj.get("spec")
-    spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
-    if spec.get("computeAllocation") is True and spec.get("memoryIsolation") is False:
-        em.add(
-            "GP002-pool-compute-without-isolation",
-            container=None,
-            field="spec.computeAllocation",
-            value="true",
-            problem="requires spec.memoryIsolation: true (compute isolation needs cGPU memory isolation)",
-            fix="set memoryIsolation: true, or computeAllocation: false",
-        )
-    selector = spec.get("nodeSelector")
-    if selector is None or (
-        isinstance(selector, Mapping)
-        and not selector.get("matchLabels")
-        and not selector.get("matchExpressions")
-    ):
-        em.add(
-            "GP003-pool-empty-selector",
-            container=None,
-            field="spec.nodeSelector",
-            value="{}" if selector is not None else None,
-            problem="is empty or missing: an empty selector would take over every node",
-            fix="select the pool's nodes, e.g. matchLabels {alibabacloud.com/nodepool-id: <id>}",
-        )
     try:
         pool = parse_pool(dict(obj))
     except PoolValidationError as exc:
-        for problem in exc.problems:
-            missing_selector = selector is None and problem.startswith("spec.nodeSelector:")
-            if _GP002_TEXT in problem or _GP003_TEXT in problem or missing_selector:
-                continue
-            loc, _, text = problem.partition(": ")
+        own = [(rule, p) for p in exc.errors if (rule := _pool_rule(p)) is not None]
+        for rule, problem in sorted(own, key=lambda found: SPEC_RULES.index(found[0])):
             em.add(
-                "GP001-pool-schema",
+                rule.id,
                 container=None,
-                field=loc,
-                value=None,
-                problem=f"is invalid: {text}",
-                fix="correct the field (see `kubectl explain gpusharepool.spec`)",
+                field=f"spec.{rule.field}",
+                value=None
+                if problem.value is None
+                else clip(json.dumps(problem.value, sort_keys=True, default=str)),
+                problem=f"is invalid: {rule.message}",
+                fix=rule.fix,
             )
+        for problem in exc.errors:
+            if _pool_rule(problem) is None:
+                em.add(
+                    "GP001-pool-schema",
+                    container=None,
+                    field=problem.field,
+                    value=None,
+                    problem=f"is invalid: {problem.message}",
+                    fix=SCHEMA_FIX,
+                )
         return em.out
     _check_overlap(em, pool, ctx)
     return em.out
@@ -737,9 +732,9 @@ def _check_overlap(em: _Emitter, pool: GPUSharePool, ctx: Context) -> None:
     others = [p for p in ctx.pools if p.name != pool.name]
     clashes: dict[str, list[str]] = {}
     for node in ctx.nodes:
-        if not pool.spec.node_selector.matches(dict(node.labels)):
+        if not pool.spec.node_selector.matches(node.labels):
             continue
-        owners = {p.name for p in others if p.spec.node_selector.matches(dict(node.labels))}
+        owners = {p.name for p in others if p.spec.node_selector.matches(node.labels)}
         labelled = node.labels.get(c.LABEL_POOL)
         if labelled and labelled != pool.name:
             owners.add(labelled)
@@ -757,4 +752,4 @@ def _check_overlap(em: _Emitter, pool: GPUSharePool, ctx: Context) -> None:
         )
 
 
-__all__ = ["evaluate", "evaluate_pool", "is_denied", "term_possible"]
+__all__ = ["evaluate", "evaluate_pool", "is_denied"]

@@ -19,12 +19,14 @@ ANDed into every term. They are resolved three ways, most precise first:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from gpushare import constants as c
 from gpushare.admission.model import Context
+from gpushare.api import selector as sel
+from gpushare.api.selector import NAME_FIELD, Requirement, Term, term_possible
 from gpushare.api.v1alpha1 import GPUSharePool
 from gpushare.policy.planner import desired_labels
 
@@ -37,29 +39,6 @@ KIND_TEXT: dict[str, str] = {
     c.SCHEDULE_SHARE: "no isolation",
     c.SCHEDULE_CORE_MEM: "compute allocation",
 }
-
-
-@dataclass(frozen=True)
-class Requirement:
-    key: str
-    operator: str
-    values: tuple[str, ...] = ()
-    #: True for ``matchFields`` (``metadata.name``), which selects node names rather than labels.
-    is_field: bool = False
-
-    def render(self) -> str:
-        if self.operator == "In" and len(self.values) == 1:
-            return f"{self.key}={self.values[0]}"
-        if self.operator in ("In", "NotIn"):
-            return f"{self.key} {self.operator.lower()} ({','.join(self.values)})"
-        if self.operator == "Exists":
-            return self.key
-        if self.operator == "DoesNotExist":
-            return f"!{self.key}"
-        return f"{self.key} {self.operator} {','.join(self.values)}"
-
-
-Term = tuple[Requirement, ...]
 
 
 @dataclass(frozen=True)
@@ -114,7 +93,7 @@ def node_constraints(spec_path: str, spec: Mapping[str, Any]) -> Constraints:
         base = [Requirement(str(k), "In", (_label_value(v),)) for k, v in selector.items()]
     node_name = spec.get("nodeName")
     if isinstance(node_name, str) and node_name:
-        base.append(Requirement("metadata.name", "In", (node_name,), is_field=True))
+        base.append(Requirement(NAME_FIELD, "In", (node_name,), is_field=True))
     affinity = spec.get("affinity")
     node_aff = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
     required = (
@@ -147,53 +126,6 @@ def node_constraints(spec_path: str, spec: Mapping[str, Any]) -> Constraints:
 
 # --- matching -------------------------------------------------------------------------------------
 
-#: A partial picture of a node's labels: key -> possible values, or None when the label is absent.
-#: Keys not present are unknown (any value or absence is possible) unless ``exact``.
-Candidate = Mapping[str, frozenset[str] | None]
-
-
-def _op_possible(op: str, values: tuple[str, ...], possible: frozenset[str] | None) -> bool:
-    if op == "In":
-        return possible is not None and bool(possible.intersection(values))
-    if op == "NotIn":
-        return possible is None or bool(possible.difference(values))
-    if op == "Exists":
-        return possible is not None
-    if op == "DoesNotExist":
-        return possible is None
-    if op in ("Gt", "Lt"):
-        if possible is None or len(values) != 1 or not _is_int(values[0]):
-            return False
-        bound = int(values[0])
-        nums = [int(v) for v in possible if _is_int(v)]
-        return any(n > bound if op == "Gt" else n < bound for n in nums)
-    return False  # unknown operators are rejected by the apiserver; they match nothing
-
-
-def _is_int(text: str) -> bool:
-    return text.lstrip("-").isdigit()
-
-
-def term_possible(term: Term, labels: Candidate, *, exact: bool = False, name: str | None = None) -> bool:
-    """Can a node with these (possibly partial) labels satisfy every requirement of ``term``?"""
-    for req in term:
-        if req.is_field:
-            if req.key != "metadata.name" or name is None:
-                continue
-            if not _op_possible(req.operator, req.values, frozenset((name,))):
-                return False
-            continue
-        if req.key in labels:
-            possible = labels[req.key]
-        elif exact:
-            possible = None
-        else:
-            continue
-        if not _op_possible(req.operator, req.values, possible):
-            return False
-    return True
-
-
 #: Labels that name one node; with nodes known, a term pinning them is resolved by those nodes alone.
 IDENTITY_LABELS: tuple[str, ...] = ("kubernetes.io/hostname",)
 
@@ -201,7 +133,7 @@ IDENTITY_LABELS: tuple[str, ...] = ("kubernetes.io/hostname",)
 def names_nodes(term: Term) -> bool:
     """Does the term pin node names (hostname label In, or matchFields metadata.name In)?"""
     return any(
-        r.operator == "In" and (r.key in IDENTITY_LABELS or (r.is_field and r.key == "metadata.name"))
+        r.operator == "In" and (r.key in IDENTITY_LABELS or (r.is_field and r.key == NAME_FIELD))
         for r in term
     )
 
@@ -217,17 +149,7 @@ def pool_node_labels(pool: GPUSharePool) -> dict[str, str]:
 
 def pool_candidate(pool: GPUSharePool) -> dict[str, frozenset[str] | None]:
     """What is known about the labels of any node of ``pool``."""
-    out: dict[str, frozenset[str] | None] = {}
-    selector = pool.spec.node_selector
-    for key, value in selector.match_labels.items():
-        out[key] = frozenset((value,))
-    for req in selector.match_expressions:
-        if req.operator == "In":
-            prior = out.get(req.key)
-            vals = frozenset(req.values)
-            out[req.key] = vals if prior is None else prior & vals
-        elif req.operator == "DoesNotExist":
-            out[req.key] = None
+    out = sel.candidate(pool.spec.node_selector.requirements())
     for key, value in pool_node_labels(pool).items():
         out[key] = frozenset((value,))
     return out
@@ -247,79 +169,35 @@ def node_kind(labels: Mapping[str, str]) -> str | None:
     return None
 
 
-def _allowed(term: Term, key: str, options: Iterable[str | None]) -> list[str | None]:
-    """The options (a value, or None for absent) that satisfy every requirement of ``term`` on ``key``."""
-    reqs = tuple(r for r in term if r.key == key and not r.is_field)
-    out = []
-    for opt in options:
-        possible = None if opt is None else frozenset((opt,))
-        if all(_op_possible(r.operator, r.values, possible) for r in reqs):
-            out.append(opt)
-    return out
-
-
 def _requires_pool_label(term: Term) -> bool:
     return any(r.key == c.LABEL_POOL and r.operator in ("In", "Exists") and not r.is_field for r in term)
-
-
-def _pinned(term: Term, key: str) -> set[str] | None:
-    """The values ``term`` allows for ``key`` when it requires one of them (In), else None."""
-    out: set[str] | None = None
-    for r in term:
-        if r.key == key and not r.is_field and r.operator == "In":
-            out = set(r.values) if out is None else out & set(r.values)
-    return out
-
-
-def _implies_pool(term: Term, pool: GPUSharePool) -> bool:
-    """Does every node satisfying ``term`` match ``pool``'s nodeSelector (judged conservatively)?"""
-    selector = pool.spec.node_selector
-    for key, value in selector.match_labels.items():
-        pinned = _pinned(term, key)
-        if pinned is None or not pinned <= {value}:
-            return False
-    for req in selector.match_expressions:
-        pinned = _pinned(term, req.key)
-        if req.operator == "In" and (pinned is None or not pinned <= set(req.values)):
-            return False
-        if req.operator == "NotIn" and (pinned is None or pinned & set(req.values)):
-            return False
-        if req.operator == "Exists" and pinned is None:
-            return False
-        if req.operator == "DoesNotExist":
-            return False
-    return True
-
-
-def _constrains(term: Term, key: str) -> bool:
-    return any(r.key == key and not r.is_field for r in term)
 
 
 def label_kinds(term: Term) -> set[str] | None:
     """Kinds a term allows by the ACK labels alone; None when it names a pool that cannot be resolved."""
     by_isolation: set[str] = set()
-    if _constrains(term, c.LABEL_DISABLE_ISOLATION):
-        allowed = _allowed(term, c.LABEL_DISABLE_ISOLATION, ("false", "true"))
+    if sel.constrains(term, c.LABEL_DISABLE_ISOLATION):
+        allowed = sel.allowed(term, c.LABEL_DISABLE_ISOLATION, ("false", "true"))
         if "false" in allowed:
             by_isolation.add(c.SCHEDULE_CGPU)
         if "true" in allowed:
             by_isolation.add(c.SCHEDULE_SHARE)
     else:
         by_isolation = {c.SCHEDULE_CGPU, c.SCHEDULE_SHARE}
-    if c.LABEL_CGPU in {r.key for r in term} and "true" not in _allowed(term, c.LABEL_CGPU, ("true",)):
+    if c.LABEL_CGPU in {r.key for r in term} and "true" not in sel.allowed(term, c.LABEL_CGPU, ("true",)):
         by_isolation = set()
-    pinned = _pinned(term, c.LABEL_SCHEDULE)
+    pinned = sel.pinned(term, c.LABEL_SCHEDULE)
     if pinned is not None and pinned & set(UNMANAGED_SHARING_MODES):
         return None  # ACK's mps nodes: GPU sharing gpushare does not manage or judge (README: Limits)
-    if _constrains(term, c.LABEL_SCHEDULE):
-        allowed_sched = _allowed(term, c.LABEL_SCHEDULE, (*KINDS, None))
+    if sel.constrains(term, c.LABEL_SCHEDULE):
+        allowed_sched = sel.allowed(term, c.LABEL_SCHEDULE, (*KINDS, None))
         kinds = {k for k in allowed_sched if k is not None}
         if None in allowed_sched:
             kinds |= by_isolation
         return kinds
-    if _constrains(term, c.LABEL_DISABLE_ISOLATION):
+    if sel.constrains(term, c.LABEL_DISABLE_ISOLATION):
         return by_isolation
-    if _constrains(term, c.LABEL_POOL):
+    if sel.constrains(term, c.LABEL_POOL):
         return None
     return set(KINDS)
 
@@ -384,7 +262,7 @@ def resolve(constraints: Constraints, ctx: Context) -> Resolution:
             continue  # the named nodes are known, and none of them shares GPUs this way
         if _requires_pool_label(term) and (ctx.pools or ctx.nodes):
             continue  # only nodes of a known pool carry gpushare.io/pool, and none matched
-        if any(_implies_pool(term, p) for p in ctx.pools):
+        if any(sel.implies(term, p.spec.node_selector.requirements()) for p in ctx.pools):
             continue  # the nodes it names are a pool's nodes, and the pool's labels contradict it
         found = label_kinds(term)
         if found is None:

@@ -14,7 +14,7 @@ import yaml
 from gpushare import constants as c
 from gpushare.api.v1alpha1 import GPUSharePoolSpec, GPUSharePoolStatus
 
-_DROP = {"title", "description_", "discriminator"}
+_DROP = {"title", "discriminator"}
 
 
 def _structural(node: Any, defs: dict[str, Any]) -> Any:
@@ -81,13 +81,6 @@ def build_crd() -> dict[str, Any]:
     spec_schema["description"] = (
         "Which nodes form the pool and how their GPUs are shared (memory isolation, compute allocation, "
         "placement), plus how changes roll out."
-    )
-    spec_schema.setdefault("x-kubernetes-validations", []).append(
-        {
-            "rule": "!self.computeAllocation || self.memoryIsolation",
-            "message": "computeAllocation: true requires memoryIsolation: true "
-            "(ack.node.gpu.schedule=core_mem needs cGPU memory isolation)",
-        }
     )
     status_schema = _schema(GPUSharePoolStatus)
     status_schema["description"] = (

@@ -8,12 +8,25 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
+from pydantic_core import ErrorDetails
 
 from gpushare import constants as c
+from gpushare.api import rules
+from gpushare.api import selector as sel
 
 PERCENT_RE = re.compile(r"^([1-9][0-9]?|100)%$")
 
@@ -42,15 +55,7 @@ class LabelSelectorRequirement(_Model):
     """One term of a label selector: a label key, an operator and (for In/NotIn) a list of values."""
 
     model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": "self.operator in ['In', 'NotIn'] ? (has(self.values) && size(self.values) > 0)"
-                    " : (!has(self.values) || size(self.values) == 0)",
-                    "message": "In and NotIn need at least one value; Exists and DoesNotExist take none",
-                }
-            ]
-        }
+        json_schema_extra={"x-kubernetes-validations": rules.validations("LabelSelectorRequirement")}
     )
     key: str = Field(
         min_length=1,
@@ -68,11 +73,12 @@ class LabelSelectorRequirement(_Model):
 
     @model_validator(mode="after")
     def _values_match_operator(self) -> LabelSelectorRequirement:
-        if self.operator in ("In", "NotIn") and not self.values:
-            raise ValueError(f"operator {self.operator} needs at least one value")
-        if self.operator in ("Exists", "DoesNotExist") and self.values:
-            raise ValueError(f"operator {self.operator} takes no values")
+        rules.VALUES_FIT_OPERATOR.check(self.operator, self.values)
         return self
+
+
+#: Where a LabelSelector keeps its requirements (outside the fields: not dumped, not compared).
+_REQUIREMENTS = "_gpushare_requirements"
 
 
 class LabelSelector(_Model):
@@ -91,40 +97,29 @@ class LabelSelector(_Model):
         description=f"Label terms (key, operator, values) that must all hold (at most {MAX_SELECTOR_TERMS}).",
     )
 
-    def is_empty(self) -> bool:
-        return not self.match_labels and not self.match_expressions
+    def requirements(self) -> sel.Term:
+        """The selector as requirements (matchLabels, by key, first): see :mod:`gpushare.api.selector`.
 
-    def matches(self, labels: dict[str, str] | None) -> bool:
+        Kept on the object (planner and webhook match every node against every pool); the cache
+        holds the field values it was built from, so a ``model_copy(update=...)`` rebuilds it.
+        """
+        cached: tuple[object, object, sel.Term] | None = self.__dict__.get(_REQUIREMENTS)
+        if cached is not None and cached[0] is self.match_labels and cached[1] is self.match_expressions:
+            return cached[2]
+        reqs = (
+            *sel.equal(dict(sorted(self.match_labels.items()))),
+            *(sel.Requirement(r.key, r.operator, tuple(r.values)) for r in self.match_expressions),
+        )
+        self.__dict__[_REQUIREMENTS] = (self.match_labels, self.match_expressions, reqs)
+        return reqs
+
+    def matches(self, labels: Mapping[str, str] | None) -> bool:
         """True when ``labels`` satisfy every term. An empty selector matches everything."""
-        labels = labels or {}
-        for key, value in self.match_labels.items():
-            if labels.get(key) != value:
-                return False
-        for req in self.match_expressions:
-            present = req.key in labels
-            if req.operator == "In" and (not present or labels[req.key] not in req.values):
-                return False
-            if req.operator == "NotIn" and present and labels[req.key] in req.values:
-                return False
-            if req.operator == "Exists" and not present:
-                return False
-            if req.operator == "DoesNotExist" and present:
-                return False
-        return True
+        return sel.matches(self.requirements(), labels)
 
     def to_query(self) -> str:
         """The selector in the ``labelSelector=`` query syntax of the Kubernetes API."""
-        terms = [f"{k}={v}" for k, v in sorted(self.match_labels.items())]
-        for req in self.match_expressions:
-            if req.operator == "In":
-                terms.append(f"{req.key} in ({','.join(req.values)})")
-            elif req.operator == "NotIn":
-                terms.append(f"{req.key} notin ({','.join(req.values)})")
-            elif req.operator == "Exists":
-                terms.append(req.key)
-            else:
-                terms.append(f"!{req.key}")
-        return ",".join(terms)
+        return sel.render(self.requirements())
 
 
 def _default_plugin_selector() -> LabelSelector:
@@ -190,7 +185,7 @@ class Rollout(_Model):
             "x-kubernetes-int-or-string": True,
             "x-kubernetes-validations": [
                 {
-                    "rule": "type(self) == int ? self >= 1 : self.matches('^([1-9][0-9]?|100)%$')",
+                    "rule": f"type(self) == int ? self >= 1 : self.matches('{PERCENT_RE.pattern}')",
                     "message": "maxUnavailable must be an integer >= 1 or a percentage from 1% to 100%",
                 }
             ],
@@ -239,37 +234,19 @@ class Admission(_Model):
 
 
 _OBJ_DEFAULT: dict[str, Any] = {"default": {}}
-#: The managed label keys as a CEL list literal, for the CRD's selector rule.
-_MANAGED_CEL = "[" + ", ".join(f"'{key}'" for key in c.MANAGED_LABELS) + "]"
 
 
 class GPUSharePoolSpec(_Model):
     """Which nodes form the pool and how their GPUs are shared (memory isolation, compute allocation,
     placement), plus how changes roll out."""
 
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": rules.validations("spec")})
     node_selector: LabelSelector = Field(
         description="Required, non-empty: the nodes of this pool, e.g. matchLabels "
         "alibabacloud.com/nodepool-id: np-gpu. It must not use a label gpushare writes "
         f"({', '.join(c.MANAGED_LABELS)}). A node selected by two pools is a Conflict and neither pool "
         f"changes it; a node labelled {c.LABEL_SKIP}=true is left alone.",
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": "(has(self.matchLabels) && size(self.matchLabels) > 0) || "
-                    "(has(self.matchExpressions) && size(self.matchExpressions) > 0)",
-                    "message": "nodeSelector must not be empty: an empty selector would take over every node",
-                },
-                {
-                    "rule": "(!has(self.matchLabels) || "
-                    f"!self.matchLabels.exists(k, k in {_MANAGED_CEL})) && "
-                    "(!has(self.matchExpressions) || "
-                    f"self.matchExpressions.all(e, !(e.key in {_MANAGED_CEL})))",
-                    "message": f"nodeSelector must not use labels gpushare writes itself "
-                    f"({', '.join(c.MANAGED_LABELS)}): select nodes by a label gpushare does not manage, "
-                    "such as alibabacloud.com/nodepool-id",
-                },
-            ]
-        },
+        json_schema_extra={"x-kubernetes-validations": rules.validations("nodeSelector")},
     )
     memory_isolation: bool = Field(
         default=True,
@@ -314,26 +291,21 @@ class GPUSharePoolSpec(_Model):
         f"{c.LABEL_POOL} and the annotation are removed.",
     )
 
-    @model_validator(mode="after")
-    def _check(self) -> GPUSharePoolSpec:
-        if self.node_selector.is_empty():
-            raise ValueError("nodeSelector must not be empty: an empty selector would take over every node")
-        sel = self.node_selector
-        managed = sorted(
-            ({*sel.match_labels} | {req.key for req in sel.match_expressions}) & set(c.MANAGED_LABELS)
-        )
-        if managed:
-            raise ValueError(
-                f"nodeSelector must not use labels gpushare writes itself ({', '.join(managed)}): "
-                "applying the pool would change which nodes it selects; select nodes by a label "
-                "gpushare does not manage, such as alibabacloud.com/nodepool-id"
-            )
-        if self.compute_allocation and not self.memory_isolation:
-            raise ValueError(
-                "computeAllocation: true requires memoryIsolation: true "
-                "(compute isolation, ack.node.gpu.schedule=core_mem, only exists with cGPU memory isolation)"
-            )
-        return self
+    # The rules of gpushare.api.rules, as validators (field validators, so that they are reported
+    # together with the other fields' errors).
+    @field_validator("node_selector")
+    @classmethod
+    def _selector_rules(cls, selector: LabelSelector) -> LabelSelector:
+        rules.EMPTY_SELECTOR.check(selector.requirements())
+        rules.MANAGED_SELECTOR.check(selector.requirements())
+        return selector
+
+    @field_validator("compute_allocation")
+    @classmethod
+    def _compute_rules(cls, compute_allocation: bool, info: ValidationInfo) -> bool:
+        # memory_isolation is validated before compute_allocation (field order); absent when invalid.
+        rules.COMPUTE_WITHOUT_ISOLATION.check(compute_allocation, info.data.get("memory_isolation", True))
+        return compute_allocation
 
     @property
     def mode(self) -> PoolMode:
@@ -475,28 +447,57 @@ class GPUSharePool(BaseModel):
         return self.metadata.name
 
 
+@dataclass(frozen=True)
+class Problem:
+    """One reason a GPUSharePool is invalid: where, what, and which rule (a pydantic error type:
+    a :mod:`gpushare.api.rules` id for the pool's own rules)."""
+
+    field: str
+    message: str
+    rule: str
+    #: The offending value as the user wrote it (None when absent).
+    value: object = None
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
 class PoolValidationError(ValueError):
     """A GPUSharePool that breaks the API's rules; ``str()`` names object, field, value and rule."""
 
-    def __init__(self, name: str, problems: list[str]) -> None:
+    def __init__(self, name: str, errors: list[Problem]) -> None:
         self.name = name
-        self.problems = problems
-        super().__init__(f"GPUSharePool/{name}: " + "; ".join(problems))
+        self.errors = errors
+        self.problems = [str(e) for e in errors]
+        super().__init__(f"GPUSharePool/{name}: " + "; ".join(self.problems))
 
 
 def _loc(loc: tuple[int | str, ...]) -> str:
     out = ""
     for part in loc:
+        if _is_plumbing(part):
+            continue
         if isinstance(part, int):
             out += f"[{part}]"
         else:
             out += ("." if out else "") + part
-    return out
+    return out or "object"
 
 
 def _is_plumbing(part: int | str) -> bool:
     """pydantic adds union members and validator names to error locations; users never wrote them."""
     return isinstance(part, str) and ("[" in part or part in ("int", "str"))
+
+
+_OWN_RULES = frozenset(rule.id for rule in rules.SPEC_RULES)
+
+
+def _problem(err: ErrorDetails) -> Problem:
+    value = None if err["type"] == "missing" else err.get("input")  # a missing field's input is its parent
+    message = err["msg"].removeprefix("Value error, ")
+    if err["type"] not in _OWN_RULES and not (isinstance(value, dict | list) or value is None):
+        message += f" (got {value!r})"  # the pool rules' messages name the value themselves
+    return Problem(_loc(err["loc"]), message, err["type"], value)
 
 
 def parse_pool(obj: dict[str, Any]) -> GPUSharePool:
@@ -506,14 +507,4 @@ def parse_pool(obj: dict[str, Any]) -> GPUSharePool:
     try:
         return GPUSharePool.model_validate(obj)
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            # Drop pydantic's union/validator plumbing from the location.
-            loc = tuple(
-                p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p in ("int", "str")))
-            )
-            msg = err["msg"].removeprefix("Value error, ")
-            value = err.get("input")
-            shown = "" if isinstance(value, dict | list) or value is None else f" (got {value!r})"
-            problems.append(f"{_loc(loc) or 'object'}: {msg}{shown}")
-        raise PoolValidationError(name, problems) from None
+        raise PoolValidationError(name, [_problem(err) for err in exc.errors()]) from None

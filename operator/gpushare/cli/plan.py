@@ -114,7 +114,7 @@ def _plugin_pods(pool: GPUSharePool | None, node: str, pods: list[PodView]) -> l
     return [
         p
         for p in pods
-        if p.node_name == node and p.namespace == dp.namespace and dp.pod_selector.matches(dict(p.labels))
+        if p.node_name == node and p.namespace == dp.namespace and dp.pod_selector.matches(p.labels)
     ]
 
 
@@ -292,7 +292,7 @@ def _relevant_pods(pods: list[PodView], pools: list[GPUSharePool]) -> list[PodVi
             return True
         return any(
             p.namespace == pool.spec.device_plugin.namespace
-            and pool.spec.device_plugin.pod_selector.matches(dict(p.labels))
+            and pool.spec.device_plugin.pod_selector.matches(p.labels)
             for pool in pools
         )
 

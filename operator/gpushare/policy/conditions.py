@@ -10,6 +10,38 @@ READY = "Ready"
 PROGRESSING = "Progressing"
 DEGRADED = "Degraded"
 CONFLICT = "Conflict"
+
+# Reasons of the pool's conditions (one CamelCase word each; the Condition model checks the form).
+REASON_INVALID_SPEC = "InvalidSpec"
+REASON_DELETING = "Deleting"
+REASON_NO_MATCHING_NODES = "NoMatchingNodes"
+REASON_ALL_NODES_READY = "AllNodesReady"
+REASON_NODES_NOT_READY = "NodesNotReady"
+REASON_NODES_HELD = "NodesHeld"
+REASON_ROLLING_OUT = "RollingOut"
+REASON_ROLLOUT_COMPLETE = "RolloutComplete"
+REASON_NODES_FAILED = "NodesFailed"
+REASON_AS_EXPECTED = "AsExpected"
+REASON_NODES_IN_MULTIPLE_POOLS = "NodesInMultiplePools"
+REASON_NO_CONFLICTS = "NoConflicts"
+
+# Reasons of a node's entry in status.nodeStatuses (a Degraded or Failed node's reason can also
+# become the Degraded condition's). The device plugin's mode reasons are in policy.plugin_mode.
+NODE_APPLY_FAILED = "ApplyFailed"
+NODE_MULTIPLE_POOLS = "MultiplePools"
+NODE_PLUGIN_RESTARTING = "DevicePluginRestarting"
+NODE_PLUGIN_NOT_READY = "DevicePluginNotReady"
+NODE_SKIP_LABEL = "SkipLabel"
+NODE_MODE_SWITCH_BLOCKED = "ModeSwitchBlocked"
+NODE_RESTORING = "Restoring"
+NODE_RELEASING = "Releasing"
+NODE_LABELS_CHANGED = "LabelsChanged"
+NODE_POOL_INVALID = "PoolInvalid"
+NODE_NOT_READY = "NodeNotReady"
+NODE_ISOLATION_UNAVAILABLE = "IsolationUnavailable"
+NODE_NO_PLUGIN_POD = "NoDevicePluginPod"
+NODE_LABELS_APPLIED = "LabelsApplied"
+
 #: The order conditions are listed in; unknown types follow in their existing order.
 ORDER: tuple[str, ...] = (READY, PROGRESSING, DEGRADED, CONFLICT)
 

@@ -27,7 +27,9 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from gpushare import constants as c
+from gpushare.api.rules import MANAGED_SELECTOR
 from gpushare.api.v1alpha1 import GPUSharePool, GPUSharePoolSpec, Rollout
+from gpushare.policy import conditions as cond
 from gpushare.policy.views import NodeView, PodView, pods_by_node
 
 #: Labels the device plugin reads only when it starts: changing any of them needs a plugin restart.
@@ -40,9 +42,6 @@ PLUGIN_LABELS: tuple[str, ...] = (
 
 ModeSwitchPolicy = Literal["Wait", "Cordon", "Evict", "Force"]
 RestartState = Literal["Pending", "Done", "Failed", "Skipped"]
-
-Patch = Mapping[str, "str | None"]
-
 
 _OWED = ("Pending", "Failed")
 
@@ -187,25 +186,16 @@ def restore_labels(prior: Mapping[str, str | None]) -> dict[str, str | None]:
     return out
 
 
-def selector_keys(spec: GPUSharePoolSpec) -> set[str]:
-    sel = spec.node_selector
-    return set(sel.match_labels) | {req.key for req in sel.match_expressions}
-
-
 def selector_problem(spec: GPUSharePoolSpec) -> str | None:
     """Why a pool's nodeSelector cannot be planned, or None.
 
     A selector on a label gpushare writes would change membership by applying the pool (a node
-    selected by ``cgpu DoesNotExist`` would leave the pool as soon as it is labelled), so such
-    selectors are rejected at parse time and, as a guard, ignored here.
+    selected by ``cgpu DoesNotExist`` would leave the pool as soon as it is labelled). parse_pool
+    rejects such selectors (:data:`gpushare.api.rules.MANAGED_SELECTOR`); a pool built without it
+    (stored before the rule existed, or constructed in code) is ignored here by the same rule.
     """
-    used = sorted(selector_keys(spec) & set(c.MANAGED_LABELS))
-    if used:
-        return (
-            f"spec.nodeSelector uses {', '.join(used)}, which gpushare writes itself; "
-            "select nodes by labels gpushare does not manage (e.g. alibabacloud.com/nodepool-id)"
-        )
-    return None
+    problem = MANAGED_SELECTOR.problem(spec.node_selector.requirements())
+    return None if problem is None else f"spec.{MANAGED_SELECTOR.field}: {problem}"
 
 
 def _diff(current: Mapping[str, str], target: Mapping[str, str | None]) -> dict[str, str | None]:
@@ -362,7 +352,7 @@ def _change(
                 hold=hold,
                 annotation_patch=cordon_ann,
                 unschedulable_patch=True if cordon else None,
-                reason="ModeSwitchBlocked",
+                reason=cond.NODE_MODE_SWITCH_BLOCKED,
                 message=(
                     f"{c.LABEL_SCHEDULE} {old_mode} -> {new_mode} is blocked by "
                     f"{len(blocking)} pod(s) using {c.RES_GPU_MEM} (modeSwitch {hold}: {verb} {names})"
@@ -476,7 +466,7 @@ def _plan_node(
 ) -> NodePlan:
     owned = Ownership.parse(node.annotations.get(c.ANNOTATION_OWNED))
     record = RestartRecord.parse(node.annotations.get(c.ANNOTATION_PLUGIN_RESTART))
-    matching = [p for p in active if p.spec.node_selector.matches(dict(node.labels))]
+    matching = [p for p in active if p.spec.node_selector.matches(node.labels)]
 
     if node.labels.get(c.LABEL_SKIP) == "true":
         shown = owned.pool if owned and owned.pool else (matching[0].name if len(matching) == 1 else None)
@@ -490,7 +480,7 @@ def _plan_node(
             owned.pool,
             owned,
             record,
-            "PoolInvalid",
+            cond.NODE_POOL_INVALID,
             f"left as is while GPUSharePool/{owned.pool} is invalid: {invalid[owned.pool]}",
         )
     if len(matching) >= 2:
@@ -518,7 +508,7 @@ def _plan_node(
         elif owned is None:
             reason, message = "Adopted", f"joins pool {pool.name}"
         else:
-            reason, message = "LabelsChanged", f"labels differ from what pool {pool.name} wants"
+            reason, message = cond.NODE_LABELS_CHANGED, f"labels differ from what pool {pool.name} wants"
         plan = _change(
             node,
             Action.APPLY,

@@ -18,7 +18,7 @@ from gpushare.policy.views import NodeView, PodView
 #: Phases of a node that belongs to the pool and is not yet (or no longer) as it should be.
 _IN_POOL = (Action.APPLY, Action.NOOP, Action.HOLD)
 _LIST_MAX = 10
-ISOLATION_UNAVAILABLE = "IsolationUnavailable"
+ISOLATION_UNAVAILABLE = cond.NODE_ISOLATION_UNAVAILABLE
 
 
 @dataclass(frozen=True)
@@ -55,48 +55,53 @@ def node_state(
     """
     p = node_plan
     if p.node in errors and (p.pool == pool):
-        return NodeState(p.node, "Failed", "ApplyFailed", errors[p.node])
+        return NodeState(p.node, "Failed", cond.NODE_APPLY_FAILED, errors[p.node])
     if p.action is Action.CONFLICT:
         others = [name for name in p.conflict_pools if name != pool]
-        return NodeState(p.node, "Conflict", "MultiplePools", f"also selected by pool {', '.join(others)}")
+        return NodeState(
+            p.node, "Conflict", cond.NODE_MULTIPLE_POOLS, f"also selected by pool {', '.join(others)}"
+        )
     if p.pool != pool:
         record = p.plugin_restart
         if record is not None and record.pool == pool and record.state == "Pending":
             return NodeState(
-                p.node, "Restarting", "DevicePluginRestarting", "restarting after leaving the pool"
+                p.node, "Restarting", cond.NODE_PLUGIN_RESTARTING, "restarting after leaving the pool"
             )
         if record is not None and record.pool == pool and record.state == "Failed":
             return NodeState(
-                p.node, "Failed", "DevicePluginNotReady", record.result or "device plugin not Ready"
+                p.node, "Failed", cond.NODE_PLUGIN_NOT_READY, record.result or "device plugin not Ready"
             )
         return None
     if p.action is Action.SKIP:
-        return NodeState(p.node, "Skipped", "SkipLabel", p.message)
+        return NodeState(p.node, "Skipped", cond.NODE_SKIP_LABEL, p.message)
     if p.action is Action.HOLD:
-        return NodeState(p.node, "Held", "ModeSwitchBlocked", p.message)
+        return NodeState(p.node, "Held", cond.NODE_MODE_SWITCH_BLOCKED, p.message)
     if p.action in (Action.RESTORE, Action.RETAIN):
         return NodeState(
-            p.node, "Pending", "Restoring" if p.action is Action.RESTORE else "Releasing", p.message
+            p.node,
+            "Pending",
+            cond.NODE_RESTORING if p.action is Action.RESTORE else cond.NODE_RELEASING,
+            p.message,
         )
     if p.action is Action.APPLY:
-        return NodeState(p.node, "Pending", p.reason or "LabelsChanged", p.message)
+        return NodeState(p.node, "Pending", p.reason or cond.NODE_LABELS_CHANGED, p.message)
     record = p.plugin_restart
     if record is not None and record.pool == pool:
         if record.state == "Pending":
             return NodeState(
                 p.node,
                 "Restarting",
-                "DevicePluginRestarting",
+                cond.NODE_PLUGIN_RESTARTING,
                 f"waiting for a device plugin started after {record.since}",
             )
         if record.state == "Failed":
             return NodeState(
-                p.node, "Failed", "DevicePluginNotReady", record.result or "device plugin not Ready"
+                p.node, "Failed", cond.NODE_PLUGIN_NOT_READY, record.result or "device plugin not Ready"
             )
-    if p.action is Action.NOOP and p.reason == "PoolInvalid":
-        return NodeState(p.node, "Degraded", "PoolInvalid", p.message)
+    if p.action is Action.NOOP and p.reason == cond.NODE_POOL_INVALID:
+        return NodeState(p.node, "Degraded", cond.NODE_POOL_INVALID, p.message)
     if node is not None and not node.ready:
-        return NodeState(p.node, "Degraded", "NodeNotReady", "the node's Ready condition is not True")
+        return NodeState(p.node, "Degraded", cond.NODE_NOT_READY, "the node's Ready condition is not True")
     if memory_isolation and node is not None and isolation_state(node.labels, node.annotations) == "absent":
         return NodeState(
             p.node,
@@ -117,11 +122,11 @@ def node_state(
         )
         if stale is not None:
             return stale
-    if record is not None and record.result == "NoDevicePluginPod":
+    if record is not None and record.result == cond.NODE_NO_PLUGIN_POD:
         return NodeState(
-            p.node, "Ready", "NoDevicePluginPod", "labels applied; no device plugin pod runs on the node"
+            p.node, "Ready", cond.NODE_NO_PLUGIN_POD, "labels applied; no device plugin pod runs on the node"
         )
-    return NodeState(p.node, "Ready", "LabelsApplied", "")
+    return NodeState(p.node, "Ready", cond.NODE_LABELS_APPLIED, "")
 
 
 def _since(record: RestartRecord | None) -> datetime | None:
@@ -178,10 +183,6 @@ def awaiting_plugin_mode(status: Mapping[str, Any]) -> bool:
     return any(s.get("reason") == pm.PLUGIN_MODE_PENDING for s in status.get("nodeStatuses") or [])
 
 
-def _sum(values: Iterable[int]) -> int:
-    return sum(values)
-
-
 def pool_status(
     pool: GPUSharePool,
     cluster_plan: ClusterPlan,
@@ -220,9 +221,6 @@ def pool_status(
         if s is not None
     ]
     member = {p.node for p in plans if p.pool == name and p.action in _IN_POOL}
-    by_phase: dict[str, list[NodeState]] = {}
-    for s in states:
-        by_phase.setdefault(s.phase, []).append(s)
 
     def count(*phases: str, only_members: bool = True) -> int:
         return sum(1 for s in states if s.phase in phases and (s.name in member or not only_members))
@@ -237,15 +235,15 @@ def pool_status(
     }
     member_nodes = [nodes[n] for n in sorted(member) if n in nodes]
     capacity = {
-        "gpus": _sum(n.allocatable_int(c.RES_GPU_COUNT) for n in member_nodes),
-        "gpuMemGiB": _sum(n.allocatable_int(c.RES_GPU_MEM) for n in member_nodes),
-        "gpuCorePercentage": _sum(n.allocatable_int(c.RES_GPU_CORE) for n in member_nodes),
+        "gpus": sum(n.allocatable_int(c.RES_GPU_COUNT) for n in member_nodes),
+        "gpuMemGiB": sum(n.allocatable_int(c.RES_GPU_MEM) for n in member_nodes),
+        "gpuCorePercentage": sum(n.allocatable_int(c.RES_GPU_CORE) for n in member_nodes),
     }
     live = [p for p in pods if p.node_name in member and not p.terminated]
     allocated = {
-        "gpus": _sum(p.gpu_count for p in live),
-        "gpuMemGiB": _sum(p.gpu_mem for p in live),
-        "gpuCorePercentage": _sum(p.gpu_core for p in live),
+        "gpus": sum(p.gpu_count for p in live),
+        "gpuMemGiB": sum(p.gpu_mem for p in live),
+        "gpuCorePercentage": sum(p.gpu_core for p in live),
     }
 
     generation = pool.metadata.generation
@@ -258,29 +256,29 @@ def pool_status(
 
     matched, ready = counts["matched"], counts["ready"]
     if invalid:
-        put(cond.READY, "False", "InvalidSpec", invalid)
+        put(cond.READY, "False", cond.REASON_INVALID_SPEC, invalid)
     elif deleting:
         put(
             cond.READY,
             "False",
-            "Deleting",
+            cond.REASON_DELETING,
             f"cleanup {pool.spec.cleanup} in progress on {counts['pending']} node(s)",
         )
     elif matched == 0:
         put(
             cond.READY,
             "False",
-            "NoMatchingNodes",
+            cond.REASON_NO_MATCHING_NODES,
             "spec.nodeSelector selects no node that only this pool selects",
         )
     elif ready == matched:
-        put(cond.READY, "True", "AllNodesReady", f"{ready}/{matched} nodes ready")
+        put(cond.READY, "True", cond.REASON_ALL_NODES_READY, f"{ready}/{matched} nodes ready")
     else:
         need = [s.name for s in states if s.reason == pm.PLUGIN_RESTART_NEEDED]
         put(
             cond.READY,
             "False",
-            "NodesNotReady",
+            cond.REASON_NODES_NOT_READY,
             f"{ready}/{matched} nodes ready"
             + (f"; device plugin restart needed on {_names(need)}" if need else ""),
         )
@@ -291,7 +289,7 @@ def pool_status(
         put(
             cond.PROGRESSING,
             "True",
-            "NodesHeld",
+            cond.REASON_NODES_HELD,
             f"{len(held)} node(s) held by running GPU pods: "
             + "; ".join(f"{s.name}: {s.message}" for s in held[:3]),
         )
@@ -299,17 +297,17 @@ def pool_status(
         put(
             cond.PROGRESSING,
             "True",
-            "RollingOut",
+            cond.REASON_ROLLING_OUT,
             f"{len(moving)} node(s) changing: {_names([s.name for s in moving])}",
         )
     else:
-        put(cond.PROGRESSING, "False", "RolloutComplete", "no node is changing")
+        put(cond.PROGRESSING, "False", cond.REASON_ROLLOUT_COMPLETE, "no node is changing")
 
     failed = [s for s in states if s.phase == "Failed"]
     unisolated = [s for s in states if s.reason == ISOLATION_UNAVAILABLE]
     stale = [s for s in states if s.reason in (pm.PLUGIN_MODE_STALE, pm.PLUGIN_RESTART_NEEDED)]
     if invalid:
-        put(cond.DEGRADED, "True", "InvalidSpec", invalid)
+        put(cond.DEGRADED, "True", cond.REASON_INVALID_SPEC, invalid)
     elif stale and not failed:
         if all(s.reason == pm.PLUGIN_RESTART_NEEDED for s in stale):
             put(
@@ -339,23 +337,23 @@ def pool_status(
         put(
             cond.DEGRADED,
             "True",
-            failed[0].reason if len({s.reason for s in failed}) == 1 else "NodesFailed",
+            failed[0].reason if len({s.reason for s in failed}) == 1 else cond.REASON_NODES_FAILED,
             f"{len(failed)} node(s) failed: " + "; ".join(f"{s.name}: {s.message}" for s in failed[:3]),
         )
     else:
-        put(cond.DEGRADED, "False", "AsExpected", "no node failed")
+        put(cond.DEGRADED, "False", cond.REASON_AS_EXPECTED, "no node failed")
 
     conflicts = [s for s in states if s.phase == "Conflict"]
     if conflicts:
         put(
             cond.CONFLICT,
             "True",
-            "NodesInMultiplePools",
+            cond.REASON_NODES_IN_MULTIPLE_POOLS,
             f"{len(conflicts)} node(s) selected by more than one pool, left unchanged: "
             + "; ".join(f"{s.name} ({s.message})" for s in conflicts[:_LIST_MAX]),
         )
     else:
-        put(cond.CONFLICT, "False", "NoConflicts", "no node is selected by another pool")
+        put(cond.CONFLICT, "False", cond.REASON_NO_CONFLICTS, "no node is selected by another pool")
 
     order = {
         "Failed": 0,

@@ -2,51 +2,27 @@
 
 from __future__ import annotations
 
-import re
+import math
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from gpushare import constants as c
-
-_QUANTITY_RE = re.compile(r"^([+-]?[0-9.]+)([a-zA-Z]*)$")
-_SUFFIX = {
-    "": Decimal(1),
-    "m": Decimal("0.001"),
-    "k": Decimal(10**3),
-    "M": Decimal(10**6),
-    "G": Decimal(10**9),
-    "T": Decimal(10**12),
-    "Ki": Decimal(2**10),
-    "Mi": Decimal(2**20),
-    "Gi": Decimal(2**30),
-    "Ti": Decimal(2**40),
-}
+from gpushare.api.quantity import amount_int
 
 
 def quantity_int(value: Any) -> int:
-    """A Kubernetes quantity as a whole number (``"4"``, ``4``, ``"2k"``); 0 when unreadable.
+    """A Kubernetes quantity as a whole number (``"4"``, ``4``, ``"2k"``, ``"1e3"``), fraction dropped.
 
-    Extended resources are integers; anything the planner cannot read counts as nothing rather
-    than failing the whole plan (the admission rules reject such requests up front).
+    Lenient on purpose, for odd live data: a value that is not a quantity (see
+    :func:`gpushare.api.quantity.amount_int`) counts as 0, and a float (YAML written by hand)
+    as its whole part, rather than failing the whole plan; the admission rules reject such requests
+    up front.
     """
-    if isinstance(value, bool):
-        return 0
-    if isinstance(value, int):
-        return value
     if isinstance(value, float):
-        return int(value)
-    if not isinstance(value, str):
-        return 0
-    m = _QUANTITY_RE.match(value.strip())
-    if not m or m.group(2) not in _SUFFIX:
-        return 0
-    try:
-        return int(Decimal(m.group(1)) * _SUFFIX[m.group(2)])
-    except InvalidOperation:
-        return 0
+        return int(value) if math.isfinite(value) else 0
+    return amount_int(value) or 0
 
 
 def _container_requests(container: Mapping[str, Any]) -> dict[str, int]:

@@ -1,0 +1,148 @@
+"""The GPUSharePool rules that reach beyond one field's type, each defined once.
+
+A :class:`SpecRule` is an id, the field it is reported on, a predicate, a message and a fix. It is
+projected three ways, so the API server, the operator and the admission webhook say the same thing:
+
+* the CRD's ``x-kubernetes-validations`` (:meth:`SpecRule.validation`, placed by ``v1alpha1``);
+* the pydantic validators of ``v1alpha1`` (:meth:`SpecRule.check` raises a
+  ``PydanticCustomError`` whose type is the rule's id);
+* the admission findings (``admission.rules.evaluate_pool`` turns an error of that type into a
+  finding of the rule); the planner re-checks with :meth:`SpecRule.problem`.
+
+The id is the admission rule the problem is reported under. A selector on the labels gpushare
+writes, and a selector term whose values do not fit its operator, have no admission rule of their
+own: they are part of ``GP001-pool-schema``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from pydantic import JsonValue
+from pydantic_core import PydanticCustomError
+
+from gpushare import constants as c
+from gpushare.api.selector import Requirement, keys
+
+#: What a predicate returns for a spec that breaks the rule: the values for the message's
+#: placeholders (empty when it has none); None when the spec keeps the rule.
+Broken = Mapping[str, str] | None
+
+
+@dataclass(frozen=True)
+class SpecRule:
+    """One rule of the pool spec. ``message`` may name placeholders (``{labels}``) that the
+    predicate fills; ``cel_values`` fills them for the CRD, whose messages are fixed text."""
+
+    id: str
+    #: The field (wire name, under spec) the problem is reported on.
+    field: str
+    #: The CRD schema node the CEL rule sits on: a spec field, ``spec`` (several fields), or a
+    #: model's name (every place that model is used).
+    cel_on: str
+    cel: str
+    message: str
+    fix: str
+    predicate: Callable[..., Broken]
+    cel_values: Mapping[str, str] | None = None
+
+    def problem(self, *args: object) -> str | None:
+        """The message when the arguments break the rule, else None."""
+        broken = self.predicate(*args)
+        return None if broken is None else self.message.format(**broken)
+
+    def check(self, *args: object) -> None:
+        """Raise the rule's pydantic error when the arguments break it."""
+        broken = self.predicate(*args)
+        if broken is not None:
+            raise PydanticCustomError(self.id, self.message, dict(broken))
+
+    def validation(self) -> dict[str, JsonValue]:
+        """The rule as a CRD ``x-kubernetes-validations`` entry."""
+        return {"rule": self.cel, "message": self.message.format(**(self.cel_values or {}))}
+
+
+def _empty(selector: Sequence[Requirement]) -> Broken:
+    return {} if not selector else None
+
+
+def _managed(selector: Sequence[Requirement]) -> Broken:
+    used = sorted(keys(selector) & set(c.MANAGED_LABELS))
+    return {"labels": ", ".join(used)} if used else None
+
+
+def _compute_without_isolation(compute_allocation: bool, memory_isolation: bool) -> Broken:
+    return {} if compute_allocation and not memory_isolation else None
+
+
+def _values_fit_operator(operator: str, values: Sequence[str]) -> Broken:
+    if (operator in ("In", "NotIn")) == bool(values):
+        return None
+    return {"got": f" (operator {operator} with {len(values)} value(s))"}
+
+
+#: The fix of every GP001-pool-schema problem.
+SCHEMA_FIX = "correct the field (see `kubectl explain gpusharepool.spec`)"
+#: The managed label keys as a CEL list literal.
+_MANAGED_CEL = "[" + ", ".join(f"'{key}'" for key in c.MANAGED_LABELS) + "]"
+
+EMPTY_SELECTOR = SpecRule(
+    id="GP003-pool-empty-selector",
+    field="nodeSelector",
+    cel_on="nodeSelector",
+    cel="(has(self.matchLabels) && size(self.matchLabels) > 0) || "
+    "(has(self.matchExpressions) && size(self.matchExpressions) > 0)",
+    message="nodeSelector must not be empty: an empty selector would take over every node",
+    fix="select the pool's nodes, e.g. matchLabels {alibabacloud.com/nodepool-id: <id>}",
+    predicate=_empty,
+)
+
+MANAGED_SELECTOR = SpecRule(
+    id="GP001-pool-schema",
+    field="nodeSelector",
+    cel_on="nodeSelector",
+    cel=f"(!has(self.matchLabels) || !self.matchLabels.exists(k, k in {_MANAGED_CEL})) && "
+    f"(!has(self.matchExpressions) || self.matchExpressions.all(e, !(e.key in {_MANAGED_CEL})))",
+    message="nodeSelector must not use labels gpushare writes itself ({labels}): applying the pool would "
+    "change which nodes it selects; select nodes by a label gpushare does not manage, such as "
+    "alibabacloud.com/nodepool-id",
+    fix=SCHEMA_FIX,
+    predicate=_managed,
+    cel_values={"labels": ", ".join(c.MANAGED_LABELS)},
+)
+
+COMPUTE_WITHOUT_ISOLATION = SpecRule(
+    id="GP002-pool-compute-without-isolation",
+    field="computeAllocation",
+    cel_on="spec",
+    cel="!self.computeAllocation || self.memoryIsolation",
+    message="computeAllocation: true requires memoryIsolation: true (compute isolation, "
+    f"{c.LABEL_SCHEDULE}=core_mem, only exists with cGPU memory isolation)",
+    fix="set memoryIsolation: true, or computeAllocation: false",
+    predicate=_compute_without_isolation,
+)
+
+VALUES_FIT_OPERATOR = SpecRule(
+    id="GP001-pool-schema",
+    field="matchExpressions[*]",
+    cel_on="LabelSelectorRequirement",
+    cel="self.operator in ['In', 'NotIn'] ? (has(self.values) && size(self.values) > 0)"
+    " : (!has(self.values) || size(self.values) == 0)",
+    message="In and NotIn need at least one value; Exists and DoesNotExist take none{got}",
+    fix=SCHEMA_FIX,
+    predicate=_values_fit_operator,
+    cel_values={"got": ""},
+)
+
+SPEC_RULES: tuple[SpecRule, ...] = (
+    COMPUTE_WITHOUT_ISOLATION,
+    EMPTY_SELECTOR,
+    MANAGED_SELECTOR,
+    VALUES_FIT_OPERATOR,
+)
+
+
+def validations(on: str) -> list[JsonValue]:
+    """The CEL rules placed on one schema node (see :attr:`SpecRule.cel_on`)."""
+    return [rule.validation() for rule in SPEC_RULES if rule.cel_on == on]

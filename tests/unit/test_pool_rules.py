@@ -1,0 +1,118 @@
+"""gpushare.api.rules: each pool rule defined once and projected into CRD, validator and finding."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpushare.admission import evaluate
+from gpushare.api.crd import build_crd
+from gpushare.api.rules import (
+    COMPUTE_WITHOUT_ISOLATION,
+    EMPTY_SELECTOR,
+    MANAGED_SELECTOR,
+    SPEC_RULES,
+    VALUES_FIT_OPERATOR,
+    SpecRule,
+)
+from gpushare.api.v1alpha1 import PoolValidationError, parse_pool
+from gpushare.policy.planner import selector_problem
+
+
+def _pool(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "gpushare.io/v1alpha1",
+        "kind": "GPUSharePool",
+        "metadata": {"name": "p"},
+        "spec": spec,
+    }
+
+
+NP = {"matchLabels": {"alibabacloud.com/nodepool-id": "np"}}
+#: For each rule: a pool that breaks it, and the field the problem is reported on.
+BROKEN: list[tuple[SpecRule, dict[str, Any], str]] = [
+    (
+        COMPUTE_WITHOUT_ISOLATION,
+        _pool(nodeSelector=NP, computeAllocation=True, memoryIsolation=False),
+        "spec.computeAllocation",
+    ),
+    (EMPTY_SELECTOR, _pool(nodeSelector={"matchExpressions": []}), "spec.nodeSelector"),
+    (
+        MANAGED_SELECTOR,
+        _pool(nodeSelector={"matchExpressions": [{"key": "gpushare.io/pool", "operator": "DoesNotExist"}]}),
+        "spec.nodeSelector",
+    ),
+    (
+        VALUES_FIT_OPERATOR,
+        _pool(nodeSelector={"matchExpressions": [{"key": "k", "operator": "Exists", "values": ["v"]}]}),
+        "spec.nodeSelector.matchExpressions[0]",
+    ),
+]
+
+
+def _schema_node(on: str) -> dict[str, Any]:
+    spec: dict[str, Any] = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"][
+        "spec"
+    ]
+    return spec if on == "spec" else spec["properties"][on]
+
+
+@pytest.mark.parametrize("rule", SPEC_RULES, ids=lambda r: r.id)
+def test_every_rule_is_in_the_crd_where_it_says(rule: SpecRule) -> None:
+    if rule.cel_on == "LabelSelectorRequirement":  # every selector's terms
+        terms = _schema_node("nodeSelector")["properties"]["matchExpressions"]["items"]
+        pod_terms = _schema_node("devicePlugin")["properties"]["podSelector"]["properties"][
+            "matchExpressions"
+        ]
+        assert rule.validation() in pod_terms["items"]["x-kubernetes-validations"]
+    else:
+        terms = _schema_node(rule.cel_on)
+    assert rule.validation() in terms["x-kubernetes-validations"]
+
+
+def test_every_rule_has_a_broken_example() -> None:
+    assert [rule for rule, _, _ in BROKEN] == list(SPEC_RULES)
+
+
+@pytest.mark.parametrize(("rule", "obj", "field"), BROKEN, ids=[r.cel for r, _, _ in BROKEN])
+def test_the_validator_reports_the_rule_by_id(rule: SpecRule, obj: dict[str, Any], field: str) -> None:
+    with pytest.raises(PoolValidationError) as info:
+        parse_pool(obj)
+    (problem,) = info.value.errors
+    assert (problem.rule, problem.field) == (rule.id, field)
+    assert problem.message.split(" (")[0] in str(rule.validation()["message"])
+
+
+@pytest.mark.parametrize(("rule", "obj", "field"), BROKEN, ids=[r.cel for r, _, _ in BROKEN])
+def test_the_webhook_reports_the_rule(rule: SpecRule, obj: dict[str, Any], field: str) -> None:
+    (finding,) = evaluate(obj)
+    assert (finding.rule_id, finding.field) == (rule.id, field)
+    assert f"(rule {rule.id})" in finding.message
+
+
+def test_managed_selector_message_names_the_labels_used() -> None:
+    with pytest.raises(PoolValidationError, match=r"gpushare writes itself \(gpushare.io/pool\)"):
+        parse_pool(BROKEN[2][1])
+
+
+def test_planner_applies_the_same_rule_to_pools_built_without_it() -> None:
+    spec = parse_pool(_pool(nodeSelector=NP)).spec
+    assert selector_problem(spec) is None
+    bad = spec.model_copy(
+        update={"node_selector": spec.node_selector.model_copy(update={"match_labels": {"cgpu": "true"}})}
+    )
+    assert selector_problem(bad) == ("spec.nodeSelector: " + MANAGED_SELECTOR.message.format(labels="cgpu"))
+
+
+def test_a_rule_is_reported_beside_other_field_errors() -> None:
+    obj = _pool(nodeSelector={}, computeAllocation=True, memoryIsolation=False, placement="pack")
+    assert [f.rule_id for f in evaluate(obj)] == [
+        COMPUTE_WITHOUT_ISOLATION.id,
+        EMPTY_SELECTOR.id,
+        "GP001-pool-schema",
+    ]
+
+
+def test_isolation_left_at_its_default_allows_compute() -> None:
+    assert parse_pool(_pool(nodeSelector=NP, computeAllocation=True)).spec.mode == "core_mem"
