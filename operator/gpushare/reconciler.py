@@ -49,6 +49,7 @@ from gpushare.k8s.api import ClusterAPI
 from gpushare.k8s.cluster import PluginPod, node_ref, pool_ref
 from gpushare.k8s.retry import ApiUnavailable
 from gpushare.policy import Action, ClusterPlan, NodePlan, NodeView, PodView, RestartRecord, plan
+from gpushare.policy import conditions as reasons
 from gpushare.policy.decide import (
     FAST_REQUEUE,
     ORPHANS,
@@ -875,7 +876,7 @@ class Reconciler:
             bound.warning("Device plugin not Ready", count=len(failed), nodes=_names(sorted(failed)))
             await self._event(
                 ref,
-                "DevicePluginNotReady",
+                reasons.NODE_PLUGIN_NOT_READY,
                 f"No Ready device plugin pod on {_names(sorted(failed))}",
                 "Warning",
             )
@@ -931,7 +932,7 @@ class Reconciler:
                 return None, ""
             # Nothing to restart (no plugin on this node): report it, do not wait for one.
             metrics.PLUGIN_RESTARTS.labels(pool=pool, result="no_plugin").inc()
-            return "Done", "NoDevicePluginPod"
+            return "Done", reasons.NODE_NO_PLUGIN_POD
         if now - since > timedelta(seconds=dp.ready_timeout_seconds):
             metrics.PLUGIN_RESTARTS.labels(pool=pool, result="timeout").inc()
             return "Failed", (
@@ -1080,7 +1081,7 @@ class Reconciler:
             if reported != frozenset({why}):
                 self._reported[(name, "invalid")] = frozenset({why})
                 uid = str((raw.get("metadata") or {}).get("uid") or "")
-                await self._event(pool_ref(name, uid), "InvalidSpec", why, "Warning")
+                await self._event(pool_ref(name, uid), reasons.REASON_INVALID_SPEC, why, "Warning")
         await self._write_status(name, status, base, current)
 
     async def _event(self, ref: Mapping[str, str], reason: str, message: str, type_: str = "Normal") -> None:
