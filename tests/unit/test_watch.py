@@ -135,6 +135,7 @@ async def test_lists_in_pages_then_follows_the_watch(apiserver: tuple[FakeApiser
     try:
         await _until(lambda: len(rec.events) == 7)
         await asyncio.wait_for(watch.listed.wait(), 30)
+        await _until(lambda: len([r for r in fake.requests if "watch" in r]) >= 2)
     finally:
         task.cancel()
     assert rec.events[:5] == [("ADDED", f"n{i}") for i in range(5)]
@@ -146,8 +147,7 @@ async def test_lists_in_pages_then_follows_the_watch(apiserver: tuple[FakeApiser
     watches = [r for r in fake.requests if "watch" in r]
     # the first watch from the list's version, the next from the last bookmark/event seen
     assert watches[0]["resourceVersion"] == "10"
-    await _until(lambda: len([r for r in fake.requests if "watch" in r]) >= 2)
-    assert [r for r in fake.requests if "watch" in r][1]["resourceVersion"] == "26"
+    assert watches[1]["resourceVersion"] == "26"
 
 
 async def test_gone_lists_again_and_errors_retry(apiserver: tuple[FakeApiserver, Any]) -> None:

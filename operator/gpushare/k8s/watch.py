@@ -86,25 +86,29 @@ class ListWatch:
         keys: set[str] = set()
         token: str | None = None
         while True:
-            kwargs: dict[str, Any] = {"limit": self.page, "_request_timeout": 60}
-            if token:
-                kwargs["_continue"] = token
-            resp = await self._call(**kwargs)
-            try:
-                if resp.status != 200:
-                    raise ApiException(status=resp.status, reason=resp.reason)
-                data = json.loads(await resp.read())
-            finally:
-                resp.release()
-            for obj in data.get("items") or ():
-                keys.add(object_key(obj))
-                self.on_event("ADDED", obj)
-            meta = data.get("metadata") or {}
-            token = meta.get("continue") or None
+            token, rv = await self._page(token, keys)
             if not token:
                 self.on_listed(keys)
                 self.listed.set()
-                return str(meta.get("resourceVersion") or "")
+                return rv
+
+    async def _page(self, token: str | None, keys: set[str]) -> tuple[str | None, str]:
+        """One page, delivered (its raw objects are freed before the next page is read)."""
+        kwargs: dict[str, Any] = {"limit": self.page, "_request_timeout": 60}
+        if token:
+            kwargs["_continue"] = token
+        resp = await self._call(**kwargs)
+        try:
+            if resp.status != 200:
+                raise ApiException(status=resp.status, reason=resp.reason)
+            data = json.loads(await resp.read())
+        finally:
+            resp.release()
+        for obj in data.get("items") or ():
+            keys.add(object_key(obj))
+            self.on_event("ADDED", obj)
+        meta = data.get("metadata") or {}
+        return meta.get("continue") or None, str(meta.get("resourceVersion") or "")
 
     async def _watch(self, rv: str) -> str:
         """Follow the watch from ``rv`` until the server ends it; returns the last version seen."""
