@@ -8,6 +8,9 @@ nodes carry ``bench-half=a|b`` so that two pools can split them), in one run:
    per node, ``--loop-concurrency`` in flight, the baseline the operator should match); the
    operator: a GPUSharePool with ``devicePlugin.restart: Never``, timed from creation to its
    first node write, to every node labelled (a node watch in this process) and to Ready=True.
+   The operator is started first, and the kubectl and loop runs begin only once its log says
+   it has listed every Node and Pod: its watches see their events as they happen, as they
+   would in a cluster where the operator runs all along.
 2. writes per node during (1), from the operator's metrics (expect exactly 1 label patch).
 3. steady state: writes of any kind during --steady seconds with nothing changing (expect 0).
 4. pool deletion (cleanup Restore) timed until the finalizer is gone.
@@ -177,6 +180,8 @@ def unlabel_args() -> list[str]:
 
 
 HALF = "bench-half"
+#: The operator's log line once its Node and Pod watches have listed everything (handlers/watch.py).
+LISTED = "Listed Nodes and Pods"
 
 
 class LabelWatch:
@@ -331,8 +336,15 @@ async def run_size(
                 )  # fmt: skip
             selector = f"{POOL_LABEL}={NODEPOOL}"
             try:
+                started = time.monotonic()
                 await wait(lambda: _serving(port), 60, "operator metrics")
-                await asyncio.sleep(3)  # indexes filled
+
+                async def listed() -> bool:  # the operator's Node and Pod watches have listed once
+                    return LISTED in op_log.read_text(errors="replace")
+
+                await wait(listed, limit, "the operator's first list of Nodes and Pods", interval=0.2)
+                result["operator_listed_s"] = time.monotonic() - started
+                log(f"[{n}] operator started and listed {n} nodes in {result['operator_listed_s']:.1f}s")
 
                 async def unlabel() -> None:
                     await kubectl(kubeconfig, "label", "nodes", "-l", selector, *unlabel_args())

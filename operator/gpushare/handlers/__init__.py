@@ -1,8 +1,9 @@
 """Kopf wiring of the operator (thin: each handler hands off to gpushare.reconciler).
 
 Importing this package registers every handler in Kopf's default registry:
-``lifecycle`` (startup settings, login, probe, cleanup), ``watch`` (node and pod indexes and
-wake-ups; never a timer, daemon, finalizer or diff-base annotation on Nodes or Pods) and
+``lifecycle`` (startup settings, login, probe, cleanup; it starts ``watch``, gpushare's own Node
+and Pod watches, not Kopf's: never a timer, daemon, finalizer or diff-base annotation on Nodes or
+Pods) and
 ``pools`` (the per-pool reconcile loop, spec updates, deletion with our finalizer).
 """
 

@@ -11,6 +11,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import constants as c
 from gpushare import metrics
+from gpushare.handlers import watch
 from gpushare.handlers.state import OperatorState, Started
 from gpushare.k8s.client import load_configuration
 from gpushare.k8s.cluster import Cluster
@@ -43,7 +44,8 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **_: A
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.watching.reconnect_backoff = 1.0
-    # List Nodes and Pods in pages when a watch (re)starts: a smaller memory peak at scale.
+    # Kopf lists (GPUSharePools, peering) in pages; Nodes and Pods are watched by gpushare itself
+    # (handlers.watch), not by Kopf.
     settings.watching.chunk_size = 500
     settings.execution.max_workers = 4
 
@@ -54,7 +56,9 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **_: A
     cluster = Cluster(
         api, events_namespace=options.events_namespace, plugin_namespaces=options.plugin_namespaces
     )
-    memo.started = Started(api=api, cluster=cluster, reconciler=Reconciler(cluster))
+    reconciler = Reconciler(cluster)
+    memo.started = Started(api=api, cluster=cluster, reconciler=reconciler)
+    memo.watches = watch.start(reconciler, client.ApiClient(configuration=cfg))
     await _check_plugin_namespaces(cluster)
     metrics.serve(options.metrics_port, options.metrics_addr)
 
@@ -81,6 +85,8 @@ async def _check_plugin_namespaces(cluster: Cluster) -> None:
 
 @kopf.on.cleanup()
 async def close(memo: OperatorState, **_: Any) -> None:
+    if memo.watches is not None:
+        await memo.watches.stop()
     if memo.started is not None:
         await memo.started.api.close()
 

@@ -57,6 +57,8 @@ async def reconcile_loop(
     every ``RESYNC`` seconds of quiet a pass plans every node again."""
     reconciler = memo.reconciler
     wake = reconciler.wakeup(name)
+    if memo.watches is not None:
+        await memo.watches.wait_listed()  # only at startup: every node and pod listed once
     failures = 0
     resync = False
     while not stopped:
@@ -100,6 +102,8 @@ async def cleanup(
     """
     reconciler = memo.reconciler
     wake = reconciler.wakeup(name)
+    if memo.watches is not None:
+        await memo.watches.wait_listed()
     while True:
         wake.clear()
         result = await _pass(name, reconciler, gpushare_pools)

@@ -9,12 +9,16 @@ begins, and the copies share it and the ``plugin_namespace_reports`` dict.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from kubernetes_asyncio.client import ApiClient
 
 from gpushare.handlers.options import RunOptions
 from gpushare.k8s.cluster import Cluster
 from gpushare.reconciler import Reconciler
+
+if TYPE_CHECKING:
+    from gpushare.handlers.watch import Watches
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,8 @@ class OperatorState:
     options: RunOptions = field(default_factory=RunOptions)
     #: None until the startup handler has run (and in a replica that never started).
     started: Started | None = None
+    #: gpushare's own Node and Pod watches (set by the startup handler with ``started``).
+    watches: Watches | None = None
     #: Pool UID -> the device-plugin namespace already reported as not allowed (one Event each).
     plugin_namespace_reports: dict[str, str] = field(default_factory=dict)
 

@@ -12,8 +12,9 @@ get/list/watch/patch and gpusharepools/status patch (docs/security.md).
 
 from __future__ import annotations
 
+import json
 import secrets
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -66,6 +67,25 @@ def plugin_namespace_problem(namespace: str, allowed: frozenset[str] | None) -> 
         f"(GPUSHARE_PLUGIN_NAMESPACES) and grant a Role for it (manifests/operator/"
         f"device-plugin-rbac.yaml), or set spec.devicePlugin.restart: Never"
     )
+
+
+async def _json(request: Awaitable[Any]) -> dict[str, Any]:
+    """The JSON body of a raw (``_preload_content=False``) response; ApiException unless 2xx.
+
+    The operator reads returned Nodes as dicts: no client models (parsing a Node into a ``V1Node``
+    and back cost about 1 ms of CPU per write, the JSON 0.04 ms).
+    """
+    resp = await request
+    try:
+        data = await resp.read()
+        if not 200 <= resp.status <= 299:
+            exc = ApiException(status=resp.status, reason=resp.reason)
+            exc.body = data.decode(errors="replace")
+            raise exc
+        out: dict[str, Any] = json.loads(data)
+        return out
+    finally:
+        resp.release()
 
 
 @dataclass(frozen=True)
@@ -125,11 +145,9 @@ class Cluster:
 
     async def read_node(self, name: str) -> dict[str, Any] | None:
         """The node as the apiserver has it now; None if it is gone."""
-        node = await call_or_absent(lambda: self.core.read_node(name), verb="get", resource="nodes")
-        if node is None:
-            return None
-        out: dict[str, Any] = self.api.sanitize_for_serialization(node)
-        return out
+        return await call_or_absent(
+            lambda: _json(self.core.read_node(name, _preload_content=False)), verb="get", resource="nodes"
+        )
 
     async def patch_node(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any] | None:
         """One JSON merge patch (labels, annotations and cordon state together); None if the node is gone.
@@ -137,15 +155,15 @@ class Cluster:
         With ``metadata.resourceVersion`` in the patch the apiserver applies it only to that version
         (409 Conflict otherwise), so a patch planned from a stale view is never applied.
         """
-        result = await call_or_absent(
-            lambda: self.core.patch_node(name, dict(patch), field_manager=FIELD_MANAGER, **_MERGE),
+        return await call_or_absent(
+            lambda: _json(
+                self.core.patch_node(
+                    name, dict(patch), field_manager=FIELD_MANAGER, _preload_content=False, **_MERGE
+                )
+            ),
             verb="patch",
             resource="nodes",
         )
-        if result is None:
-            return None
-        out: dict[str, Any] = self.api.sanitize_for_serialization(result)
-        return out
 
     # --- pods ----------------------------------------------------------------------------------
 

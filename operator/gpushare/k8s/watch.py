@@ -1,0 +1,172 @@
+"""List-then-watch of one resource kind as raw JSON, for the operator's slim Node and Pod indexes.
+
+Why not Kopf's ``@kopf.index``: Kopf runs every Node and Pod event through its per-object machinery
+(a worker task and a memory per object, the diff-base built and compared, loggers, a patch), and
+queues the whole initial listing into per-object queues before any of it is handled. At 3000
+nodes with their 3000 plugin pods a backlog of events (the initial listing, a ``kubectl label``
+of every node) then took the operator minutes to work through, and the raw bodies waiting in those
+queues set the memory peak. Here each event is parsed once and handed to a callback (which keeps a
+projection and drops the body); a list is read in pages of ``page`` objects.
+
+The loop: list (paginated; the list's ``resourceVersion``), report the names listed, then watch
+from that version with bookmarks until the server closes the watch (``server_timeout``), the
+connection drops (an apiserver restart) or the version is too old (410 Gone / an ``ERROR``
+event): then watch again from the last version seen, or list again after a 410. Errors are
+retried after ``reconnect`` seconds. Nothing is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import aiohttp
+import structlog
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from gpushare import metrics
+
+log = structlog.get_logger("gpushare.watch")
+
+#: (event type: "ADDED", "MODIFIED" or "DELETED"; the object as JSON)
+OnEvent = Callable[[str, Mapping[str, Any]], None]
+#: Called after every complete list with the keys of every listed object (to drop vanished ones).
+OnListed = Callable[[set[str]], None]
+
+
+class Gone(Exception):
+    """The watch's resourceVersion is too old (410): list again."""
+
+
+def object_key(obj: Mapping[str, Any]) -> str:
+    """``name`` for cluster-scoped objects, ``uid`` (else ``namespace/name``) for namespaced ones."""
+    meta = obj.get("metadata") or {}
+    if meta.get("namespace"):
+        return str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
+    return str(meta.get("name") or "")
+
+
+class ListWatch:
+    """One resource kind (``"nodes"`` or ``"pods"``, all namespaces), listed then watched."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        resource: str,
+        on_event: OnEvent,
+        on_listed: OnListed,
+        *,
+        page: int = 500,
+        server_timeout: int = 300,
+        reconnect: float = 1.0,
+    ) -> None:
+        if resource not in ("nodes", "pods"):
+            raise ValueError(f"unsupported resource {resource!r}")
+        self.resource = resource
+        self.core = client.CoreV1Api(api)
+        self.on_event = on_event
+        self.on_listed = on_listed
+        self.page = page
+        self.server_timeout = server_timeout
+        self.reconnect = reconnect
+        #: Set once the first list has been delivered completely.
+        self.listed = asyncio.Event()
+        self.events = 0
+
+    def _call(self, **kwargs: Any) -> Any:
+        if self.resource == "nodes":
+            return self.core.list_node(_preload_content=False, **kwargs)
+        return self.core.list_pod_for_all_namespaces(_preload_content=False, **kwargs)
+
+    async def _list(self) -> str:
+        """Deliver every object (page by page) as ADDED; returns the list's resourceVersion."""
+        keys: set[str] = set()
+        token: str | None = None
+        while True:
+            token, rv = await self._page(token, keys)
+            if not token:
+                self.on_listed(keys)
+                self.listed.set()
+                return rv
+
+    async def _page(self, token: str | None, keys: set[str]) -> tuple[str | None, str]:
+        """One page, delivered (its raw objects are freed before the next page is read)."""
+        kwargs: dict[str, Any] = {"limit": self.page, "_request_timeout": 60}
+        if token:
+            kwargs["_continue"] = token
+        resp = await self._call(**kwargs)
+        try:
+            if resp.status != 200:
+                raise ApiException(status=resp.status, reason=resp.reason)
+            data = json.loads(await resp.read())
+        finally:
+            resp.release()
+        for obj in data.get("items") or ():
+            keys.add(object_key(obj))
+            self.on_event("ADDED", obj)
+        meta = data.get("metadata") or {}
+        return meta.get("continue") or None, str(meta.get("resourceVersion") or "")
+
+    async def _watch(self, rv: str) -> str:
+        """Follow the watch from ``rv`` until the server ends it; returns the last version seen."""
+        resp = await self._call(
+            watch=True,
+            resource_version=rv,
+            allow_watch_bookmarks=True,
+            timeout_seconds=self.server_timeout,
+            _request_timeout=aiohttp.ClientTimeout(sock_connect=10, sock_read=self.server_timeout + 30),
+        )
+        try:
+            if resp.status == 410:
+                raise Gone()
+            if resp.status != 200:
+                raise ApiException(status=resp.status, reason=resp.reason)
+            while True:
+                line = await resp.content.readline()
+                if not line:
+                    return rv
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                kind = event.get("type")
+                obj = event.get("object") or {}
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        raise Gone()
+                    raise ApiException(status=obj.get("code") or 0, reason=str(obj.get("message")))
+                rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+                if kind == "BOOKMARK":
+                    continue
+                self.events += 1
+                self.on_event(str(kind), obj)
+        finally:
+            resp.release()
+
+    async def run(self) -> None:
+        """List and watch until cancelled."""
+        rv = ""
+        while True:
+            try:
+                if not rv:
+                    rv = await self._list()
+                rv = await self._watch(rv)
+            except asyncio.CancelledError:
+                raise
+            except Gone:
+                log.info("Watch expired; listing again", resource=self.resource)
+                rv = ""
+            except (ApiException, aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+                code = exc.status if isinstance(exc, ApiException) else 0
+                metrics.API_ERRORS.labels(verb="watch", resource=self.resource, code=str(code)).inc()
+                log.warning(
+                    "Watch failed; retrying", resource=self.resource, retry_in=self.reconnect, error=repr(exc)
+                )
+                await asyncio.sleep(self.reconnect)
+
+
+async def run_all(watches: Iterable[ListWatch]) -> None:
+    """Run several watches together until cancelled (one failing never stops the others)."""
+    await asyncio.gather(*(w.run() for w in watches))
