@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import copy
 import datetime as dt
 import json
 import ssl
@@ -347,6 +348,25 @@ def test_state_reuses_context_until_something_changes() -> None:
     ctx2 = state.context({}, nodes)
     assert ctx2 is not ctx1 and ctx2.nodes[0].labels == {"a": "c"}
     assert state.context({}, {}).nodes == ()
+
+
+def test_the_node_watch_feeds_the_context_and_heartbeats_keep_it() -> None:
+    cache = ContextCache()
+    n1 = {"metadata": {"name": "n1", "labels": {"a": "b"}}, "status": {"allocatable": {MEM: "16"}}}
+    cache.node_event("ADDED", n1)
+    cache.node_event("ADDED", {"metadata": {"name": "n2", "labels": {}}})
+    ctx1 = cache.context({}, cache.fed)
+    assert sorted(n.name for n in ctx1.nodes) == ["n1", "n2"]
+    cache.node_event("MODIFIED", copy.deepcopy(n1))  # a heartbeat: nothing the rules read changed
+    assert cache.context({}, cache.fed) is ctx1
+    cache.node_event("MODIFIED", {**n1, "metadata": {"name": "n1", "labels": {"a": "c"}}})
+    ctx2 = cache.context({}, cache.fed)
+    assert ctx2 is not ctx1 and {n.name: dict(n.labels) for n in ctx2.nodes}["n1"] == {"a": "c"}
+    cache.node_event("DELETED", {"metadata": {"name": "n2"}})
+    assert [n.name for n in cache.context({}, cache.fed).nodes] == ["n1"]
+    cache.node_event("ADDED", {"metadata": {"name": "n3"}})
+    cache.nodes_listed({"n3"})  # a fresh list after a 410: n1 is gone
+    assert [n.name for n in cache.context({}, cache.fed).nodes] == ["n3"]
 
 
 def test_webhook_options_from_args() -> None:

@@ -1,10 +1,14 @@
-"""The admission rules' live context (pools and nodes from Kopf's indexes), cached between reviews.
+"""The admission rules' live context (pools from Kopf's index, nodes from a watch), cached between
+reviews.
 
-Kopf hands the indexes to handlers as mappings of stores; ``ContextCache.context`` builds the
-rules' ``Context`` from them and rebuilds it only when an indexed pool or node changed in a way
-that matters (the index functions return the stored, equal object otherwise, so node heartbeats
-do not invalidate it). Indexes may be empty during the first seconds after start: the rules then
-resolve pools from the ACK labels alone (kopf-notes.md §1.6).
+``ContextCache.context`` builds the rules' ``Context`` from a pools index (Kopf's: a mapping of
+stores) and a nodes index (``name -> [NodeInfo]``, fed by the webhook's own paged Node
+list-watch through ``node_event``/``nodes_listed``, not a Kopf index: Kopf's per-object machinery
+made the first listing of thousands of Nodes cost minutes and held every other handler until it
+was done). It rebuilds the context only when a pool or node changed in a way that matters (an
+equal NodeInfo is replaced by the stored object, so node heartbeats do not invalidate it). The
+indexes may be empty during the first seconds after start: the rules then resolve pools from the
+ACK labels alone (kopf-notes.md §1.6).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from gpushare.admission import EMPTY_CONTEXT, Context, NodeInfo
+from gpushare.admission.model import node_info
 from gpushare.api.v1alpha1 import GPUSharePool
 
 T = TypeVar("T")
@@ -26,9 +31,25 @@ class ContextCache:
         self._pools: dict[str, GPUSharePool] = {}
         self._key: tuple[int, ...] | None = None
         self._context: Context = EMPTY_CONTEXT
-        #: Kopf's live index objects (handed over by the startup handler) for the direct path.
+        #: Kopf's live pools index (handed over by the startup handler) and the nodes index (the
+        #: watch's ``fed``, handed over when the watch starts) for the direct path.
         self.pools_index: Any = None
         self.nodes_index: Any = None
+        #: name -> [NodeInfo], kept by ``node_event``/``nodes_listed`` (the Node watch's callbacks).
+        self.fed: dict[str, list[NodeInfo]] = {}
+
+    def node_event(self, type_: str, obj: Mapping[str, Any]) -> None:
+        """A Node watch event (``gpushare.k8s.watch.OnEvent``)."""
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        if type_ == "DELETED":
+            self.fed.pop(name, None)
+        else:
+            self.fed[name] = [self.node(node_info(obj))]
+
+    def nodes_listed(self, names: set[str]) -> None:
+        """After a complete list (``gpushare.k8s.watch.OnListed``): forget the nodes not in it."""
+        for name in set(self.fed) - names:
+            del self.fed[name]
 
     def node(self, info: NodeInfo) -> NodeInfo:
         """The stored NodeInfo when equal (so heartbeats do not invalidate the context)."""

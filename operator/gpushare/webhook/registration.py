@@ -2,8 +2,10 @@
 
 ``register(registry, options)`` adds, to a Kopf registry:
 
-* two indexes, ``gpushare_admission_pools`` (valid GPUSharePools) and ``gpushare_admission_nodes``
-  (``NodeInfo`` of every node), the live context of the rules (``ContextCache``);
+* a Kopf index ``gpushare_admission_pools`` (valid GPUSharePools) and the webhook's own paged Node
+  list-watch (``gpushare.k8s.watch.ListWatch``: ``NodeInfo`` of every node; not a Kopf index, which
+  at thousands of nodes took minutes to list and held the operator's handlers until it had), the
+  live context of the rules (``ContextCache``);
 * one validating handler per resource kind, with explicit ids that are also the URL paths
   (``validate-pods``, ``validate-deployments``, ... ``validate-gpusharepools``; see
   ``gpushare.admission.webhook_config.TARGETS``). Objects without any ``aliyun.com/gpu*``
@@ -20,6 +22,8 @@ handler checks the operation itself.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import sys
 import time
@@ -31,10 +35,11 @@ import kopf
 from kubernetes_asyncio import client
 
 from gpushare import constants as c
-from gpushare.admission import DEFAULT_TABLE, KindTable, NodeInfo, node_info
+from gpushare.admission import DEFAULT_TABLE, KindTable
 from gpushare.admission.webhook_config import WebhookTarget
 from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
 from gpushare.k8s.client import load_configuration
+from gpushare.k8s.watch import ListWatch
 from gpushare.webhook.answer import admit, fast_allow, log_decision, record, respond
 from gpushare.webhook.context import ContextCache
 from gpushare.webhook.lifecycle import CertLifecycle
@@ -42,7 +47,8 @@ from gpushare.webhook.options import WebhookOptions
 from gpushare.webhook.server import GPUShareWebhookServer
 
 POOLS_INDEX = "gpushare_admission_pools"
-NODES_INDEX = "gpushare_admission_nodes"
+#: Nodes per page of the webhook's Node list (the list's memory peak is about one page).
+NODE_PAGE = 100
 
 
 class Denied(kopf.AdmissionError):
@@ -85,7 +91,7 @@ def make_handler(
             target,
             body,
             operation,
-            lambda: cache.context(kwargs.get(POOLS_INDEX), kwargs.get(NODES_INDEX)),
+            lambda: cache.context(kwargs.get(POOLS_INDEX), cache.fed),
             table,
         )
         warnings.extend(decision.warnings)
@@ -111,10 +117,6 @@ def register(registry: kopf.OperatorRegistry, options: WebhookOptions) -> Regist
         except PoolValidationError:
             return None
 
-    @kopf.index("v1", "nodes", id=NODES_INDEX, registry=registry)
-    def gpushare_admission_nodes(name: str, body: kopf.Body, **_: Any) -> dict[str, NodeInfo]:
-        return {name: cache.node(node_info(dict(body)))}
-
     for target in options.targets:  # one handler per kind of the workload-kinds table, plus pools
         kopf.on.validate(
             group=target.group, plural=target.plural, id=target.handler_id,
@@ -123,17 +125,27 @@ def register(registry: kopf.OperatorRegistry, options: WebhookOptions) -> Regist
             registry=registry,
         )(make_handler(target, cache, options.kinds))  # fmt: skip
 
+    nodes: list[tuple[client.ApiClient, asyncio.Task[None]]] = []
+
     @kopf.on.startup(id="gpushare-webhook", registry=registry)
     async def webhook_startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
-        cache.pools_index = kwargs.get(POOLS_INDEX)  # live views, updated in place by Kopf
-        cache.nodes_index = kwargs.get(NODES_INDEX)
+        cache.pools_index = kwargs.get(POOLS_INDEX)  # a live view, updated in place by Kopf
+        cache.nodes_index = cache.fed  # updated in place by the Node watch
         cfg = await load_configuration(options.kubeconfig, context=options.context)
         lifecycle.api = client.ApiClient(configuration=cfg)
+        watch_api = client.ApiClient(configuration=cfg)
+        node_watch = ListWatch(watch_api, "nodes", cache.node_event, cache.nodes_listed, page=NODE_PAGE)
+        nodes.append((watch_api, asyncio.create_task(node_watch.run(), name="gpushare webhook node watch")))
         settings.admission.managed = None  # the project ships the configuration (kopf-notes §1.9)
         settings.admission.server = build_server(options, cache, lifecycle)
 
     @kopf.on.cleanup(id="gpushare-webhook-cleanup", registry=registry)
     async def webhook_cleanup(**_: Any) -> None:
+        for api, task in nodes:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await api.close()
         await lifecycle.close()
 
     return Registered(cache, lifecycle)
