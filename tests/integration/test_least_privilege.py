@@ -124,27 +124,35 @@ async def _prepare(info: ClusterInfo) -> None:
 
 
 async def _policy_in_force(info: ClusterInfo, timeout_s: float = 120.0) -> None:
-    """Wait until the apiserver enforces the agent's node-restriction policy.
+    """Wait until the apiserver enforces both node-restriction policies (the agent's, the operator's).
 
     A new ValidatingAdmissionPolicy and its binding take effect when the apiserver's policy
     informer has compiled them, which can take a while on a busy machine (the manifests also carry
-    the large GPU-rules policy): probe with a dry-run write the policy must refuse.
+    the large GPU-rules policy): probe each with a dry-run write it must refuse.
     """
-    path = Path(tempfile.mkdtemp()) / "probe.kubeconfig"
-    kubeconfig_for(info, token(info, AGENT_SA, bound_pod="agent-probe"), path)
-    body = {"metadata": {"labels": {c.LABEL_SCHEDULE: "default"}}}
+    probes = (
+        (
+            "agent",
+            token(info, AGENT_SA, bound_pod="agent-probe"),
+            {"metadata": {"labels": {c.LABEL_SCHEDULE: "default"}}},
+        ),
+        ("operator", token(info, OPERATOR_SA), {"spec": {"podCIDR": "10.9.0.0/24"}}),
+    )
     deadline = time.monotonic() + timeout_s
-    async with await make_api_client(str(path)) as api:
-        while True:
-            try:
-                await client.CoreV1Api(api).patch_node("lp-1", body, dry_run="All", **MERGE)
-            except ApiException as exc:
-                if exc.status in (403, 422):
-                    return
-                raise
-            if time.monotonic() > deadline:
-                pytest.fail(f"the agent node-restriction policy was not in force after {timeout_s:.0f} s")
-            await asyncio.sleep(1.0)
+    for who, bearer, body in probes:
+        path = Path(tempfile.mkdtemp()) / f"{who}-probe.kubeconfig"
+        kubeconfig_for(info, bearer, path)
+        async with await make_api_client(str(path)) as api:
+            while True:
+                try:
+                    await client.CoreV1Api(api).patch_node("lp-1", body, dry_run="All", **MERGE)
+                except ApiException as exc:
+                    if exc.status in (403, 422):
+                        break
+                    raise
+                if time.monotonic() > deadline:
+                    pytest.fail(f"the {who} node-restriction policy was not in force after {timeout_s:.0f} s")
+                await asyncio.sleep(1.0)
 
 
 @pytest.fixture(scope="module")
