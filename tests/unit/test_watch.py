@@ -17,6 +17,7 @@ from gpushare import constants as c
 from gpushare.handlers.watch import Feeds
 from gpushare.k8s.watch import ListWatch
 from gpushare.reconciler import Reconciler
+from gpushare.webhook.context import ContextCache
 
 NP = "alibabacloud.com/nodepool-id"
 
@@ -173,7 +174,8 @@ async def test_gone_lists_again_and_errors_retry(apiserver: tuple[FakeApiserver,
 async def test_feeds_keep_projections_and_drop_what_vanished(apiserver: tuple[FakeApiserver, Any]) -> None:
     fake, api = apiserver
     reconciler = Reconciler(cluster=None)  # type: ignore[arg-type]
-    feeds = Feeds(reconciler)
+    webhook = ContextCache()  # fed by the same Node watch (gpushare run --webhook)
+    feeds = Feeds(reconciler, [webhook])
     fake.objects["nodes"] = [node("n0", 1), node("n1", 2)]
     fake.objects["pods"] = [
         pod("gpu", "n0", gpu=True),
@@ -194,6 +196,7 @@ async def test_feeds_keep_projections_and_drop_what_vanished(apiserver: tuple[Fa
         await _until(lambda: reconciler.pods.get("n0", {}).get("uid-gpu") is not None)
         await _until(lambda: reconciler.pods["n0"]["uid-gpu"].phase == "Succeeded")
         assert reconciler.nodes["n0"].labels[NP] == "a"
+        assert set(webhook.fed) == {"n0"} and webhook.fed["n0"][0].labels[NP] == "a"
         assert reconciler.nodes["n0"].allocatable == {c.RES_GPU_MEM: "16"}  # the slim projection
         assert reconciler.pods["n1"]["uid-plugin"].labels == c.DEFAULT_PLUGIN_LABELS
         assert reconciler.pods["n0"]["uid-gpu"].labels == {}
@@ -206,6 +209,7 @@ async def test_feeds_keep_projections_and_drop_what_vanished(apiserver: tuple[Fa
         fake.script("nodes", 410)
         fake.script("pods", 410)
         await _until(lambda: set(reconciler.nodes) == {"n2"})
+        assert set(webhook.fed) == {"n2"}
         await _until(lambda: "n1" not in reconciler.pods)
         assert set(reconciler.pods["n0"]) == {"uid-gpu"}
         assert "n0" in reconciler.dirty and "n1" in reconciler.dirty

@@ -159,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
 
     from gpushare.handlers.options import RunOptions
     from gpushare.handlers.state import OperatorState
+    from gpushare.handlers.watch import NodeListener
     from gpushare.k8s.client import KubeConfigError, load_configuration
     from gpushare.k8s.cluster import parse_plugin_namespaces
 
@@ -175,13 +176,15 @@ def run(args: argparse.Namespace) -> int:
 
     import gpushare.handlers  # noqa: F401 - registers the handlers
 
+    node_listeners: list[NodeListener] = []
     if args.webhook:  # the admission webhook's handlers, server and certificates (docs/webhook.md)
         from gpushare.webhook.registration import register as register_webhook
 
-        try:
-            register_webhook(kopf.get_default_registry(), webhook_options(args))
+        try:  # the operator's Node watch feeds the webhook's context (one Node watch per process)
+            webhook = register_webhook(kopf.get_default_registry(), webhook_options(args), watch_nodes=False)
         except ValueError as exc:
             raise CLIError(str(exc)) from None
+        node_listeners.append(webhook.cache)
 
     options = RunOptions(
         kubeconfig=args.kubeconfig,
@@ -201,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
                 peering_name=args.peering,
                 priority=priority,
                 liveness_endpoint=args.liveness,
-                memo=OperatorState(options=options),
+                memo=OperatorState(options=options, node_listeners=node_listeners),
             )
         )
     except KeyboardInterrupt:

@@ -58,7 +58,7 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **_: A
     )
     reconciler = Reconciler(cluster)
     memo.started = Started(api=api, cluster=cluster, reconciler=reconciler)
-    memo.watches = watch.start(reconciler, client.ApiClient(configuration=cfg))
+    memo.watches = watch.start(reconciler, client.ApiClient(configuration=cfg), memo.node_listeners)
     await _check_plugin_namespaces(cluster)
     metrics.serve(options.metrics_port, options.metrics_addr)
 

@@ -18,7 +18,7 @@ from gpushare.k8s.cluster import Cluster
 from gpushare.reconciler import Reconciler
 
 if TYPE_CHECKING:
-    from gpushare.handlers.watch import Watches
+    from gpushare.handlers.watch import NodeListener, Watches
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,8 @@ class OperatorState:
     watches: Watches | None = None
     #: Pool UID -> the device-plugin namespace already reported as not allowed (one Event each).
     plugin_namespace_reports: dict[str, str] = field(default_factory=dict)
+    #: Fed by the operator's Node watch too (the webhook's context cache with ``--webhook``).
+    node_listeners: list[NodeListener] = field(default_factory=list)
 
     def _started(self) -> Started:
         if self.started is None:

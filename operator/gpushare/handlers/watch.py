@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from kubernetes_asyncio import client
@@ -60,21 +60,35 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
     return pod if is_plugin_pod(pod.labels) else replace(pod, labels={})
 
 
-class Feeds:
-    """The callbacks of the two watches into one ``Reconciler``."""
+class NodeListener(Protocol):
+    """Another consumer of the same Node watch (the webhook's ``ContextCache``): one Node list and
+    watch per process, not one per consumer."""
 
-    def __init__(self, reconciler: Reconciler) -> None:
+    def node_event(self, type_: str, obj: Mapping[str, Any]) -> None: ...
+
+    def nodes_listed(self, names: set[str]) -> None: ...
+
+
+class Feeds:
+    """The callbacks of the two watches into one ``Reconciler`` (and the other node listeners)."""
+
+    def __init__(self, reconciler: Reconciler, node_listeners: Sequence[NodeListener] = ()) -> None:
         self.reconciler = reconciler
+        self.node_listeners = tuple(node_listeners)
 
     def node(self, type_: str, obj: Mapping[str, Any]) -> None:
         if type_ == "DELETED":
             self.reconciler.forget_node(object_key(obj))
         else:
             self.reconciler.observe_node(NodeView.project(obj))
+        for listener in self.node_listeners:
+            listener.node_event(type_, obj)
 
     def nodes_listed(self, names: set[str]) -> None:
         for name in set(self.reconciler.nodes) - names:
             self.reconciler.forget_node(name)
+        for listener in self.node_listeners:
+            listener.nodes_listed(names)
 
     def pod(self, type_: str, obj: Mapping[str, Any]) -> None:
         if type_ != "DELETED" and relevant(obj):
@@ -107,10 +121,12 @@ class Watches:
         await self.api.close()
 
 
-def start(reconciler: Reconciler, api: client.ApiClient) -> Watches:
+def start(
+    reconciler: Reconciler, api: client.ApiClient, node_listeners: Sequence[NodeListener] = ()
+) -> Watches:
     """Start the Node and Pod watches on ``api`` (their own client: a long write burst never delays
-    an event), feeding ``reconciler``."""
-    feeds = Feeds(reconciler)
+    an event), feeding ``reconciler`` and ``node_listeners``."""
+    feeds = Feeds(reconciler, node_listeners)
     watches = [
         ListWatch(api, "nodes", feeds.node, feeds.nodes_listed, page=PAGE, server_timeout=SERVER_TIMEOUT),
         ListWatch(api, "pods", feeds.pod, feeds.pods_listed, page=PAGE, server_timeout=SERVER_TIMEOUT),

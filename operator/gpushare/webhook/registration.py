@@ -104,8 +104,12 @@ def make_handler(
     return validate
 
 
-def register(registry: kopf.OperatorRegistry, options: WebhookOptions) -> Registered:
-    """Add the webhook's indexes, handlers, startup and cleanup to ``registry``."""
+def register(
+    registry: kopf.OperatorRegistry, options: WebhookOptions, *, watch_nodes: bool = True
+) -> Registered:
+    """Add the webhook's indexes, handlers, startup and cleanup to ``registry``. ``watch_nodes``:
+    run its own Node list-watch; False when the caller feeds ``Registered.cache`` from a Node watch
+    of its own (``gpushare run``: the operator's)."""
     cache = ContextCache()
     lifecycle = CertLifecycle(options)
     logging.getLogger("kopf.objects").addFilter(QUIET_DENIALS)  # idempotent: the same filter object
@@ -133,9 +137,11 @@ def register(registry: kopf.OperatorRegistry, options: WebhookOptions) -> Regist
         cache.nodes_index = cache.fed  # updated in place by the Node watch
         cfg = await load_configuration(options.kubeconfig, context=options.context)
         lifecycle.api = client.ApiClient(configuration=cfg)
-        watch_api = client.ApiClient(configuration=cfg)
-        node_watch = ListWatch(watch_api, "nodes", cache.node_event, cache.nodes_listed, page=NODE_PAGE)
-        nodes.append((watch_api, asyncio.create_task(node_watch.run(), name="gpushare webhook node watch")))
+        if watch_nodes:
+            watch_api = client.ApiClient(configuration=cfg)
+            node_watch = ListWatch(watch_api, "nodes", cache.node_event, cache.nodes_listed, page=NODE_PAGE)
+            task = asyncio.create_task(node_watch.run(), name="gpushare webhook node watch")
+            nodes.append((watch_api, task))
         settings.admission.managed = None  # the project ships the configuration (kopf-notes §1.9)
         settings.admission.server = build_server(options, cache, lifecycle)
 
