@@ -18,6 +18,7 @@ import json
 import secrets
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
@@ -704,11 +705,12 @@ async def _rolled_out_once(
     plugins: PluginPodTracker,
     pool: str,
     op: OperatorProc,
+    timeout_s: float = 60,
 ) -> None:
     """Every label there, foreign labels intact, no node cordoned, every plugin replaced once
     (after ``op``, the operator now in charge, has seen the finished rollout)."""
-    await wait_labels(api, nodes, {**CGPU, c.LABEL_POOL: pool})
-    await wait_restarts_done(api, nodes)
+    await wait_labels(api, nodes, {**CGPU, c.LABEL_POOL: pool}, timeout_s=timeout_s)
+    await wait_restarts_done(api, nodes, timeout_s=timeout_s)
     await observed(api, op, pool, nodes[0])
     for n in nodes:
         node = await node_obj(api, n)
@@ -898,10 +900,23 @@ async def test_apiserver_killed_mid_rollout_the_operator_resumes(
             await asyncio.sleep(15)
             assert op.proc.poll() is None, "the operator exited while the apiserver was down"
             # From the main thread: a component dies with the thread that started it (PDEATHSIG).
-            dev.restart("kube-apiserver")
-            await _rolled_out_once(api, nodes, before, plugins, name, op)
+            dev.restart("kube-apiserver")  # returns once /readyz answers
+            back = datetime.now(UTC)
+            # The rollout needs the plugin pod the DaemonSet controller recreates, and that
+            # controller, the scheduler and kwok come back on client-go's reflector backoff (up to
+            # 30 s, jittered up to twice that, after a 15 s outage: 27 s and 60 s seen here), which
+            # is not the operator's: hence the longer wait.
+            await _rolled_out_once(api, nodes, before, plugins, name, op, timeout_s=180)
             await helper.wait_condition(name, "Ready", "True")
         assert op.proc.poll() is None
+        # Both of the operator's watches came back (each logs the first answer after failing).
+        resumed = {
+            e["resource"]: (datetime.fromisoformat(e["timestamp"]) - back).total_seconds()
+            for e in op.logs()
+            if e.get("event") == "Watch resumed"
+        }
+        assert set(resumed) == {"nodes", "pods"}, f"watches resumed: {resumed}"
+        print(f"operator watches resumed, seconds after the apiserver was ready again: {resumed}")
         assert op.sum_metric("gpushare_label_patches_total") == len(nodes)
         await helper.delete(name)
     finally:

@@ -10,6 +10,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+import structlog
+import structlog.testing
 from aiohttp import web
 from kubernetes_asyncio import client
 
@@ -161,14 +163,22 @@ async def test_gone_lists_again_and_errors_retry(apiserver: tuple[FakeApiserver,
     )
     rec = Recorder()
     watch = ListWatch(api, "nodes", rec.on_event, rec.on_listed, reconnect=0.01)
-    task = asyncio.create_task(watch.run())
-    try:
-        await _until(lambda: len(rec.lists) == 2)
-    finally:
-        task.cancel()
+    with structlog.testing.capture_logs() as logs:
+        task = asyncio.create_task(watch.run())
+        try:
+            await _until(lambda: len(rec.lists) == 2)
+        finally:
+            task.cancel()
     kinds = [("watch" if "watch" in r else "list") for r in fake.requests]
     assert kinds[:4] == ["list", "watch", "watch", "list"]
     assert rec.events == [("ADDED", "n0"), ("ADDED", "n1")] * 2
+    # the 500 is a failure, the next answer (the watch that says 410) ends it; a 410 is no failure
+    said = [(e["event"], e.get("resource")) for e in logs if e["log_level"] != "debug"]
+    assert said == [
+        ("Watch failed; retrying", "nodes"),
+        ("Watch resumed", "nodes"),
+        ("Watch expired; listing again", "nodes"),
+    ]
 
 
 async def test_feeds_keep_projections_and_drop_what_vanished(apiserver: tuple[FakeApiserver, Any]) -> None:

@@ -12,13 +12,15 @@ The loop: list (paginated; the list's ``resourceVersion``), report the names lis
 from that version with bookmarks until the server closes the watch (``server_timeout``), the
 connection drops (an apiserver restart) or the version is too old (410 Gone / an ``ERROR``
 event): then watch again from the last version seen, or list again after a 410. Errors are
-retried after ``reconnect`` seconds. Nothing is written.
+retried after ``reconnect`` seconds; the first answer after a failure is logged ("Watch resumed",
+with how long it was down). Nothing is written.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -75,6 +77,8 @@ class ListWatch:
         #: Set once the first list has been delivered completely.
         self.listed = asyncio.Event()
         self.events = 0
+        #: When the first of the failures since the last answer happened (None: no failure).
+        self._failing_since: float | None = None
 
     def _call(self, **kwargs: Any) -> Any:
         if self.resource == "nodes":
@@ -101,6 +105,7 @@ class ListWatch:
         try:
             if resp.status != 200:
                 raise ApiException(status=resp.status, reason=resp.reason)
+            self._answered()
             data = json.loads(await resp.read())
         finally:
             resp.release()
@@ -124,6 +129,7 @@ class ListWatch:
                 raise Gone()
             if resp.status != 200:
                 raise ApiException(status=resp.status, reason=resp.reason)
+            self._answered()
             while True:
                 line = await resp.content.readline()
                 if not line:
@@ -145,6 +151,13 @@ class ListWatch:
         finally:
             resp.release()
 
+    def _answered(self) -> None:
+        """The apiserver answered: if it had been failing, say for how long."""
+        if self._failing_since is not None:
+            down = time.monotonic() - self._failing_since
+            self._failing_since = None
+            log.info("Watch resumed", resource=self.resource, down_seconds=round(down, 1))
+
     async def run(self) -> None:
         """List and watch until cancelled."""
         rv = ""
@@ -159,6 +172,8 @@ class ListWatch:
                 log.info("Watch expired; listing again", resource=self.resource)
                 rv = ""
             except (ApiException, aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+                if self._failing_since is None:
+                    self._failing_since = time.monotonic()
                 code = exc.status if isinstance(exc, ApiException) else 0
                 metrics.API_ERRORS.labels(verb="watch", resource=self.resource, code=str(code)).inc()
                 log.warning(
