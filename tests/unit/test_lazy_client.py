@@ -1,0 +1,75 @@
+"""gpushare.lazy_client: kubernetes-asyncio's generated client packages import on first use."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+from gpushare.lazy_client import reexports
+
+PROBE = textwrap.dedent(
+    """
+    import json, sys
+    import gpushare, kopf  # Kopf imports kubernetes_asyncio.client when it is installed
+    from kubernetes_asyncio import client
+
+    loaded = lambda: sorted(m for m in sys.modules if m.startswith("kubernetes_asyncio.client.models."))
+    before = loaded()
+
+    async def deserialize():
+        async with client.ApiClient() as api:
+            body = {"metadata": {"name": "n1", "labels": {"a": "b"}}}
+            return api.deserialize(type("R", (), {"data": json.dumps(body)})(), "V1Node")
+
+    import asyncio
+    node = asyncio.run(deserialize())
+    from kubernetes_asyncio.client import CoreV1Api, V1ObjectMeta
+    after = loaded()
+    names = {}
+    exec("from kubernetes_asyncio.client.models import *", names)
+    print(json.dumps({
+        "before": before,
+        "after": after,
+        "node": [type(node).__name__, node.metadata.name, node.metadata.labels],
+        "api": CoreV1Api.__module__,
+        "meta_is_model": V1ObjectMeta is client.models.V1ObjectMeta,
+        "version": client.__version__,
+        "dir_has_pod": "V1Pod" in dir(client.models),
+        "all": len(client.models.__all__),
+        "star_has_pod": "V1Pod" in names,
+        "missing": hasattr(client, "NoSuchThing"),
+    }))
+    """
+)
+
+
+def test_the_client_imports_models_only_when_used() -> None:
+    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True)
+    seen = json.loads(out.stdout)
+    # Kopf itself looks up two models; the eager package would have imported all ~770.
+    assert len(seen["before"]) < 10, seen["before"]
+    assert seen["all"] > 700
+    assert "kubernetes_asyncio.client.models.v1_node" in seen["after"]
+    assert len(seen["after"]) < 30
+    assert seen["node"] == ["V1Node", "n1", {"a": "b"}]
+    assert seen["api"] == "kubernetes_asyncio.client.api.core_v1_api"
+    assert seen["meta_is_model"] is True
+    assert seen["version"]
+    assert seen["dir_has_pod"] is True
+    assert seen["star_has_pod"] is True
+    assert seen["missing"] is False
+
+
+def test_only_a_pure_reexport_module_is_made_lazy() -> None:
+    names, rest = reexports(
+        '"""doc"""\nfrom a.b import C\nfrom a.d import E as F\n__version__ = "1"\n__all__ = ["C"]\n'
+    ) or ({}, [])
+    assert names == {"C": ("a.b", "C"), "F": ("a.d", "E")}
+    assert len(rest) == 2
+    # anything else (code, a star or relative import) keeps the package eager, as shipped
+    assert reexports("from a.b import C\nprint('side effect')\n") is None
+    assert reexports("from a.b import *\n") is None
+    assert reexports("from .b import C\n") is None
+    assert reexports("import a.b\n") is None
