@@ -26,10 +26,10 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -80,6 +80,22 @@ __all__ = [
 #: Node writes (patches, plugin pod deletes) in flight at once, per pool (so that pools never
 #: queue behind each other). 64, as the plain loop of bench/bench_operator.py (docs/operator.md).
 WRITE_CONCURRENCY = 64
+
+T = TypeVar("T")
+
+
+async def for_each(
+    items: Sequence[T], step: Callable[[T], Awaitable[None]], workers: int = WRITE_CONCURRENCY
+) -> None:
+    """``step`` over ``items``, ``workers`` at a time, by that many tasks rather than one task per
+    item (at 5000 nodes, 5000 tasks waiting on the write bound were megabytes of peak memory)."""
+    todo = iter(items)
+
+    async def worker() -> None:
+        for item in todo:
+            await step(item)
+
+    await asyncio.gather(*(worker() for _ in range(min(workers, len(items)))))
 #: At most this many nodes about to switch mode are confirmed with a targeted pod list each
 #: (``spec.nodeName``) before the write; above it the GPU-pod index is trusted (never a list of
 #: every pod of the cluster).
@@ -695,7 +711,14 @@ class Reconciler:
 
         if not batch:
             return
-        done = [p for p in await asyncio.gather(*(claimed(p) for p in batch)) if p is not None]
+        finished: list[tuple[int, NodePlan]] = []
+
+        async def write(item: tuple[int, NodePlan]) -> None:
+            if (out := await claimed(item[1])) is not None:
+                finished.append((item[0], out))
+
+        await for_each(list(enumerate(batch)), write)
+        done = [p for _, p in sorted(finished, key=lambda item: item[0])]
         del live
         result.patched = len(done)
         if done:
@@ -861,7 +884,7 @@ class Reconciler:
             (restarted if new_state == "Done" else failed).append(node)
             bound.debug("Recorded device plugin restart", node=node, state=new_state, result=outcome)
 
-        await asyncio.gather(*(one(n, r) for n, r in owed))
+        await for_each(owed, lambda item: one(*item))
         ref = pool_ref(name, str((pools.raw[name].get("metadata") or {}).get("uid") or ""))
         if restarted:
             bound.info(
