@@ -38,6 +38,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,6 @@ from gpushare.devcluster.fakes import (
     POOL_LABEL,
     create_gpu_nodes,
     ensure_device_plugin_daemonset,
-    pod_running_and_ready,
 )
 from gpushare.k8s.client import make_api_client
 
@@ -107,25 +107,44 @@ STUCK_AFTER_S = 60.0
 kicked: list[str] = []
 
 
+def _created(pod: dict[str, Any]) -> float:
+    stamp = str(pod["metadata"]["creationTimestamp"]).replace("Z", "+00:00")
+    return datetime.fromisoformat(stamp).timestamp()
+
+
+def _running_and_ready(pod: dict[str, Any]) -> bool:
+    status = pod.get("status") or {}
+    if pod["metadata"].get("deletionTimestamp") or status.get("phase") != "Running":
+        return False
+    return any(x.get("type") == "Ready" and x.get("status") == "True" for x in status.get("conditions") or [])
+
+
 async def plugin_pods_ready(api: client.ApiClient, n: int, after: float | None = None) -> bool:
+    """At least ``n`` plugin pods Running and Ready (created after ``after``); read as raw JSON
+    (at 5000 pods, client models cost the benchmark seconds of CPU per poll)."""
     core = client.CoreV1Api(api)
-    pods = await core.list_namespaced_pod(c.DEFAULT_PLUGIN_NAMESPACE, label_selector=PLUGIN_SELECTOR)
+    resp: Any = await core.list_namespaced_pod(
+        c.DEFAULT_PLUGIN_NAMESPACE, label_selector=PLUGIN_SELECTOR, _preload_content=False
+    )
+    try:
+        pods = json.loads(await resp.read())["items"]
+    finally:
+        resp.release()
     ok = 0
     now = time.time()
-    for pod in pods.items:
-        if not pod_running_and_ready(pod):
-            created = pod.metadata.creation_timestamp.timestamp()
+    for pod in pods:
+        if not _running_and_ready(pod):
             # Pending, or Running but never Ready (both seen with kwok under load)
             stuck = (
-                pod.status.phase in ("Pending", "Running")
-                and pod.spec.node_name
-                and now - created > STUCK_AFTER_S
+                (pod.get("status") or {}).get("phase") in ("Pending", "Running")
+                and pod["spec"].get("nodeName")
+                and now - _created(pod) > STUCK_AFTER_S
             )
-            if stuck and pod.metadata.deletion_timestamp is None:
-                kicked.append(pod.metadata.name)
-                await core.delete_namespaced_pod(pod.metadata.name, c.DEFAULT_PLUGIN_NAMESPACE)
+            if stuck and not pod["metadata"].get("deletionTimestamp"):
+                kicked.append(pod["metadata"]["name"])
+                await core.delete_namespaced_pod(pod["metadata"]["name"], c.DEFAULT_PLUGIN_NAMESPACE)
             continue
-        if after is not None and pod.metadata.creation_timestamp.timestamp() < after:
+        if after is not None and _created(pod) < after:
             continue
         ok += 1
     return ok >= n

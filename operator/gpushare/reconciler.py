@@ -96,6 +96,8 @@ async def for_each(
             await step(item)
 
     await asyncio.gather(*(worker() for _ in range(min(workers, len(items)))))
+
+
 #: At most this many nodes about to switch mode are confirmed with a targeted pod list each
 #: (``spec.nodeName``) before the write; above it the GPU-pod index is trusted (never a list of
 #: every pod of the cluster).

@@ -294,6 +294,9 @@ class DevCluster:
                     # DaemonSet's pods on thousands of kwok nodes (the benchmark).
                     "--kube-api-qps=200",
                     "--kube-api-burst=400",
+                    # kwok renews the heartbeats of thousands of nodes late on 2 busy CPUs; at the
+                    # default 50 s, half of 5000 nodes went NotReady and their pods unready.
+                    "--node-monitor-grace-period=300s",
                     f"--v={self.verbosity}",
                 ],
             )
