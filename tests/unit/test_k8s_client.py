@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio.sslproto
+import datetime as dt
+import json
+import ssl
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
+from aiohttp import web
 from kubernetes_asyncio import client as k8s_client
 
 from gpushare.devcluster.pki import make_ca
-from gpushare.k8s.client import KubeConfigError, load_configuration, make_api_client
+from gpushare.k8s.client import TLS_READ_BUFFER, KubeConfigError, load_configuration, make_api_client
+from gpushare.pki import generate_ca, issue_serving_cert
 
 CA_PEM = make_ca().cert_pem.decode()
 
@@ -75,3 +84,53 @@ async def test_in_cluster_wins_when_no_kubeconfig_given(tmp_path: Path) -> None:
     kc = write_kubeconfig(tmp_path / "kc", "https://127.0.0.1:4444", "t")
     cfg2 = await load_configuration(str(kc), environ=env, sa_dir=sa)
     assert cfg2.host == "https://127.0.0.1:4444"
+
+
+def test_loading_a_configuration_caps_the_tls_read_buffer(tmp_path: Path) -> None:
+    """asyncio gives every TLS connection a 256 KiB read buffer, resident; gpushare caps it."""
+    kc = write_kubeconfig(tmp_path / "kc", "https://127.0.0.1:1", "t")
+    probe = (
+        "import asyncio, asyncio.sslproto as s, sys\n"
+        "from gpushare.k8s.client import load_configuration\n"
+        "before = s.SSLProtocol.max_size\n"
+        f"asyncio.run(load_configuration({str(kc)!r}))\n"
+        "print(before, s.SSLProtocol.max_size)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [str(256 * 1024), str(TLS_READ_BUFFER)]
+
+
+async def test_a_response_many_times_the_tls_read_buffer_arrives_whole(tmp_path: Path) -> None:
+    """With the cap in force, a 3 MB answer over TLS is read in many steps and arrives intact."""
+    now = dt.datetime.now(dt.UTC)
+    ca, ca_key = generate_ca(now)
+    cert, key = issue_serving_cert(ca, ca_key, ["127.0.0.1"], now)
+    (tmp_path / "tls.crt").write_bytes(cert)
+    (tmp_path / "tls.key").write_bytes(key)
+    big = {"metadata": {"name": "big", "annotations": {f"k{i}": "x" * 1000 for i in range(3000)}}}
+
+    async def node(_: web.Request) -> web.Response:
+        return web.json_response(big)
+
+    app = web.Application()
+    app.router.add_get("/api/v1/nodes/big", node)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ctx)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    kc = write_kubeconfig(tmp_path / "kc2", f"https://127.0.0.1:{port}", "t")
+    (tmp_path / "ca.crt").write_bytes(ca)  # write_kubeconfig wrote its own CA there
+    api = await make_api_client(str(kc))
+    try:
+        assert asyncio.sslproto.SSLProtocol.max_size == TLS_READ_BUFFER
+        resp: Any = await k8s_client.CoreV1Api(api).read_node("big", _preload_content=False)
+        body = await resp.read()
+        resp.release()
+        assert len(body) > 10 * TLS_READ_BUFFER
+        assert json.loads(body) == big
+    finally:
+        await api.close()
+        await runner.cleanup()
