@@ -11,7 +11,8 @@ import finder for just those three packages. The package module it makes holds w
 ``__init__``, imports ``X`` when ``Y`` is first looked up (PEP 562 ``__getattr__``). Submodules
 import as before (the package keeps its ``__path__``), ``dir()`` and ``__all__`` list every name,
 and ``from kubernetes_asyncio.client import *`` imports them all, as the eager package does. If a
-future ``__init__`` holds anything else, that package is imported eagerly, exactly as shipped.
+future ``__init__`` holds anything else, or its source cannot be read (a sourceless install), that
+package is imported eagerly, exactly as shipped.
 """
 
 from __future__ import annotations
@@ -61,7 +62,10 @@ class _LazyLoader(importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         path = Path(str(module.__file__))
-        parsed = reexports(path.read_text(encoding="utf-8"))
+        try:  # only a readable source file (not a sourceless .pyc install) can be made lazy
+            parsed = reexports(path.read_text(encoding="utf-8")) if path.suffix == ".py" else None
+        except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+            parsed = None
         if parsed is None:
             self.eager.exec_module(module)
             return

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.abc
 import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
+from types import ModuleType
 
-from gpushare.lazy_client import reexports
+from gpushare.lazy_client import _LazyLoader, reexports
 
 PROBE = textwrap.dedent(
     """
@@ -73,3 +76,27 @@ def test_only_a_pure_reexport_module_is_made_lazy() -> None:
     assert reexports("from a.b import *\n") is None
     assert reexports("from .b import C\n") is None
     assert reexports("import a.b\n") is None
+
+
+class _Eager(importlib.abc.Loader):
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+
+    def exec_module(self, module: ModuleType) -> None:
+        self.ran.append(module.__name__)
+
+
+def test_a_package_without_readable_source_is_imported_as_shipped(tmp_path: Path) -> None:
+    eager = _Eager()
+    for name, file in (("sourceless", "__init__.pyc"), ("missing", "gone/__init__.py")):
+        module = ModuleType(name)
+        module.__file__ = str(tmp_path / file)
+        if file.endswith(".pyc"):
+            (tmp_path / file).write_bytes(b"\x00\xff not text")
+        _LazyLoader(eager).exec_module(module)
+    pure = ModuleType("pure")
+    pure.__file__ = str(tmp_path / "pure.py")
+    (tmp_path / "pure.py").write_text("from json import dumps\n")
+    _LazyLoader(eager).exec_module(pure)
+    assert eager.ran == ["sourceless", "missing"]
+    assert pure.dumps is json.dumps  # made lazy, looked up on first use
