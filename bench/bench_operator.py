@@ -56,6 +56,7 @@ from gpushare.devcluster.fakes import (
     ensure_device_plugin_daemonset,
 )
 from gpushare.k8s.client import make_api_client
+from gpushare.policy import PodView
 
 REPO = Path(__file__).resolve().parents[1]
 NODEPOOL = "np-bench"
@@ -107,44 +108,30 @@ STUCK_AFTER_S = 60.0
 kicked: list[str] = []
 
 
-def _created(pod: dict[str, Any]) -> float:
-    stamp = str(pod["metadata"]["creationTimestamp"]).replace("Z", "+00:00")
-    return datetime.fromisoformat(stamp).timestamp()
-
-
-def _running_and_ready(pod: dict[str, Any]) -> bool:
-    status = pod.get("status") or {}
-    if pod["metadata"].get("deletionTimestamp") or status.get("phase") != "Running":
-        return False
-    return any(x.get("type") == "Ready" and x.get("status") == "True" for x in status.get("conditions") or [])
-
-
 async def plugin_pods_ready(api: client.ApiClient, n: int, after: float | None = None) -> bool:
     """At least ``n`` plugin pods Running and Ready (created after ``after``); read as raw JSON
-    (at 5000 pods, client models cost the benchmark seconds of CPU per poll)."""
+    (at 5000 pods, client models cost the benchmark seconds of CPU per poll) into the operator's
+    own ``PodView``."""
     core = client.CoreV1Api(api)
     resp: Any = await core.list_namespaced_pod(
         c.DEFAULT_PLUGIN_NAMESPACE, label_selector=PLUGIN_SELECTOR, _preload_content=False
     )
     try:
-        pods = json.loads(await resp.read())["items"]
+        pods = [PodView.from_obj(p) for p in json.loads(await resp.read())["items"]]
     finally:
         resp.release()
     ok = 0
     now = time.time()
     for pod in pods:
-        if not _running_and_ready(pod):
+        created = datetime.fromisoformat(pod.created).timestamp()
+        if pod.deletion or pod.phase != "Running" or not pod.ready:
             # Pending, or Running but never Ready (both seen with kwok under load)
-            stuck = (
-                (pod.get("status") or {}).get("phase") in ("Pending", "Running")
-                and pod["spec"].get("nodeName")
-                and now - _created(pod) > STUCK_AFTER_S
-            )
-            if stuck and not pod["metadata"].get("deletionTimestamp"):
-                kicked.append(pod["metadata"]["name"])
-                await core.delete_namespaced_pod(pod["metadata"]["name"], c.DEFAULT_PLUGIN_NAMESPACE)
+            stuck = pod.phase in ("Pending", "Running") and pod.node_name and now - created > STUCK_AFTER_S
+            if stuck and not pod.deletion:
+                kicked.append(pod.name)
+                await core.delete_namespaced_pod(pod.name, c.DEFAULT_PLUGIN_NAMESPACE)
             continue
-        if after is not None and _created(pod) < after:
+        if after is not None and created < after:
             continue
         ok += 1
     return ok >= n
