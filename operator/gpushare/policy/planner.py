@@ -30,6 +30,7 @@ from gpushare import constants as c
 from gpushare.api.rules import MANAGED_SELECTOR
 from gpushare.api.v1alpha1 import GPUSharePool, GPUSharePoolSpec, Rollout
 from gpushare.policy import conditions as cond
+from gpushare.policy import plugin_mode as pm
 from gpushare.policy.views import NodeView, PodView, pods_by_node
 
 #: Labels the device plugin reads only when it starts: changing any of them needs a plugin restart.
@@ -225,6 +226,10 @@ class NodePlan:
     drift: bool = False
     #: The restart record as it is once this plan's patch is written.
     plugin_restart: RestartRecord | None = None
+    #: gpushare restarted the node's device plugin for the labels it has now (record Done or
+    #: Failed), and the node does not advertise the mode those labels say yet: it is still
+    #: unavailable, and counts against ``rollout.maxUnavailable`` (policy.rollout).
+    awaiting_mode: bool = False
 
     @property
     def changed(self) -> bool:
@@ -293,6 +298,22 @@ class ClusterPlan:
 
 def _node_obj_uncordon(node: NodeView) -> bool:
     return c.ANNOTATION_CORDONED_BY in node.annotations
+
+
+def awaiting_mode(node: NodeView, record: RestartRecord | None) -> bool:
+    """Whether the node's device plugin was restarted by gpushare for the labels it carries now
+    (record Done or Failed, same label hash) and the node does not advertise their mode yet.
+
+    A Pending record is a restart still under way (counted as such); Skipped means
+    ``devicePlugin.restart: Never`` (gpushare disrupts nothing there). See
+    :func:`gpushare.policy.plugin_mode.advertises`.
+    """
+    if record is None or record.state not in ("Done", "Failed"):
+        return False
+    if record.hash != plugin_labels_hash(node.labels):
+        return False
+    mode = node.labels.get(c.LABEL_SCHEDULE) or c.SCHEDULE_DEFAULT
+    return not pm.advertises(mode, node.allocatable)
 
 
 @dataclass(frozen=True)
@@ -528,6 +549,8 @@ def _plan_node(
         )
         if plan.drift:
             plan = replace(plan, reason="DriftCorrected", message="managed labels were edited by hand")
+        if plan.action in (Action.APPLY, Action.NOOP) and awaiting_mode(node, record):
+            plan = replace(plan, awaiting_mode=True)
         return plan
     if owned is None:
         # Not ours and in no pool. Still give back a cordon we made (e.g. a restore finished).

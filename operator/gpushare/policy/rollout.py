@@ -16,35 +16,47 @@ def disrupts(p: NodePlan) -> bool:
 
 
 def in_flight(pool: str, plans: Sequence[NodePlan]) -> list[str]:
-    """Nodes still unavailable for ``pool`` from earlier passes: a restart it owes (also on nodes
-    that already left it, e.g. restored ones), or its nodes held cordoned."""
+    """Nodes still unavailable for ``pool`` from earlier passes, in name order:
+
+    * a plugin restart it owes (Pending; also on nodes that already left it, e.g. restored ones),
+      unless this plan starts a new one (``plugin_restart`` is then the record it writes; that
+      restart is counted when it goes out);
+    * its nodes whose plugin was restarted but which do not advertise the mode of their labels
+      yet (:attr:`NodePlan.awaiting_mode`): Ready plugin pods are not enough, the node must show
+      the pool's resources. Such a node keeps counting past ``readyTimeoutSeconds`` (it is then
+      reported ``PluginModeStale``): the rollout stops at it instead of breaking more nodes;
+    * its nodes held cordoned for a mode switch.
+    """
     out = []
     for p in plans:
         record = p.plugin_restart
         owed = record is not None and record.pending and record.pool == pool and not p.restart_plugin
+        awaiting = p.pool == pool and p.awaiting_mode
         cordoned = (
             p.pool == pool and p.action is Action.HOLD and p.hold in ("Cordon", "Evict") and not p.cordon
         )
-        if owed or cordoned:
+        if owed or awaiting or cordoned:
             out.append(p.node)
-    return out
+    return sorted(out)
 
 
 def select_batch(pool: str, rollout: Rollout, plans: Sequence[NodePlan]) -> list[NodePlan]:
     """The plans of ``pool`` to execute in this pass (``plans``: the whole cluster's, or more).
 
     Changes that disrupt nothing (labels the plugin does not read, ownership, uncordon) all go.
-    Disrupting ones go while fewer than ``maxUnavailable`` nodes of the pool are unavailable,
-    counting those still restarting or held cordoned from earlier passes; in name order.
+    Disrupting ones go while fewer than ``maxUnavailable`` nodes of the pool are unavailable
+    (:func:`in_flight`: restarting, not yet advertising their mode, or held cordoned), in name
+    order. A node already unavailable takes no more budget for a new disruption.
     """
     mine = [p for p in plans if p.pool == pool]
     total = sum(1 for p in mine if p.action in _MEMBERS)
-    budget = rollout.max_unavailable_for(max(total, 1)) - len(in_flight(pool, plans))
+    unavailable = set(in_flight(pool, plans))
+    budget = rollout.max_unavailable_for(max(total, 1)) - len(unavailable)
     out = []
     for p in sorted(mine, key=lambda p: p.node):
         if not p.changed:
             continue
-        if disrupts(p):
+        if disrupts(p) and p.node not in unavailable:
             if budget <= 0:
                 continue
             budget -= 1

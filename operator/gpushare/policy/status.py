@@ -285,6 +285,13 @@ def pool_status(
 
     held = [s for s in states if s.phase == "Held"]
     moving = [s for s in states if s.phase in ("Pending", "Restarting")]
+    # Nodes whose plugin gpushare restarted and that still do not show the pool's mode (or whose
+    # plugin never got Ready) keep using rollout.maxUnavailable (policy.rollout.in_flight): when
+    # they use all of it, the nodes still waiting for their turn wait for them.
+    awaiting = {p.node for p in plans if p.pool == name and p.awaiting_mode}
+    stuck = [s for s in states if s.name in awaiting and s.phase in ("Degraded", "Failed")]
+    waiting = [s for s in moving if s.phase == "Pending" and s.name in member]
+    stalled = bool(waiting) and len(stuck) >= pool.spec.rollout.max_unavailable_for(max(matched, 1))
     if held:
         put(
             cond.PROGRESSING,
@@ -292,6 +299,17 @@ def pool_status(
             cond.REASON_NODES_HELD,
             f"{len(held)} node(s) held by running GPU pods: "
             + "; ".join(f"{s.name}: {s.message}" for s in held[:3]),
+        )
+    elif stalled and not deleting:
+        put(
+            cond.PROGRESSING,
+            "True",
+            cond.REASON_ROLLOUT_STALLED,
+            f"{len(waiting)} node(s) wait for their turn: rollout.maxUnavailable is used up by "
+            f"{_names([s.name for s in stuck])}, whose device plugin does not advertise "
+            f"{pool.spec.mode} resources {plugin.ready_timeout_seconds}s "
+            "(devicePlugin.readyTimeoutSeconds) after its restart. Fix or restart the device plugin "
+            f"there, or label the node {c.LABEL_SKIP}=true to leave it out",
         )
     elif moving:
         put(
