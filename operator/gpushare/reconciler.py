@@ -60,7 +60,7 @@ from gpushare.policy.decide import (
     restarts_owed,
     settle,
 )
-from gpushare.policy.planner import RestartState
+from gpushare.policy.planner import RestartState, restart_outcome_patch
 from gpushare.policy.rollout import disrupts
 from gpushare.policy.status import awaiting_plugin_mode, pool_status
 
@@ -867,11 +867,10 @@ class Reconciler:
                 still.append(node)
                 return
             self._claimed.add(node)
+            patch = restart_outcome_patch(self._view(node), updated)
             try:
                 async with sem:
-                    obj = await self.cluster.patch_node(
-                        node, {"metadata": {"annotations": {c.ANNOTATION_PLUGIN_RESTART: updated.dump()}}}
-                    )
+                    obj = await self.cluster.patch_node(node, patch)
             except (ApiException, ApiUnavailable) as exc:
                 result.errors[node] = f"recording the plugin restart failed: {exc}"
                 self.dirty.add(node)

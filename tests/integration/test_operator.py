@@ -260,6 +260,9 @@ async def gpu_pod(
     return name
 
 
+#: The annotations gpushare writes on a node for a pool (the node agent's inventory is the node's own).
+POOL_ANNOTATIONS = (c.ANNOTATION_OWNED, c.ANNOTATION_PLUGIN_RESTART, c.ANNOTATION_CORDONED_BY)
+
 #: A label gpushare does not own, changed on a node to wake the pools that select it.
 NUDGE_LABEL = "gpushare-test/nudge"
 
@@ -1252,6 +1255,11 @@ async def test_restore_brings_back_what_the_nodes_advertised_before(
     for n in nodes:
         assert await gpu_alloc(api, n) == before[n]
         assert (await sim_state(api, n))["mode"] == "default"
+        # Nothing gpushare wrote for the pool stays (the finalizer went once the restarts were done).
+        annotations = (await node_obj(api, n)).metadata.annotations or {}
+        left = {k: v for k, v in annotations.items() if k in POOL_ANNOTATIONS}
+        assert left == {}, f"{n} keeps {left} after the pool was deleted with cleanup Restore"
+        assert managed(await node_labels(api, n)) == {c.LABEL_SCHEDULE: "default"}
 
 
 async def test_a_plugin_that_never_registers_is_reported_after_ready_timeout(

@@ -414,7 +414,12 @@ def _change(
         new_record = RestartRecord(new_hash, now, "Pending", target.pool)
         if not label_patch:
             reason, message = "PluginRestartOwed", "restarting the device plugin skipped under restart Never"
-    if new_record is not record and new_record is not None:
+    if new_owner is None and (new_record is None or not new_record.pending):
+        # Leaving gpushare (Restore) with no plugin restart to wait for: no record stays behind.
+        if c.ANNOTATION_PLUGIN_RESTART in node.annotations:
+            annotations[c.ANNOTATION_PLUGIN_RESTART] = None
+        new_record = None
+    elif new_record is not record and new_record is not None:
         annotations[c.ANNOTATION_PLUGIN_RESTART] = new_record.dump()
 
     uncordon = False
@@ -572,13 +577,17 @@ def _plan_node(
         labels: dict[str, str | None] = {c.LABEL_POOL: None} if c.LABEL_POOL in node.labels else {}
         if owned.prior.get(c.LABEL_POOL) is not None:
             labels = _diff(node.labels, {c.LABEL_POOL: owned.prior[c.LABEL_POOL]})
+        released: dict[str, str | None] = {c.ANNOTATION_OWNED: None}
+        if record is not None and not record.pending:
+            # The restarts this pool made are over: nothing of it stays on the node.
+            released[c.ANNOTATION_PLUGIN_RESTART] = None
         return NodePlan(
             node=node.name,
             pool=owned.pool,
             action=Action.RETAIN,
             owner=owned.pool,
             label_patch=labels,
-            annotation_patch={c.ANNOTATION_OWNED: None},
+            annotation_patch=released,
             plugin_restart=record,
             reason="Retained",
             message=f"pool {owned.pool} is deleted with cleanup Retain: ACK labels stay",
@@ -634,6 +643,27 @@ def plan(
         for node in sorted(nodes, key=lambda n: n.name)
     )
     return ClusterPlan(nodes=plans, invalid_pools=bad)
+
+
+def restart_outcome_patch(node: NodeView | None, updated: RestartRecord) -> dict[str, Any]:
+    """The node patch that records how an owed plugin restart ended (``updated``).
+
+    On a node no pool owns any more (restored, or released with ``cleanup: Retain``), a restart
+    that is Done is the last thing gpushare had to do there: instead of recording it, the patch
+    removes ``ANNOTATION_PLUGIN_RESTART``, and a cordon gpushare made (``ANNOTATION_CORDONED_BY``)
+    is given back, so that nothing gpushare wrote names the pool that is gone. A Failed restart
+    stays recorded (the pool, or the first live pool for a deleted one, reports it until a plugin
+    gets Ready there).
+    """
+    annotations: dict[str, str | None] = {c.ANNOTATION_PLUGIN_RESTART: updated.dump()}
+    patch: dict[str, Any] = {"metadata": {"annotations": annotations}}
+    if node is None or updated.state != "Done" or c.ANNOTATION_OWNED in node.annotations:
+        return patch
+    annotations[c.ANNOTATION_PLUGIN_RESTART] = None
+    if c.ANNOTATION_CORDONED_BY in node.annotations:
+        annotations[c.ANNOTATION_CORDONED_BY] = None
+        patch["spec"] = {"unschedulable": None}
+    return patch
 
 
 def apply_node_patch(node: NodeView, node_plan: NodePlan) -> NodeView:
