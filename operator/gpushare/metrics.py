@@ -127,12 +127,13 @@ def set_pool_nodes(pool: str, counts: dict[str, int]) -> None:
 def set_pool_status(
     pool: str, status: Mapping[str, Any], *, ready_timeout_seconds: float, now: float | None = None
 ) -> None:
-    """Export what the pool's status says: mode, conditions, matched nodes, and when it last moved.
+    """Export what the pool's status says: mode (``status.schedule``, the metric's ``mode`` label),
+    conditions, matched nodes, and when it last moved.
 
     ``status`` is the status JSON the operator computed (camelCase keys). Cheap: a handful of
     gauge sets per reconcile pass.
     """
-    mode = str(status.get("mode") or "")
+    mode = str(status.get("schedule") or "")
     for other in _MODES:
         if other != mode:
             with contextlib.suppress(KeyError):

@@ -1094,9 +1094,9 @@ class Reconciler:
         names = [p.node for p in plans]
         node_map = {n: v for n in names if (v := self._view(n)) is not None}
         status = pool_status(model, cp, node_map, self._pods_of(names), now=now)
-        status.pop("mode", None)  # the spec does not say a valid one
-        if "mode" in current:
-            status["mode"] = current["mode"]
+        status.pop("schedule", None)  # the spec does not say a valid one
+        if "schedule" in current:
+            status["schedule"] = current["schedule"]
         if status in (base, current):
             self._last_status[name] = status
             return

@@ -198,11 +198,11 @@ async def test_status_subresource_is_separate_from_spec(api: client.ApiClient, p
     name = obj["metadata"]["name"]
     assert obj["metadata"]["generation"] == 1
     # A status sent with create is dropped.
-    assert "status" not in obj or not obj["status"].get("mode")
+    assert "status" not in obj or not obj["status"].get("schedule")
 
     status = {
         "observedGeneration": 1,
-        "mode": "cgpu",
+        "schedule": "cgpu",
         "nodes": {"matched": 3, "ready": 2},
         "conditions": [
             {
@@ -220,11 +220,11 @@ async def test_status_subresource_is_separate_from_spec(api: client.ApiClient, p
     assert written["metadata"]["generation"] == 1  # status writes do not bump generation
 
     # A write to the main resource cannot change status, and bumps generation on a spec change.
-    main = {**written, "spec": {**written["spec"], "placement": "spread"}, "status": {"mode": "share"}}
+    main = {**written, "spec": {**written["spec"], "placement": "spread"}, "status": {"schedule": "share"}}
     after = await co.replace_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL, name, main)
     assert after["spec"]["placement"] == "spread"
     assert after["metadata"]["generation"] == 2
-    assert after["status"]["mode"] == "cgpu"
+    assert after["status"]["schedule"] == "cgpu"
     fresh = await co.get_cluster_custom_object_status(c.GROUP, c.VERSION, c.PLURAL, name)
     assert (fresh["status"]["nodes"]["matched"], fresh["status"]["nodes"]["ready"]) == (3, 2)
     assert parse_pool(fresh).status.conditions[0].reason == "RollingOut"

@@ -71,7 +71,7 @@ async def test_inspect_live(
     await custom.create_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL, body)
     try:
         status = {
-            "mode": "cgpu",
+            "schedule": "cgpu",
             "conditions": [
                 {
                     "type": "Ready",

@@ -343,11 +343,11 @@ async def test_seed_scenario_labels_plugins_status_and_restore(
     assert obj is not None
     status = obj["status"]
     assert status["observedGeneration"] == obj["metadata"]["generation"]
-    assert status["mode"] == "cgpu"
+    assert status["schedule"] == "cgpu"
     assert status["nodes"]["matched"] == 2 and status["nodes"]["ready"] == 2
-    assert status["capacity"] == {"gpus": 4, "gpuMemGiB": 64, "gpuCorePercentage": 0}
+    assert status["capacity"] == {c.RES_GPU_COUNT: "4", c.RES_GPU_MEM: "64"}
     noiso_status = (await pools.get(p_noiso) or {})["status"]
-    assert noiso_status["capacity"] == {"gpus": 2, "gpuMemGiB": 32, "gpuCorePercentage": 0}
+    assert noiso_status["capacity"] == {c.RES_GPU_COUNT: "2", c.RES_GPU_MEM: "32"}
     reasons = {e.reason for e in await pool_events(api, p_iso)}
     assert {"LabelsApplied", "DevicePluginRestarted"} <= reasons
 
@@ -498,8 +498,8 @@ async def test_compute_allocation_switches_to_core_mem(
     await pools.wait_condition(name, "Ready", "True")
     obj = await pools.get(name)
     assert obj is not None
-    assert obj["status"]["mode"] == "core_mem"
-    assert obj["status"]["capacity"]["gpuCorePercentage"] == 100
+    assert obj["status"]["schedule"] == "core_mem"
+    assert obj["status"]["capacity"][c.RES_GPU_CORE] == "100"
 
 
 async def _switch_setup(

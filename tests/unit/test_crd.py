@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,54 @@ def test_crd_shape() -> None:
     status = version["schema"]["openAPIV3Schema"]["properties"]["status"]
     assert status["properties"]["conditions"]["x-kubernetes-list-type"] == "map"
     columns = [col["name"] for col in version["additionalPrinterColumns"]]
-    assert columns == ["Mode", "Placement", "Ready-Nodes", "Matched", "Ready", "Age"]
+    assert columns == ["Schedule", "Placement", "Nodes", "Ready", "Status", "Age"]
+    paths = [col["jsonPath"] for col in version["additionalPrinterColumns"]]
+    assert len(set(paths)) == len(paths), "two columns show the same field"
+
+
+def _camel_words(name: str) -> list[str]:
+    """How ``kubectl describe`` labels a field: camelCase split into words (Kubernetes'
+    smartLabelFor; a key with characters other than letters and '-' is printed as it is)."""
+    return re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+", name)
+
+
+def _names(schema: dict[str, object]) -> set[str]:
+    out: set[str] = set()
+    props = schema.get("properties")
+    if isinstance(props, dict):
+        for key, sub in props.items():
+            out.add(key)
+            out |= _names(sub)
+    for key in ("items", "additionalProperties"):
+        sub = schema.get(key)
+        if isinstance(sub, dict):
+            out |= _names(sub)
+    return out
+
+
+def test_field_names_render_as_words_in_kubectl_describe() -> None:
+    """`gpuMemGiB` came out of describe as "Gpu Mem Gi B:": no field name may split into a lone letter."""
+    schema = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    for name in sorted(_names(schema)):
+        words = _camel_words(name)
+        assert "".join(words) == name, name
+        assert all(len(w) > 1 for w in words), f"{name} renders as {' '.join(w.title() for w in words)!r}"
+
+
+def test_mode_means_one_thing() -> None:
+    """spec.admission.mode is the webhook's mode; the sharing mode in status is `schedule`."""
+    paths = dict(field_paths())
+    assert [p for p in paths if p.split(".")[-1] == "mode"] == ["spec.admission.mode"]
+    assert "status.schedule" in paths
+
+
+def test_int_or_string_fields_say_so_first() -> None:
+    """kubectl explain prints any CRD int-or-string field as <Object> (its template reads only
+    `type`, which an int-or-string schema has none of): the description starts with the type."""
+    spec = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    field = spec["properties"]["rollout"]["properties"]["maxUnavailable"]
+    assert field["x-kubernetes-int-or-string"] is True and "type" not in field
+    assert field["description"].startswith("Integer or percentage string (int-or-string")
 
 
 def test_every_field_is_described() -> None:

@@ -11,7 +11,7 @@ R = metrics.REGISTRY
 
 def _status(mode: str, ready: int, matched: int, **conds: str) -> dict[str, Any]:
     return {
-        "mode": mode,
+        "schedule": mode,
         "nodes": {"matched": matched, "ready": ready, "pending": matched - ready, "held": 0},
         "conditions": [
             {"type": t, "status": s, "reason": "X", "lastTransitionTime": "2026-12-01T00:00:00Z"}

@@ -74,10 +74,10 @@ def test_converged_pool_is_ready_with_capacity_and_allocation() -> None:
     ]
     st = _status(pools, nodes, pods, "gpu")
     assert st["observedGeneration"] == 4
-    assert st["mode"] == "core_mem"
+    assert st["schedule"] == "core_mem"
     assert st["nodes"] == {"matched": 2, "ready": 2, "pending": 0, "held": 0, "conflicting": 0, "failed": 0}
-    assert st["capacity"] == {"gpus": 4, "gpuMemGiB": 60, "gpuCorePercentage": 400}
-    assert st["allocated"] == {"gpus": 0, "gpuMemGiB": 4, "gpuCorePercentage": 30}
+    assert st["capacity"] == {c.RES_GPU_COUNT: "4", c.RES_GPU_MEM: "60", c.RES_GPU_CORE: "400"}
+    assert st["allocated"] == {c.RES_GPU_COUNT: "0", c.RES_GPU_MEM: "4", c.RES_GPU_CORE: "30"}
     assert [(x["type"], x["status"], x["reason"]) for x in st["conditions"]] == [
         ("Ready", "True", "AllNodesReady"),
         ("Progressing", "False", "RolloutComplete"),
@@ -289,3 +289,26 @@ def test_core_percentage_left_over_under_cgpu_is_stale_too() -> None:
     st = _status(pools, nodes, [], "gpu")
     assert st["nodeStatuses"][0]["reason"] == "PluginModePending"
     assert "core_mem resources" in st["nodeStatuses"][0]["message"]
+
+
+def test_no_empty_fields_in_the_status() -> None:
+    """kubectl describe showed an empty `Message:` on every Ready node: absent values are left out."""
+    pools = [pool("gpu", "a")]
+    nodes = _done([NodeView("n1", {NP: "a"}), NodeView("n2", {NP: "a"})], pools)
+    st = _status(pools, nodes, [], "gpu")
+    assert st["nodeStatuses"] == [
+        {"name": "n1", "phase": "Ready", "reason": "LabelsApplied"},
+        {"name": "n2", "phase": "Ready", "reason": "LabelsApplied"},
+    ]
+    assert st["capacity"] == {c.RES_GPU_COUNT: "4", c.RES_GPU_MEM: "60"}, "gpu-core only for core_mem"
+
+    def empty(value: Any, path: str) -> list[str]:
+        if value in ("", None, [], {}):
+            return [path]
+        if isinstance(value, dict):
+            return [p for k, v in value.items() for p in empty(v, f"{path}.{k}")]
+        if isinstance(value, list):
+            return [p for i, v in enumerate(value) for p in empty(v, f"{path}[{i}]")]
+        return []
+
+    assert empty(st, "status") == []

@@ -1,6 +1,7 @@
 """The GPUSharePool API (gpushare.io/v1alpha1) as pydantic models, and the CRD generated from them."""
 
 from gpushare.api.v1alpha1 import (
+    STATUS_RESOURCES,
     Admission,
     Condition,
     DevicePlugin,
@@ -12,12 +13,12 @@ from gpushare.api.v1alpha1 import (
     NodeCounts,
     NodeStatus,
     PoolValidationError,
-    Resources,
     Rollout,
     parse_pool,
 )
 
 __all__ = [
+    "STATUS_RESOURCES",
     "Admission",
     "Condition",
     "DevicePlugin",
@@ -29,7 +30,6 @@ __all__ = [
     "NodeCounts",
     "NodeStatus",
     "PoolValidationError",
-    "Resources",
     "Rollout",
     "parse_pool",
 ]

@@ -65,12 +65,34 @@ def _schema(model: type[Any]) -> dict[str, Any]:
 
 
 def _printer_columns() -> list[dict[str, Any]]:
+    """``kubectl get gsp``: one column per fact (NODES and READY count nodes, STATUS is the Ready
+    condition's reason, as ``kubectl get nodes`` shows a word rather than True/False)."""
     return [
-        {"name": "Mode", "type": "string", "jsonPath": ".status.mode"},
+        {
+            "name": "Schedule",
+            "type": "string",
+            "jsonPath": ".status.schedule",
+            "description": f"The {c.LABEL_SCHEDULE} value the pool puts on its nodes",
+        },
         {"name": "Placement", "type": "string", "jsonPath": ".spec.placement"},
-        {"name": "Ready-Nodes", "type": "integer", "jsonPath": ".status.nodes.ready"},
-        {"name": "Matched", "type": "integer", "jsonPath": ".status.nodes.matched"},
-        {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+        {
+            "name": "Nodes",
+            "type": "integer",
+            "jsonPath": ".status.nodes.matched",
+            "description": "Nodes of the pool (selected, not skipped, not in conflict)",
+        },
+        {
+            "name": "Ready",
+            "type": "integer",
+            "jsonPath": ".status.nodes.ready",
+            "description": "Nodes with the pool's labels that advertise its mode",
+        },
+        {
+            "name": "Status",
+            "type": "string",
+            "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',
+            "description": "Why the pool is Ready or not (the Ready condition's reason)",
+        },
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
 
@@ -84,7 +106,7 @@ def build_crd() -> dict[str, Any]:
     )
     status_schema = _schema(GPUSharePoolStatus)
     status_schema["description"] = (
-        "What the operator observed and did: mode, conditions, node counts, GPU capacity and allocation, "
+        "What the operator observed and did: schedule, conditions, node counts, GPU capacity and allocation, "
         "per-node state. Written by the operator only."
     )
     return {

@@ -178,9 +178,11 @@ class Rollout(_Model):
 
     max_unavailable: int | str = Field(
         default=1,
-        description="How many nodes of the pool may be changing at once (device plugin restarting, or "
-        "cordoned for a mode switch): an integer >= 1 or a percentage of the pool's nodes from 1% to 100% "
-        "(rounded up, at least 1). Default 1.",
+        description="Integer or percentage string (int-or-string, as a Deployment's): how many nodes of the "
+        "pool may be unavailable at once, an integer >= 1 or a percentage of the pool's nodes from 1% to "
+        "100% (rounded up, at least 1). Default 1. A node is unavailable from its device plugin restart "
+        "until it advertises the pool's mode's resources (also past devicePlugin.readyTimeoutSeconds: "
+        "the rollout then stops there and the pool says so), or while it is cordoned for a mode switch.",
         json_schema_extra={
             "x-kubernetes-int-or-string": True,
             "x-kubernetes-validations": [
@@ -362,18 +364,9 @@ class NodeCounts(_Model):
     )
 
 
-class Resources(_Model):
-    """GPU resources summed over the pool's nodes."""
-
-    gpus: int = Field(default=0, description="Physical GPUs (aliyun.com/gpu-count).")
-    gpu_mem_gi_b: int = Field(
-        default=0,
-        alias="gpuMemGiB",
-        description=f"GPU memory in GiB ({c.RES_GPU_MEM}; the device plugin floors each GPU to whole GiB).",
-    )
-    gpu_core_percentage: int = Field(
-        default=0, description=f"Compute in {c.RES_GPU_CORE} units (100 per GPU; core_mem pools only)."
-    )
+#: The resources a pool's ``status.capacity`` and ``status.allocated`` list (a Kubernetes resource
+#: list, as a node's ``status.allocatable``): gpu-core.percentage only for core_mem pools.
+STATUS_RESOURCES = (c.RES_GPU_COUNT, c.RES_GPU_MEM, c.RES_GPU_CORE)
 
 
 class NodeStatus(_Model):
@@ -386,7 +379,11 @@ class NodeStatus(_Model):
         f"Failed, Skipped (labelled {c.LABEL_SKIP}=true) or Degraded (e.g. cGPU isolation unavailable)."
     )
     reason: str = Field(default="", description="One CamelCase word for the cause, e.g. NoDevicePluginPod.")
-    message: str = Field(default="", description="Details: the pods holding the node, the other pool...")
+    message: str | None = Field(
+        default=None,
+        description="Details: the pods holding the node, the other pool... Absent when there is nothing "
+        "to add (a Ready node).",
+    )
 
 
 #: The per-node list in status is bounded; nodes not Ready are listed first.
@@ -399,9 +396,10 @@ class GPUSharePoolStatus(_Model):
     observed_generation: int | None = Field(
         default=None, description="The metadata.generation of the spec the operator last acted on."
     )
-    mode: str | None = Field(
+    schedule: str | None = Field(
         default=None,
-        description=f"The {c.LABEL_SCHEDULE} value the pool puts on its nodes: cgpu, share or core_mem.",
+        description=f"The {c.LABEL_SCHEDULE} value the pool puts on its nodes: cgpu, share or core_mem "
+        "(the GPU sharing mode; spec.admission.mode is about the admission webhook).",
     )
     conditions: list[Condition] = Field(
         default_factory=list,
@@ -409,12 +407,16 @@ class GPUSharePoolStatus(_Model):
         description="Ready, Progressing, Degraded and Conflict, one entry per type.",
     )
     nodes: NodeCounts = Field(default_factory=NodeCounts, description="Node counts by state.")
-    capacity: Resources = Field(
-        default_factory=Resources, description="GPU resources the pool's nodes advertise as allocatable."
+    capacity: dict[str, str] = Field(
+        default_factory=dict,
+        description="GPU resources the pool's nodes advertise as allocatable, summed, as a resource list "
+        f"(quantities by resource name, like a node's status.allocatable): {c.RES_GPU_COUNT} (GPUs), "
+        f"{c.RES_GPU_MEM} (in devicePlugin.memoryUnit, GiB by default) and, for core_mem pools, "
+        f"{c.RES_GPU_CORE} (100 per GPU).",
     )
-    allocated: Resources = Field(
-        default_factory=Resources,
-        description="GPU resources requested by the unfinished pods bound to the pool's nodes.",
+    allocated: dict[str, str] = Field(
+        default_factory=dict,
+        description="The same resources requested by the unfinished pods bound to the pool's nodes.",
     )
     node_statuses: list[NodeStatus] = Field(
         default_factory=list,

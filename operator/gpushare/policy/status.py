@@ -129,6 +129,16 @@ def node_state(
     return NodeState(p.node, "Ready", cond.NODE_LABELS_APPLIED, "")
 
 
+def resource_list(gpus: int, gpu_mem: int, gpu_core: int, *, core: bool) -> dict[str, str]:
+    """``status.capacity`` / ``status.allocated``: a resource list (name → quantity), as a node's
+    ``status.allocatable``; gpu-core.percentage only where it means something (core_mem pools, or
+    a node that still advertises it)."""
+    out = {c.RES_GPU_COUNT: str(gpus), c.RES_GPU_MEM: str(gpu_mem)}
+    if core or gpu_core:
+        out[c.RES_GPU_CORE] = str(gpu_core)
+    return out
+
+
 def _since(record: RestartRecord | None) -> datetime | None:
     if record is None or not record.since:
         return None
@@ -234,17 +244,19 @@ def pool_status(
         "failed": count("Failed", only_members=False),
     }
     member_nodes = [nodes[n] for n in sorted(member) if n in nodes]
-    capacity = {
-        "gpus": sum(n.allocatable_int(c.RES_GPU_COUNT) for n in member_nodes),
-        "gpuMemGiB": sum(n.allocatable_int(c.RES_GPU_MEM) for n in member_nodes),
-        "gpuCorePercentage": sum(n.allocatable_int(c.RES_GPU_CORE) for n in member_nodes),
-    }
     live = [p for p in pods if p.node_name in member and not p.terminated]
-    allocated = {
-        "gpus": sum(p.gpu_count for p in live),
-        "gpuMemGiB": sum(p.gpu_mem for p in live),
-        "gpuCorePercentage": sum(p.gpu_core for p in live),
-    }
+    capacity = resource_list(
+        sum(n.allocatable_int(c.RES_GPU_COUNT) for n in member_nodes),
+        sum(n.allocatable_int(c.RES_GPU_MEM) for n in member_nodes),
+        sum(n.allocatable_int(c.RES_GPU_CORE) for n in member_nodes),
+        core=pool.spec.compute_allocation,
+    )
+    allocated = resource_list(
+        sum(p.gpu_count for p in live),
+        sum(p.gpu_mem for p in live),
+        sum(p.gpu_core for p in live),
+        core=pool.spec.compute_allocation,
+    )
 
     generation = pool.metadata.generation
     conditions: list[dict[str, Any]] = [dict(x.dump()) for x in pool.status.conditions]
@@ -386,13 +398,14 @@ def pool_status(
     status = GPUSharePoolStatus.model_validate(
         {
             "observedGeneration": generation,
-            "mode": pool.spec.mode,
+            "schedule": pool.spec.mode,
             "conditions": conditions,
             "nodes": counts,
             "capacity": capacity,
             "allocated": allocated,
             "nodeStatuses": [
-                {"name": s.name, "phase": s.phase, "reason": s.reason, "message": s.message} for s in listed
+                {"name": s.name, "phase": s.phase, "reason": s.reason, "message": s.message or None}
+                for s in listed
             ],
         }
     )
