@@ -1105,3 +1105,84 @@ def test_misspelled_gpu_resource_gets_a_did_you_mean() -> None:
         in f.message
     )
     assert 'did you mean "aliyun.com/gpu-mem"?' in f.message
+
+
+# --- ACK labels that nothing carries (issue 24: a Job that could only stay Pending) -------------
+
+
+def _core_job(selector: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "core-job", "namespace": "default"},
+        "spec": {
+            "template": {
+                "spec": {
+                    "nodeSelector": selector,
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {"name": "c", "image": "x", "resources": {"limits": {MEM: "4", CORE: "30"}}}
+                    ],
+                }
+            }
+        },
+    }
+
+
+def _memory_only_cluster() -> Context:
+    """The cluster of `make cluster`, roughly: a cgpu pool and a share pool, their nodes, a CPU node."""
+    pools = [SEED_POOLS[0], SEED_POOLS[1]]
+    nodes = [
+        node_info(node_obj(f"{p.name}-n1", {"alibabacloud.com/nodepool-id": f"np-{p.name}"})) for p in pools
+    ]
+    return Context.build(pools, [*nodes, node_info(node_obj("cpu-1", {}))])
+
+
+def test_a_job_aimed_at_ack_labels_no_pool_or_node_carries_is_denied_with_the_fix() -> None:
+    (finding,) = evaluate(_core_job({"ack.node.gpu.schedule": "core_mem"}), _memory_only_cluster())
+    assert (finding.rule_id, finding.verdict) == ("GS011-pool-target-unknown", "deny")
+    msg = finding.message
+    assert msg.startswith(
+        'Job/default/core-job: spec.template.spec.nodeSelector={"ack.node.gpu.schedule": "core_mem"} '
+        "asks for core_mem nodes (compute allocation), but no node has these labels and no GPUSharePool"
+        " makes core_mem nodes (known pools: cgpu, cgpu-no-isolation); the pod would stay Pending"
+    ), msg
+    assert "create a GPUSharePool with computeAllocation: true" in msg
+    assert "nodeSelector {gpushare.io/pool: <pool>}" in msg
+    assert "gpushare.io/webhook: ignore" in msg, "the way out for nodes an autoscaler adds later"
+
+
+def test_other_ack_sharing_labels_nothing_carries_are_denied_too() -> None:
+    pod_obj = pod({MEM: 3}, selector={"cgpu.disable.isolation": "false", "ack.node.gpu.placement": "spread"})
+    ctx = Context.build([SEED_POOLS[1]], [node_info(node_obj("cgpu-no-isolation-n1", {}))])
+    (finding,) = evaluate(pod_obj, ctx)
+    assert (finding.rule_id, finding.verdict) == ("GS011-pool-target-unknown", "deny")
+    assert "create a GPUSharePool with memoryIsolation: true" in finding.message
+
+
+def test_an_existing_pool_the_pod_fits_is_suggested() -> None:
+    """A memory-only pod aimed at share nodes in a cluster that has only a cgpu pool."""
+    ctx = Context.build(
+        [SEED_POOLS[0]], [node_info(node_obj("cgpu-n1", {"alibabacloud.com/nodepool-id": "np-cgpu"}))]
+    )
+    (finding,) = evaluate(pod({MEM: 3}, selector={"ack.node.gpu.schedule": "share"}), ctx)
+    assert finding.rule_id == "GS011-pool-target-unknown"
+    assert "target an existing pool, e.g. nodeSelector {gpushare.io/pool: cgpu}" in finding.message
+    assert "or create a GPUSharePool with memoryIsolation: false" in finding.message
+
+
+def test_ack_labelled_nodes_outside_any_pool_still_admit_it() -> None:
+    ctx = _memory_only_cluster()
+    node = node_info(node_obj("ack-core", {"ack.node.gpu.schedule": "core_mem", "cgpu": "true"}))
+    assert (
+        evaluate(
+            _core_job({"ack.node.gpu.schedule": "core_mem"}), Context.build(ctx.pools, [*ctx.nodes, node])
+        )
+        == []
+    )
+
+
+def test_without_known_nodes_the_ack_labels_are_trusted() -> None:
+    """Offline (`gpushare check` with pool files only), or the webhook's first seconds: no node
+    list, so gpushare cannot tell that no node has the labels."""
+    assert evaluate(_core_job({"ack.node.gpu.schedule": "core_mem"}), Context.build(SEED_POOLS[:2])) == []

@@ -391,6 +391,28 @@ def _suggest(ctx: Context, compute: bool, multi: bool = False, reachable: set[st
     )
 
 
+#: The spec that makes each kind of pool (for the fix of a pod aimed at a kind no pool makes).
+_KIND_SPEC: dict[str, str] = {
+    c.SCHEDULE_CGPU: "memoryIsolation: true",
+    c.SCHEDULE_SHARE: "memoryIsolation: false",
+    c.SCHEDULE_CORE_MEM: "computeAllocation: true",
+}
+
+
+def _unmatched_fix(ctx: Context, wanted: str, compute: bool, multi: bool) -> str:
+    """GS011 for ACK labels nothing carries: target an existing pool, or make one of that kind."""
+    existing = _suggest(ctx, compute, multi) if pools_of_kind(ctx, _wanted_kinds(compute, multi)) else ""
+    make = (
+        f"create a GPUSharePool with {_KIND_SPEC[wanted]} for the GPU nodes it should run on and target"
+        f" it with nodeSelector {{{c.LABEL_POOL}: <pool>}}"
+    )
+    scaled = (
+        f"; nodes that an autoscaler adds later with these labels are not known yet: label the object"
+        f" {c.LABEL_WEBHOOK}: {c.WEBHOOK_IGNORE} to admit it anyway"
+    )
+    return (f"target an existing pool, {existing}, or " if existing else "") + make + scaled
+
+
 def _unit(ctx: Context, pools: set[str]) -> str:
     """The memory unit of the target pools (GiB unless every one of them says MiB)."""
     units = {ctx.pool_unit(p) for p in pools}
@@ -464,6 +486,23 @@ def _evaluate_pod(obj_name: str, pod: PodLike, ctx: Context, several: bool = Fal
         return em.out
     if res.source == "unknown":
         return em.out  # names a pool we cannot resolve offline; nothing more to check
+    if res.source == "unmatched":
+        (wanted,) = res.kinds
+        verdict, note = _pool_verdict("GS011-pool-target-unknown", ctx, all_pools, False)
+        if verdict:
+            known = ", ".join(sorted(all_pools)) or "none"
+            em.add(
+                "GS011-pool-target-unknown",
+                container=None,
+                field=constraints.field,
+                value=value,
+                problem=f"asks for {wanted} nodes ({KIND_TEXT[wanted]}), but no node has these labels and no"
+                f" GPUSharePool makes {wanted} nodes (known pools: {known}); the pod would stay Pending",
+                fix=_unmatched_fix(ctx, wanted, compute, multi),
+                verdict=verdict,
+                note=note,
+            )
+        return em.out
     if res.source == "none":
         verdict, note = _pool_verdict("GS011-pool-target-unknown", ctx, all_pools, False)
         if verdict:

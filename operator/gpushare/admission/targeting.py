@@ -14,6 +14,8 @@ ANDed into every term. They are resolved three ways, most precise first:
    ``ack.node.gpu.schedule`` decides when the pod constrains it; otherwise
    ``cgpu.disable.isolation=false`` means the ``cgpu`` kind and ``true`` the ``share`` kind
    (ACK's node-pool convention); ``cgpu=true`` alone or unrelated labels allow every kind.
+   With the nodes known (the webhook watches them all) that is only a diagnosis: no pool will make
+   such a node and no node is one, so the pod could never be scheduled (source ``unmatched``).
 """
 
 from __future__ import annotations
@@ -211,7 +213,8 @@ class Resolution:
     #: True when some kind was reached through nodes outside any pool or through labels alone.
     unpooled: bool = False
     #: "cluster" (pools/nodes), "labels" (ACK labels alone), "unknown" (a pool name we cannot resolve),
-    #: "none" (nothing matched), "missing" (no constraints at all).
+    #: "none" (nothing matched), "unmatched" (ACK labels of one kind that no known pool or node
+    #: has, with the nodes known), "missing" (no constraints at all).
     source: str = "cluster"
 
     @property
@@ -275,6 +278,9 @@ def resolve(constraints: Constraints, ctx: Context) -> Resolution:
         return Resolution(constraints, source="none")
     if not kinds:
         return Resolution(constraints, source="none")
+    if ctx.nodes:
+        # Every node is known and none has (or will have, through a pool) these labels.
+        return Resolution(constraints, {k: set() for k in kinds}, unpooled=True, source="unmatched")
     return Resolution(constraints, {k: set() for k in kinds}, unpooled=True, source="labels")
 
 
