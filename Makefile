@@ -15,9 +15,12 @@ help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 $(BIN)/gpushare: pyproject.toml
+	@echo "[setup] creating $(VENV): gpushare and its test and lint tools, about 60 packages" \
+	  "(under a minute with pip's cache warm, a few minutes on a first download; pip names each one)"
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip
-	$(BIN)/pip install -q -e . --group dev
+	$(BIN)/pip install --progress-bar off -e . --group dev
+	@echo "[setup] done: $(BIN)/gpushare"
 	@touch $@
 
 setup: $(BIN)/gpushare ## Create .venv and install gpushare with its test and lint tools
@@ -37,13 +40,13 @@ cluster-down: ## Stop the control plane started by `make cluster`
 	$(BIN)/python -m gpushare.devcluster down --dir $(CLUSTER_DIR)
 
 test: setup control-plane helm promtool ## Run every test: unit, property and integration (real kube-apiserver)
-	$(BIN)/pytest tests
+	GPUSHARE_TEST_PROGRESS=1 $(BIN)/pytest tests
 
 test-integration: setup control-plane helm ## Run only the tests against the local control plane
-	$(BIN)/pytest tests -m integration
+	GPUSHARE_TEST_PROGRESS=1 $(BIN)/pytest tests -m integration
 
 test-unit: setup helm promtool ## Run the tests that need no control plane
-	$(BIN)/pytest tests -m "not integration"
+	GPUSHARE_TEST_PROGRESS=1 $(BIN)/pytest tests -m "not integration"
 
 promtool: ## Find promtool, or install it (Debian's prometheus package) to check the monitoring rules
 	bash hack/promtool.sh

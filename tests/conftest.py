@@ -8,6 +8,9 @@ reports it as skipped or passed.
 ~/.cache/gpushare (``make helm``; ``make test`` builds it first). Without it those tests FAIL
 with that message; they are never skipped.
 
+``make test`` sets GPUSHARE_TEST_PROGRESS=1: the run then says what it is about to run and, at most
+once a minute, how far it is with an estimate of the time left (``support.progress``).
+
 ``tests/support/`` holds helpers that more than one test module uses (the tests run with
 ``--import-mode=importlib``, so a test module cannot import another): ``tests/`` goes on
 ``sys.path`` here, so they import as ``support.kube``, ``support.operator_proc``.
@@ -18,7 +21,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,3 +46,41 @@ def helm_bin() -> str:
     if proc.returncode != 0:
         pytest.fail(proc.stderr.strip() or "helm is not built: run 'make helm'", pytrace=False)
     return proc.stdout.strip()
+
+
+# --- progress (make test) ---------------------------------------------------------------------
+
+_PROGRESS: dict[str, Any] = {}
+
+
+def _every() -> int:
+    return int(os.environ.get("GPUSHARE_TEST_PROGRESS_EVERY", "60"))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if os.environ.get("GPUSHARE_TEST_PROGRESS") != "1" or session.config.option.collectonly:
+        return
+    from support.progress import plan_line
+
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        return
+    integration = sum(1 for item in session.items if item.get_closest_marker("integration"))
+    now = time.monotonic()
+    _PROGRESS.update(reporter=reporter, total=len(session.items), done=0, start=now, last=now)
+    reporter.write_line(plan_line(len(session.items), integration, _every()))
+
+
+def pytest_runtest_logfinish(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    if not _PROGRESS:
+        return
+    from support.progress import progress_line
+
+    _PROGRESS["done"] += 1
+    now = time.monotonic()
+    if now - _PROGRESS["last"] < _every():
+        return
+    _PROGRESS["last"] = now
+    _PROGRESS["reporter"].write_line(
+        progress_line(_PROGRESS["done"], _PROGRESS["total"], now - _PROGRESS["start"])
+    )

@@ -7,6 +7,7 @@ publishes the description through its OpenAPI v3 document; kubectl reads that, n
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -99,3 +100,28 @@ def test_kubectl_explain_mode_switch_answers_the_error_messages(cluster: Cluster
     text = " ".join(_words(proc.stdout))
     for word in ("Wait", "Cordon", "Evict", "Force", "ack.node.gpu.schedule", "Eviction API"):
         assert word in text, (word, proc.stdout)
+
+
+def test_int_or_string_max_unavailable_is_published_as_such_and_says_so(cluster: ClusterInfo) -> None:
+    """The apiserver publishes rollout.maxUnavailable with x-kubernetes-int-or-string (and anyOf
+    integer/string). kubectl explain still prints ``<Object>`` beside it: its template shows a
+    schema's ``type``, and an int-or-string schema has none (every CRD's int-or-string field reads
+    so). The description therefore starts with the type."""
+    kubectl = shutil.which("kubectl")
+    assert kubectl is not None, "kubectl is not installed"
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+    raw = subprocess.run(
+        [kubectl, "get", "--raw", "/openapi/v3/apis/gpushare.io/v1alpha1"],
+        env=env, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    schemas = json.loads(raw.stdout)["components"]["schemas"]
+    pool = schemas["io.gpushare.v1alpha1.GPUSharePool"]
+    field = pool["properties"]["spec"]["properties"]["rollout"]["properties"]["maxUnavailable"]
+    assert field["x-kubernetes-int-or-string"] is True, field
+    assert sorted(o.get("type") for o in field.get("anyOf", [])) == ["integer", "string"], field
+    with tempfile.TemporaryDirectory() as cache:
+        assert _published(kubectl, str(cluster.kubeconfig), cache).returncode == 0
+        proc = _explain(kubectl, str(cluster.kubeconfig), cache, "spec.rollout.maxUnavailable")
+    assert proc.returncode == 0, proc.stderr
+    shown = " ".join(_words(proc.stdout.split("DESCRIPTION:", 1)[1]))
+    assert shown.startswith("Integer or percentage string (int-or-string, as a Deployment's)"), proc.stdout

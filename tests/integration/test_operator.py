@@ -361,7 +361,7 @@ async def test_seed_scenario_labels_plugins_status_and_restore(
         assert managed(labels) == {c.LABEL_SCHEDULE: "default"}
         assert foreign(labels) == foreign(before[n])
         annotations = (await node_obj(api, n)).metadata.annotations or {}
-        assert c.ANNOTATION_OWNED not in annotations
+        assert not set(annotations) & set(POOL_ANNOTATIONS), f"{n} keeps {sorted(annotations)}"
     await wait_event(api, p_iso, "CleanupDone")
 
 
@@ -1287,3 +1287,100 @@ async def test_a_plugin_that_never_registers_is_reported_after_ready_timeout(
     assert statuses.get(good, {"phase": "Ready"})["phase"] == "Ready"
     assert (await pools.condition(name, "Ready") or {})["status"] == "False"
     assert await gpu_alloc(api, good) == alloc_of(1, 16, "cgpu")
+
+
+class UnavailableTracker:
+    """Watches the nodes of a node pool and records the most that were unavailable at once:
+    restarting (record Pending) or not advertising the mode of their labels (policy.plugin_mode)."""
+
+    def __init__(self, api: client.ApiClient, nodepool: str) -> None:
+        self.api = api
+        self.nodepool = nodepool
+        self.now: set[str] = set()
+        self.most: set[str] = set()
+        self.ever: set[str] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    def _seen(self, node: Any) -> None:
+        from gpushare.policy.plugin_mode import advertises
+
+        record = restart_record(node)
+        labels = node.metadata.labels or {}
+        mode = labels.get(c.LABEL_SCHEDULE) or c.SCHEDULE_DEFAULT
+        alloc = {str(k): str(v) for k, v in (node.status.allocatable or {}).items()}
+        name = node.metadata.name
+        if (record is not None and record["state"] == "Pending") or not advertises(mode, alloc):
+            self.now.add(name)
+            self.ever.add(name)
+        else:
+            self.now.discard(name)
+        if len(self.now) > len(self.most):
+            self.most = set(self.now)
+
+    async def _run(self) -> None:
+        core = client.CoreV1Api(self.api)
+        w = watch.Watch()
+        async with w.stream(core.list_node, label_selector=f"{POOL_LABEL}={self.nodepool}") as stream:
+            async for event in stream:
+                self._seen(event["object"])
+
+    async def __aenter__(self) -> UnavailableTracker:
+        self._task = asyncio.create_task(self._run())
+        await asyncio.sleep(0.5)  # the initial ADDED events
+        self.most, self.ever = set(self.now), set(self.now)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+
+async def test_the_rollout_waits_for_each_node_to_advertise_and_stops_at_one_that_never_does(
+    api: client.ApiClient, fake_nodes: FakeNodeSet, operator: OperatorProc, pools: Pools
+) -> None:
+    """maxUnavailable 1, cgpu -> core_mem: a node counts until it advertises core_mem resources,
+    not until its new plugin pod is Ready. The first node's plugin never registers: the rollout
+    stops there (RolloutStalled) and starts again once that plugin comes back."""
+    np = np_id()
+    created = await fake_nodes.create(3, prefix="stall", pool_labels={POOL_LABEL: np}, simulate_plugin=True,
+                                      gpus_per_node=1, gpu_mem_gib_per_gpu=16)  # fmt: skip
+    nodes = sorted(created)
+    first, rest = nodes[0], nodes[1:]
+    name = f"stall-{np}"
+    await pools.create(name, np, devicePlugin={"readyTimeoutSeconds": 10}, rollout={"maxUnavailable": 1})
+    await pools.wait_condition(name, "Ready", "True", "AllNodesReady", timeout_s=90)
+    core = client.CoreV1Api(api)
+    await core.patch_node(first, {"metadata": {"annotations": {ANNOTATION_HANG: "true"}}})
+    records = {n: restart_record(await node_obj(api, n)) for n in rest}
+
+    async with UnavailableTracker(api, np) as tracker:
+        await pools.patch_spec(name, {"computeAllocation": True})
+        generation = (await pools.get(name) or {})["metadata"]["generation"]
+        stalled = await pools.wait_condition(name, "Progressing", "True", "RolloutStalled", timeout_s=90)
+        assert f"rollout.maxUnavailable is used up by {first}" in stalled["message"], stalled
+        assert "label the node gpushare.io/skip=true" in stalled["message"]
+        await observed(api, operator, name, first)
+        statuses = await node_statuses(pools, name)
+        assert (statuses[first]["phase"], statuses[first]["reason"]) == ("Degraded", "PluginModeStale")
+        for n in rest:  # never touched while the first node does not advertise core_mem
+            assert managed(await node_labels(api, n))[c.LABEL_SCHEDULE] == "cgpu", n
+            assert restart_record(await node_obj(api, n)) == records[n], n
+            assert await gpu_alloc(api, n) == alloc_of(1, 16, "cgpu"), n
+
+        # The plugin comes back (a new pod that registers): the rollout goes on, one node at a time.
+        await core.patch_node(first, {"metadata": {"annotations": {ANNOTATION_HANG: None}}}, **MERGE)
+        await delete_plugin_pods(api, first)
+
+        async def ready_for_this_generation() -> bool:
+            cond = await pools.condition(name, "Ready")
+            return bool(cond and cond["status"] == "True" and cond.get("observedGeneration") == generation)
+
+        await wait_for(
+            ready_for_this_generation, what=f"{name} Ready for generation {generation}", timeout_s=120
+        )
+    for n in nodes:
+        assert await gpu_alloc(api, n) == alloc_of(1, 16, "core_mem"), n
+    assert tracker.ever == set(nodes), "every node was restarted"
+    assert len(tracker.most) == 1, f"{sorted(tracker.most)} unavailable at once with maxUnavailable 1"
