@@ -62,7 +62,7 @@ from gpushare.policy.decide import (
 )
 from gpushare.policy.planner import RestartState, restart_outcome_patch
 from gpushare.policy.rollout import disrupts
-from gpushare.policy.status import awaiting_plugin_mode, pool_status
+from gpushare.policy.status import awaiting_plugin_mode, pool_status, status_merge_patch
 
 log = structlog.stdlib.get_logger("gpushare.reconciler")
 
@@ -1051,7 +1051,7 @@ class Reconciler:
             return wait
         self._status_at[name] = time.monotonic()
         try:
-            ok = await self.cluster.patch_pool_status(name, status)
+            ok = await self.cluster.patch_pool_status(name, status_merge_patch(status, current, base))
         except (ApiException, ApiUnavailable) as exc:
             log.error("Patching GPUSharePool status failed", pool=name, error=str(exc))
             return FAST_REQUEUE

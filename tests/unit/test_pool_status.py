@@ -312,3 +312,39 @@ def test_no_empty_fields_in_the_status() -> None:
         return []
 
     assert empty(st, "status") == []
+
+
+def test_a_status_written_by_an_older_gpushare_is_read_and_its_old_keys_deleted() -> None:
+    """Before the resource lists: status.mode and capacity {gpus, gpuMemGiB, gpuCorePercentage}."""
+    from gpushare.policy.status import status_merge_patch
+
+    old_status = {
+        "mode": "core_mem",
+        "capacity": {"gpus": 4, "gpuMemGiB": 60, "gpuCorePercentage": 400},
+        "allocated": {"gpus": 0, "gpuMemGiB": 4, "gpuCorePercentage": 30},
+        "nodeStatuses": [{"name": "n1", "phase": "Ready", "reason": "LabelsApplied", "message": ""}],
+    }
+    p = pool("gpu", "a", status=old_status, computeAllocation=True)
+    assert p.status.schedule == "core_mem"
+    assert p.status.capacity == {c.RES_GPU_COUNT: "4", c.RES_GPU_MEM: "60", c.RES_GPU_CORE: "400"}
+    nodes = _done([NodeView("n1", {NP: "a"}, allocatable=CORE_ALLOC)], [p])
+    new = _status([p], nodes, [], "gpu")
+    patch = status_merge_patch(new, old_status)
+    assert patch["capacity"] == {
+        c.RES_GPU_COUNT: "2",
+        c.RES_GPU_MEM: "30",
+        c.RES_GPU_CORE: "200",
+        "gpus": None,
+        "gpuMemGiB": None,
+        "gpuCorePercentage": None,
+    }
+    # A pool that leaves core_mem: its gpu-core.percentage goes from the stored list too.
+    cgpu = _status([pool("gpu", "a")], _done([NodeView("n1", {NP: "a"})], [pool("gpu", "a")]), [], "gpu")
+    assert status_merge_patch(cgpu, new)["capacity"][c.RES_GPU_CORE] is None
+    assert status_merge_patch(new, new) == new
+
+
+def test_a_status_the_operator_cannot_read_does_not_make_the_pool_invalid() -> None:
+    p = pool("gpu", "a", status={"nodes": {"matched": "many"}, "future": True})
+    assert p.spec.node_selector.match_labels == {NP: "a"}
+    assert p.status.conditions == [] and p.status.schedule is None

@@ -18,6 +18,7 @@ from pydantic import (
     Field,
     ValidationError,
     ValidationInfo,
+    ValidatorFunctionWrapHandler,
     field_validator,
     model_validator,
 )
@@ -367,6 +368,12 @@ class NodeCounts(_Model):
 #: The resources a pool's ``status.capacity`` and ``status.allocated`` list (a Kubernetes resource
 #: list, as a node's ``status.allocatable``): gpu-core.percentage only for core_mem pools.
 STATUS_RESOURCES = (c.RES_GPU_COUNT, c.RES_GPU_MEM, c.RES_GPU_CORE)
+#: The keys of ``capacity``/``allocated`` before they were resource lists (gpushare 0.1 status).
+LEGACY_RESOURCE_KEYS: dict[str, str] = {
+    "gpus": c.RES_GPU_COUNT,
+    "gpuMemGiB": c.RES_GPU_MEM,
+    "gpuCorePercentage": c.RES_GPU_CORE,
+}
 
 
 class NodeStatus(_Model):
@@ -424,6 +431,23 @@ class GPUSharePoolStatus(_Model):
         description=f"Per-node state, at most {MAX_NODE_STATUSES} entries, nodes not Ready first.",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _read_older(cls, data: Any) -> Any:
+        """A status an older gpushare wrote: ``mode`` (now ``schedule``), and ``capacity`` /
+        ``allocated`` as ``gpus``/``gpuMemGiB``/``gpuCorePercentage`` integers."""
+        if not isinstance(data, dict):
+            return data
+        out = dict(data)
+        if "mode" in out:
+            legacy = out.pop("mode")
+            out.setdefault("schedule", legacy)
+        for key in ("capacity", "allocated"):
+            value = out.get(key)
+            if isinstance(value, dict):
+                out[key] = {LEGACY_RESOURCE_KEYS.get(k, k): str(v) for k, v in value.items() if v is not None}
+        return out
+
 
 class ObjectMeta(BaseModel):
     """The parts of metadata gpushare reads; everything else is kept but ignored."""
@@ -443,6 +467,16 @@ class GPUSharePool(BaseModel):
     metadata: ObjectMeta
     spec: GPUSharePoolSpec
     status: GPUSharePoolStatus = Field(default_factory=GPUSharePoolStatus)
+
+    @field_validator("status", mode="wrap")
+    @classmethod
+    def _status_never_invalidates(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        """The status is the operator's own record: one it cannot read (written by another
+        version) is started afresh, never a reason to treat the user's pool as invalid."""
+        try:
+            return handler(value)
+        except ValidationError:
+            return GPUSharePoolStatus()
 
     @property
     def name(self) -> str:

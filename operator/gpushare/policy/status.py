@@ -129,6 +129,23 @@ def node_state(
     return NodeState(p.node, "Ready", cond.NODE_LABELS_APPLIED, "")
 
 
+def status_merge_patch(status: Mapping[str, Any], *previous: Mapping[str, Any]) -> dict[str, Any]:
+    """``status`` as a JSON merge patch over the ``previous`` ones (stored, last written): a merge
+    patch keeps map keys it does not name, so the resource names ``capacity``/``allocated`` no
+    longer list (a pool that left core_mem, an older gpushare's ``gpuMemGiB``) are sent as null."""
+    out = dict(status)
+    for key in ("capacity", "allocated"):
+        new: dict[str, Any] = dict(out.get(key) or {})
+        for old in previous:
+            names = old.get(key)
+            if isinstance(names, Mapping):
+                for name in names:
+                    new.setdefault(str(name), None)
+        if new != (out.get(key) or {}):
+            out[key] = new
+    return out
+
+
 def resource_list(gpus: int, gpu_mem: int, gpu_core: int, *, core: bool) -> dict[str, str]:
     """``status.capacity`` / ``status.allocated``: a resource list (name → quantity), as a node's
     ``status.allocatable``; gpu-core.percentage only where it means something (core_mem pools, or
