@@ -1384,3 +1384,83 @@ async def test_the_rollout_waits_for_each_node_to_advertise_and_stops_at_one_tha
         assert await gpu_alloc(api, n) == alloc_of(1, 16, "core_mem"), n
     assert tracker.ever == set(nodes), "every node was restarted"
     assert len(tracker.most) == 1, f"{sorted(tracker.most)} unavailable at once with maxUnavailable 1"
+
+
+async def test_kubectl_shows_the_pool_in_plain_words(
+    cluster: ClusterInfo, api: client.ApiClient, fake_nodes: FakeNodeSet, operator: OperatorProc, pools: Pools
+) -> None:
+    """`kubectl describe gsp` and `kubectl get gsp` as a user reads them (issue 24, point 7): resource
+    names rather than "Gpu Mem Gi B", no empty Message on Ready nodes, "Mode" only for the
+    admission mode, columns that do not repeat each other."""
+    import shutil
+    import subprocess
+
+    kubectl = shutil.which("kubectl")
+    assert kubectl is not None, "kubectl is not installed (the integration tests need it on PATH)"
+    np = np_id()
+    await fake_nodes.create(2, prefix="desc", pool_labels={POOL_LABEL: np}, gpus_per_node=2)
+    name = f"desc-{np}"
+    await pools.create(name, np)
+    await pools.wait_condition(name, "Ready", "True", "AllNodesReady")
+
+    def run(*args: str) -> str:
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "KUBECONFIG": str(cluster.kubeconfig),
+            "HOME": str(cluster.kubeconfig.parent),
+        }
+        proc = subprocess.run(
+            [kubectl, *args], env=env, capture_output=True, text=True, timeout=60, check=False
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    described = await asyncio.to_thread(run, "describe", "gsp", name)
+    assert "Gpu Mem" not in described and " Gi B" not in described, described
+    for resource in (c.RES_GPU_COUNT, c.RES_GPU_MEM):
+        assert f"{resource}:" in described, described
+    words = [line.split() for line in described.splitlines()]
+    assert ["Message:"] not in words, f"an empty Message field:\n{described}"
+    assert ["Schedule:", "cgpu"] in words, described
+    assert [w for w in words if w and w[0] == "Mode:"] == [["Mode:", "Enforce"]], described
+
+    table = (await asyncio.to_thread(run, "get", "gsp", name)).splitlines()
+    assert table[0].split() == ["NAME", "SCHEDULE", "PLACEMENT", "NODES", "READY", "STATUS", "AGE"], table
+    assert table[1].split()[:6] == [name, "cgpu", "binpack", "2", "2", "AllNodesReady"], table
+
+
+async def test_an_upgraded_operator_deletes_the_status_keys_of_the_old_one(
+    api: client.ApiClient, fake_nodes: FakeNodeSet, start_operator: Callable[..., OperatorProc]
+) -> None:
+    """The status an older gpushare wrote (capacity gpus/gpuMemGiB) is left by a JSON merge patch
+    unless it names those keys: the next operator deletes them on its first write."""
+    np = np_id()
+    await fake_nodes.create(1, prefix="stale", pool_labels={POOL_LABEL: np}, gpus_per_node=2)
+    first = start_operator()
+    helper = Pools(api)
+    name = f"stale-{np}"
+    try:
+        await helper.create(name, np)
+        await helper.wait_condition(name, "Ready", "True", "AllNodesReady")
+        first.stop()
+        # What the old status left (string values: the new schema takes no integers there).
+        await helper.custom.patch_cluster_custom_object_status(
+            c.GROUP, c.VERSION, c.PLURAL, name,
+            {"status": {"capacity": {"gpus": "2", "gpuMemGiB": "30"}}}, **MERGE,
+        )  # fmt: skip
+        stale = ((await helper.get(name)) or {})["status"]["capacity"]
+        assert {"gpus", "gpuMemGiB", c.RES_GPU_MEM} <= set(stale), stale
+        start_operator()
+
+        async def cleaned() -> dict[str, Any] | None:
+            capacity = dict(((await helper.get(name)) or {}).get("status", {}).get("capacity") or {})
+            return capacity if set(capacity) == {c.RES_GPU_COUNT, c.RES_GPU_MEM} else None
+
+        capacity = await wait_for(cleaned, what=f"{name}'s capacity without gpus/gpuMemGiB", timeout_s=60)
+        assert capacity[c.RES_GPU_COUNT] == "2"
+        await helper.delete(name)
+    finally:
+        if await helper.get(name) is not None:
+            await helper.custom.patch_cluster_custom_object(
+                c.GROUP, c.VERSION, c.PLURAL, name, {"metadata": {"finalizers": None}}, **MERGE
+            )
