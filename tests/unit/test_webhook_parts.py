@@ -21,7 +21,7 @@ import pytest
 import yaml
 from cryptography import x509
 
-from gpushare.admission import Context, Finding, evaluate, node_info
+from gpushare.admission import EMPTY_CONTEXT, Context, Finding, evaluate, node_info
 from gpushare.admission.review import (
     MAX_REVIEW_DEPTH,
     Decision,
@@ -42,7 +42,8 @@ from gpushare.cli.run import add_webhook_arguments, webhook_options
 from gpushare.k8s.retry import Backoff
 from gpushare.k8s.webhook_api import WebhookCertError
 from gpushare.webhook import lifecycle, tls
-from gpushare.webhook.answer import admit, fast_allow, respond
+from gpushare.webhook import answer as answer_module
+from gpushare.webhook.answer import admit, fast_allow, live_context, respond
 from gpushare.webhook.context import ContextCache
 from gpushare.webhook.lifecycle import CertLifecycle
 from gpushare.webhook.options import WebhookOptions
@@ -614,20 +615,40 @@ def _pod_review(limits: dict[str, Any], operation: str = "CREATE") -> dict[str, 
 def test_respond_uses_the_rules_and_the_handed_over_indexes() -> None:
     state = ContextCache()
     review = _pod_review({MEM: "2", CORE: "33"})
-    assert respond("validate-pods", review, state) is None  # no indexes yet: Kopf answers
+    assert live_context(state) is None  # no indexes yet: Kopf answers
     state.pools_index, state.nodes_index = {}, {}
-    answer = respond("validate-pods", review, state)
+    context = live_context(state)
+    assert context is not None
+    answer = respond("validate-pods", review, context)
     assert answer is not None and answer["uid"] == "u" and answer["allowed"] is False
     assert answer["status"]["code"] == 422 and "GS001-core-percentage-step" in answer["status"]["message"]
-    assert respond("validate-pods", _pod_review({"cpu": "1"}), state) == {
+    assert respond("validate-pods", _pod_review({"cpu": "1"}), context) == {
         "uid": "u",
         "allowed": True,
     }
-    assert respond("validate-jobs", review, state) is None  # routed to the wrong handler
-    assert respond("validate-pods", _pod_review({MEM: "2"}, "DELETE"), state) == {
+    wrong = respond("validate-jobs", review, context)  # routed to the wrong handler: never allowed
+    assert wrong is not None and wrong["allowed"] is False and wrong["status"]["code"] == 400
+    assert "validate-jobs judges jobs.batch, not /v1/pods" in wrong["status"]["message"]
+    assert respond("validate-pods", _pod_review({MEM: "2"}, "DELETE"), context) == {
         "uid": "u",
         "allowed": True,
     }
+
+
+def test_a_crash_in_the_rules_follows_the_failure_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug in a rule is never a 500: Fail denies with code 400, Ignore allows with a warning."""
+
+    def boom(*_: Any) -> Any:
+        raise ZeroDivisionError("a rule bug")
+
+    monkeypatch.setattr(answer_module, "evaluate", boom)
+    review = _pod_review({MEM: "2"})
+    denied = respond("validate-pods", review, EMPTY_CONTEXT)
+    assert denied is not None and denied["allowed"] is False and denied["status"]["code"] == 400
+    assert "could not evaluate the GPU-sharing rules (ZeroDivisionError: a rule bug)" in denied["status"]["message"]
+    allowed = respond("validate-pods", review, EMPTY_CONTEXT, failure_policy="Ignore")
+    assert allowed is not None and allowed["allowed"] is True
+    assert "allowed (failurePolicy Ignore)" in allowed["warnings"][0]
 
 
 def test_via_kopf_leaves_every_review_to_kopf(tmp_path: Path) -> None:
@@ -638,9 +659,11 @@ def test_via_kopf_leaves_every_review_to_kopf(tmp_path: Path) -> None:
     direct = WebhookOptions(cert_dir=tmp_path)
     via_kopf = WebhookOptions(cert_dir=tmp_path, direct=False)
     served = build_server(direct, cache, CertLifecycle(direct))
-    assert served.respond is not None and served.respond("validate-pods", review) is not None
+    context = live_context(cache)
+    assert context is not None
+    assert served.respond is not None and served.respond("validate-pods", review, context) is not None
     fallback = build_server(via_kopf, cache, CertLifecycle(via_kopf))
-    assert fallback.respond is not None and fallback.respond("validate-pods", review) is None
+    assert fallback.respond is not None and fallback.respond("validate-pods", review, context) is None
     assert webhook_options(_run_parser().parse_args(["--webhook-via-kopf"])).direct is False
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 import random
@@ -67,6 +68,7 @@ def register(subparsers: Any) -> None:
 
 def add_webhook_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``--webhook*`` options of ``gpushare run``."""
+    from gpushare.admission.review import MAX_REVIEW_BYTES
     from gpushare.admission.webhook_config import (
         DEFAULT_CONFIGURATION_NAME,
         DEFAULT_NAMESPACE,
@@ -104,6 +106,10 @@ def add_webhook_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--webhook-failure-policy", choices=("Fail", "Ignore"), default="Fail")
     g.add_argument("--webhook-timeout", type=int, default=MAX_TIMEOUT_SECONDS, help="timeoutSeconds, 1..5")
     g.add_argument(
+        "--webhook-max-body-bytes", type=int, default=MAX_REVIEW_BYTES, metavar="N",
+        help=f"largest AdmissionReview accepted (default {MAX_REVIEW_BYTES}; docs/security.md)",
+    )  # fmt: skip
+    g.add_argument(
         "--webhook-via-kopf", action="store_true",
         help="answer every review through Kopf's handler machinery (slower; for comparison)",
     )  # fmt: skip
@@ -117,9 +123,14 @@ def webhook_options(args: argparse.Namespace) -> WebhookOptions:
     """The webhook's options from ``args`` (ValueError, one line, when unusable)."""
     from gpushare.admission.webhook_config import MAX_TIMEOUT_SECONDS
     from gpushare.webhook.options import WebhookOptions
+    from gpushare.webhook.server import MAX_BODY_CEILING, ServerLimits
 
+    base_limits = ServerLimits()
     if not 1 <= args.webhook_timeout <= MAX_TIMEOUT_SECONDS:
         raise ValueError(f"--webhook-timeout {args.webhook_timeout}: must be 1..{MAX_TIMEOUT_SECONDS}")
+    max_body = getattr(args, "webhook_max_body_bytes", None) or base_limits.max_body_bytes
+    if not 4096 <= max_body <= MAX_BODY_CEILING:
+        raise ValueError(f"--webhook-max-body-bytes {max_body}: must be 4096..{MAX_BODY_CEILING}")
     base = WebhookOptions()
     return WebhookOptions(
         addr=args.webhook_addr,
@@ -138,6 +149,7 @@ def webhook_options(args: argparse.Namespace) -> WebhookOptions:
         kubeconfig=getattr(args, "kubeconfig", None),
         context=getattr(args, "context", None),
         kinds=_kinds_from(getattr(args, "workload_kinds", None)),
+        limits=dataclasses.replace(base_limits, max_body_bytes=max_body),
     )
 
 

@@ -40,7 +40,7 @@ from gpushare.admission.webhook_config import WebhookTarget
 from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
 from gpushare.k8s.client import load_configuration
 from gpushare.k8s.watch import ListWatch
-from gpushare.webhook.answer import admit, fast_allow, log_decision, record, respond
+from gpushare.webhook.answer import admit, fast_allow, live_context, log_decision, record, respond
 from gpushare.webhook.context import ContextCache
 from gpushare.webhook.lifecycle import CertLifecycle
 from gpushare.webhook.options import WebhookOptions
@@ -83,7 +83,7 @@ class Registered:
 
 
 def make_handler(
-    target: WebhookTarget, cache: ContextCache, table: KindTable = DEFAULT_TABLE
+    target: WebhookTarget, cache: ContextCache, table: KindTable = DEFAULT_TABLE, failure_policy: str = "Fail"
 ) -> Callable[..., Coroutine[Any, Any, None]]:
     async def validate(body: kopf.Body, operation: str | None, warnings: list[str], **kwargs: Any) -> None:
         started = time.perf_counter()
@@ -93,6 +93,7 @@ def make_handler(
             operation,
             lambda: cache.context(kwargs.get(POOLS_INDEX), cache.fed),
             table,
+            failure_policy,
         )
         warnings.extend(decision.warnings)
         record(target.kind, decision, time.perf_counter() - started)
@@ -127,7 +128,7 @@ def register(
             version=target.version if len(target.versions) <= 1 else None,  # None: every version
             operations=cast(tuple[Literal["CREATE", "UPDATE"], ...], target.operations),
             registry=registry,
-        )(make_handler(target, cache, options.kinds))  # fmt: skip
+        )(make_handler(target, cache, options.kinds, options.failure_policy))  # fmt: skip
 
     nodes: list[tuple[client.ApiClient, asyncio.Task[None]]] = []
 
@@ -164,10 +165,16 @@ def build_server(
     as the fallback, and the certificate lifecycle's hooks."""
     targets = {t.handler_id: t for t in options.targets}
     return GPUShareWebhookServer(
+        routes={i: (t.group, t.plural) for i, t in targets.items()},
         fast_allow=lambda handler_id, review: fast_allow(handler_id, review, targets, options.kinds),
-        respond=lambda handler_id, review: (
-            respond(handler_id, review, cache, targets, options.kinds) if options.direct else None
+        live_context=lambda: live_context(cache),
+        respond=lambda handler_id, review, context: (
+            respond(handler_id, review, context, targets, options.kinds, options.failure_policy)
+            if options.direct
+            else None
         ),
+        failure_policy=options.failure_policy,
+        limits=options.limits,
         addr=options.addr,
         port=options.port,
         host=options.host if options.local else None,
