@@ -577,7 +577,9 @@ def _nested(depth: int) -> bytes:
         pytest.param(b"[" + b'"]",[' * 300 + b"]" * 301, True, id="closers-in-strings-do-not-hide-depth"),
         pytest.param(b"[" + b'"\\"]",[' * 300 + b"]" * 301, True, id="escaped-quotes"),
         pytest.param(json.dumps([{"a": [1, {"b": "x"}]}] * 3000).encode(), False, id="wide-not-deep"),
-        pytest.param(b"[" * 5000, False, id="unbalanced-left-to-the-parser"),
+        pytest.param(b"[" * 5000, True, id="unbalanced-opens-count-as-depth"),
+        pytest.param(b"]" * 5000 + b"[" * 100, False, id="unbalanced-closes-left-to-the-parser"),
+        pytest.param(b'{"a":"' + b'\\"' * 24000 + b"[" * 201, False, id="an-unclosed-string-of-escapes"),
     ],
 )
 def test_deeper_than_without_parsing(raw: bytes, deeper: bool) -> None:
