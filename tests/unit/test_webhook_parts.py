@@ -41,8 +41,8 @@ from gpushare.admission.webhook_config import (
 from gpushare.cli.run import add_webhook_arguments, webhook_options
 from gpushare.k8s.retry import Backoff
 from gpushare.k8s.webhook_api import WebhookCertError
-from gpushare.webhook import lifecycle, tls
 from gpushare.webhook import answer as answer_module
+from gpushare.webhook import lifecycle, tls
 from gpushare.webhook.answer import admit, fast_allow, live_context, respond
 from gpushare.webhook.context import ContextCache
 from gpushare.webhook.lifecycle import CertLifecycle
@@ -647,7 +647,8 @@ def test_a_crash_in_the_rules_follows_the_failure_policy(monkeypatch: pytest.Mon
     review = _pod_review({MEM: "2"})
     denied = respond("validate-pods", review, EMPTY_CONTEXT)
     assert denied is not None and denied["allowed"] is False and denied["status"]["code"] == 400
-    assert "could not evaluate the GPU-sharing rules (ZeroDivisionError: a rule bug)" in denied["status"]["message"]
+    message = denied["status"]["message"]
+    assert "could not evaluate the GPU-sharing rules (ZeroDivisionError: a rule bug)" in message
     allowed = respond("validate-pods", review, EMPTY_CONTEXT, failure_policy="Ignore")
     assert allowed is not None and allowed["allowed"] is True
     assert "allowed (failurePolicy Ignore)" in allowed["warnings"][0]

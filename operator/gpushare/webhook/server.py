@@ -47,6 +47,8 @@ from typing import Any, cast
 
 import aiohttp.web
 import kopf
+from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
 
 from gpushare.admission import Context
 from gpushare.admission.review import (
@@ -117,8 +119,34 @@ class _OneLineLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
         self.logger.debug(msg, *args, **kwargs)
 
 
+class _Handler(RequestHandler):
+    """aiohttp's connection handler, answering HTTP it cannot parse with a one-line JSON 400."""
+
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> aiohttp.web.StreamResponse:
+        why = (getattr(exc, "message", None) or str(exc)) if exc is not None else (message or "")
+        line = " ".join(str(why).split())[:200] or "unreadable request"
+        logger.debug("Malformed webhook HTTP request from %s: %s", request.remote, line)
+        if request.writer.output_size > 0:
+            raise ConnectionError("the answer was already being sent")
+        # A 5xx here could only come from a bug in the handler, which answers every error itself.
+        response = aiohttp.web.json_response(
+            {"error": f"malformed HTTP request: {line}"}, status=status if 400 <= status < 500 else 400
+        )
+        response.force_close()
+        return response
+
+
 class _Server(aiohttp.web.Server):
-    """aiohttp's low-level server with a bound on open connections."""
+    """aiohttp's low-level server with a bound on open connections and one-line errors."""
+
+    def __call__(self) -> RequestHandler:
+        return _Handler(self, loop=self._loop, **self._kwargs)
 
     def __init__(self, handler: Any, *, max_connections: int, **kwargs: Any) -> None:
         super().__init__(handler, **kwargs)
@@ -406,7 +434,9 @@ class GPUShareWebhookServer(kopf.WebhookServer):
                 return Reply(200, _review(data, answer))
         sslpeer = request.transport.get_extra_info("peercert") if request.transport else None
         try:  # Kopf's handlers: the indexes are not handed over yet, or --webhook-via-kopf
-            response = await fn(cast(Any, dict(data)), webhook=webhook, sslpeer=sslpeer, headers=dict(request.headers))
+            response = await fn(
+                cast(Any, dict(data)), webhook=webhook, sslpeer=sslpeer, headers=dict(request.headers)
+            )
         except Exception as exc:  # Kopf: unknown resource, missing data, anything else
             return self._failed(webhook, data, exc)
         return Reply(200, dict(response))
