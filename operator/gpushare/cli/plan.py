@@ -77,11 +77,14 @@ def _objects(paths: list[str], kind: str) -> list[dict[str, Any]]:
 
 def _parse_pools(objs: list[dict[str, Any]], option: str) -> list[GPUSharePool]:
     pools: list[GPUSharePool] = []
+    errors: list[str] = []
     for obj in objs:
         try:
             pools.append(parse_pool(obj))
         except PoolValidationError as exc:
-            raise CLIError(str(exc)) from None
+            errors.append(f"{option}: {exc}")
+    if errors:  # every bad pool, a line each
+        raise CLIError("\n".join(errors))
     seen: set[str] = set()
     for p in pools:
         if p.name in seen:
