@@ -165,7 +165,9 @@ def test_configuration_service_mode() -> None:
             },
             "caBundle": "Q0E=",
         }
-        assert hook["timeoutSeconds"] == 5 and hook["failurePolicy"] == "Fail"
+        # Pools fail open (CEL and the operator's conflict detection guard them); workloads closed.
+        want_policy = "Ignore" if target.kind == "GPUSharePool" else "Fail"
+        assert hook["timeoutSeconds"] == 5 and hook["failurePolicy"] == want_policy
         assert hook["sideEffects"] == "None" and hook["admissionReviewVersions"] == ["v1"]
         assert hook["objectSelector"]["matchExpressions"] == [
             {"key": "gpushare.io/webhook", "operator": "NotIn", "values": ["ignore"]}
@@ -190,6 +192,9 @@ def test_configuration_local_mode_and_limits() -> None:
     hook = cfg["webhooks"][0]
     assert hook["clientConfig"] == {"url": "https://127.0.0.1:9443/validate-pods"}
     assert hook["failurePolicy"] == "Ignore" and hook["timeoutSeconds"] == 2
+    # --webhook-failure-policy Fail never makes the pools' entry fail closed.
+    pools = build_configuration(WebhookSettings(failure_policy="Fail"))["webhooks"][-1]
+    assert pools["name"] == "validate-gpusharepools.gpushare.io" and pools["failurePolicy"] == "Ignore"
     with pytest.raises(ValueError, match=r"timeoutSeconds must be 1\.\.5"):
         WebhookSettings(timeout_seconds=10)
     with pytest.raises(ValueError, match="failurePolicy"):
