@@ -388,6 +388,22 @@ def test_webhook_options_from_args() -> None:
         webhook_options(parser.parse_args(["--webhook-timeout", "30"]))
 
 
+def test_failure_policy_defaults_fail_in_a_cluster_and_ignore_in_local_mode() -> None:
+    """A development run killed before its cleanup must not leave a fail-closed configuration
+    pointing at 127.0.0.1; `--webhook-failure-policy Fail` still tests the fail-closed behaviour."""
+    parser = argparse.ArgumentParser()
+    add_webhook_arguments(parser)
+    policy = {
+        argv: webhook_options(parser.parse_args(["--webhook", *argv])).failure_policy
+        for argv in [(), ("--webhook-local",), ("--webhook-local", "--webhook-failure-policy", "Fail")]
+    }
+    assert policy == {
+        (): "Fail",
+        ("--webhook-local",): "Ignore",
+        ("--webhook-local", "--webhook-failure-policy", "Fail"): "Fail",
+    }
+
+
 # --- the HTTPS server on malformed input (no apiserver needed) ------------------------------------
 
 
