@@ -104,12 +104,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_usage(info: ClusterInfo) -> None:
+def _print_usage(info: ClusterInfo, examples_layout: bool = False) -> None:
     print(f"export KUBECONFIG={info.kubeconfig}")
     print(f"# logs: {info.log_dir}")
-    pools = ", ".join(f"{p.nodepool_id} ({p.count} x {p.prefix}-N)" for p in DEMO_POOLS)
-    print(f"# node pools (alibabacloud.com/nodepool-id), unless --pools was given: {pools}")
-    print("#       the examples/pool-*.yaml select them: kubectl apply -f examples/pool-cgpu.yaml")
+    if examples_layout:
+        pools = ", ".join(f"{p.nodepool_id} ({p.prefix}-0..{p.count - 1})" for p in DEMO_POOLS)
+        print(f"# node pools (alibabacloud.com/nodepool-id): {pools}")
+        print("#       the pools of examples/ select them: kubectl apply -f examples/pool-cgpu.yaml")
     print("# try:  kubectl get nodes -L alibabacloud.com/nodepool-id,aliyun.com/gpu-mem")
     print("#       kubectl -n kube-system get pods -l name=gpushare-device-plugin-ds -o wide")
     print("#       make cluster-down")
@@ -151,7 +152,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             return 1
         time.sleep(0.2)
     print(f"# control plane ready in {time.monotonic() - started:.1f}s ({d})", file=sys.stderr)
-    _print_usage(read_info(d))
+    _print_usage(read_info(d), examples_layout=args.pools is None)
     return 0
 
 
