@@ -240,6 +240,15 @@ def _webhook_answers(sh: Shell, port: int) -> bool:
     return 'admission webhook "validate-pods.gpushare.io" denied' in out.stderr and "GS001" in out.stderr
 
 
+def _wait_answering(sh: Shell, proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
+    _until(lambda: proc.poll() is not None or _webhook_answers(sh, port), "the dev webhook to answer", 90)
+    assert proc.poll() is None, log.read_text()[-3000:]
+
+
+def _wait_admitted(sh: Shell, name: str) -> None:
+    _until(lambda: sh.apply(_gpu_pod(name), check=False).returncode == 0, f"GPU pod {name} to be admitted")
+
+
 def test_a_stopped_development_run_leaves_nothing_that_blocks(
     fresh: Shell, tmp_path: Path, helm_bin: str
 ) -> None:
@@ -261,27 +270,27 @@ def test_a_stopped_development_run_leaves_nothing_that_blocks(
     ], lines
 
     # As README's development section says: the namespace, then the run. Stopped with SIGINT
-    # (Ctrl-C) it deletes its configuration and Secret.
+    # (Ctrl-C) or SIGTERM (kill, make demo-down) it deletes its configuration and Secret.
     sh.kubectl("create", "namespace", NS)
-    proc, log, port = _dev_run(sh, tmp_path, "dev")
-    try:
-        _until(lambda: proc.poll() is not None or _webhook_answers(sh, port), "the dev webhook to answer", 90)
-        assert proc.poll() is None, log.read_text()[-3000:]
-        assert sh.exists("validatingwebhookconfiguration", VWC) and sh.exists("secret", SECRET, "-n", NS)
-    finally:
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]
-    assert not sh.exists("validatingwebhookconfiguration", VWC), (
-        "the stopped run left its ValidatingWebhookConfiguration"
-    )
-    assert not sh.exists("secret", SECRET, "-n", NS), "the stopped run left its Secret"
-    assert "Local webhook stopped: deleted" in log.read_text()
-    _until(lambda: sh.apply(_gpu_pod("after-stop"), check=False).returncode == 0, "a GPU pod to be admitted")
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        proc, log, port = _dev_run(sh, tmp_path, f"dev-{sig.name}")
+        try:
+            _wait_answering(sh, proc, port, log)
+            assert sh.exists("validatingwebhookconfiguration", VWC) and sh.exists("secret", SECRET, "-n", NS)
+        finally:
+            proc.send_signal(sig)
+            assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]
+        assert not sh.exists("validatingwebhookconfiguration", VWC), (
+            f"{sig.name}: the run left its configuration"
+        )
+        assert not sh.exists("secret", SECRET, "-n", NS), f"{sig.name}: the run left its Secret"
+        assert "Local webhook stopped: deleted" in log.read_text()
+        _wait_admitted(sh, f"after-{sig.name.lower()}")
 
     # Killed (no cleanup possible): the leftover configuration fails open, it refuses nothing.
     proc, log, port = _dev_run(sh, tmp_path, "killed")
     try:
-        _until(lambda: proc.poll() is not None or _webhook_answers(sh, port), "the dev webhook to answer", 90)
+        _wait_answering(sh, proc, port, log)
     finally:
         proc.kill()
         proc.wait(timeout=30)
@@ -289,7 +298,7 @@ def test_a_stopped_development_run_leaves_nothing_that_blocks(
         "webhooks"
     ]
     assert {h["failurePolicy"] for h in hooks} == {"Ignore"}
-    _until(lambda: sh.apply(_gpu_pod("after-kill"), check=False).returncode == 0, "a GPU pod to be admitted")
+    _wait_admitted(sh, "after-kill")
     # docs/webhook.md's removal of what a killed run leaves, then a later helm install works.
     sh.kubectl("delete", "validatingwebhookconfiguration", VWC)
     sh.kubectl("-n", NS, "delete", "secret", SECRET)
