@@ -12,6 +12,7 @@ helm comes from ``make helm`` (the ``helm_bin`` fixture fails, never skips, with
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -572,3 +573,17 @@ def test_chart_has_a_readme_covering_install_values_and_uninstall(helm_bin: str)
         assert f"`{key}" in readme, f"chart README does not mention {key}"
     # uninstall order: pools first, while the operator still runs
     assert readme.index("kubectl delete gsp --all") < readme.index("helm uninstall gpushare --namespace")
+
+
+def test_make_helm_says_how_to_put_helm_on_path(helm_bin: str) -> None:
+    bin_dir = Path(helm_bin).parent
+    env = {**os.environ, "GPUSHARE_HELM_BIN": str(bin_dir)}  # the binary the tests use, wherever it is
+    script = str(REPO / "hack" / "build-helm.sh")
+    out = subprocess.run(["bash", script], env=env, capture_output=True, text=True, timeout=60, check=True)
+    assert f'export PATH="{bin_dir}:$PATH"' in out.stderr, out.stderr
+    # --print-bin (what the tests use) still prints the path alone on stdout
+    printed = subprocess.run(
+        ["bash", script, "--print-bin", "--no-build"], env=env, capture_output=True, text=True, timeout=60,
+        check=True,
+    )  # fmt: skip
+    assert printed.stdout == f"{bin_dir / 'helm'}\n"
