@@ -455,3 +455,26 @@ def test_filter_reads_the_exception_not_the_message() -> None:
         raise Denied("m", code=422)
     except Denied:  # how Kopf logs it: inside its except clause, without exc_info
         assert quiet.filter(record(logging.ERROR, None)) is False
+
+
+async def test_namespace_exists_is_false_only_on_404(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`gpushare run --webhook-local` stops with one line only when the namespace is surely missing."""
+    answers: list[ApiException | None] = []
+
+    class _Namespaces:
+        def __init__(self, api: Any) -> None:
+            pass
+
+        async def read_namespace(self, name: str) -> object:
+            answer = answers.pop(0)
+            if answer is not None:
+                raise answer
+            return object()
+
+    monkeypatch.setattr("gpushare.k8s.webhook_api.client.CoreV1Api", _Namespaces)
+    answers[:] = [ApiException(status=404, reason="Not Found")]
+    assert await webhook_api.namespace_exists(None, "ops") is False  # type: ignore[arg-type]
+    answers[:] = [ApiException(status=403, reason="Forbidden")]  # in a pod: no namespace access
+    assert await webhook_api.namespace_exists(None, "ops") is True  # type: ignore[arg-type]
+    answers[:] = [None]
+    assert await webhook_api.namespace_exists(None, "ops") is True  # type: ignore[arg-type]

@@ -188,10 +188,13 @@ async def delete_secret(api: client.ApiClient, namespace: str, name: str) -> Non
 
 async def namespace_exists(api: client.ApiClient, name: str) -> bool:
     """False only when the apiserver says the namespace does not exist (404); True when it exists or
-    cannot be read (e.g. 403: in a pod the namespace is its own and exists)."""
+    cannot be read (e.g. 403: in a pod the namespace is its own and exists; an unreachable
+    apiserver: one attempt, the caller's own retries report it)."""
     core = client.CoreV1Api(api)
     try:
-        found = await call_or_absent(lambda: core.read_namespace(name), verb="get", resource="namespaces")
+        found = await call_or_absent(
+            lambda: core.read_namespace(name), verb="get", resource="namespaces", attempts=1
+        )
     except (ApiException, ApiUnavailable):
         return True
     return found is not None
