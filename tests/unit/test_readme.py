@@ -111,3 +111,13 @@ def test_readme_uninstall_deletes_pools_before_the_operator_and_never_the_crds_f
     assert "- crd" not in kust.splitlines(), (
         "manifests/ must not include the CRDs (its delete would delete the pools)"
     )
+
+
+def test_readme_development_section_shows_the_development_run() -> None:
+    """The namespace step and the command (once only in docs/webhook.md), in that order."""
+    dev = README[README.index("## Development") :]
+    block = next(b for b in _blocks("console") if "--webhook-local" in b and b in dev)
+    lines = [line.split("  #")[0].strip() for line in block.splitlines()]
+    ns = lines.index("kubectl create namespace gpushare-system")
+    run = next(i for i, x in enumerate(lines) if x.endswith("gpushare run --webhook --webhook-local"))
+    assert lines[0] == "make cluster" and ns < run
