@@ -673,6 +673,11 @@ def test_a_crash_in_the_rules_follows_the_failure_policy(monkeypatch: pytest.Mon
     allowed = respond("validate-pods", review, EMPTY_CONTEXT, failure_policy="Ignore")
     assert allowed is not None and allowed["allowed"] is True
     assert "allowed (failurePolicy Ignore)" in allowed["warnings"][0]
+    # pools follow their own entry's policy (Ignore), whatever the workloads' is
+    gsp = {"apiVersion": "gpushare.io/v1alpha1", "kind": "GPUSharePool", "metadata": {"name": "p"},
+           "spec": {"nodeSelector": {"matchLabels": {"np": "a"}}}}  # fmt: skip
+    pool = admit(TARGETS_BY_ID["validate-gpusharepools"], gsp, "CREATE", lambda: EMPTY_CONTEXT)
+    assert pool.allowed and "allowed (failurePolicy Ignore)" in pool.warnings[0]
 
 
 def test_via_kopf_leaves_every_review_to_kopf(tmp_path: Path) -> None:
