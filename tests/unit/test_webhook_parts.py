@@ -165,7 +165,9 @@ def test_configuration_service_mode() -> None:
             },
             "caBundle": "Q0E=",
         }
-        assert hook["timeoutSeconds"] == 5 and hook["failurePolicy"] == "Fail"
+        # Pools fail open (CEL and the operator's conflict detection guard them); workloads closed.
+        want_policy = "Ignore" if target.kind == "GPUSharePool" else "Fail"
+        assert hook["timeoutSeconds"] == 5 and hook["failurePolicy"] == want_policy
         assert hook["sideEffects"] == "None" and hook["admissionReviewVersions"] == ["v1"]
         assert hook["objectSelector"]["matchExpressions"] == [
             {"key": "gpushare.io/webhook", "operator": "NotIn", "values": ["ignore"]}
@@ -190,6 +192,9 @@ def test_configuration_local_mode_and_limits() -> None:
     hook = cfg["webhooks"][0]
     assert hook["clientConfig"] == {"url": "https://127.0.0.1:9443/validate-pods"}
     assert hook["failurePolicy"] == "Ignore" and hook["timeoutSeconds"] == 2
+    # --webhook-failure-policy Fail never makes the pools' entry fail closed.
+    pools = build_configuration(WebhookSettings(failure_policy="Fail"))["webhooks"][-1]
+    assert pools["name"] == "validate-gpusharepools.gpushare.io" and pools["failurePolicy"] == "Ignore"
     with pytest.raises(ValueError, match=r"timeoutSeconds must be 1\.\.5"):
         WebhookSettings(timeout_seconds=10)
     with pytest.raises(ValueError, match="failurePolicy"):
@@ -381,6 +386,22 @@ def test_webhook_options_from_args() -> None:
     assert service.webhook_settings(None).url_base is None and service.failure_policy == "Ignore"
     with pytest.raises(ValueError, match=r"must be 1\.\.5"):
         webhook_options(parser.parse_args(["--webhook-timeout", "30"]))
+
+
+def test_failure_policy_defaults_fail_in_a_cluster_and_ignore_in_local_mode() -> None:
+    """A development run killed before its cleanup must not leave a fail-closed configuration
+    pointing at 127.0.0.1; `--webhook-failure-policy Fail` still tests the fail-closed behaviour."""
+    parser = argparse.ArgumentParser()
+    add_webhook_arguments(parser)
+    policy = {
+        argv: webhook_options(parser.parse_args(["--webhook", *argv])).failure_policy
+        for argv in [(), ("--webhook-local",), ("--webhook-local", "--webhook-failure-policy", "Fail")]
+    }
+    assert policy == {
+        (): "Fail",
+        ("--webhook-local",): "Ignore",
+        ("--webhook-local", "--webhook-failure-policy", "Fail"): "Fail",
+    }
 
 
 # --- the HTTPS server on malformed input (no apiserver needed) ------------------------------------
@@ -652,6 +673,11 @@ def test_a_crash_in_the_rules_follows_the_failure_policy(monkeypatch: pytest.Mon
     allowed = respond("validate-pods", review, EMPTY_CONTEXT, failure_policy="Ignore")
     assert allowed is not None and allowed["allowed"] is True
     assert "allowed (failurePolicy Ignore)" in allowed["warnings"][0]
+    # pools follow their own entry's policy (Ignore), whatever the workloads' is
+    gsp = {"apiVersion": "gpushare.io/v1alpha1", "kind": "GPUSharePool", "metadata": {"name": "p"},
+           "spec": {"nodeSelector": {"matchLabels": {"np": "a"}}}}  # fmt: skip
+    pool = admit(TARGETS_BY_ID["validate-gpusharepools"], gsp, "CREATE", lambda: EMPTY_CONTEXT)
+    assert pool.allowed and "allowed (failurePolicy Ignore)" in pool.warnings[0]
 
 
 def test_via_kopf_leaves_every_review_to_kopf(tmp_path: Path) -> None:

@@ -103,7 +103,11 @@ def add_webhook_arguments(parser: argparse.ArgumentParser) -> None:
         "--webhook-no-configuration", action="store_true",
         help="leave the ValidatingWebhookConfiguration alone (cert-manager's cainjector sets caBundle)",
     )  # fmt: skip
-    g.add_argument("--webhook-failure-policy", choices=("Fail", "Ignore"), default="Fail")
+    g.add_argument(
+        "--webhook-failure-policy", choices=("Fail", "Ignore"),
+        help="failurePolicy of the workload webhooks (pools always Ignore); default Fail, Ignore with "
+        "--webhook-local (a development run killed without cleanup then blocks nothing)",
+    )  # fmt: skip
     g.add_argument("--webhook-timeout", type=int, default=MAX_TIMEOUT_SECONDS, help="timeoutSeconds, 1..5")
     g.add_argument(
         "--webhook-max-body-bytes", type=int, default=MAX_REVIEW_BYTES, metavar="N",
@@ -143,7 +147,7 @@ def webhook_options(args: argparse.Namespace) -> WebhookOptions:
         secret=args.webhook_secret,
         cert_dir=args.webhook_cert_dir or base.cert_dir,
         cert_files_dir=args.webhook_cert_files,
-        failure_policy=args.webhook_failure_policy,
+        failure_policy=args.webhook_failure_policy or ("Ignore" if args.webhook_local else "Fail"),
         timeout_seconds=args.webhook_timeout,
         direct=not getattr(args, "webhook_via_kopf", False),
         kubeconfig=getattr(args, "kubeconfig", None),
@@ -166,6 +170,15 @@ def _kinds_from(path: Path | None) -> KindTable:
     return table_with(load_kinds(text, f"--workload-kinds {path}"))
 
 
+async def _namespace_exists(args: argparse.Namespace, namespace: str) -> bool:
+    """False only when the apiserver answers that ``namespace`` does not exist."""
+    from gpushare.k8s.client import make_api_client
+    from gpushare.k8s.webhook_api import namespace_exists
+
+    async with await make_api_client(args.kubeconfig, context=args.context) as api:
+        return await namespace_exists(api, namespace)
+
+
 def run(args: argparse.Namespace) -> int:
     import kopf
 
@@ -181,6 +194,14 @@ def run(args: argparse.Namespace) -> int:
         asyncio.run(load_configuration(args.kubeconfig, context=args.context))
     except KubeConfigError as exc:
         raise CLIError(str(exc)) from None
+    if args.webhook and args.webhook_local and args.webhook_cert_files is None:
+        namespace = args.webhook_namespace
+        if not asyncio.run(_namespace_exists(args, namespace)):
+            raise CLIError(
+                f"namespace {namespace} does not exist: the webhook keeps its certificate Secret "
+                f"{args.webhook_secret} there; create it (kubectl create namespace {namespace}) or pass "
+                "--webhook-namespace NS"
+            )
     configure_logging(args.log_format, logging.DEBUG if args.verbose else logging.INFO)
     logging.getLogger("aiohttp.access").propagate = False
     if not args.verbose:

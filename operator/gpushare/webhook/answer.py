@@ -40,8 +40,9 @@ def admit(
 ) -> Decision:
     """Decide one request (raises nothing; the handler turns a denial into ``kopf.AdmissionError``).
 
-    A failure inside the rules is answered as the webhook's failure policy says: ``Fail`` denies
-    (code 400), ``Ignore`` allows with a warning; either way it is logged in one line."""
+    A failure inside the rules is answered as the webhook's failure policy says (the target's own
+    when it has one: pools are always ``Ignore``): ``Fail`` denies (code 400), ``Ignore`` allows
+    with a warning; either way it is logged in one line."""
     if operation not in target.operations:
         return Decision(True)
     obj = dict(body)
@@ -56,7 +57,7 @@ def admit(
             f"{name}: gpushare could not evaluate the GPU-sharing rules"
             f" ({type(exc).__name__}: {str(exc)[:200]})"
         )
-        if failure_policy == "Ignore":
+        if (target.failure_policy or failure_policy) == "Ignore":
             return Decision(True, warnings=(f"{why}; allowed (failurePolicy Ignore)",))
         return Decision(False, CODE_BAD_REQUEST, why)
 

@@ -14,7 +14,8 @@
   ``warnings`` list, which ``kubectl`` prints;
 * a startup handler that serves HTTPS (``GPUShareWebhookServer``) with the certificate of
   ``CertLifecycle`` (the operator's Secret, or mounted files, e.g. from cert-manager), which also
-  keeps the shipped ValidatingWebhookConfiguration's caBundle current; a cleanup handler.
+  keeps the shipped ValidatingWebhookConfiguration's caBundle current; a cleanup handler (in
+  local mode it deletes the configuration and Secret the run created, ``CertLifecycle.remove_local``).
 
 Kopf does not check ``operations`` at runtime (they only feed the webhook configuration), so each
 handler checks the operation itself.
@@ -153,6 +154,7 @@ def register(
             with contextlib.suppress(asyncio.CancelledError):
                 await task
             await api.close()
+        await lifecycle.remove_local()  # local mode: nothing left to block the cluster after exit
         await lifecycle.close()
 
     return Registered(cache, lifecycle)
