@@ -587,3 +587,19 @@ def test_make_helm_says_how_to_put_helm_on_path(helm_bin: str) -> None:
         check=True,
     )  # fmt: skip
     assert printed.stdout == f"{bin_dir / 'helm'}\n"
+
+
+def test_network_policy_opens_only_the_three_ports_and_takes_the_peers_given(helm_bin: str) -> None:
+    key = ("NetworkPolicy", NS, "gpushare-operator")
+    policy = template(helm_bin)[key]
+    assert policy["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "gpushare-operator"}}
+    rules = {r["ports"][0]["port"]: r.get("from") for r in policy["spec"]["ingress"]}
+    assert rules == {"webhook": None, "metrics": [{"namespaceSelector": {}}], "health": None}
+    # Every port the policy names is a port of the operator's container.
+    deployment = template(helm_bin)[("Deployment", NS, "gpushare-operator")]
+    ports = {p["name"] for p in deployment["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    assert set(rules) == ports
+    narrowed = template(helm_bin, 'json:networkPolicy.webhookFrom=[{"ipBlock":{"cidr":"10.0.0.0/24"}}]')[key]
+    webhook = next(r for r in narrowed["spec"]["ingress"] if r["ports"][0]["port"] == "webhook")
+    assert webhook["from"] == [{"ipBlock": {"cidr": "10.0.0.0/24"}}]
+    assert key not in template(helm_bin, "networkPolicy.enabled=false")
