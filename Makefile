@@ -33,7 +33,7 @@ helm: ## Build (or reuse) the helm CLI in ~/.cache/gpushare (for the chart's tes
 
 CLUSTER_DIR ?= .cluster
 
-cluster: setup control-plane ## Start a local control plane with fake GPU nodes (2 pools) in the background
+cluster: setup control-plane ## Start a local control plane in the background, with the fake GPU node pools examples/ selects
 	$(BIN)/python -m gpushare.devcluster up --dir $(CLUSTER_DIR)
 
 cluster-down: ## Stop the control plane started by `make cluster`

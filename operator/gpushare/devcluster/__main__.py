@@ -21,6 +21,7 @@ from pathlib import Path
 from gpushare.devcluster.binaries import BinariesMissing
 from gpushare.devcluster.cluster import ClusterInfo, DevCluster, DevClusterError, read_info
 from gpushare.devcluster.crds import install_crd_files
+from gpushare.devcluster.demo import DEMO_POOLS, create_demo_nodes
 from gpushare.devcluster.fakes import POOL_LABEL, create_gpu_nodes, ensure_device_plugin_daemonset
 from gpushare.devcluster.process import tail
 from gpushare.k8s.client import make_api_client
@@ -46,11 +47,20 @@ def _supervisor_pid(d: Path) -> int | None:
     return pid if _pid_alive(pid) else None
 
 
-async def _populate(info: ClusterInfo, nodes_per_pool: int, pools: int, crds: list[Path]) -> None:
+async def _populate(info: ClusterInfo, nodes_per_pool: int, pools: int | None, crds: list[Path]) -> None:
+    """CRDs, the stand-in device plugin, and the fake GPU nodes: ``pools`` None (``make cluster``)
+    makes the node pools examples/ selects (``DEMO_POOLS``: np-cgpu, np-cgpu-no-isolation,
+    np-gpu-core, two nodes each, one agent pass each); a number makes that many generic pools
+    np-a, np-b, ... of ``nodes_per_pool`` nodes (tests, benchmarks)."""
     api = await make_api_client(str(info.kubeconfig))
     async with api:
         await install_crd_files(api, crds)
         await ensure_device_plugin_daemonset(api)
+    if pools is None:
+        await create_demo_nodes(str(info.kubeconfig))
+        return
+    api = await make_api_client(str(info.kubeconfig))
+    async with api:
         for p in range(pools):
             pool = chr(ord("a") + p)
             await create_gpu_nodes(
@@ -94,9 +104,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_usage(info: ClusterInfo) -> None:
+def _print_usage(info: ClusterInfo, examples_layout: bool = False) -> None:
     print(f"export KUBECONFIG={info.kubeconfig}")
     print(f"# logs: {info.log_dir}")
+    if examples_layout:
+        pools = ", ".join(f"{p.nodepool_id} ({p.prefix}-0..{p.count - 1})" for p in DEMO_POOLS)
+        print(f"# node pools (alibabacloud.com/nodepool-id): {pools}")
+        print("#       the pools of examples/ select them: kubectl apply -f examples/pool-cgpu.yaml")
     print("# try:  kubectl get nodes -L alibabacloud.com/nodepool-id,aliyun.com/gpu-mem")
     print("#       kubectl -n kube-system get pods -l name=gpushare-device-plugin-ds -o wide")
     print("#       make cluster-down")
@@ -118,7 +132,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         proc = subprocess.Popen(
             [
                 *(sys.executable, "-m", "gpushare.devcluster", "_serve", "--dir", str(d)),
-                *("--nodes", str(args.nodes), "--pools", str(args.pools)),
+                *("--nodes", str(args.nodes)),
+                *(("--pools", str(args.pools)) if args.pools is not None else ()),
                 *(f"--crd={p}" for p in args.crd),
             ],
             stdin=subprocess.DEVNULL,
@@ -137,7 +152,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             return 1
         time.sleep(0.2)
     print(f"# control plane ready in {time.monotonic() - started:.1f}s ({d})", file=sys.stderr)
-    _print_usage(read_info(d))
+    _print_usage(read_info(d), examples_layout=args.pools is None)
     return 0
 
 
@@ -173,8 +188,12 @@ def main(argv: list[str] | None = None) -> int:
     for name, fn in (("up", cmd_up), ("_serve", cmd_serve)):
         p = sub.add_parser(name)
         p.add_argument("--dir", default=DEFAULT_DIR)
-        p.add_argument("--nodes", type=int, default=3, help="fake GPU nodes per node pool")
-        p.add_argument("--pools", type=int, default=2, help="node pools (np-a, np-b, ...)")
+        p.add_argument("--nodes", type=int, default=3, help="fake GPU nodes per generic node pool (--pools)")
+        p.add_argument(
+            "--pools", type=int, default=None,
+            help="N generic node pools np-a, np-b, ... of --nodes nodes each; default: the node pools "
+            "examples/ selects (np-cgpu, np-cgpu-no-isolation, np-gpu-core, 2 nodes each)",
+        )  # fmt: skip
         p.add_argument("--timeout", type=float, default=120.0)
         p.add_argument(
             "--crd", action="append", default=[], help="CRD file to install (default: crds/*.yaml if present)"
