@@ -55,7 +55,13 @@ const (
 	annoAssigned          = "ALIYUN_COM_GPU_MEM_ASSIGNED"
 	annoIdx               = "ALIYUN_COM_GPU_MEM_IDX"
 	annoAssumeTime        = "ALIYUN_COM_GPU_MEM_ASSUME_TIME"
+	// annoHang on the node: the plugin runs but does not register (a plugin that does not come
+	// back), as the devcluster's simulator does for kwok nodes. Checked before each registration.
+	annoHang = "gpushare.io/simulated-plugin-hang"
 )
+
+// errHang: the node asks this plugin not to register yet.
+var errHang = fmt.Errorf("node annotated %s=true: not registering", annoHang)
 
 // socketOf: one registration (one gRPC server) per resource; gpu-mem on ACK's socket name.
 var socketOf = map[string]string{
@@ -135,14 +141,12 @@ type objectMeta struct {
 	DeletionTimestamp *string           `json:"deletionTimestamp"`
 }
 
-func (k *kube) nodeLabels() (map[string]string, error) {
+func (k *kube) nodeMeta() (objectMeta, error) {
 	var node struct {
 		Metadata objectMeta `json:"metadata"`
 	}
-	if err := k.do("GET", "/api/v1/nodes/"+url.PathEscape(k.cfg.node), "", nil, &node); err != nil {
-		return nil, err
-	}
-	return node.Metadata.Labels, nil
+	err := k.do("GET", "/api/v1/nodes/"+url.PathEscape(k.cfg.node), "", nil, &node)
+	return node.Metadata, err
 }
 
 func (k *kube) patchGPUCount(count int) error {
@@ -414,11 +418,14 @@ func statSocket(path string) (sockID, bool) {
 }
 
 func startOnce(cfg config, k *kube, kubeletSocket string) ([]*server, error) {
-	labels, err := k.nodeLabels()
+	meta, err := k.nodeMeta()
 	if err != nil {
 		return nil, fmt.Errorf("reading the labels of node %s: %w", cfg.node, err)
 	}
-	st := plan(cfg, labels)
+	if meta.Annotations[annoHang] == "true" {
+		return nil, errHang
+	}
+	st := plan(cfg, meta.Labels)
 	if err := k.patchGPUCount(st.gpuCount); err != nil {
 		return nil, fmt.Errorf("patching %s: %w", resGPUCount, err)
 	}
@@ -498,6 +505,7 @@ func main() {
 		close(done)
 	}()
 	var registeredWith sockID
+	hangLogged := false
 	for {
 		select {
 		case <-done:
@@ -514,7 +522,10 @@ func main() {
 			}
 			s, err := startOnce(cfg, k, kubeletSocket)
 			if err != nil {
-				log.Printf("start failed, retrying: %v", err)
+				if err != errHang || !hangLogged {
+					log.Printf("not registered, retrying: %v", err)
+				}
+				hangLogged = err == errHang
 			} else {
 				servers, registeredWith = s, id
 			}

@@ -119,6 +119,7 @@ def node_state(
             ready_timeout_s=ready_timeout_s,
             restart_never=restart_never,
             now=now,
+            capacity=node.capacity,
         )
         if stale is not None:
             return stale
@@ -147,17 +148,25 @@ def plugin_mode_state(
     ready_timeout_s: int,
     restart_never: bool,
     now: datetime | None,
+    capacity: Mapping[str, str] | None = None,
 ) -> NodeState | None:
     """None when the node advertises what ``mode`` implies; else why it is not Ready yet.
 
-    * ``restart_never``: nobody will restart the plugin: Degraded ``PluginRestartNeeded`` at once.
     * within ``ready_timeout_s`` of the labels being written (the restart record's ``since``):
-      Restarting ``PluginModePending`` (the pool stays Progressing);
+      Restarting ``PluginModePending`` (the pool stays Progressing), unless the restart is Never;
+    * the plugin is not registered with the kubelet (its resources in ``capacity``, none
+      allocatable; see :func:`gpushare.policy.plugin_mode.plugin_unregistered`): Degraded
+      ``PluginNotRegistered``, whatever the mode;
+    * ``restart_never``: nobody will restart the plugin: Degraded ``PluginRestartNeeded`` at once.
     * later: Degraded ``PluginModeStale``.
     """
     if pm.advertises(mode, allocatable):
         return None
     message = pm.stale_message(mode, allocatable)
+    since = _since(record)
+    in_window = since is not None and now is not None and now - since <= timedelta(seconds=ready_timeout_s)
+    if pm.plugin_unregistered(capacity or {}, allocatable) and not (in_window and not restart_never):
+        return NodeState(node, "Degraded", pm.PLUGIN_NOT_REGISTERED, pm.unregistered_message(capacity or {}))
     if restart_never:
         return NodeState(
             node,
@@ -165,8 +174,7 @@ def plugin_mode_state(
             pm.PLUGIN_RESTART_NEEDED,
             f"{message}: restart its device plugin pod (devicePlugin.restart is Never)",
         )
-    since = _since(record)
-    if since is not None and now is not None and now - since <= timedelta(seconds=ready_timeout_s):
+    if in_window:
         return NodeState(
             node,
             "Restarting",
@@ -275,12 +283,14 @@ def pool_status(
         put(cond.READY, "True", cond.REASON_ALL_NODES_READY, f"{ready}/{matched} nodes ready")
     else:
         need = [s.name for s in states if s.reason == pm.PLUGIN_RESTART_NEEDED]
+        unregistered = [s.name for s in states if s.reason == pm.PLUGIN_NOT_REGISTERED]
         put(
             cond.READY,
             "False",
             cond.REASON_NODES_NOT_READY,
             f"{ready}/{matched} nodes ready"
-            + (f"; device plugin restart needed on {_names(need)}" if need else ""),
+            + (f"; device plugin restart needed on {_names(need)}" if need else "")
+            + (f"; device plugin not registered on {_names(unregistered)}" if unregistered else ""),
         )
 
     held = [s for s in states if s.phase == "Held"]
