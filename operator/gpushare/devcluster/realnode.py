@@ -581,4 +581,21 @@ class RealNodes:
             problems += undo_host(before, self.dir, self.socket)
         # containerd's root (unmounted above) is large; the logs stay in the cluster's logs dir.
         shutil.rmtree(self.dir / "containerd", ignore_errors=True)
+        if not problems:
+            before_file.unlink(missing_ok=True)  # its presence means: host cleanup still owed
         return problems
+
+
+def undo_leftovers(cluster_dir: Path) -> list[str] | None:
+    """Undo the host changes of real nodes whose supervisor died without cleaning up (``down``).
+
+    None when there was nothing to undo; else what could not be undone."""
+    d = cluster_dir / "realnode"
+    before_file = d / "host-before.json"
+    if not before_file.exists():
+        return None
+    problems = undo_host(HostBefore.load(before_file), d, d / "run/containerd.sock")
+    shutil.rmtree(d / "containerd", ignore_errors=True)
+    if not problems:
+        before_file.unlink(missing_ok=True)
+    return problems
