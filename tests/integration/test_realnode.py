@@ -441,11 +441,25 @@ async def test_plugin_pod_deleted_by_hand_the_node_leaves_ready_until_it_registe
     failed = await wait_for(refused, what="the kubelet to refuse the GPU pod", timeout_s=WAIT)
     assert failed.status.reason == "UnexpectedAdmissionError", failed.status
 
+    # ... and the pool reports it, not hidden.
+    async def reported() -> dict[str, Any] | None:
+        obj = await pools.get("rn-gone")
+        conds = {x["type"]: x for x in ((obj or {}).get("status") or {}).get("conditions") or []}
+        degraded = conds.get("Degraded") or {}
+        if f"{ns}/bound-in-window on {NODE}" in degraded.get("message", ""):
+            return degraded
+        return None
+
+    degraded = await wait_for(reported, what="the pool to name the refused pod", timeout_s=WAIT)
+    assert degraded["reason"] == "PluginNotRegistered", degraded
+
     await core.patch_node(NODE, {"metadata": {"annotations": {ANNOTATION_HANG: None}}})
     await wait_for(
         lambda: _advertised(core, c.RES_GPU_MEM, str(GPU_MEM_GIB)), what="gpu-mem back", timeout_s=WAIT
     )
-    await pools.wait_ready("rn-gone")
+    pool = await pools.wait_ready("rn-gone")
+    ready = next(x for x in pool["status"]["conditions"] if x["type"] == "Ready")
+    assert f"{ns}/bound-in-window on {NODE}" in ready["message"], ready
 
 
 async def test_kubelet_restart_the_plugin_registers_again_and_the_pool_is_ready(

@@ -19,6 +19,9 @@ from gpushare.policy.views import NodeView, PodView
 _IN_POOL = (Action.APPLY, Action.NOOP, Action.HOLD)
 _LIST_MAX = 10
 ISOLATION_UNAVAILABLE = cond.NODE_ISOLATION_UNAVAILABLE
+#: ``status.reason`` of a pod the kubelet refused at admission, e.g. a GPU pod bound to a node whose
+#: device plugin was not registered ("no healthy devices present").
+KUBELET_REFUSED = "UnexpectedAdmissionError"
 
 
 @dataclass(frozen=True)
@@ -247,7 +250,16 @@ def pool_status(
         "gpuMemGiB": sum(n.allocatable_int(c.RES_GPU_MEM) for n in member_nodes),
         "gpuCorePercentage": sum(n.allocatable_int(c.RES_GPU_CORE) for n in member_nodes),
     }
+    pods = list(pods)
     live = [p for p in pods if p.node_name in member and not p.terminated]
+    refused = sorted(
+        f"{p.ref} on {p.node_name}"
+        for p in pods
+        if p.node_name in member and p.phase == "Failed" and p.reason == KUBELET_REFUSED
+    )
+    refused_note = (
+        f"; GPU pods refused by the kubelet ({KUBELET_REFUSED}): {_names(refused)}" if refused else ""
+    )
     allocated = {
         "gpus": sum(p.gpu_count for p in live),
         "gpuMemGiB": sum(p.gpu_mem for p in live),
@@ -280,7 +292,7 @@ def pool_status(
             "spec.nodeSelector selects no node that only this pool selects",
         )
     elif ready == matched:
-        put(cond.READY, "True", cond.REASON_ALL_NODES_READY, f"{ready}/{matched} nodes ready")
+        put(cond.READY, "True", cond.REASON_ALL_NODES_READY, f"{ready}/{matched} nodes ready{refused_note}")
     else:
         need = [s.name for s in states if s.reason == pm.PLUGIN_RESTART_NEEDED]
         unregistered = [s.name for s in states if s.reason == pm.PLUGIN_NOT_REGISTERED]
@@ -290,7 +302,8 @@ def pool_status(
             cond.REASON_NODES_NOT_READY,
             f"{ready}/{matched} nodes ready"
             + (f"; device plugin restart needed on {_names(need)}" if need else "")
-            + (f"; device plugin not registered on {_names(unregistered)}" if unregistered else ""),
+            + (f"; device plugin not registered on {_names(unregistered)}" if unregistered else "")
+            + refused_note,
         )
 
     held = [s for s in states if s.phase == "Held"]
@@ -316,6 +329,7 @@ def pool_status(
     failed = [s for s in states if s.phase == "Failed"]
     unisolated = [s for s in states if s.reason == ISOLATION_UNAVAILABLE]
     stale = [s for s in states if s.reason in (pm.PLUGIN_MODE_STALE, pm.PLUGIN_RESTART_NEEDED)]
+    unregistered_nodes = [s.name for s in states if s.reason == pm.PLUGIN_NOT_REGISTERED]
     if invalid:
         put(cond.DEGRADED, "True", cond.REASON_INVALID_SPEC, invalid)
     elif stale and not failed:
@@ -335,6 +349,14 @@ def pool_status(
                 f"{len(stale)} node(s) do not advertise {pool.spec.mode} resources: "
                 + "; ".join(f"{s.name}: {s.message}" for s in stale[:3]),
             )
+    elif unregistered_nodes and not failed:
+        put(
+            cond.DEGRADED,
+            "True",
+            pm.PLUGIN_NOT_REGISTERED,
+            f"{len(unregistered_nodes)} node(s) have no device plugin registered with the kubelet (GPU pods "
+            f"are refused there): {_names(unregistered_nodes)}" + refused_note,
+        )
     elif unisolated and not failed:
         put(
             cond.DEGRADED,

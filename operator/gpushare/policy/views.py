@@ -145,6 +145,8 @@ class PodView:
     labels: Mapping[str, str] = field(default_factory=dict)
     created: str = ""
     ready: bool = False
+    #: ``status.reason`` of a Failed pod (e.g. ``UnexpectedAdmissionError``: the kubelet refused it)
+    reason: str = ""
 
     @classmethod
     def from_obj(cls, obj: Mapping[str, Any]) -> PodView:
@@ -169,6 +171,7 @@ class PodView:
             labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
             created=str(meta.get("creationTimestamp") or ""),
             ready=ready,
+            reason=sys.intern(str(status.get("reason") or "")) if status.get("phase") == "Failed" else "",
         )
 
     @property
