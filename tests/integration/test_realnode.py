@@ -14,7 +14,9 @@ back into the default mode, restarting its plugin) and starts from that state.
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -260,9 +262,45 @@ async def plugin_pod(api: client.ApiClient, other_than: str = "") -> Any:
     return await wait_for(ready, what=f"a Ready device plugin pod on {NODE}", timeout_s=WAIT)
 
 
-async def run_job(api: client.ApiClient, ns: str, name: str, limits: dict[str, str]) -> str:
-    """Run a Job of the workload image on the real node to completion; returns its pod's log."""
+def host_python_mounts() -> tuple[list[dict[str, Any]], list[dict[str, Any]], str]:
+    """Volumes, mounts and the interpreter that run this very gpushare in a container of the workload
+    image (which has no Python): the host's /usr, this Python and the repository (the editable
+    install), read-only at the same paths. The image links /lib and /lib64 into /usr."""
+    paths = [Path("/usr"), Path(sys.base_prefix).resolve(), REPO]
+    if not Path(sys.prefix).resolve().is_relative_to(REPO):
+        paths.append(Path(sys.prefix).resolve())
+    volumes = [{"name": f"host-{i}", "hostPath": {"path": str(p)}} for i, p in enumerate(paths)]
+    mounts = [{"name": f"host-{i}", "mountPath": str(p), "readOnly": True} for i, p in enumerate(paths)]
+    return volumes, mounts, str(Path(sys.prefix) / "bin" / "python")
+
+
+def quota_output(log: str) -> dict[str, Any]:
+    """The JSON ``gpushare quota -o json`` printed after the workload's env lines."""
+    start = log.index("\n{") + 1
+    end = log.index("\n}", start) + 2
+    out: dict[str, Any] = json.loads(log[start:end])
+    return out
+
+
+async def run_job(
+    api: client.ApiClient, ns: str, name: str, limits: dict[str, str], *, quota: bool = False
+) -> str:
+    """Run a Job of the workload image on the real node to completion; returns its pod's log.
+
+    ``quota``: the container also runs ``gpushare quota -o json`` (see :func:`host_python_mounts`)."""
     batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": IMAGE_WORKLOAD,
+        "imagePullPolicy": "Never",
+        "resources": {"limits": {"cpu": "100m", "memory": "32Mi", **limits}},
+    }
+    volumes: list[dict[str, Any]] = []
+    if quota:
+        volumes, mounts, python = host_python_mounts()
+        container["args"] = ["--", python, "-m", "gpushare", "quota", "-o", "json"]
+        container["volumeMounts"] = mounts
+        container["resources"]["limits"] |= {"cpu": "500m", "memory": "256Mi"}
     body = {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -273,14 +311,8 @@ async def run_job(api: client.ApiClient, ns: str, name: str, limits: dict[str, s
                 "spec": {
                     "restartPolicy": "Never",
                     "nodeSelector": {POOL_LABEL: NODEPOOL},
-                    "containers": [
-                        {
-                            "name": "main",
-                            "image": IMAGE_WORKLOAD,
-                            "imagePullPolicy": "Never",
-                            "resources": {"limits": {"cpu": "100m", "memory": "32Mi", **limits}},
-                        }
-                    ],
+                    "containers": [container],
+                    "volumes": volumes,
                 }
             },
         },
@@ -338,13 +370,19 @@ async def test_rolling_switch_cgpu_to_core_mem_then_a_core_job_gets_acks_env(
     assert (await plugin_pod(rapi)).metadata.uid != old
     await pools.wait_ready("rn-switch")
 
-    log = await run_job(rapi, ns, "core-job", {c.RES_GPU_MEM: "4", c.RES_GPU_CORE: "50"})
+    log = await run_job(rapi, ns, "core-job", {c.RES_GPU_MEM: "4", c.RES_GPU_CORE: "50"}, quota=True)
     env = env_of(log)
     assert env["ALIYUN_COM_GPU_MEM_CONTAINER"] == "4", log
     assert env["ALIYUN_COM_GPU_MEM_DEV"] == str(GPU_MEM_GIB), log
     assert env["ALIYUN_COM_GPU_MEM_POD"] == "4", log
     assert env["ALIYUN_COM_GPU_MEM_IDX"] == "0", log
     assert "CGPU_DISABLE" not in env, log
+    # `gpushare quota` inside that container sizes it from the plugin's env: 4 of 16 GiB.
+    quota = quota_output(log)
+    assert (quota["container"], quota["device"], quota["pod"], quota["index"]) == (4, GPU_MEM_GIB, 4, 0), log
+    assert quota["fraction"] == 0.25, log
+    assert quota["cgpuDisabled"] is False, log
+    print(f"gpushare quota in the core Job's container: {json.dumps(quota)}")
 
 
 async def test_restart_never_keeps_the_old_mode_and_the_pool_names_the_node(

@@ -30,6 +30,13 @@ def test_image_is_a_one_layer_docker_archive_with_the_binary_as_entrypoint(tmp_p
             members = {m.name: m for m in inner.getmembers()}
     assert members["workload"].mode == 0o755
     assert {"proc", "sys", "dev", "tmp", "etc"} <= set(members)
+    assert "lib" not in members  # links only when asked for
+    linked = build_image("x:1", binary, tmp_path / "linked.tar", links={"lib": "usr/lib"})
+    with tarfile.open(linked) as tar:
+        (name,) = json.loads(tar.extractfile("manifest.json").read())[0]["Layers"]  # type: ignore[union-attr]
+        with tarfile.open(fileobj=tar.extractfile(name)) as inner:
+            lib = inner.getmember("lib")
+    assert (lib.issym(), lib.linkname) == (True, "usr/lib")
     # Deterministic: the same binary gives the same archive.
     again = build_image("localhost/gpushare/workload:1.0", binary, tmp_path / "again.tar")
     assert again.read_bytes() == out.read_bytes()

@@ -17,13 +17,18 @@ from pathlib import Path
 _DIRS = ("dev", "etc", "proc", "sys", "tmp", "var", "var/run")
 
 
-def _layer(binary: Path, name: str) -> bytes:
+def _layer(binary: Path, name: str, links: dict[str, str]) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for d in _DIRS:
             info = tarfile.TarInfo(d)
             info.type = tarfile.DIRTYPE
             info.mode = 0o1777 if d == "tmp" else 0o755
+            tar.addfile(info)
+        for link, target in sorted(links.items()):
+            info = tarfile.TarInfo(link)
+            info.type = tarfile.SYMTYPE
+            info.linkname = target
             tar.addfile(info)
         data = binary.read_bytes()
         info = tarfile.TarInfo(name)
@@ -33,10 +38,21 @@ def _layer(binary: Path, name: str) -> bytes:
     return buf.getvalue()
 
 
-def build_image(ref: str, binary: Path, out: Path, *, entrypoint: list[str] | None = None) -> Path:
-    """Write a docker-archive of image ``ref`` whose entrypoint is ``/<binary name>`` to ``out``."""
+def build_image(
+    ref: str,
+    binary: Path,
+    out: Path,
+    *,
+    entrypoint: list[str] | None = None,
+    links: dict[str, str] | None = None,
+) -> Path:
+    """Write a docker-archive of image ``ref`` whose entrypoint is ``/<binary name>`` to ``out``.
+
+    ``links``: symlinks in the layer (path -> target), e.g. ``lib -> usr/lib`` so that a ``/usr``
+    mounted from the host gives the container a dynamic loader and libc.
+    """
     name = binary.name
-    layer = _layer(binary, name)
+    layer = _layer(binary, name, links or {})
     diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
     config = {
         "architecture": "amd64",

@@ -518,12 +518,15 @@ class RealNodes:
 
         bins = programs_dir()
         images = self.dir / "images"
-        for ref, prog in (
-            (IMAGE_PAUSE, "pause"),
-            (IMAGE_WORKLOAD, "workload"),
-            (IMAGE_PLUGIN, "gpushare-device-plugin"),
+        # The workload image links /lib and /lib64 into /usr: a test that mounts the host's /usr
+        # (and a Python) read-only can run host programs in it, e.g. `gpushare quota`.
+        usr_links = {"lib": "usr/lib", "lib64": "usr/lib64"}
+        for ref, prog, links in (
+            (IMAGE_PAUSE, "pause", None),
+            (IMAGE_WORKLOAD, "workload", usr_links),
+            (IMAGE_PLUGIN, "gpushare-device-plugin", None),
         ):
-            tar = build_image(ref, bins / prog, images / f"{prog}.tar")
+            tar = build_image(ref, bins / prog, images / f"{prog}.tar", links=links)
             res = self._ctr("images", "import", str(tar))
             if res.returncode != 0:
                 raise DevClusterError(f"importing image {ref} into containerd failed: {res.stderr.strip()}")
