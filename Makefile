@@ -79,6 +79,7 @@ lint: setup ## ruff, mypy --strict (the package and tests/), the import contract
 	$(BIN)/ruff format --check operator tests
 	$(BIN)/mypy  # operator/gpushare and tests: pyproject.toml [tool.mypy] files
 	$(BIN)/lint-imports --no-logo
+	@test -z "$$(gofmt -l realnode)" || { echo "realnode/: run gofmt -w realnode"; gofmt -l realnode; exit 1; }
 	$(BIN)/python -m gpushare.api.crd | diff -u crds/gpushare.io_gpusharepools.yaml - \
 	  || { echo "crds/ is stale: run 'make crds'"; exit 1; }
 	$(BIN)/python -m gpushare.admission.webhook_config | diff -u manifests/webhook/webhook.yaml - \
