@@ -18,7 +18,9 @@ What it changes on the host, and how :meth:`RealNodes.stop` undoes it (also afte
 * cgroups ``kubepods`` in every hierarchy; dirs /var/lib/kubelet (the device-plugin socket dir is
   hard-coded there), /var/lib/cni, /run/containerd, /usr/libexec/kubernetes, /opt/containerd.
 
-The state before start is kept in ``<dir>/realnode/host-before.json``.
+The state before start is kept in ``<dir>/realnode/host-before.json``, and ``/run/gpushare-realnode.dir``
+names that dir while the node runs: a later start (or ``devcluster down``) after a killed run undoes
+that run's changes first.
 
 One real node per host: the kubelet's device-plugin directory is global.
 """
@@ -31,6 +33,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -77,6 +80,10 @@ HOST_DIRS = (
     "/opt/containerd",
 )
 IPTABLES = ("iptables", "ip6tables")
+#: Names the state dir of the real node running on this host (removed when it stopped cleanly). A
+#: start that finds it, its run killed (kill -9 of the test process), undoes that run's host changes
+#: first, from that run's own record of the host before it.
+MARKER = Path("/run/gpushare-realnode.dir")
 IPTABLES_TABLES = ("filter", "nat", "mangle")
 
 
@@ -476,6 +483,8 @@ class RealNodes:
 
         self.server, self.ca_path = server, ca_path
         (self.dir / "run").mkdir(parents=True, exist_ok=True)
+        recover_killed_run()
+        MARKER.write_text(str(self.dir))
         before_file = self.dir / "host-before.json"
         self.before = HostBefore.capture()
         self.before.save(before_file)
@@ -586,7 +595,26 @@ class RealNodes:
         shutil.rmtree(self.dir / "containerd", ignore_errors=True)
         if not problems:
             before_file.unlink(missing_ok=True)  # its presence means: host cleanup still owed
+            with contextlib.suppress(OSError):
+                if MARKER.read_text() == str(self.dir):
+                    MARKER.unlink()
         return problems
+
+
+def recover_killed_run() -> None:
+    """Undo the host changes of an earlier real node whose process was killed before its cleanup."""
+    try:
+        prev = Path(MARKER.read_text().strip())
+    except OSError:
+        return
+    problems = undo_leftovers(prev.parent)
+    if problems is not None:
+        print(
+            f"gpushare.devcluster: undid the host changes of a killed real node ({prev})"
+            + (f"; incomplete: {'; '.join(problems)}" if problems else ""),
+            file=sys.stderr,
+        )
+    MARKER.unlink(missing_ok=True)
 
 
 def undo_leftovers(cluster_dir: Path) -> list[str] | None:
@@ -601,4 +629,7 @@ def undo_leftovers(cluster_dir: Path) -> list[str] | None:
     shutil.rmtree(d / "containerd", ignore_errors=True)
     if not problems:
         before_file.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            if MARKER.read_text() == str(d):
+                MARKER.unlink()
     return problems
