@@ -522,3 +522,55 @@ async def test_kubelet_restart_the_plugin_registers_again_and_the_pool_is_ready(
     _, alloc = await node_status(core)
     assert alloc[c.RES_GPU_COUNT] == "1"
     await pools.wait_ready("rn-kubelet")
+
+
+async def test_a_rolling_plugin_restart_leaves_running_gpu_work_running(
+    rapi: client.ApiClient, pools: Pools, ns: str
+) -> None:
+    """A placement change restarts the plugin (it reads ack.node.gpu.placement at start) without a
+    mode switch, so running GPU pods do not hold it: the real kubelet keeps them running."""
+    core = client.CoreV1Api(rapi)
+    await pools.create("rn-running", memoryIsolation=True)
+    await pools.wait_ready("rn-running")
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "runner"},
+        "spec": {
+            "restartPolicy": "Never",
+            "nodeSelector": {POOL_LABEL: NODEPOOL},
+            "terminationGracePeriodSeconds": 5,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": IMAGE_WORKLOAD,
+                    "imagePullPolicy": "Never",
+                    "args": ["--sleep", "900"],
+                    "resources": {"limits": {"cpu": "50m", "memory": "32Mi", c.RES_GPU_MEM: "2"}},
+                }
+            ],
+        },
+    }
+    await core.create_namespaced_pod(ns, cast(Any, body))
+
+    async def running() -> Any:
+        p = await core.read_namespaced_pod("runner", ns)
+        statuses = p.status.container_statuses or []
+        return p if statuses and statuses[0].state.running else None
+
+    before = await wait_for(running, what="the GPU pod running on the real node", timeout_s=WAIT)
+    started = before.status.container_statuses[0].state.running.started_at
+    old = (await plugin_pod(rapi)).metadata.uid
+
+    await pools.patch_spec("rn-running", {"placement": "spread"})
+    await plugin_pod(rapi, other_than=old)
+    await wait_for(lambda: _advertised(core, c.RES_GPU_MEM, str(GPU_MEM_GIB)), what="gpu-mem", timeout_s=WAIT)
+    await pools.wait_ready("rn-running")
+    node = await core.read_node(NODE)
+    assert node.metadata.labels[c.LABEL_PLACEMENT] == "spread"
+    after = await core.read_namespaced_pod("runner", ns)
+    status = after.status.container_statuses[0]
+    assert after.metadata.uid == before.metadata.uid
+    assert status.restart_count == 0, status
+    assert status.state.running is not None and status.state.running.started_at == started, status
+    await core.delete_namespaced_pod("runner", ns)
