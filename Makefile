@@ -52,7 +52,7 @@ realnode: realnode-prereqs kubelet realnode-bins ## Everything the real-node tie
 CLUSTER_DIR ?= .cluster
 
 CLUSTER_REAL_NODES ?= 0
-cluster: setup control-plane ## Start a local control plane with fake GPU nodes (2 pools) in the background (CLUSTER_REAL_NODES=1: and a real kubelet node)
+cluster: setup control-plane ## Start a local control plane in the background, with the fake GPU node pools examples/ selects (CLUSTER_REAL_NODES=1: and a real kubelet node)
 	$(if $(filter-out 0,$(CLUSTER_REAL_NODES)),$(MAKE) realnode)
 	$(BIN)/python -m gpushare.devcluster up --dir $(CLUSTER_DIR) --real-nodes $(CLUSTER_REAL_NODES)
 

@@ -16,10 +16,15 @@ export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
 export CGO_ENABLED=0
 
 log() { printf '[build-helm] %s\n' "$*" >&2; }
+# How to use the binary (make helm): the tests find it themselves; a shell needs it on PATH.
+usage() {
+  log "use it: export PATH=\"$BIN:\$PATH\"   (then: helm version; or run $BIN/helm directly)"
+}
 
 if [ -x "$BIN/helm" ]; then
   log "helm present in $BIN"
   [ "${1:-}" = "--print-bin" ] && echo "$BIN/helm"
+  [ "${1:-}" = "--print-bin" ] || usage
   exit 0
 fi
 
@@ -50,3 +55,4 @@ rmdir "$tmp"
 "$BIN/helm" version --short >&2
 [ "${1:-}" = "--print-bin" ] && echo "$BIN/helm"
 log "helm ready in $BIN"
+usage

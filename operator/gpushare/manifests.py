@@ -9,8 +9,17 @@ as in kubectl. A file that fails to parse and contains ``{{ ... }}`` is named a 
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import os
 import re
+import select
+import stat
+import sys
+import time
 from collections.abc import Iterable, Iterator
+from itertools import accumulate
+from operator import sub
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +30,8 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 MAX_DEPTH = 100
 #: Largest document (the apiserver's request limit is 3 MiB) and file.
 MAX_DOCUMENT_BYTES = 3 * 1024 * 1024
-MAX_FILE_BYTES = 32 * 1024 * 1024
+#: A file: about 10,000 objects, read and checked in a few seconds (docs/security.md).
+MAX_FILE_BYTES = 8 * 1024 * 1024
 #: Aliases per document, and nodes once every alias is expanded.
 MAX_ALIASES = 1000
 MAX_EXPANDED_NODES = 1_000_000
@@ -39,7 +49,24 @@ class _Limit(yaml.YAMLError):
         self.problem_mark = mark
 
 
-class _BoundedLoader(yaml.SafeLoader):
+class _NoDuplicateKeys(yaml.constructor.SafeConstructor):
+    """Duplicate mapping keys are an error, as in kubectl (for either loader)."""
+
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                key = key_node.value
+                if key in seen:
+                    raise _Limit(
+                        f"duplicate key {_clip(repr(key))} (kubectl rejects duplicate keys)",
+                        key_node.start_mark,
+                    )
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+class _BoundedLoader(_NoDuplicateKeys, yaml.SafeLoader):
     """SafeLoader with bounded depth, aliases and document size, and no duplicate keys."""
 
     def __init__(self, stream: str) -> None:
@@ -77,18 +104,61 @@ class _BoundedLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
-    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            if isinstance(key_node, ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
-                key = key_node.value
-                if key in seen:
-                    raise _Limit(
-                        f"duplicate key {_clip(repr(key))} (kubectl rejects duplicate keys)",
-                        key_node.start_mark,
-                    )
-                seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+
+if hasattr(yaml, "CSafeLoader"):
+
+    class _CFastLoader(_NoDuplicateKeys, yaml.CSafeLoader):
+        """libyaml's parser with the same constructor rules (no duplicate keys)."""
+
+    _FastLoader: type[Any] | None = _CFastLoader
+else:  # a PyYAML built without libyaml: every file takes the bounded pure-Python loader
+    _FastLoader = None
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _load_bounded(text: str) -> list[Any]:
+    loader = _BoundedLoader(text)
+    try:
+        docs = []
+        while loader.check_data():  # type: ignore[no-untyped-call]
+            docs.append(loader.get_data())
+        return docs
+    finally:
+        loader.dispose()
+
+
+def _load_fast(text: str) -> list[Any]:
+    """Documents through libyaml, for text :func:`_fast_path_safe` has cleared; the same limits
+    on document size and alias expansion, checked on each composed document."""
+    assert _FastLoader is not None
+    loader = _FastLoader(text)
+    aliases = "&" in text and "*" in text
+    try:
+        docs = []
+        while loader.check_node():
+            node = loader.get_node()
+            size = node.end_mark.index - node.start_mark.index
+            if size > MAX_DOCUMENT_BYTES:
+                raise _Limit(
+                    f"document is {size // 1024} KiB, more than {MAX_DOCUMENT_BYTES // 1024 // 1024} MiB",
+                    node.start_mark,
+                )
+            if aliases:
+                _check_expansion(node)
+            docs.append(loader.construct_document(node))
+        return docs
+    finally:
+        loader.dispose()
 
 
 def _check_expansion(root: Node) -> None:
@@ -123,21 +193,38 @@ def _clip(text: str, limit: int = 60) -> str:
 
 HELM_TEXT = "is a Helm template ({{ ... }} is not YAML); render it with `helm template` first"
 _BRACKETS = re.compile(r"[\[\]{}]")
+_SIGNS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+#: A line indented this far, or with this many compact ``- ``/``? `` entries, may nest deeper than
+#: the C parser's fast path is allowed to see (:func:`_fast_path_safe`).
+_DEEP_INDENT = re.compile(r"^ {41}", re.M)
+_COMPACT_CHAIN = re.compile(r"^ *(?:[-?] +){10}", re.M)
 
 
 def _flow_depth_error(text: str) -> str | None:
     """PyYAML's scanner is quadratic in flow nesting (``[[[[...``), so it is bounded before parsing.
-    Brackets inside quoted strings are counted too; only 100 unclosed ones in a row could matter."""
-    depth = 0
+    Brackets inside quoted strings are counted too; only 100 unclosed ones in a row could matter.
+    Linear, in C-speed passes: the running depth (never below 0) is each prefix sum less the
+    lowest prefix sum before it."""
+    signs = memoryview(text.encode("utf-8", "surrogatepass").translate(_SIGNS, _NOT_BRACKETS)).cast("b")
+    if len(signs) <= MAX_DEPTH:
+        return None
+    sums = list(accumulate(signs, initial=0))
+    if max(map(sub, sums, accumulate(sums, min))) <= MAX_DEPTH:
+        return None
+    depth = 0  # rare: find the line, in Python, up to the first bracket too deep
     for m in _BRACKETS.finditer(text):
-        if m.group() in "[{":
-            depth += 1
-            if depth > MAX_DEPTH:
-                line = text.count("\n", 0, m.start()) + 1
-                return f"line {line}: nested more than {MAX_DEPTH} levels deep"
-        elif depth:
-            depth -= 1
-    return None
+        depth = depth + 1 if m.group() in "[{" else max(0, depth - 1)
+        if depth > MAX_DEPTH:
+            return f"line {text.count(chr(10), 0, m.start()) + 1}: nested more than {MAX_DEPTH} levels deep"
+    return f"nested more than {MAX_DEPTH} levels deep"
+
+
+def _fast_path_safe(text: str) -> bool:
+    """Whether block nesting is surely below :data:`MAX_DEPTH`, so libyaml's parser (ten times
+    faster, but recursive in C when it composes) may read ``text``: each block level needs more
+    indentation, except a sequence under a key and compact entries on one line."""
+    return _DEEP_INDENT.search(text) is None and _COMPACT_CHAIN.search(text) is None
 
 
 def looks_like_helm(text: str) -> bool:
@@ -167,13 +254,10 @@ def load_text(text: str, source: str = "<input>") -> list[dict[str, Any]]:
     if deep is not None:
         raise ManifestError(f"{source}: {deep} is not accepted")
     try:
-        loader = _BoundedLoader(text)
-        try:
-            docs = []
-            while loader.check_data():  # type: ignore[no-untyped-call]
-                docs.append(loader.get_data())
-        finally:
-            loader.dispose()
+        with _gc_paused():  # the loaders make no cyclic garbage; collecting meanwhile costs 40 %
+            docs = (
+                _load_fast(text) if _FastLoader is not None and _fast_path_safe(text) else _load_bounded(text)
+            )
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -193,10 +277,11 @@ def load_text(text: str, source: str = "<input>") -> list[dict[str, Any]]:
 
 
 def load_files(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
-    """Every object in ``paths`` (``-`` reads standard input), in order; the first bad file raises."""
-    objects, errors = collect_files(paths, keep_going=False)
+    """Every object in ``paths`` (``-`` reads standard input), in order. Every file is read; if any
+    is bad, ManifestError names each bad one, a line each."""
+    objects, errors = collect_files(paths)
     if errors:
-        raise ManifestError(errors[0])
+        raise ManifestError("\n".join(errors))
     return objects
 
 
@@ -205,14 +290,12 @@ def collect_files(
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Every object in ``paths`` and one message per file that could not be read; with
     ``keep_going`` the other files (e.g. the rest of a directory) are still read."""
-    import sys
-
     out: list[dict[str, Any]] = []
     errors: list[str] = []
     for path in paths:
         try:
             if str(path) == "-":
-                out.extend(load_text(sys.stdin.read(), "<stdin>"))
+                out.extend(load_text(read_bounded("-"), "<stdin>"))
                 continue
             p = Path(path)
             if p.is_dir():
@@ -225,20 +308,87 @@ def collect_files(
                 if errs and not keep_going:
                     return out, errors
                 continue
-            try:
-                if p.stat().st_size > MAX_FILE_BYTES:
-                    raise ManifestError(f"{p}: larger than {MAX_FILE_BYTES // 1024 // 1024} MiB")
-                text = p.read_text()
-            except FileNotFoundError:
-                raise ManifestError(f"{p}: no such file") from None
-            except (OSError, UnicodeDecodeError) as exc:
-                raise ManifestError(f"{p}: cannot read: {_clip(str(exc), 200)}") from None
-            out.extend(load_text(text, str(p)))
+            out.extend(load_text(read_bounded(p), str(p)))
         except ManifestError as exc:
             errors.append(str(exc))
             if not keep_going:
                 return out, errors
     return out, errors
+
+
+#: Seconds a FIFO (``mkfifo``, ``<(...)``) may take to deliver all it has, and to get a writer.
+READ_TIMEOUT_S = 30.0
+WRITER_TIMEOUT_S = 3.0
+
+
+def read_bounded(path: str | Path, limit: int = MAX_FILE_BYTES, timeout_s: float = READ_TIMEOUT_S) -> str:
+    """At most ``limit`` bytes of a file, whatever it claims to be, as UTF-8 text (ManifestError,
+    one line, otherwise). ``-`` is standard input; a regular file larger than ``limit`` is refused
+    before reading; a device such as ``/dev/zero`` is read up to the limit; a FIFO is read without
+    blocking on a missing writer and for at most ``timeout_s`` seconds; a socket is refused."""
+    name = "<stdin>" if str(path) == "-" else str(path)
+    too_big = ManifestError(f"{name}: larger than {limit // 1024 // 1024} MiB")
+    try:
+        if str(path) == "-":
+            data = sys.stdin.buffer.read(limit + 1)
+        else:
+            info = Path(path).stat()
+            if stat.S_ISDIR(info.st_mode) or stat.S_ISSOCK(info.st_mode):
+                raise ManifestError(f"{name}: not a file")
+            if stat.S_ISREG(info.st_mode) and info.st_size > limit:
+                raise too_big
+            data = (
+                _read_fifo(name, limit, timeout_s) if stat.S_ISFIFO(info.st_mode) else _read_file(name, limit)
+            )
+    except FileNotFoundError:
+        raise ManifestError(f"{name}: no such file") from None
+    except OSError as exc:
+        raise ManifestError(f"{name}: cannot read: {_clip(str(exc), 200)}") from None
+    if len(data) > limit:
+        raise too_big
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ManifestError(f"{name}: not UTF-8 text (byte {exc.start})") from None
+
+
+def _read_file(name: str, limit: int) -> bytes:
+    with open(name, "rb") as f:
+        return f.read(limit + 1)
+
+
+def _read_fifo(name: str, limit: int, timeout_s: float) -> bytes:
+    """A FIFO, without blocking on a writer that never comes: opened non-blocking (the reader
+    holds it open, so a writer's open succeeds), read until the writer is done."""
+    fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        chunks: list[bytes] = []
+        size = 0
+        deadline = time.monotonic() + timeout_s
+        writer_deadline = time.monotonic() + WRITER_TIMEOUT_S
+        while size <= limit:
+            try:  # EOF: no writer (not yet, or done); EAGAIN: a writer that has sent nothing yet
+                chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            except BlockingIOError:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ManifestError(
+                        f"{name}: a pipe that did not finish within {timeout_s:g} s"
+                    ) from None
+                select.select([fd], [], [], left)
+                continue
+            if chunk:
+                chunks.append(chunk)
+                size += len(chunk)
+            elif chunks:
+                break  # the writer is done
+            elif time.monotonic() > writer_deadline:
+                raise ManifestError(f"{name}: a FIFO that no writer opened within {WRITER_TIMEOUT_S:g} s")
+            else:
+                time.sleep(0.05)  # no writer yet
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def describe(obj: dict[str, Any]) -> str:

@@ -229,6 +229,32 @@ def test_objects_without_gpu_sharing_are_admitted_while_the_webhook_is_down(
     assert env.kube.create(pod("in-operator-ns", [container("c", {MEM: "2"})], ns=OPERATOR_NS)).status == 201
 
 
+def test_pool_writes_are_admitted_and_still_checked_by_the_crd_while_the_webhook_is_down(
+    env: Env, dead_webhook: WebhookSettings
+) -> None:
+    """The pools' webhook fails open (docs/webhook.md, "Pools and the failure policy"): a pool is
+    admitted while no webhook answers, and the CRD's CEL rules still refuse an invalid one."""
+    hooks = {h["name"]: h for h in build_configuration(dead_webhook)["webhooks"]}
+    assert hooks["validate-gpusharepools.gpushare.io"]["failurePolicy"] == "Ignore"
+
+    def gsp(name: str, **spec: Any) -> dict[str, Any]:
+        selector = {"matchLabels": {"alibabacloud.com/nodepool-id": f"np-{name}"}}
+        return {
+            "apiVersion": "gpushare.io/v1alpha1",
+            "kind": "GPUSharePool",
+            "metadata": {"name": name},
+            "spec": {"nodeSelector": selector, **spec},
+        }
+
+    ok = env.kube.create(gsp(f"down-{SUFFIX}"))
+    assert ok.status == 201, (ok.status, ok.message)
+    bad = env.kube.create(gsp(f"down-bad-{SUFFIX}", computeAllocation=True, memoryIsolation=False))
+    assert bad.status == 422, (bad.status, bad.message)
+    assert "computeAllocation: true requires memoryIsolation: true" in bad.message
+    empty = env.kube.create({**gsp(f"down-empty-{SUFFIX}"), "spec": {"nodeSelector": {}}})
+    assert empty.status == 422 and "nodeSelector must not be empty" in empty.message, empty.message
+
+
 def test_33_percent_is_denied_by_the_policy_while_the_webhook_is_down(
     env: Env, dead_webhook: WebhookSettings
 ) -> None:

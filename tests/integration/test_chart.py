@@ -49,6 +49,7 @@ class Release:
         self.helm_bin = helm_bin
         self.env = {**os.environ, "KUBECONFIG": str(info.kubeconfig)}
         self.manifest: list[dict[str, Any]] = []
+        self.installed: subprocess.CompletedProcess[str] | None = None
 
     def run(self, cmd: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=300)
@@ -90,7 +91,7 @@ def release(helm_bin: str) -> Iterator[Release]:
             "label", "namespace", NS, "pod-security.kubernetes.io/enforce=restricted",
             "pod-security.kubernetes.io/enforce-version=latest",
         )  # fmt: skip
-        rel.helm(
+        rel.installed = rel.helm(
             "install", RELEASE, str(CHART), "--namespace", NS,
             "--set", "devicePlugin.namespaces={kube-system}", "--wait", "--timeout", "180s",
         )  # fmt: skip
@@ -141,7 +142,13 @@ def test_upgrade_keeps_what_the_operator_wrote(release: Release) -> None:
         for k, v in {"tls.crt": b"crt", "tls.key": b"key", "ca.crt": b"ca"}.items()
     }
     secret = release.get_json("secret", "gpushare-webhook-tls", "-n", NS)
-    assert secret["data"] == {"tls.crt": "", "tls.key": ""} or not secret.get("data")  # placeholder
+    # The placeholder: a throwaway self-signed certificate (no CA: the operator replaces it), so
+    # that the apiserver has no "tls: failed to find any PEM data" warning for the install.
+    assert set(secret["data"]) == {"tls.crt", "tls.key"}
+    assert b"BEGIN CERTIFICATE" in base64.b64decode(secret["data"]["tls.crt"])
+    assert release.installed is not None
+    install_output = release.installed.stdout + release.installed.stderr
+    assert "PEM data" not in install_output and "Warning" not in install_output, install_output
     secret = {
         "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls", "data": data,
         "metadata": {"name": "gpushare-webhook-tls", "namespace": NS,

@@ -12,6 +12,7 @@ helm comes from ``make helm`` (the ``helm_bin`` fixture fails, never skips, with
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -48,8 +49,13 @@ def helm(helm_bin: str, *args: str, check: bool = True) -> subprocess.CompletedP
     return proc
 
 
+#: What `helm template` (no cluster) is told the cluster serves: the chart refuses cert-manager mode
+#: and the Prometheus Operator kinds without them (test_missing_crds_fail_with_a_clear_message).
+API_VERSIONS = ("--api-versions", "cert-manager.io/v1", "--api-versions", "monitoring.coreos.com/v1")
+
+
 def template(helm_bin: str, *sets: str, chart: Path = CHART, crds: bool = False) -> dict[Key, dict[str, Any]]:
-    args = ["template", "gpushare", str(chart), "--namespace", NS]
+    args = ["template", "gpushare", str(chart), "--namespace", NS, *API_VERSIONS]
     args += ["--include-crds"] if crds else []
     for s in sets:
         args += ["--set-json" if s.startswith("json:") else "--set", s.removeprefix("json:")]
@@ -145,7 +151,8 @@ def chart_vs_kustomize(chart: dict[Key, dict[str, Any]], kust: dict[Key, dict[st
 
 def test_default_values_render_the_objects_of_manifests(helm_bin: str) -> None:
     chart = template(helm_bin, crds=True)
-    kust = kustomize(REPO / "manifests")
+    # The CRDs are a kustomization of their own (manifests/crd), as the chart keeps them in crds/.
+    kust = {**kustomize(REPO / "manifests"), **kustomize(REPO / "manifests" / "crd")}
     assert ("Namespace", "", NS) in kust
     assert ("Secret", NS, "gpushare-webhook-tls") in chart
     report = chart_vs_kustomize(chart, kust)
@@ -416,10 +423,39 @@ def test_monitoring_without_its_file_fails_clearly(helm_bin: str, tmp_path: Path
     for f in MONITORING_FILES:
         (chart / f).unlink(missing_ok=True)
     out = helm(
-        helm_bin, "template", "x", str(chart), "--set", f"monitoring.{toggle}.enabled=true", check=False
-    )
+        helm_bin, "template", "x", str(chart), *API_VERSIONS, "--set", f"monitoring.{toggle}.enabled=true",
+        check=False,
+    )  # fmt: skip
     assert out.returncode != 0
     assert f"monitoring.{toggle}.enabled: the chart has no files/" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (
+            "webhook.tls.mode=cert-manager",
+            "webhook.tls.mode=cert-manager needs cert-manager (API cert-manager.io/v1), which this cluster "
+            "does not serve: install cert-manager first, or set webhook.tls.mode=self",
+        ),
+        (
+            "monitoring.serviceMonitor.enabled=true",
+            "monitoring.serviceMonitor.enabled=true needs the Prometheus Operator's CRDs (API "
+            "monitoring.coreos.com/v1), which this cluster does not serve",
+        ),
+        (
+            "monitoring.prometheusRule.enabled=true",
+            "monitoring.prometheusRule.enabled=true needs the Prometheus Operator's CRDs",
+        ),
+    ],
+)
+def test_missing_crds_fail_with_a_clear_message(helm_bin: str, value: str, message: str) -> None:
+    """Not Helm's generic "no matches for kind": the value, the API it needs, and the way out."""
+    out = helm(helm_bin, "template", "x", str(CHART), "--set", value, check=False)
+    assert out.returncode != 0
+    assert message in out.stderr, out.stderr
+    # the dashboard is a plain ConfigMap: it needs no CRD
+    assert helm(helm_bin, "template", "x", str(CHART), "--set", "monitoring.dashboard.enabled=true").stdout
 
 
 def test_monitoring_is_the_same_as_manifests_monitoring(helm_bin: str) -> None:
@@ -469,8 +505,101 @@ def test_bad_values_are_refused_naming_the_field(helm_bin: str, value: str, mess
     assert "goroutine" not in out.stderr
 
 
+@pytest.mark.parametrize(
+    ("value", "where", "key"),
+    [
+        ("webhook.failurPolicy=Ignore", "/webhook", "failurPolicy"),
+        ("agent.enable=false", "/agent", "enable"),
+        ("webhook.tls.mdoe=cert-manager", "/webhook/tls", "mdoe"),
+        ("monitoring.serviceMonitor.enable=true", "/monitoring/serviceMonitor", "enable"),
+        ("imagePullSecret[0].name=x", "", "imagePullSecret"),
+    ],
+)
+def test_misspelt_keys_are_refused_naming_the_key(helm_bin: str, value: str, where: str, key: str) -> None:
+    """A typo must not pass silently (webhook.failurPolicy=Ignore would leave the webhook fail-closed)."""
+    out = helm(helm_bin, "template", "x", str(CHART), "--set", value, check=False)
+    assert out.returncode != 0, f"--set {value} was accepted"
+    err = out.stderr
+    assert f"at '{where}'" in err and f"'{key}'" in err and "not allowed" in err, err
+
+
+def _declared(schema: dict[str, Any], values: Any, path: str = "") -> list[str]:
+    """Keys of ``values`` under a schema object with ``additionalProperties: false`` that the schema
+    does not declare."""
+    if not isinstance(values, dict) or schema.get("additionalProperties") is not False:
+        return []
+    props = schema.get("properties", {})
+    out = [f"{path}/{k}" for k in values if k not in props]
+    for k, v in values.items():
+        if k in props:
+            out += _declared(props[k], v, f"{path}/{k}")
+    return out
+
+
+def test_the_schema_declares_every_key_of_values_yaml() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert schema["additionalProperties"] is False
+    assert _declared(schema, values) == [], "values.yaml keys missing from values.schema.json"
+    # every object of gpushare's own values is closed (free-form Kubernetes fields aside)
+    free_form = {"resources", "nodeSelector", "tolerations", "affinity", "labels", "global"}
+
+    def open_objects(node: dict[str, Any], path: str) -> list[str]:
+        out = []
+        for k, sub in node.get("properties", {}).items():
+            if sub.get("type") == "object" and k not in free_form:
+                if sub.get("additionalProperties") is not False:
+                    out.append(f"{path}/{k}")
+                out += open_objects(sub, f"{path}/{k}")
+        return out
+
+    assert open_objects(schema, "") == []
+
+
 def test_operator_pods_give_kopf_their_name_as_peering_identity(helm_bin: str) -> None:
     # Kopf reads POD_ID; without it, it builds user@host from getpass.getuser(), which fails for the
     # image's uid unless /etc/passwd has it (hack/image-check.sh runs that path).
     env = container(template(helm_bin), "Deployment", "gpushare-operator")["env"]
     assert {"name": "POD_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in env
+
+
+def test_chart_has_a_readme_covering_install_values_and_uninstall(helm_bin: str) -> None:
+    readme = helm(helm_bin, "show", "readme", str(CHART)).stdout
+    assert readme.rstrip("\n") == (CHART / "README.md").read_text().rstrip("\n")
+    for text in ("helm install gpushare", "helm uninstall", "kubectl delete gsp --all", "--api-versions"):
+        assert text in readme, text
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    for key in values:  # every top-level value is in its table
+        assert f"`{key}" in readme, f"chart README does not mention {key}"
+    # uninstall order: pools first, while the operator still runs
+    assert readme.index("kubectl delete gsp --all") < readme.index("helm uninstall gpushare --namespace")
+
+
+def test_make_helm_says_how_to_put_helm_on_path(helm_bin: str) -> None:
+    bin_dir = Path(helm_bin).parent
+    env = {**os.environ, "GPUSHARE_HELM_BIN": str(bin_dir)}  # the binary the tests use, wherever it is
+    script = str(REPO / "hack" / "build-helm.sh")
+    out = subprocess.run(["bash", script], env=env, capture_output=True, text=True, timeout=60, check=True)
+    assert f'export PATH="{bin_dir}:$PATH"' in out.stderr, out.stderr
+    # --print-bin (what the tests use) still prints the path alone on stdout
+    printed = subprocess.run(
+        ["bash", script, "--print-bin", "--no-build"], env=env, capture_output=True, text=True, timeout=60,
+        check=True,
+    )  # fmt: skip
+    assert printed.stdout == f"{bin_dir / 'helm'}\n"
+
+
+def test_network_policy_opens_only_the_three_ports_and_takes_the_peers_given(helm_bin: str) -> None:
+    key = ("NetworkPolicy", NS, "gpushare-operator")
+    policy = template(helm_bin)[key]
+    assert policy["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "gpushare-operator"}}
+    rules = {r["ports"][0]["port"]: r.get("from") for r in policy["spec"]["ingress"]}
+    assert rules == {"webhook": None, "metrics": [{"namespaceSelector": {}}], "health": None}
+    # Every port the policy names is a port of the operator's container.
+    deployment = template(helm_bin)[("Deployment", NS, "gpushare-operator")]
+    ports = {p["name"] for p in deployment["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    assert set(rules) == ports
+    narrowed = template(helm_bin, 'json:networkPolicy.webhookFrom=[{"ipBlock":{"cidr":"10.0.0.0/24"}}]')[key]
+    webhook = next(r for r in narrowed["spec"]["ingress"] if r["ports"][0]["port"] == "webhook")
+    assert webhook["from"] == [{"ipBlock": {"cidr": "10.0.0.0/24"}}]
+    assert key not in template(helm_bin, "networkPolicy.enabled=false")

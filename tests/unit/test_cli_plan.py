@@ -269,3 +269,24 @@ def test_live_inputs_without_a_cluster(
     assert actions["np-cgpu-node-1"] != "Apply" and actions["np-cgpu-no-isolation-node-1"] != "Apply"
     assert main(["plan"]) == 0
     assert capsys.readouterr().out.splitlines()[0].startswith("live: https://example.invalid:6443: 4 pool(s)")
+
+
+def test_a_pool_that_selects_no_node_says_so_with_its_selector(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As on a cluster whose node pools are not the examples' (np-a): MATCHED 0 must not be silent."""
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: gpu-a-0\n"
+        "  labels: {alibabacloud.com/nodepool-id: np-a, gpushare: 'true'}\n"
+    )
+    assert main(["plan", "-f", str(EXAMPLES / "pool-gpu-core.yaml"), "--nodes", str(nodes)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert (
+        "pool gpu-core: spec.nodeSelector alibabacloud.com/nodepool-id=np-gpu-core selects 0 nodes: no node "
+        "has these labels (kubectl get nodes -l 'alibabacloud.com/nodepool-id=np-gpu-core'); label the "
+        "pool's nodes or change the selector"
+    ) in out
+    # a pool with nodes gets no such line
+    assert main(["plan", "-f", str(EXAMPLES / "pool-gpu-core.yaml"), "--nodes", NODES]) == 0
+    assert "selects 0 nodes" not in capsys.readouterr().out

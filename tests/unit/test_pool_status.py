@@ -121,6 +121,18 @@ def test_conflict_named_in_both_pools() -> None:
         assert "n1" in cond["message"] and other in cond["message"]
         assert st["nodes"]["conflicting"] == 1 and st["nodes"]["matched"] == 0
         assert _cond(st, "Ready")["reason"] == "NoMatchingNodes"
+        assert "1 node(s) are also selected by another pool" in _cond(st, "Ready")["message"]
+
+
+def test_a_pool_matching_no_node_says_so_with_its_selector() -> None:
+    st = _status([pool("gpu", "np-gpu-core")], [NodeView("n1", {NP: "np-a"})], [], "gpu")
+    ready = _cond(st, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "NoMatchingNodes")
+    assert ready["message"] == (
+        f"spec.nodeSelector {NP}=np-gpu-core selects 0 nodes: no node has these labels "
+        f"(kubectl get nodes -l '{NP}=np-gpu-core'); label the pool's nodes or change the selector"
+    )
+    assert st["nodes"]["matched"] == 0
 
 
 def test_failed_restart_degrades_and_errors_are_failures() -> None:

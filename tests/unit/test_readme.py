@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import re
 import shlex
 from pathlib import Path
@@ -70,3 +71,53 @@ def test_console_transcript_is_current(command: str, expected: str, monkeypatch:
         assert str(code) == lines[at + 1]
         lines = lines[:at]
     assert stdout.getvalue().rstrip("\n").splitlines() == lines
+
+
+#: Repository paths as README writes them (in commands, links and prose).
+_PATH = re.compile(
+    r"(?<![\w/.-])((?:examples|manifests|charts|docs|hack|crds|tests|operator|bench|requirements)/[\w./-]*)"
+)
+
+
+def test_every_file_readme_shows_exists() -> None:
+    """A newcomer copies README's commands: every repository path in it must be there (it once
+    showed a `pool-a.yaml` of its transcript that the repository did not have)."""
+    paths = {p.rstrip(".,:;)") for p in _PATH.findall(README)}
+    assert "examples/first-use/pool-cgpu-spread.yaml" in paths
+    # and every file a command in a block reads with -f
+    for block in _blocks("console") + _blocks("text"):
+        for line in block.splitlines():
+            command = line.removeprefix("$ ")
+            if not command.startswith(("gpushare ", "kubectl ")):
+                continue  # output, or another command
+            words = shlex.split(command.split("  #")[0].split("|")[0].split(";")[0])
+            paths |= {w for prev, w in itertools.pairwise(words) if prev == "-f" and "<" not in w}
+    missing = sorted(p for p in paths if not (ROOT / p).exists())
+    assert missing == []
+
+
+def test_readme_uninstall_deletes_pools_before_the_operator_and_never_the_crds_first() -> None:
+    """The documented uninstall blocks (run as written by tests/integration/test_install_uninstall.py):
+    pools first, while the operator runs; the CRDs last, and never through `-k manifests/`."""
+    blocks = [b for b in _blocks("console") if "kubectl delete" in b or "helm uninstall" in b]
+    commands = [[line.split("  #")[0].strip() for line in b.splitlines() if line.strip()] for b in blocks]
+    helm = next(c for c in commands if any(x.startswith("helm uninstall") for x in c))
+    kustomize = next(c for c in commands if "kubectl delete -k manifests/" in c)
+    for steps, operator in ((helm, "helm uninstall"), (kustomize, "kubectl delete -k manifests/")):
+        at = next(i for i, x in enumerate(steps) if x.startswith(operator))
+        assert steps[0] == "kubectl delete gsp --all" and at == 1, steps
+        assert all("crd" in x for x in steps[at + 1 :]), steps
+    kust = (ROOT / "manifests" / "kustomization.yaml").read_text()
+    assert "- crd" not in kust.splitlines(), (
+        "manifests/ must not include the CRDs (its delete would delete the pools)"
+    )
+
+
+def test_readme_development_section_shows_the_development_run() -> None:
+    """The namespace step and the command (once only in docs/webhook.md), in that order."""
+    dev = README[README.index("## Development") :]
+    block = next(b for b in _blocks("console") if "--webhook-local" in b and b in dev)
+    lines = [line.split("  #")[0].strip() for line in block.splitlines()]
+    ns = lines.index("kubectl create namespace gpushare-system")
+    run = next(i for i, x in enumerate(lines) if x.endswith("gpushare run --webhook --webhook-local"))
+    assert lines[0] == "make cluster" and ns < run

@@ -54,7 +54,13 @@ class FakeApi:
         return self.secrets.get(f"{namespace}/{name}")
 
     async def write_secret(
-        self, api: Any, namespace: str, name: str, data: Mapping[str, str], resource_version: str | None
+        self,
+        api: Any,
+        namespace: str,
+        name: str,
+        data: Mapping[str, str],
+        resource_version: str | None,
+        labels: Mapping[str, str] | None = None,
     ) -> None:
         key = f"{namespace}/{name}"
         if self.conflicts:
@@ -64,8 +70,16 @@ class FakeApi:
             raise Conflict(f"cannot write Secret {key}: 409 Conflict")
         current = self.secrets.get(key)
         assert (current.resource_version if current else None) == resource_version
-        self.secrets[key] = StoredSecret(dict(data), self._next())
+        self.secrets[key] = StoredSecret(dict(data), self._next(), dict(labels or {}))
         self.writes.append(key)
+
+    async def delete_secret(self, api: Any, namespace: str, name: str) -> None:
+        self.secrets.pop(f"{namespace}/{name}", None)
+        self.writes.append(f"delete {namespace}/{name}")
+
+    async def delete_configuration(self, api: Any, name: str) -> None:
+        self.configurations.pop(name, None)
+        self.writes.append(f"delete {name}")
 
     async def read_configuration(self, api: Any, name: str) -> dict[str, Any] | None:
         found = self.configurations.get(name)
@@ -233,6 +247,42 @@ async def test_lifecycle_prepares_files_and_registers_the_ca_bundle(fake: FakeAp
     }
 
 
+async def test_a_stopped_local_run_deletes_what_it_created(fake: FakeApi, tmp_path: Path) -> None:
+    """`gpushare run --webhook --webhook-local` on exit: no configuration left pointing at its closed
+    port (it would refuse GPU jobs), no Secret left without Helm's ownership metadata (it would fail
+    a later `helm install`)."""
+    options = WebhookOptions(local=True, cert_dir=tmp_path, namespace="ops", configuration="wh")
+    certs = CertLifecycle(options)
+    certs.api = object()  # type: ignore[assignment]
+    await certs.prepare()
+    await certs.on_listening({})
+    assert fake.configurations["wh"]["metadata"]["labels"][lifecycle.LOCAL_LABEL] == "true"
+    assert fake.secrets[f"ops/{options.secret}"].labels[lifecycle.LOCAL_LABEL] == "true"
+    removed = await certs.remove_local()
+    assert removed == ["ValidatingWebhookConfiguration wh", f"Secret ops/{options.secret}"]
+    assert fake.configurations == {} and fake.secrets == {}
+
+
+async def test_a_local_run_never_deletes_objects_it_did_not_create(fake: FakeApi, tmp_path: Path) -> None:
+    # The chart's Secret and configuration (a local run against a Helm release) stay; so does
+    # everything in Service mode.
+    helm = {"app.kubernetes.io/managed-by": "Helm"}
+    fake.secrets["ops/gpushare-webhook-tls"] = StoredSecret({}, "1", dict(helm))
+    chart = build_configuration(WebhookSettings(name="wh"))
+    chart["metadata"]["labels"].update(helm)
+    fake.configurations["wh"] = _stored(chart, "2")
+    local = CertLifecycle(WebhookOptions(local=True, cert_dir=tmp_path, namespace="ops", configuration="wh"))
+    local.api = object()  # type: ignore[assignment]
+    await local.prepare()  # renews the placeholder, keeping the chart's labels
+    assert fake.secrets["ops/gpushare-webhook-tls"].labels["app.kubernetes.io/managed-by"] == "Helm"
+    assert lifecycle.LOCAL_LABEL not in fake.secrets["ops/gpushare-webhook-tls"].labels
+    assert await local.remove_local() == []
+    service = CertLifecycle(WebhookOptions(cert_dir=tmp_path, namespace="ops", configuration="wh"))
+    service.api = object()  # type: ignore[assignment]
+    assert await service.remove_local() == []
+    assert set(fake.configurations) == {"wh"} and set(fake.secrets) == {"ops/gpushare-webhook-tls"}
+
+
 async def test_prepare_persists_until_the_api_answers(
     fake: FakeApi, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -305,6 +355,12 @@ async def test_api_layer_maps_statuses(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (errors._value.get() - e0, writes._value.get() - w0) == (1, 1)
     failures[:] = [ApiException(status=404, reason="Not Found")]
     assert await webhook_api.read_secret(None, "ops", "tls") is None  # type: ignore[arg-type]
+    failures[:] = [ApiException(status=404, reason="Not Found")]  # a create in a missing namespace
+    with pytest.raises(
+        WebhookCertError,
+        match=r"^cannot write Secret ops/tls: namespace ops does not exist \(kubectl create namespace ops\)$",
+    ):
+        await webhook_api.write_secret(None, "ops", "tls", {}, None)  # type: ignore[arg-type]
 
 
 # --- Kopf's ERROR line for a denial, filtered by the exception, not by its wording ----------------
@@ -399,3 +455,26 @@ def test_filter_reads_the_exception_not_the_message() -> None:
         raise Denied("m", code=422)
     except Denied:  # how Kopf logs it: inside its except clause, without exc_info
         assert quiet.filter(record(logging.ERROR, None)) is False
+
+
+async def test_namespace_exists_is_false_only_on_404(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`gpushare run --webhook-local` stops with one line only when the namespace is surely missing."""
+    answers: list[ApiException | None] = []
+
+    class _Namespaces:
+        def __init__(self, api: Any) -> None:
+            pass
+
+        async def read_namespace(self, name: str) -> object:
+            answer = answers.pop(0)
+            if answer is not None:
+                raise answer
+            return object()
+
+    monkeypatch.setattr("gpushare.k8s.webhook_api.client.CoreV1Api", _Namespaces)
+    answers[:] = [ApiException(status=404, reason="Not Found")]
+    assert await webhook_api.namespace_exists(None, "ops") is False  # type: ignore[arg-type]
+    answers[:] = [ApiException(status=403, reason="Forbidden")]  # in a pod: no namespace access
+    assert await webhook_api.namespace_exists(None, "ops") is True  # type: ignore[arg-type]
+    answers[:] = [None]
+    assert await webhook_api.namespace_exists(None, "ops") is True  # type: ignore[arg-type]

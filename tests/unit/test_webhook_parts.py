@@ -21,7 +21,7 @@ import pytest
 import yaml
 from cryptography import x509
 
-from gpushare.admission import Context, Finding, evaluate, node_info
+from gpushare.admission import EMPTY_CONTEXT, Context, Finding, evaluate, node_info
 from gpushare.admission.review import (
     MAX_REVIEW_DEPTH,
     Decision,
@@ -41,8 +41,9 @@ from gpushare.admission.webhook_config import (
 from gpushare.cli.run import add_webhook_arguments, webhook_options
 from gpushare.k8s.retry import Backoff
 from gpushare.k8s.webhook_api import WebhookCertError
+from gpushare.webhook import answer as answer_module
 from gpushare.webhook import lifecycle, tls
-from gpushare.webhook.answer import admit, fast_allow, respond
+from gpushare.webhook.answer import admit, fast_allow, live_context, respond
 from gpushare.webhook.context import ContextCache
 from gpushare.webhook.lifecycle import CertLifecycle
 from gpushare.webhook.options import WebhookOptions
@@ -164,7 +165,9 @@ def test_configuration_service_mode() -> None:
             },
             "caBundle": "Q0E=",
         }
-        assert hook["timeoutSeconds"] == 5 and hook["failurePolicy"] == "Fail"
+        # Pools fail open (CEL and the operator's conflict detection guard them); workloads closed.
+        want_policy = "Ignore" if target.kind == "GPUSharePool" else "Fail"
+        assert hook["timeoutSeconds"] == 5 and hook["failurePolicy"] == want_policy
         assert hook["sideEffects"] == "None" and hook["admissionReviewVersions"] == ["v1"]
         assert hook["objectSelector"]["matchExpressions"] == [
             {"key": "gpushare.io/webhook", "operator": "NotIn", "values": ["ignore"]}
@@ -189,6 +192,9 @@ def test_configuration_local_mode_and_limits() -> None:
     hook = cfg["webhooks"][0]
     assert hook["clientConfig"] == {"url": "https://127.0.0.1:9443/validate-pods"}
     assert hook["failurePolicy"] == "Ignore" and hook["timeoutSeconds"] == 2
+    # --webhook-failure-policy Fail never makes the pools' entry fail closed.
+    pools = build_configuration(WebhookSettings(failure_policy="Fail"))["webhooks"][-1]
+    assert pools["name"] == "validate-gpusharepools.gpushare.io" and pools["failurePolicy"] == "Ignore"
     with pytest.raises(ValueError, match=r"timeoutSeconds must be 1\.\.5"):
         WebhookSettings(timeout_seconds=10)
     with pytest.raises(ValueError, match="failurePolicy"):
@@ -380,6 +386,22 @@ def test_webhook_options_from_args() -> None:
     assert service.webhook_settings(None).url_base is None and service.failure_policy == "Ignore"
     with pytest.raises(ValueError, match=r"must be 1\.\.5"):
         webhook_options(parser.parse_args(["--webhook-timeout", "30"]))
+
+
+def test_failure_policy_defaults_fail_in_a_cluster_and_ignore_in_local_mode() -> None:
+    """A development run killed before its cleanup must not leave a fail-closed configuration
+    pointing at 127.0.0.1; `--webhook-failure-policy Fail` still tests the fail-closed behaviour."""
+    parser = argparse.ArgumentParser()
+    add_webhook_arguments(parser)
+    policy = {
+        argv: webhook_options(parser.parse_args(["--webhook", *argv])).failure_policy
+        for argv in [(), ("--webhook-local",), ("--webhook-local", "--webhook-failure-policy", "Fail")]
+    }
+    assert policy == {
+        (): "Fail",
+        ("--webhook-local",): "Ignore",
+        ("--webhook-local", "--webhook-failure-policy", "Fail"): "Fail",
+    }
 
 
 # --- the HTTPS server on malformed input (no apiserver needed) ------------------------------------
@@ -576,7 +598,9 @@ def _nested(depth: int) -> bytes:
         pytest.param(b"[" + b'"]",[' * 300 + b"]" * 301, True, id="closers-in-strings-do-not-hide-depth"),
         pytest.param(b"[" + b'"\\"]",[' * 300 + b"]" * 301, True, id="escaped-quotes"),
         pytest.param(json.dumps([{"a": [1, {"b": "x"}]}] * 3000).encode(), False, id="wide-not-deep"),
-        pytest.param(b"[" * 5000, False, id="unbalanced-left-to-the-parser"),
+        pytest.param(b"[" * 5000, True, id="unbalanced-opens-count-as-depth"),
+        pytest.param(b"]" * 5000 + b"[" * 100, False, id="unbalanced-closes-left-to-the-parser"),
+        pytest.param(b'{"a":"' + b'\\"' * 24000 + b"[" * 201, False, id="an-unclosed-string-of-escapes"),
     ],
 )
 def test_deeper_than_without_parsing(raw: bytes, deeper: bool) -> None:
@@ -614,20 +638,46 @@ def _pod_review(limits: dict[str, Any], operation: str = "CREATE") -> dict[str, 
 def test_respond_uses_the_rules_and_the_handed_over_indexes() -> None:
     state = ContextCache()
     review = _pod_review({MEM: "2", CORE: "33"})
-    assert respond("validate-pods", review, state) is None  # no indexes yet: Kopf answers
+    assert live_context(state) is None  # no indexes yet: Kopf answers
     state.pools_index, state.nodes_index = {}, {}
-    answer = respond("validate-pods", review, state)
+    context = live_context(state)
+    assert context is not None
+    answer = respond("validate-pods", review, context)
     assert answer is not None and answer["uid"] == "u" and answer["allowed"] is False
     assert answer["status"]["code"] == 422 and "GS001-core-percentage-step" in answer["status"]["message"]
-    assert respond("validate-pods", _pod_review({"cpu": "1"}), state) == {
+    assert respond("validate-pods", _pod_review({"cpu": "1"}), context) == {
         "uid": "u",
         "allowed": True,
     }
-    assert respond("validate-jobs", review, state) is None  # routed to the wrong handler
-    assert respond("validate-pods", _pod_review({MEM: "2"}, "DELETE"), state) == {
+    wrong = respond("validate-jobs", review, context)  # routed to the wrong handler: never allowed
+    assert wrong is not None and wrong["allowed"] is False and wrong["status"]["code"] == 400
+    assert "validate-jobs judges jobs.batch, not /v1/pods" in wrong["status"]["message"]
+    assert respond("validate-pods", _pod_review({MEM: "2"}, "DELETE"), context) == {
         "uid": "u",
         "allowed": True,
     }
+
+
+def test_a_crash_in_the_rules_follows_the_failure_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug in a rule is never a 500: Fail denies with code 400, Ignore allows with a warning."""
+
+    def boom(*_: Any) -> Any:
+        raise ZeroDivisionError("a rule bug")
+
+    monkeypatch.setattr(answer_module, "evaluate", boom)
+    review = _pod_review({MEM: "2"})
+    denied = respond("validate-pods", review, EMPTY_CONTEXT)
+    assert denied is not None and denied["allowed"] is False and denied["status"]["code"] == 400
+    message = denied["status"]["message"]
+    assert "could not evaluate the GPU-sharing rules (ZeroDivisionError: a rule bug)" in message
+    allowed = respond("validate-pods", review, EMPTY_CONTEXT, failure_policy="Ignore")
+    assert allowed is not None and allowed["allowed"] is True
+    assert "allowed (failurePolicy Ignore)" in allowed["warnings"][0]
+    # pools follow their own entry's policy (Ignore), whatever the workloads' is
+    gsp = {"apiVersion": "gpushare.io/v1alpha1", "kind": "GPUSharePool", "metadata": {"name": "p"},
+           "spec": {"nodeSelector": {"matchLabels": {"np": "a"}}}}  # fmt: skip
+    pool = admit(TARGETS_BY_ID["validate-gpusharepools"], gsp, "CREATE", lambda: EMPTY_CONTEXT)
+    assert pool.allowed and "allowed (failurePolicy Ignore)" in pool.warnings[0]
 
 
 def test_via_kopf_leaves_every_review_to_kopf(tmp_path: Path) -> None:
@@ -638,9 +688,11 @@ def test_via_kopf_leaves_every_review_to_kopf(tmp_path: Path) -> None:
     direct = WebhookOptions(cert_dir=tmp_path)
     via_kopf = WebhookOptions(cert_dir=tmp_path, direct=False)
     served = build_server(direct, cache, CertLifecycle(direct))
-    assert served.respond is not None and served.respond("validate-pods", review) is not None
+    context = live_context(cache)
+    assert context is not None
+    assert served.respond is not None and served.respond("validate-pods", review, context) is not None
     fallback = build_server(via_kopf, cache, CertLifecycle(via_kopf))
-    assert fallback.respond is not None and fallback.respond("validate-pods", review) is None
+    assert fallback.respond is not None and fallback.respond("validate-pods", review, context) is None
     assert webhook_options(_run_parser().parse_args(["--webhook-via-kopf"])).direct is False
 
 

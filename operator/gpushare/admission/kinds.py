@@ -394,9 +394,12 @@ def split_up(rel: str) -> tuple[int, str]:
 
 
 def _split_concrete(path: str) -> list[str | int]:
+    """``a.b[0][1]`` -> ``["a", "b", 0, 1]``. An index has at most 9 digits (no list is longer):
+    a map key that only looks like a long index, such as ``"[" + "9" * 4301 + "]"`` in a hostile
+    object, stays a key instead of reaching ``int()`` (which refuses more than 4300 digits)."""
     out: list[str | int] = []
     for part in path.split(".") if path else []:
-        m = re.match(r"^([^\[]*)((?:\[\d+\])*)$", part)
+        m = re.match(r"^([^\[]*)((?:\[\d{1,9}\])*)$", part)
         if m is None:
             out.append(part)
             continue

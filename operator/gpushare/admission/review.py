@@ -8,9 +8,10 @@ malformed AdmissionReview before the framework touches it, so that it gets a 400
 
 from __future__ import annotations
 
-import re
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 from gpushare.admission.model import Finding
@@ -33,47 +34,77 @@ CODE_INVALID = 422
 CODE_FORBIDDEN = 403
 CODE_BAD_REQUEST = 400
 
-#: Largest AdmissionReview body accepted: aiohttp's default ``client_max_size`` in Kopf's server.
-MAX_REVIEW_BYTES = 1024 * 1024
+#: Largest AdmissionReview body accepted by default (``--webhook-max-body-bytes``). Measured: a
+#: Pod with 10 containers of 30 env vars each is a 58 KB review on UPDATE (object and oldObject),
+#: 30 such containers about 170 KB; at 512 KiB ``json.loads`` holds the event loop for about 10 ms
+#: (docs/security.md).
+MAX_REVIEW_BYTES = 512 * 1024
 #: Deepest JSON nesting accepted; Kubernetes objects nest about 20 levels (a pod template in a
 #: CronJob with affinity terms), and Python's parser and the rules recurse per level.
 MAX_REVIEW_DEPTH = 200
 
-_STRINGS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+#: ``[``/``{`` -> +1 and ``]``/``}`` -> -1 (as signed bytes); every other byte is deleted.
+_SIGNS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
-_PAIRS = re.compile(rb"\[\]|\{\}")
+#: Bytes scanned per step of :func:`deeper_than` (each step about a millisecond at most).
+_DEPTH_STEP = 32 * 1024
 
 
 def deeper_than(raw: bytes, limit: int) -> bool:
-    """Whether raw JSON nests ``[``/``{`` more than ``limit`` levels, without parsing it.
+    """Whether UTF-8 JSON ``raw`` nests ``[``/``{`` more than ``limit`` levels, without parsing it.
 
-    Strings are cut out first (with ``split`` when nothing is escaped, else a regex), every byte
-    but the brackets is dropped, then innermost pairs are removed one level per pass: all C-speed
-    byte operations, at most ``limit + 1`` passes. Unbalanced input is left to the parser.
+    Linear in the size, in steps of ``_DEPTH_STEP`` bytes of C-speed byte operations (so another
+    thread, the event loop, gets the GIL between steps): strings are cut out, brackets kept as
+    +1/-1, and the running depth summed. In valid JSON a backslash appears only inside strings
+    and escapes exactly the next byte, so dropping escaped backslashes (left to right, as
+    ``replace`` pairs them) and then escaped quotes leaves only the quotes that open and close
+    strings. Input that is not valid JSON may be cut wrongly; the parser refuses it anyway.
     """
-    outside = b"".join(raw.split(b'"')[::2]) if b"\\" not in raw else _STRINGS.sub(b"", raw)
-    brackets = outside.translate(None, _NOT_BRACKETS)
-    for _ in range(limit):
-        if not brackets:
-            return False
-        fewer = _PAIRS.sub(b"", brackets)
-        if fewer == brackets:
-            return False
-        brackets = fewer
-    return bool(_PAIRS.search(brackets))
+    if b"\\" in raw:
+        raw = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+    depth, inside = 0, False
+    for start in range(0, len(raw), _DEPTH_STEP):
+        parts = raw[start : start + _DEPTH_STEP].split(b'"')
+        outside = b"".join(parts[1::2] if inside else parts[::2])
+        inside ^= len(parts) % 2 == 0  # an odd number of quotes in this step
+        signs = memoryview(outside.translate(_SIGNS, _NOT_BRACKETS)).cast("b")
+        if signs and max(accumulate(signs, initial=depth)) > limit:
+            return True
+        depth += sum(signs)
+    return False
 
 
 def raw_review_problem(
     raw: bytes, max_bytes: int = MAX_REVIEW_BYTES, max_depth: int = MAX_REVIEW_DEPTH
 ) -> str | None:
-    """Why a raw review body must be refused before it is parsed, or None (size and nesting depth)."""
+    """Why a raw review body must be refused before it is parsed, or None (size, encoding and
+    nesting depth). The apiserver sends UTF-8 JSON; ``json.loads`` would also guess UTF-16 and
+    UTF-32 from the bytes, which no byte-level check can follow, so anything else is refused."""
     if len(raw) > max_bytes:
         return f"the body is {len(raw)} bytes, more than the {max_bytes} an AdmissionReview may have"
     if raw.count(b"[") + raw.count(b"{") <= max_depth:
-        return None  # cannot nest deeper than it has brackets
+        return None if _utf8(raw) else _NOT_UTF8
+    if not _utf8(raw):
+        return _NOT_UTF8
     if deeper_than(raw, max_depth):
         return f"the body nests more than {max_depth} levels deep (an AdmissionReview needs about 20)"
     return None
+
+
+_NOT_UTF8 = "the body is not UTF-8 JSON (the apiserver sends UTF-8)"
+
+
+def _utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return not raw.startswith(b"\xef\xbb\xbf")  # a BOM: json.loads refuses it in a str
+
+
+def parse_review(raw: bytes) -> Any:
+    """The JSON of a body that passed :func:`raw_review_problem` (raises ``ValueError``)."""
+    return json.loads(raw.decode("utf-8"))
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,11 @@ resource kind (``validate-pods.gpushare.io``). ``namespaceSelector`` excludes ``
 the operator's own namespace, ``objectSelector`` honours ``gpushare.io/webhook: ignore``,
 ``matchConditions`` (CEL from :mod:`gpushare.admission.cel`) send only objects that ask for GPU
 sharing (GPUSharePools always go),
-``timeoutSeconds`` is at most 5, and ``failurePolicy`` is configurable (default ``Fail``).
+``timeoutSeconds`` is at most 5, and ``failurePolicy`` is configurable (default ``Fail``) for the
+workload kinds; the GPUSharePool entry is always ``Ignore`` (:data:`POOLS_FAILURE_POLICY`: while no
+webhook answers, pools are guarded by the CRD's schema and CEL rules and by the operator's conflict
+detection, and a fail-closed pools webhook would block the first pool of an install and the
+operator's own finalizer removal; docs/webhook.md, "Pools and the failure policy").
 
 ``python -m gpushare.admission.webhook_config`` prints the in-cluster manifest (a Service
 reference, no caBundle: the operator keeps ``caBundle`` current). Local runs use a URL on
@@ -32,6 +36,8 @@ DEFAULT_NAMESPACE = "gpushare-system"
 DEFAULT_SERVICE = "gpushare-webhook"
 DEFAULT_PORT = 9443
 MAX_TIMEOUT_SECONDS = 5
+#: The GPUSharePool webhook's failurePolicy, whatever the workloads' is (see the module docstring).
+POOLS_FAILURE_POLICY: FailurePolicy = "Ignore"
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,8 @@ class WebhookTarget:
     versions: tuple[str, ...] = ()
     #: The workload-kinds table entry (where the pod specs and containers are); None for pools.
     workload: WorkloadKind | None = None
+    #: A failurePolicy of its own (pools: :data:`POOLS_FAILURE_POLICY`); None: the settings' policy.
+    failure_policy: FailurePolicy | None = None
 
 
 def targets_for(table: KindTable = DEFAULT_TABLE) -> tuple[WebhookTarget, ...]:
@@ -76,6 +84,7 @@ def targets_for(table: KindTable = DEFAULT_TABLE) -> tuple[WebhookTarget, ...]:
             c.PLURAL,
             ("CREATE", "UPDATE"),
             namespaced=False,
+            failure_policy=POOLS_FAILURE_POLICY,
         ),
     )
 
@@ -162,7 +171,7 @@ def build_webhook(settings: WebhookSettings, target: WebhookTarget) -> dict[str,
         "name": webhook_name(target.handler_id),
         "admissionReviewVersions": ["v1"],
         "sideEffects": "None",
-        "failurePolicy": settings.failure_policy,
+        "failurePolicy": target.failure_policy or settings.failure_policy,
         "matchPolicy": "Equivalent",
         "timeoutSeconds": settings.timeout_seconds,
         "clientConfig": client_config(settings, target.handler_id),

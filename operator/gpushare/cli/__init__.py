@@ -51,15 +51,40 @@ def main(argv: Sequence[str] | None = None, prog: str = "gpushare") -> int:
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)
+        sys.stdout.flush()
     except CLIError as exc:
-        print(f"{prog} {args.command}: error: {exc}", file=sys.stderr)
+        _print_error(f"{prog} {args.command}", exc)
         return exc.code
     except ManifestError as exc:  # any sub-command reading files: unreadable input is exit 2
-        print(f"{prog} {args.command}: error: {exc}", file=sys.stderr)
+        _print_error(f"{prog} {args.command}", exc)
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `gpushare ... | head`: the reader is gone, as kubectl exits quietly
+        _quiet_stdout()
+        return 0
     return code
+
+
+def _print_error(who: str, exc: Exception) -> None:
+    """One line per problem (an error may name several bad files or pools)."""
+    try:
+        for line in str(exc).splitlines() or [""]:
+            print(f"{who}: error: {line}", file=sys.stderr)
+    except BrokenPipeError:
+        pass
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush does not fail again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 def kubectl_plugin_main() -> None:

@@ -83,17 +83,20 @@ def register(subparsers: Any) -> None:
 def _context_objects(paths: list[str], option: str) -> tuple[list[GPUSharePool], list[dict[str, Any]]]:
     pools: list[GPUSharePool] = []
     nodes: list[dict[str, Any]] = []
+    errors: list[str] = []  # every bad pool or object, a line each
     for obj in load_files(paths):
         kind = obj.get("kind")
         if kind == c.KIND:
             try:
                 pools.append(parse_pool(obj))
             except PoolValidationError as exc:
-                raise CLIError(f"{option}: {exc}") from None
+                errors.append(f"{option}: {exc}")
         elif kind == "Node":
             nodes.append(obj)
         else:
-            raise CLIError(f"{option}: {object_name(obj)} is neither a GPUSharePool nor a Node")
+            errors.append(f"{option}: {object_name(obj)} is neither a GPUSharePool nor a Node")
+    if errors:
+        raise CLIError("\n".join(errors))
     return pools, nodes
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 
 from gpushare import constants as c
+from gpushare.api.v1alpha1 import PoolValidationError, parse_pool
 from gpushare.cli import CLIError
 from gpushare.inspection import Report, build_report, render_text
 from gpushare.k8s import KubeConfigError, make_api_client
@@ -29,7 +30,16 @@ def _from_files(args: argparse.Namespace) -> tuple[Objects, Objects, Objects]:
     def kind(paths: list[str], wanted: str) -> Objects:
         return [o for o in load_files(paths) if o.get("kind") == wanted] if paths else []
 
-    return kind(args.nodes, "Node"), kind(args.pods, "Pod"), kind(args.pools, c.KIND)
+    nodes, pods, pools = kind(args.nodes, "Node"), kind(args.pods, "Pod"), kind(args.pools, c.KIND)
+    errors = []  # pools given by file must all be valid (a stored invalid pool is only a warning)
+    for obj in pools:
+        try:
+            parse_pool(obj)
+        except PoolValidationError as exc:
+            errors.append(f"--pools: {exc}")
+    if errors:
+        raise CLIError("\n".join(errors))
+    return nodes, pods, pools
 
 
 async def _live(kubeconfig: str | None) -> tuple[Objects, Objects, Objects, list[str]]:

@@ -25,6 +25,7 @@ from gpushare.k8s.readonly import LiveReadError, LiveState, read_live_sync
 from gpushare.manifests import load_files
 from gpushare.policy import Action, ClusterPlan, NodePlan, NodeView, PodView, plan
 from gpushare.policy.pooldiff import PoolChange, diff_pools, show
+from gpushare.policy.status import no_nodes_message
 
 ABSENT = "<none>"
 
@@ -77,11 +78,14 @@ def _objects(paths: list[str], kind: str) -> list[dict[str, Any]]:
 
 def _parse_pools(objs: list[dict[str, Any]], option: str) -> list[GPUSharePool]:
     pools: list[GPUSharePool] = []
+    errors: list[str] = []
     for obj in objs:
         try:
             pools.append(parse_pool(obj))
         except PoolValidationError as exc:
-            raise CLIError(str(exc)) from None
+            errors.append(f"{option}: {exc}")
+    if errors:  # every bad pool, a line each
+        raise CLIError("\n".join(errors))
     seen: set[str] = set()
     for p in pools:
         if p.name in seen:
@@ -206,12 +210,17 @@ def _text_node(p: NodePlan, node: NodeView, pool: GPUSharePool | None, pods: lis
     return lines
 
 
+#: The actions of a node that is (or stays) in its pool.
+_IN_POOL_ACTIONS = (Action.APPLY, Action.NOOP, Action.HOLD)
+
+
 def render_text(
     cp: ClusterPlan,
     nodes: Mapping[str, NodeView],
     pools: Mapping[str, GPUSharePool],
     pods: list[PodView],
     show_all: bool,
+    deleting: frozenset[str] = frozenset(),
 ) -> str:
     lines: list[str] = []
     for name, why in sorted(cp.invalid_pools.items()):
@@ -236,6 +245,13 @@ def render_text(
                 f"pool {pool.name}: {len(members)} device plugin restart(s), "
                 f"at most {batch} node(s) at a time (rollout.maxUnavailable {limit})"
             )
+    for pool in pools.values():  # a pool on no node says so, with its selector (as its status will)
+        if pool.name in deleting or pool.name in cp.invalid_pools:
+            continue
+        if not any(p.pool == pool.name and p.action in _IN_POOL_ACTIONS for p in cp.nodes):
+            shared = sum(1 for p in cp.nodes if p.action is Action.CONFLICT and pool.name in p.conflict_pools)
+            skipped = sum(1 for p in cp.nodes if p.pool == pool.name and p.action is Action.SKIP)
+            lines.append(f"pool {pool.name}: {no_nodes_message(pool, shared, skipped)}")
     s = summary(cp)
     lines.append(
         f"{s['nodes']} node(s): {s['changed']} to change, {s['pluginRestarts']} plugin restart(s), "
@@ -349,7 +365,7 @@ def run(args: argparse.Namespace) -> int:
         lines = [
             *header,
             *render_pool_changes(changes, by_pool),
-            render_text(cp, by_node, by_pool, pods, args.all),
+            render_text(cp, by_node, by_pool, pods, args.all, deleting),
         ]
         print("\n".join(lines))
     return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 import random
@@ -67,6 +68,7 @@ def register(subparsers: Any) -> None:
 
 def add_webhook_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``--webhook*`` options of ``gpushare run``."""
+    from gpushare.admission.review import MAX_REVIEW_BYTES
     from gpushare.admission.webhook_config import (
         DEFAULT_CONFIGURATION_NAME,
         DEFAULT_NAMESPACE,
@@ -101,8 +103,16 @@ def add_webhook_arguments(parser: argparse.ArgumentParser) -> None:
         "--webhook-no-configuration", action="store_true",
         help="leave the ValidatingWebhookConfiguration alone (cert-manager's cainjector sets caBundle)",
     )  # fmt: skip
-    g.add_argument("--webhook-failure-policy", choices=("Fail", "Ignore"), default="Fail")
+    g.add_argument(
+        "--webhook-failure-policy", choices=("Fail", "Ignore"),
+        help="failurePolicy of the workload webhooks (pools always Ignore); default Fail, Ignore with "
+        "--webhook-local (a development run killed without cleanup then blocks nothing)",
+    )  # fmt: skip
     g.add_argument("--webhook-timeout", type=int, default=MAX_TIMEOUT_SECONDS, help="timeoutSeconds, 1..5")
+    g.add_argument(
+        "--webhook-max-body-bytes", type=int, default=MAX_REVIEW_BYTES, metavar="N",
+        help=f"largest AdmissionReview accepted (default {MAX_REVIEW_BYTES}; docs/security.md)",
+    )  # fmt: skip
     g.add_argument(
         "--webhook-via-kopf", action="store_true",
         help="answer every review through Kopf's handler machinery (slower; for comparison)",
@@ -117,9 +127,14 @@ def webhook_options(args: argparse.Namespace) -> WebhookOptions:
     """The webhook's options from ``args`` (ValueError, one line, when unusable)."""
     from gpushare.admission.webhook_config import MAX_TIMEOUT_SECONDS
     from gpushare.webhook.options import WebhookOptions
+    from gpushare.webhook.server import MAX_BODY_CEILING, ServerLimits
 
+    base_limits = ServerLimits()
     if not 1 <= args.webhook_timeout <= MAX_TIMEOUT_SECONDS:
         raise ValueError(f"--webhook-timeout {args.webhook_timeout}: must be 1..{MAX_TIMEOUT_SECONDS}")
+    max_body = getattr(args, "webhook_max_body_bytes", None) or base_limits.max_body_bytes
+    if not 4096 <= max_body <= MAX_BODY_CEILING:
+        raise ValueError(f"--webhook-max-body-bytes {max_body}: must be 4096..{MAX_BODY_CEILING}")
     base = WebhookOptions()
     return WebhookOptions(
         addr=args.webhook_addr,
@@ -132,12 +147,13 @@ def webhook_options(args: argparse.Namespace) -> WebhookOptions:
         secret=args.webhook_secret,
         cert_dir=args.webhook_cert_dir or base.cert_dir,
         cert_files_dir=args.webhook_cert_files,
-        failure_policy=args.webhook_failure_policy,
+        failure_policy=args.webhook_failure_policy or ("Ignore" if args.webhook_local else "Fail"),
         timeout_seconds=args.webhook_timeout,
         direct=not getattr(args, "webhook_via_kopf", False),
         kubeconfig=getattr(args, "kubeconfig", None),
         context=getattr(args, "context", None),
         kinds=_kinds_from(getattr(args, "workload_kinds", None)),
+        limits=dataclasses.replace(base_limits, max_body_bytes=max_body),
     )
 
 
@@ -152,6 +168,15 @@ def _kinds_from(path: Path | None) -> KindTable:
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"--workload-kinds {path}: cannot read: {exc}") from None
     return table_with(load_kinds(text, f"--workload-kinds {path}"))
+
+
+async def _namespace_exists(args: argparse.Namespace, namespace: str) -> bool:
+    """False only when the apiserver answers that ``namespace`` does not exist."""
+    from gpushare.k8s.client import make_api_client
+    from gpushare.k8s.webhook_api import namespace_exists
+
+    async with await make_api_client(args.kubeconfig, context=args.context) as api:
+        return await namespace_exists(api, namespace)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -169,6 +194,14 @@ def run(args: argparse.Namespace) -> int:
         asyncio.run(load_configuration(args.kubeconfig, context=args.context))
     except KubeConfigError as exc:
         raise CLIError(str(exc)) from None
+    if args.webhook and args.webhook_local and args.webhook_cert_files is None:
+        namespace = args.webhook_namespace
+        if not asyncio.run(_namespace_exists(args, namespace)):
+            raise CLIError(
+                f"namespace {namespace} does not exist: the webhook keeps its certificate Secret "
+                f"{args.webhook_secret} there; create it (kubectl create namespace {namespace}) or pass "
+                "--webhook-namespace NS"
+            )
     configure_logging(args.log_format, logging.DEBUG if args.verbose else logging.INFO)
     logging.getLogger("aiohttp.access").propagate = False
     if not args.verbose:

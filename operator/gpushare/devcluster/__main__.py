@@ -23,6 +23,7 @@ from kubernetes_asyncio import client
 from gpushare.devcluster.binaries import BinariesMissing
 from gpushare.devcluster.cluster import ClusterInfo, DevCluster, DevClusterError, read_info
 from gpushare.devcluster.crds import install_crd_files
+from gpushare.devcluster.demo import DEMO_POOLS, create_demo_nodes
 from gpushare.devcluster.fakes import (
     POOL_LABEL,
     RealNodePlugin,
@@ -58,7 +59,12 @@ def _supervisor_pid(d: Path) -> int | None:
 REAL_NODEPOOL = "np-real"
 
 
-async def _populate(info: ClusterInfo, nodes_per_pool: int, pools: int, crds: list[Path]) -> None:
+async def _populate(info: ClusterInfo, nodes_per_pool: int, pools: int | None, crds: list[Path]) -> None:
+    """CRDs, the stand-in device plugin, and the fake GPU nodes: ``pools`` None (``make cluster``)
+    makes the node pools examples/ selects (``DEMO_POOLS``: np-cgpu, np-cgpu-no-isolation,
+    np-gpu-core, two nodes each, one agent pass each); a number makes that many generic pools
+    np-a, np-b, ... of ``nodes_per_pool`` nodes (tests, benchmarks). Real nodes (``--real-nodes``)
+    get the device plugin's nodeSelector and node pool np-real."""
     api = await make_api_client(str(info.kubeconfig))
     async with api:
         await install_crd_files(api, crds)
@@ -66,10 +72,14 @@ async def _populate(info: ClusterInfo, nodes_per_pool: int, pools: int, crds: li
         await ensure_device_plugin_daemonset(api, real_nodes=real)
         core = client.CoreV1Api(api)
         for node in info.real_nodes:
-            # The device plugin's nodeSelector and a node pool of their own.
             await core.patch_node(
                 node, {"metadata": {"labels": {"gpushare": "true", POOL_LABEL: REAL_NODEPOOL}}}
             )
+    if pools is None:
+        await create_demo_nodes(str(info.kubeconfig))
+        return
+    api = await make_api_client(str(info.kubeconfig))
+    async with api:
         for p in range(pools):
             pool = chr(ord("a") + p)
             await create_gpu_nodes(
@@ -113,9 +123,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_usage(info: ClusterInfo) -> None:
+def _print_usage(info: ClusterInfo, examples_layout: bool = False) -> None:
     print(f"export KUBECONFIG={info.kubeconfig}")
     print(f"# logs: {info.log_dir}")
+    if examples_layout:
+        pools = ", ".join(f"{p.nodepool_id} ({p.prefix}-0..{p.count - 1})" for p in DEMO_POOLS)
+        print(f"# node pools (alibabacloud.com/nodepool-id): {pools}")
+        print("#       the pools of examples/ select them: kubectl apply -f examples/pool-cgpu.yaml")
     print("# try:  kubectl get nodes -L alibabacloud.com/nodepool-id,aliyun.com/gpu-mem")
     print("#       kubectl -n kube-system get pods -l name=gpushare-device-plugin-ds -o wide")
     if info.real_nodes:
@@ -145,7 +159,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         proc = subprocess.Popen(
             [
                 *(sys.executable, "-m", "gpushare.devcluster", "_serve", "--dir", str(d)),
-                *("--nodes", str(args.nodes), "--pools", str(args.pools)),
+                *("--nodes", str(args.nodes)),
+                *(("--pools", str(args.pools)) if args.pools is not None else ()),
                 *("--real-nodes", str(args.real_nodes)),
                 *(f"--crd={p}" for p in args.crd),
             ],
@@ -165,7 +180,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             return 1
         time.sleep(0.2)
     print(f"# control plane ready in {time.monotonic() - started:.1f}s ({d})", file=sys.stderr)
-    _print_usage(read_info(d))
+    _print_usage(read_info(d), examples_layout=args.pools is None)
     return 0
 
 
@@ -224,8 +239,12 @@ def main(argv: list[str] | None = None) -> int:
     for name, fn in (("up", cmd_up), ("_serve", cmd_serve)):
         p = sub.add_parser(name)
         p.add_argument("--dir", default=DEFAULT_DIR)
-        p.add_argument("--nodes", type=int, default=3, help="fake GPU nodes per node pool")
-        p.add_argument("--pools", type=int, default=2, help="node pools (np-a, np-b, ...)")
+        p.add_argument("--nodes", type=int, default=3, help="fake GPU nodes per generic node pool (--pools)")
+        p.add_argument(
+            "--pools", type=int, default=None,
+            help="N generic node pools np-a, np-b, ... of --nodes nodes each; default: the node pools "
+            "examples/ selects (np-cgpu, np-cgpu-no-isolation, np-gpu-core, 2 nodes each)",
+        )  # fmt: skip
         p.add_argument("--timeout", type=float, default=120.0)
         p.add_argument(
             "--real-nodes",

@@ -13,7 +13,7 @@ configuration get/patch (create only where the manifests did not ship it, e.g. l
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -38,6 +38,7 @@ class StoredSecret:
 
     data: dict[str, str]
     resource_version: str
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 def _failed(what: str, exc: ApiException | ApiUnavailable) -> WebhookCertError:
@@ -53,13 +54,16 @@ async def _write(
     verb: str,
     resource: str,
     conflicts: frozenset[int] = frozenset({409}),
+    not_found: str | None = None,
 ) -> None:
     """One write; a status in ``conflicts`` (lost a race) is ``Conflict``, any other failure
-    ``WebhookCertError``."""
+    ``WebhookCertError`` (worded ``not_found``, when given, for a 404)."""
     try:
         await call(fn, verb=verb, resource=resource)
     except (ApiException, ApiUnavailable) as exc:
         failure = _failed(what, exc)
+        if not_found is not None and isinstance(exc, ApiException) and exc.status == 404:
+            failure = WebhookCertError(not_found)
         if isinstance(exc, ApiException) and exc.status in conflicts:
             raise Conflict(str(failure)) from exc
         raise failure from None
@@ -76,16 +80,24 @@ async def read_secret(api: client.ApiClient, namespace: str, name: str) -> Store
         raise _failed(f"read Secret {namespace}/{name}", exc) from None
     if secret is None:
         return None
-    return StoredSecret(dict(secret.data or {}), str(secret.metadata.resource_version or ""))
+    meta = secret.metadata
+    return StoredSecret(dict(secret.data or {}), str(meta.resource_version or ""), dict(meta.labels or {}))
 
 
 async def write_secret(
-    api: client.ApiClient, namespace: str, name: str, data: Mapping[str, str], resource_version: str | None
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    data: Mapping[str, str],
+    resource_version: str | None,
+    labels: Mapping[str, str] | None = None,
 ) -> None:
     """Create the TLS Secret (``resource_version`` None) or replace the version that was read;
-    ``Conflict`` when another writer got there first."""
+    ``Conflict`` when another writer got there first. ``labels`` are added to ``SECRET_LABELS``.
+    A create answered 404 means the namespace is missing, and the message says so."""
     core = client.CoreV1Api(api)
-    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(SECRET_LABELS)}
+    all_labels = {**(labels or {}), **SECRET_LABELS}
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": all_labels}
     if resource_version is not None:
         meta["resourceVersion"] = resource_version
     body: dict[str, Any] = {
@@ -97,11 +109,15 @@ async def write_secret(
     }
     what = f"write Secret {namespace}/{name}"
     if resource_version is None:
+        missing = (
+            f"cannot {what}: namespace {namespace} does not exist (kubectl create namespace {namespace})"
+        )
         await _write(
             what,
             lambda: core.create_namespaced_secret(namespace, body),  # type: ignore[arg-type]
             verb="create",
             resource=SECRETS,
+            not_found=missing,
         )
     else:
         await _write(
@@ -157,3 +173,28 @@ async def delete_configuration(api: client.ApiClient, name: str) -> None:
     await call_if_present(
         lambda: adm.delete_validating_webhook_configuration(name), verb="delete", resource=CONFIGURATIONS
     )
+
+
+async def delete_secret(api: client.ApiClient, namespace: str, name: str) -> None:
+    """Delete the Secret (nothing to do when it is already gone)."""
+    core = client.CoreV1Api(api)
+    try:
+        await call_if_present(
+            lambda: core.delete_namespaced_secret(name, namespace), verb="delete", resource=SECRETS
+        )
+    except (ApiException, ApiUnavailable) as exc:
+        raise _failed(f"delete Secret {namespace}/{name}", exc) from None
+
+
+async def namespace_exists(api: client.ApiClient, name: str) -> bool:
+    """False only when the apiserver says the namespace does not exist (404); True when it exists or
+    cannot be read (e.g. 403: in a pod the namespace is its own and exists; an unreachable
+    apiserver: one attempt, the caller's own retries report it)."""
+    core = client.CoreV1Api(api)
+    try:
+        found = await call_or_absent(
+            lambda: core.read_namespace(name), verb="get", resource="namespaces", attempts=1
+        )
+    except (ApiException, ApiUnavailable):
+        return True
+    return found is not None

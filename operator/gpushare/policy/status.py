@@ -32,6 +32,26 @@ class NodeState:
     message: str
 
 
+def no_nodes_message(pool: GPUSharePool, conflicting: int = 0, skipped: int = 0) -> str:
+    """Why a pool has no node, naming its selector (Ready's ``NoMatchingNodes`` message, and
+    ``gpushare plan``'s line for such a pool)."""
+    query = pool.spec.node_selector.to_query()
+    if skipped and not conflicting:
+        return (
+            f"spec.nodeSelector {query} selects only nodes labelled {c.LABEL_SKIP}=true ({skipped}), "
+            "which gpushare leaves alone"
+        )
+    if conflicting:
+        return (
+            f"spec.nodeSelector {query} selects no node that only this pool selects: {conflicting} "
+            "node(s) are also selected by another pool (see condition Conflict)"
+        )
+    return (
+        f"spec.nodeSelector {query} selects 0 nodes: no node has these labels "
+        f"(kubectl get nodes -l '{query}'); label the pool's nodes or change the selector"
+    )
+
+
 def _names(items: Sequence[str]) -> str:
     shown = ", ".join(items[:_LIST_MAX])
     return shown + (f" and {len(items) - _LIST_MAX} more" if len(items) > _LIST_MAX else "")
@@ -285,11 +305,12 @@ def pool_status(
             f"cleanup {pool.spec.cleanup} in progress on {counts['pending']} node(s)",
         )
     elif matched == 0:
+        skipped = sum(1 for p in plans if p.pool == name and p.action is Action.SKIP)
         put(
             cond.READY,
             "False",
             cond.REASON_NO_MATCHING_NODES,
-            "spec.nodeSelector selects no node that only this pool selects",
+            no_nodes_message(pool, counts["conflicting"], skipped),
         )
     elif ready == matched:
         put(cond.READY, "True", cond.REASON_ALL_NODES_READY, f"{ready}/{matched} nodes ready{refused_note}")

@@ -36,8 +36,13 @@ def admit(
     operation: str | None,
     ctx_fn: Callable[[], Context],
     table: KindTable = DEFAULT_TABLE,
+    failure_policy: str = "Fail",
 ) -> Decision:
-    """Decide one request (raises nothing; the handler turns a denial into ``kopf.AdmissionError``)."""
+    """Decide one request (raises nothing; the handler turns a denial into ``kopf.AdmissionError``).
+
+    A failure inside the rules is answered as the webhook's failure policy says (the target's own
+    when it has one: pools are always ``Ignore``): ``Fail`` denies (code 400), ``Ignore`` allows
+    with a warning; either way it is logged in one line."""
     if operation not in target.operations:
         return Decision(True)
     obj = dict(body)
@@ -46,13 +51,22 @@ def admit(
     try:
         return decide(evaluate(obj, ctx_fn(), table))
     except Exception as exc:  # a bug must not become a 500 (kopf's default code)
-        logger.exception("Admission rules failed on %s", object_name(obj, table))
-        return Decision(
-            False,
-            CODE_BAD_REQUEST,
-            f"{object_name(obj, table)}: gpushare could not evaluate the GPU-sharing rules"
-            f" ({type(exc).__name__}: {exc})",
+        name = _safe_name(obj, table)
+        logger.warning("Admission rules failed on %s: %s: %s", name, type(exc).__name__, exc)
+        why = (
+            f"{name}: gpushare could not evaluate the GPU-sharing rules"
+            f" ({type(exc).__name__}: {str(exc)[:200]})"
         )
+        if (target.failure_policy or failure_policy) == "Ignore":
+            return Decision(True, warnings=(f"{why}; allowed (failurePolicy Ignore)",))
+        return Decision(False, CODE_BAD_REQUEST, why)
+
+
+def _safe_name(obj: Mapping[str, Any], table: KindTable) -> str:
+    try:
+        return object_name(dict(obj), table)
+    except Exception:  # the name of a hostile object is not worth a second failure
+        return "the object"
 
 
 def _routed_to(target: WebhookTarget, request: Mapping[str, Any]) -> bool:
@@ -85,30 +99,46 @@ def fast_allow(
     return True
 
 
+def live_context(cache: ContextCache) -> Context | None:
+    """The context ``respond`` judges with, once the startup handler has handed over the indexes
+    (read on the event loop: the indexes change there)."""
+    return cache.live() if cache.ready else None
+
+
 def respond(
     handler_id: str,
     review: Mapping[str, Any],
-    cache: ContextCache,
+    context: Context,
     targets: Mapping[str, WebhookTarget] = TARGETS_BY_ID,
     table: KindTable = DEFAULT_TABLE,
+    failure_policy: str = "Fail",
 ) -> dict[str, Any] | None:
     """The whole answer without Kopf's per-request machinery (memos, diffs, causes, handler
     bookkeeping: most of a request's CPU), from the same ``admit`` and the same index snapshot the
-    Kopf handler would use. None (let Kopf answer) until the startup handler has handed over the
-    indexes, or for a review routed to an unexpected resource."""
-    if not cache.ready:
-        return None
+    Kopf handler would use. A review routed to another resource than the handler's is denied
+    (code 400: a wrong path never allows). None (let Kopf answer) for a review with no object
+    (a DELETE) or a handler id it does not know."""
     target = targets.get(handler_id)
     if target is None:
         return None
     request = review.get("request") or {}
     if not _routed_to(target, request):
-        return None
+        resource = request.get("resource") or {}
+        got = "/".join(str(resource.get(k, ""))[:63] for k in ("group", "version", "resource"))
+        message = (
+            f"malformed AdmissionReview: {handler_id} judges {target.plural}"
+            f"{'.' + target.group if target.group else ''}, not {got}"
+        )
+        return {
+            "uid": request["uid"],
+            "allowed": False,
+            "status": {"code": CODE_BAD_REQUEST, "message": message},
+        }
     obj = request.get("object")
     if not isinstance(obj, Mapping):
         return None
     started = time.perf_counter()
-    decision = admit(target, obj, request.get("operation"), cache.live, table)
+    decision = admit(target, obj, request.get("operation"), lambda: context, table, failure_policy)
     record(target.kind, decision, time.perf_counter() - started)
     log_decision(obj, decision, table)
     answer: dict[str, Any] = {"uid": request["uid"], "allowed": decision.allowed}

@@ -12,8 +12,13 @@ entries that differ from the desired ones. With cert-manager, mount its certific
 files instead (no Secret is written; cainjector keeps caBundle current).
 
 ``CertLifecycle`` ties it to the server's hooks: ``prepare`` (before the first bind),
-``on_listening`` (after every bind) and ``background`` (the periodic renewal check). The API calls
-are in ``gpushare.k8s.webhook_api``; the decisions are here and in ``gpushare.webhook.tls``.
+``on_listening`` (after every bind) and ``background`` (the periodic renewal check). In local mode
+(``gpushare run --webhook-local``, development) the Secret and the configuration it creates carry
+the label ``gpushare.io/local-run: "true"``, and ``remove_local`` (the webhook's cleanup handler,
+on SIGINT/SIGTERM) deletes them again, so that a stopped development run leaves nothing that
+blocks a GPU job (a configuration pointing at a closed port) or a later ``helm install`` (a Secret
+without Helm's ownership metadata). Objects it did not create (e.g. the chart's) are never deleted.
+The API calls are in ``gpushare.k8s.webhook_api``; the decisions are here and in ``gpushare.webhook.tls``.
 """
 
 from __future__ import annotations
@@ -55,6 +60,10 @@ PREPARE_BACKOFF = Backoff(attempts=30, base_delay=0.5, max_delay=10.0)
 REGISTER_BACKOFF = Backoff(attempts=5, base_delay=0.5, max_delay=10.0)
 #: What a failed certificate or configuration step raises (the hooks retry or log these).
 FAILURES: tuple[type[Exception], ...] = (WebhookCertError, ApiUnavailable, OSError)
+#: The label on the Secret and configuration a local (development) run created; ``remove_local``
+#: deletes only objects that carry it.
+LOCAL_LABEL = "gpushare.io/local-run"
+LOCAL_LABELS: Mapping[str, str] = {LOCAL_LABEL: "true"}
 
 
 # --- decisions over the API (read, decide, write; again on Conflict) -------------------------------
@@ -71,8 +80,10 @@ async def ensure_certificates(
     ca_renew_before: dt.timedelta = CA_RENEW_BEFORE,
     validity: dt.timedelta = CERT_VALIDITY,
     backoff: Backoff = REPLAN_BACKOFF,
+    labels: Mapping[str, str] | None = None,
 ) -> tuple[CertBundle, str | None]:
-    """The valid bundle from the Secret, creating or renewing it. Returns ``(bundle, why_written)``."""
+    """The valid bundle from the Secret, creating or renewing it. Returns ``(bundle, why_written)``.
+    ``labels`` go on a Secret this creates; a renewal keeps the labels the Secret has."""
     when = now or utcnow()
 
     async def step() -> tuple[CertBundle, str | None]:
@@ -83,7 +94,8 @@ async def ensure_certificates(
             return current, None
         fresh = renew(current, sans, when, ca_renew_before, validity)
         version = stored.resource_version if stored is not None else None
-        await webhook_api.write_secret(api, namespace, secret_name, secret_data(fresh), version)
+        keep = stored.labels if stored is not None else labels
+        await webhook_api.write_secret(api, namespace, secret_name, secret_data(fresh), version, keep)
         return fresh, problem
 
     try:  # another replica won: read its certificate
@@ -152,7 +164,10 @@ async def ensure_configuration(
     async def step() -> str:
         current = await webhook_api.read_configuration(api, settings.name)
         if current is None:
-            await webhook_api.create_configuration(api, build_configuration(settings))
+            body = build_configuration(settings)
+            if settings.url_base is not None:  # local mode: ours to delete on exit (remove_local)
+                body["metadata"]["labels"].update(LOCAL_LABELS)
+            await webhook_api.create_configuration(api, body)
             return "created"
         ops = configuration_patch(current, settings)
         if not ops:
@@ -210,7 +225,12 @@ class CertLifecycle:
             self.ca_bundle = base64.b64encode(self.files.cafile.read_bytes()).decode("ascii")
             return
         bundle, why = await ensure_certificates(
-            self._api(), options.namespace, options.secret, self.sans, renew_before=options.renew_before
+            self._api(),
+            options.namespace,
+            options.secret,
+            self.sans,
+            renew_before=options.renew_before,
+            labels=LOCAL_LABELS if options.local else None,
         )
         if why:
             logger.info("Wrote webhook certificate Secret %s/%s: %s", options.namespace, options.secret, why)
@@ -261,6 +281,31 @@ class CertLifecycle:
                 await self.refresh_configuration()
             except FAILURES as exc:
                 logger.warning("Webhook certificate check failed (will retry): %s", exc)
+
+    async def remove_local(self) -> list[str]:
+        """Local mode only: delete the configuration and the Secret this run's local mode created
+        (those labelled ``LOCAL_LABEL``); returns what was deleted. Failures are logged, not raised."""
+        options = self.options
+        if not options.local or self.api is None:
+            return []
+        removed = []
+        try:
+            if options.manage_configuration:
+                current = await webhook_api.read_configuration(self.api, options.configuration)
+                labels = ((current or {}).get("metadata") or {}).get("labels") or {}
+                if current is not None and labels.get(LOCAL_LABEL) == "true":
+                    await webhook_api.delete_configuration(self.api, options.configuration)
+                    removed.append(f"ValidatingWebhookConfiguration {options.configuration}")
+            if options.cert_files_dir is None:
+                stored = await webhook_api.read_secret(self.api, options.namespace, options.secret)
+                if stored is not None and stored.labels.get(LOCAL_LABEL) == "true":
+                    await webhook_api.delete_secret(self.api, options.namespace, options.secret)
+                    removed.append(f"Secret {options.namespace}/{options.secret}")
+        except FAILURES as exc:
+            logger.warning("Could not remove the local webhook's objects: %s", exc)
+        if removed:
+            logger.info("Local webhook stopped: deleted %s", " and ".join(removed))
+        return removed
 
     async def close(self) -> None:
         if self.api is not None:

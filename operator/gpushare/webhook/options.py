@@ -20,6 +20,7 @@ from gpushare.admission.webhook_config import (
     WebhookTarget,
     targets_for,
 )
+from gpushare.webhook.server import ServerLimits
 from gpushare.webhook.tls import RENEW_BEFORE
 
 DEFAULT_SECRET = "gpushare-webhook-tls"
@@ -57,6 +58,8 @@ class WebhookOptions:
     direct: bool = True
     #: Workload kinds whose pod templates are checked (built-ins plus ``--workload-kinds FILE``).
     kinds: KindTable = DEFAULT_TABLE
+    #: What one client may cost (body size and time, connections): docs/security.md.
+    limits: ServerLimits = field(default_factory=ServerLimits)
 
     @property
     def targets(self) -> tuple[WebhookTarget, ...]:

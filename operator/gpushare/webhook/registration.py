@@ -14,7 +14,8 @@
   ``warnings`` list, which ``kubectl`` prints;
 * a startup handler that serves HTTPS (``GPUShareWebhookServer``) with the certificate of
   ``CertLifecycle`` (the operator's Secret, or mounted files, e.g. from cert-manager), which also
-  keeps the shipped ValidatingWebhookConfiguration's caBundle current; a cleanup handler.
+  keeps the shipped ValidatingWebhookConfiguration's caBundle current; a cleanup handler (in
+  local mode it deletes the configuration and Secret the run created, ``CertLifecycle.remove_local``).
 
 Kopf does not check ``operations`` at runtime (they only feed the webhook configuration), so each
 handler checks the operation itself.
@@ -40,7 +41,7 @@ from gpushare.admission.webhook_config import WebhookTarget
 from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
 from gpushare.k8s.client import load_configuration
 from gpushare.k8s.watch import ListWatch
-from gpushare.webhook.answer import admit, fast_allow, log_decision, record, respond
+from gpushare.webhook.answer import admit, fast_allow, live_context, log_decision, record, respond
 from gpushare.webhook.context import ContextCache
 from gpushare.webhook.lifecycle import CertLifecycle
 from gpushare.webhook.options import WebhookOptions
@@ -83,7 +84,7 @@ class Registered:
 
 
 def make_handler(
-    target: WebhookTarget, cache: ContextCache, table: KindTable = DEFAULT_TABLE
+    target: WebhookTarget, cache: ContextCache, table: KindTable = DEFAULT_TABLE, failure_policy: str = "Fail"
 ) -> Callable[..., Coroutine[Any, Any, None]]:
     async def validate(body: kopf.Body, operation: str | None, warnings: list[str], **kwargs: Any) -> None:
         started = time.perf_counter()
@@ -93,6 +94,7 @@ def make_handler(
             operation,
             lambda: cache.context(kwargs.get(POOLS_INDEX), cache.fed),
             table,
+            failure_policy,
         )
         warnings.extend(decision.warnings)
         record(target.kind, decision, time.perf_counter() - started)
@@ -127,7 +129,7 @@ def register(
             version=target.version if len(target.versions) <= 1 else None,  # None: every version
             operations=cast(tuple[Literal["CREATE", "UPDATE"], ...], target.operations),
             registry=registry,
-        )(make_handler(target, cache, options.kinds))  # fmt: skip
+        )(make_handler(target, cache, options.kinds, options.failure_policy))  # fmt: skip
 
     nodes: list[tuple[client.ApiClient, asyncio.Task[None]]] = []
 
@@ -152,6 +154,7 @@ def register(
             with contextlib.suppress(asyncio.CancelledError):
                 await task
             await api.close()
+        await lifecycle.remove_local()  # local mode: nothing left to block the cluster after exit
         await lifecycle.close()
 
     return Registered(cache, lifecycle)
@@ -164,10 +167,16 @@ def build_server(
     as the fallback, and the certificate lifecycle's hooks."""
     targets = {t.handler_id: t for t in options.targets}
     return GPUShareWebhookServer(
+        routes={i: (t.group, t.plural) for i, t in targets.items()},
         fast_allow=lambda handler_id, review: fast_allow(handler_id, review, targets, options.kinds),
-        respond=lambda handler_id, review: (
-            respond(handler_id, review, cache, targets, options.kinds) if options.direct else None
+        live_context=lambda: live_context(cache),
+        respond=lambda handler_id, review, context: (
+            respond(handler_id, review, context, targets, options.kinds, options.failure_policy)
+            if options.direct
+            else None
         ),
+        failure_policy=options.failure_policy,
+        limits=options.limits,
         addr=options.addr,
         port=options.port,
         host=options.host if options.local else None,
