@@ -9,7 +9,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 
 .PHONY: manifests help setup test test-unit test-integration lint fmt crds crds-check control-plane cluster cluster-down \
         bench bench-webhook demo demo-down gpu-check e2e-kind image image-check helm lock clean \
-        promtool monitoring-check
+        promtool monitoring-check realnode realnode-prereqs kubelet realnode-bins
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -31,19 +31,42 @@ control-plane: ## Build (or reuse) kube-apiserver, kcm, scheduler, etcd and kwok
 helm: ## Build (or reuse) the helm CLI in ~/.cache/gpushare (for the chart's tests)
 	bash hack/build-helm.sh
 
+# The real-node tier (a real kubelet + containerd node beside the kwok nodes, tests/integration/
+# test_realnode.py): on by default; `make test REAL_NODES=0` leaves it out where it cannot run
+# (no root, no cgroups) and the test summary says so.
+REAL_NODES ?= 1
+ifeq ($(REAL_NODES),0)
+REALNODE_DEPS :=
+else
+REALNODE_DEPS := realnode
+endif
+
+realnode-prereqs: ## Install containerd, runc, the CNI plugins and iptables from Debian when missing (real-node tier)
+	bash hack/realnode-prereqs.sh
+
+kubelet: ## Build (or reuse) kubelet v1.34.4 in ~/.cache/gpushare (real-node tier)
+	bash hack/build-kubelet.sh
+
+realnode-bins: ## Build the real node's Go programs (device plugin, pause, workload, node reset) into build/realnode
+	bash hack/build-realnode.sh
+
+realnode: realnode-prereqs kubelet realnode-bins ## Everything the real-node tier needs
+
 CLUSTER_DIR ?= .cluster
 
-cluster: setup control-plane ## Start a local control plane in the background, with the fake GPU node pools examples/ selects
-	$(BIN)/python -m gpushare.devcluster up --dir $(CLUSTER_DIR)
+CLUSTER_REAL_NODES ?= 0
+cluster: setup control-plane ## Start a local control plane in the background, with the fake GPU node pools examples/ selects (CLUSTER_REAL_NODES=1: and a real kubelet node)
+	$(if $(filter-out 0,$(CLUSTER_REAL_NODES)),$(MAKE) realnode)
+	$(BIN)/python -m gpushare.devcluster up --dir $(CLUSTER_DIR) --real-nodes $(CLUSTER_REAL_NODES)
 
 cluster-down: ## Stop the control plane started by `make cluster`
 	$(BIN)/python -m gpushare.devcluster down --dir $(CLUSTER_DIR)
 
-test: setup control-plane helm promtool ## Run every test: unit, property and integration (real kube-apiserver)
-	GPUSHARE_TEST_PROGRESS=1 $(BIN)/pytest tests
+test: setup control-plane helm promtool $(REALNODE_DEPS) ## Run every test: unit, property, integration (real kube-apiserver) and the real-node tier (REAL_NODES=0: without it)
+	GPUSHARE_TEST_PROGRESS=1 GPUSHARE_REAL_NODES=$(REAL_NODES) $(BIN)/pytest tests
 
-test-integration: setup control-plane helm ## Run only the tests against the local control plane
-	GPUSHARE_TEST_PROGRESS=1 $(BIN)/pytest tests -m integration
+test-integration: setup control-plane helm $(REALNODE_DEPS) ## Run only the tests against the local control plane (and the real node)
+	GPUSHARE_TEST_PROGRESS=1 GPUSHARE_REAL_NODES=$(REAL_NODES) $(BIN)/pytest tests -m integration
 
 test-unit: setup helm promtool ## Run the tests that need no control plane
 	GPUSHARE_TEST_PROGRESS=1 $(BIN)/pytest tests -m "not integration"
@@ -59,6 +82,7 @@ lint: setup ## ruff, mypy --strict (the package and tests/), the import contract
 	$(BIN)/ruff format --check operator tests
 	$(BIN)/mypy  # operator/gpushare and tests: pyproject.toml [tool.mypy] files
 	$(BIN)/lint-imports --no-logo
+	@test -z "$$(gofmt -l realnode)" || { echo "realnode/: run gofmt -w realnode"; gofmt -l realnode; exit 1; }
 	$(BIN)/python -m gpushare.api.crd | diff -u crds/gpushare.io_gpusharepools.yaml - \
 	  || { echo "crds/ is stale: run 'make crds'"; exit 1; }
 	$(BIN)/python -m gpushare.admission.webhook_config | diff -u manifests/webhook/webhook.yaml - \
@@ -110,8 +134,10 @@ gpu-check: setup ## On an NVIDIA GPU machine: agent inventory via real NVML + qu
 	$(BIN)/python -m gpushare.gpu.check
 
 DEMO_DIR ?= .demo
-demo: setup control-plane ## The whole product on one machine: control plane, fake GPU nodes, operator + webhook, example pools and jobs (docs/demo.md)
-	DEMO_DIR=$(DEMO_DIR) bash hack/demo.sh up
+DEMO_REAL_NODES ?= 0
+demo: setup control-plane ## The whole product on one machine: control plane, fake GPU nodes, operator + webhook, example pools and jobs (docs/demo.md; DEMO_REAL_NODES=1: and a real kubelet node)
+	$(if $(filter-out 0,$(DEMO_REAL_NODES)),$(MAKE) realnode)
+	DEMO_DIR=$(DEMO_DIR) DEMO_REAL_NODES=$(DEMO_REAL_NODES) bash hack/demo.sh up
 
 demo-down: ## Stop everything `make demo` started (operator, control plane)
 	DEMO_DIR=$(DEMO_DIR) bash hack/demo.sh down

@@ -6,7 +6,9 @@
 #   hack/demo.sh down   stop the operator and the control plane; nothing is left running
 #
 # Environment: DEMO_DIR (state, default .demo/ in the repo), DEMO_TIMEOUT (seconds per wait,
-# default 120), VENV (default .venv), KUBECTL (default kubectl).
+# default 120), VENV (default .venv), KUBECTL (default kubectl), DEMO_REAL_NODES (1: also a real
+# kubelet node, pool np-real, where a core Job runs in a real container and prints ACK's env;
+# without root/containerd/kubelet it says so in one line and goes on with kwok only; default 0).
 # Exit status: 0 when every step that should succeed did, 1 otherwise (the rejected 33 % job is
 # expected to fail; the demo fails if it is admitted).
 set -euo pipefail
@@ -130,6 +132,56 @@ spec:
 EOF
 }
 
+REAL_NODES="${DEMO_REAL_NODES:-0}"
+
+real_node_part() {
+  echo
+  bold "# Part 3: a real kubelet node (realnode-0, node pool np-real): containerd, runc, the project's device plugin"
+  step "The real node beside the kwok nodes" "$KUBECTL" get nodes -l gpushare.io/real-node=true -o wide
+  echo "\$ kubectl apply -f - (GPUSharePool real: np-real, computeAllocation: true)"
+  "$KUBECTL" apply -f - <<'EOF' || die "applying pool real failed"
+apiVersion: gpushare.io/v1alpha1
+kind: GPUSharePool
+metadata:
+  name: real
+spec:
+  nodeSelector:
+    matchLabels:
+      alibabacloud.com/nodepool-id: np-real
+  computeAllocation: true
+EOF
+  step "Wait until pool real is Ready: labels written, the plugin pod replaced, the kubelet advertising core_mem" \
+    "$KUBECTL" wait gsp real --for=condition=Ready --timeout="${TIMEOUT}s"
+  step "What the real kubelet advertises now" "$KUBECTL" get nodes realnode-0 -o custom-columns="$GPU_COLUMNS"
+  echo "\$ kubectl apply -f - (Job core-on-real-node: 4 GiB and 50 % of a GPU on np-real)"
+  "$KUBECTL" apply -f - <<'EOF' || die "applying the core job failed"
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: core-on-real-node
+  namespace: default
+spec:
+  backoffLimit: 0
+  template:
+    spec:
+      nodeSelector:
+        alibabacloud.com/nodepool-id: np-real
+      containers:
+      - name: main
+        image: localhost/gpushare/workload:1.0
+        imagePullPolicy: Never
+        resources:
+          limits:
+            aliyun.com/gpu-mem: 4
+            aliyun.com/gpu-core.percentage: 50
+      restartPolicy: Never
+EOF
+  step "Wait for the core Job to run to completion in a real container" \
+    "$KUBECTL" wait job core-on-real-node --for=condition=Complete --timeout="${TIMEOUT}s"
+  step "Its environment, from the device plugin's Allocate answer (ACK's variables)" \
+    bash -c "\"$KUBECTL\" logs job/core-on-real-node | grep -E 'ALIYUN_COM_GPU_MEM|CGPU_DISABLE|NVIDIA_VISIBLE'"
+}
+
 switch_cgpu_to_core_mem() {
   echo
   bold "# Part 2: switch pool cgpu to core_mem. ACK's device plugin reads the labels only when it starts"
@@ -206,8 +258,19 @@ up() {
 
   echo
   bold "# Start the local control plane; it installs the GPUSharePool CRD and the stand-in device plugin DaemonSet"
-  echo "\$ python -m gpushare.devcluster up --dir $DEMO_DIR --nodes 0 --pools 0"
-  "$PY" -m gpushare.devcluster up --dir "$DEMO_DIR" --nodes 0 --pools 0 >/dev/null \
+  if [[ "$REAL_NODES" != 0 ]]; then
+    local why
+    if ! why="$("$PY" -c 'from gpushare.devcluster.realnode import RealNodeUnavailable, preflight
+try:
+    preflight(1)
+except RealNodeUnavailable as exc:
+    raise SystemExit(str(exc))' 2>&1)"; then
+      echo "demo: no real node ($why); kwok nodes only"
+      REAL_NODES=0
+    fi
+  fi
+  echo "\$ python -m gpushare.devcluster up --dir $DEMO_DIR --nodes 0 --pools 0 --real-nodes $REAL_NODES"
+  "$PY" -m gpushare.devcluster up --dir "$DEMO_DIR" --nodes 0 --pools 0 --real-nodes "$REAL_NODES" >/dev/null \
     || die "the control plane did not start (see $DEMO_DIR/supervisor.log)"
   export KUBECONFIG="$DEMO_DIR/kubeconfig"
 
@@ -299,6 +362,8 @@ up() {
   echo "operator pid $(cat "$OP_PID_FILE")"
   wait_until "the webhook to answer again" webhook_answers
   echo "webhook answering again"
+
+  if [[ "$REAL_NODES" != 0 ]]; then real_node_part; fi
 
   echo
   bold "# Demo ready in $((SECONDS - started))s. The cluster and the operator keep running. Explore:"

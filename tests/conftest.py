@@ -33,6 +33,32 @@ if str(REPO / "tests") not in sys.path:
 
 collect_ignore: list[str] = [] if os.environ.get("GPUSHARE_E2E") == "1" else ["e2e"]
 
+#: ``make test REAL_NODES=0`` (GPUSHARE_REAL_NODES=0): the real-node tier (tests marked ``realnode``)
+#: is deselected, never skipped, and the summary says it did not run.
+REAL_NODES_OFF = os.environ.get("GPUSHARE_REAL_NODES") == "0"
+_REALNODE_DESELECTED = pytest.StashKey[int]()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not REAL_NODES_OFF:
+        return
+    drop = [item for item in items if item.get_closest_marker("realnode")]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = [item for item in items if not item.get_closest_marker("realnode")]
+    config.stash[_REALNODE_DESELECTED] = len(drop)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    n = config.stash.get(_REALNODE_DESELECTED, None)
+    if n is not None:
+        terminalreporter.write_line(
+            f"real-node tier: NOT RUN (REAL_NODES=0): {n} real-node test(s) deselected; "
+            "run `make test` on a host with root and cgroups for the whole suite",
+            yellow=True,
+            bold=True,
+        )
+
 
 @pytest.fixture(scope="session")
 def helm_bin() -> str:

@@ -360,3 +360,35 @@ def test_a_status_the_operator_cannot_read_does_not_make_the_pool_invalid() -> N
     p = pool("gpu", "a", status={"nodes": {"matched": "many"}, "future": True})
     assert p.spec.node_selector.match_labels == {NP: "a"}
     assert p.status.conditions == [] and p.status.schedule is None
+
+
+def test_unregistered_plugin_degrades_and_kubelet_refused_gpu_pods_are_named() -> None:
+    """A real kubelet whose plugin is gone: capacity kept, allocatable 0; a GPU pod bound meanwhile
+    fails admission (status.reason UnexpectedAdmissionError). Long after the label change."""
+    pools = [pool("gpu", "a")]
+    done = _done([NodeView("n1", {NP: "a"}), NodeView("n2", {NP: "a"})], pools)
+    gone = NodeView(
+        "n1",
+        done[0].labels,
+        done[0].annotations,
+        allocatable={c.RES_GPU_MEM: "0", c.RES_GPU_COUNT: "2"},
+        capacity={c.RES_GPU_MEM: "30", c.RES_GPU_COUNT: "2"},
+    )
+    nodes = [gone, done[1]]
+    refused = PodView(
+        "d", "bound", node_name="n1", phase="Failed", gpu_mem=2, reason="UnexpectedAdmissionError"
+    )
+    other = PodView("d", "oom", node_name="n2", phase="Failed", gpu_mem=2, reason="OOMKilled")
+    later = NOW + timedelta(hours=1)
+    cp = plan(pools, nodes, [refused, other], now=later)
+    st = pool_status(pools[0], cp, {n.name: n for n in nodes}, [refused, other], now=later)
+    by_node = {s["name"]: s for s in st["nodeStatuses"]}
+    assert (by_node["n1"]["phase"], by_node["n1"]["reason"]) == ("Degraded", "PluginNotRegistered")
+    assert by_node["n2"]["phase"] == "Ready"
+    ready, degraded = _cond(st, "Ready"), _cond(st, "Degraded")
+    assert ready["status"] == "False"
+    assert "device plugin not registered on n1" in ready["message"]
+    assert "GPU pods refused by the kubelet (UnexpectedAdmissionError): d/bound on n1" in ready["message"]
+    assert "oom" not in ready["message"]
+    assert (degraded["status"], degraded["reason"]) == ("True", "PluginNotRegistered")
+    assert "d/bound on n1" in degraded["message"]

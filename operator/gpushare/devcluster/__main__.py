@@ -18,12 +18,20 @@ import threading
 import time
 from pathlib import Path
 
+from kubernetes_asyncio import client
+
 from gpushare.devcluster.binaries import BinariesMissing
 from gpushare.devcluster.cluster import ClusterInfo, DevCluster, DevClusterError, read_info
 from gpushare.devcluster.crds import install_crd_files
 from gpushare.devcluster.demo import DEMO_POOLS, create_demo_nodes
-from gpushare.devcluster.fakes import POOL_LABEL, create_gpu_nodes, ensure_device_plugin_daemonset
+from gpushare.devcluster.fakes import (
+    POOL_LABEL,
+    RealNodePlugin,
+    create_gpu_nodes,
+    ensure_device_plugin_daemonset,
+)
 from gpushare.devcluster.process import tail
+from gpushare.devcluster.realnode import RealNodeUnavailable, preflight, undo_leftovers
 from gpushare.k8s.client import make_api_client
 
 DEFAULT_DIR = ".cluster"
@@ -47,15 +55,26 @@ def _supervisor_pid(d: Path) -> int | None:
     return pid if _pid_alive(pid) else None
 
 
+#: The node pool of the real nodes (``--real-nodes``).
+REAL_NODEPOOL = "np-real"
+
+
 async def _populate(info: ClusterInfo, nodes_per_pool: int, pools: int | None, crds: list[Path]) -> None:
     """CRDs, the stand-in device plugin, and the fake GPU nodes: ``pools`` None (``make cluster``)
     makes the node pools examples/ selects (``DEMO_POOLS``: np-cgpu, np-cgpu-no-isolation,
     np-gpu-core, two nodes each, one agent pass each); a number makes that many generic pools
-    np-a, np-b, ... of ``nodes_per_pool`` nodes (tests, benchmarks)."""
+    np-a, np-b, ... of ``nodes_per_pool`` nodes (tests, benchmarks). Real nodes (``--real-nodes``)
+    get the device plugin's nodeSelector and node pool np-real."""
     api = await make_api_client(str(info.kubeconfig))
     async with api:
         await install_crd_files(api, crds)
-        await ensure_device_plugin_daemonset(api)
+        real = RealNodePlugin(api_port=info.ports["kube-apiserver"]) if info.real_nodes else None
+        await ensure_device_plugin_daemonset(api, real_nodes=real)
+        core = client.CoreV1Api(api)
+        for node in info.real_nodes:
+            await core.patch_node(
+                node, {"metadata": {"labels": {"gpushare": "true", POOL_LABEL: REAL_NODEPOOL}}}
+            )
     if pools is None:
         await create_demo_nodes(str(info.kubeconfig))
         return
@@ -81,7 +100,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    cluster = DevCluster(d)
+    cluster = DevCluster(d, real_nodes=args.real_nodes)
     crds = [Path(p) for p in args.crd] if args.crd else sorted(Path("crds").glob("*.yaml"))
     (d / "supervisor.pid").write_text(str(os.getpid()))
     try:
@@ -89,11 +108,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         asyncio.run(_populate(info, args.nodes, args.pools, crds))
         (d / "ready").write_text(str(time.time()))
         while not stop.wait(1.0):
-            for proc in cluster.procs:
+            for proc in cluster.all_procs():
                 if not proc.alive():
                     print(f"{proc.name} exited (code {proc.returncode()}); log: {proc.log_path}", flush=True)
                     stop.set()
-    except (DevClusterError, BinariesMissing, TimeoutError) as exc:
+    except (DevClusterError, BinariesMissing, TimeoutError, RealNodeUnavailable) as exc:
         print(f"error: {exc}", flush=True)
         cluster.stop(failed=True)
         return 1
@@ -113,6 +132,8 @@ def _print_usage(info: ClusterInfo, examples_layout: bool = False) -> None:
         print("#       the pools of examples/ select them: kubectl apply -f examples/pool-cgpu.yaml")
     print("# try:  kubectl get nodes -L alibabacloud.com/nodepool-id,aliyun.com/gpu-mem")
     print("#       kubectl -n kube-system get pods -l name=gpushare-device-plugin-ds -o wide")
+    if info.real_nodes:
+        print(f"# real kubelet nodes (node pool {REAL_NODEPOOL}): {', '.join(info.real_nodes)}")
     print("#       make cluster-down")
 
 
@@ -125,6 +146,12 @@ def cmd_up(args: argparse.Namespace) -> int:
     if _supervisor_pid(d):
         print(f"error: a cluster in {d} is starting or stuck; run `make cluster-down` first", file=sys.stderr)
         return 1
+    if args.real_nodes:
+        try:
+            preflight(args.real_nodes)
+        except RealNodeUnavailable as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
     d.mkdir(parents=True, exist_ok=True)
     (d / "ready").unlink(missing_ok=True)
     started = time.monotonic()
@@ -134,6 +161,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                 *(sys.executable, "-m", "gpushare.devcluster", "_serve", "--dir", str(d)),
                 *("--nodes", str(args.nodes)),
                 *(("--pools", str(args.pools)) if args.pools is not None else ()),
+                *("--real-nodes", str(args.real_nodes)),
                 *(f"--crd={p}" for p in args.crd),
             ],
             stdin=subprocess.DEVNULL,
@@ -160,6 +188,7 @@ def cmd_down(args: argparse.Namespace) -> int:
     d = Path(args.dir).resolve()
     pid = _supervisor_pid(d)
     if pid is None:
+        _undo_real_nodes(d)
         print(f"# no cluster running in {d}", file=sys.stderr)
         return 0
     os.kill(pid, signal.SIGTERM)
@@ -169,8 +198,20 @@ def cmd_down(args: argparse.Namespace) -> int:
     if _pid_alive(pid):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)  # its components die with it (PDEATHSIG)
+    _undo_real_nodes(d)
     print(f"# stopped the cluster in {d}", file=sys.stderr)
     return 0
+
+
+def _undo_real_nodes(d: Path) -> None:
+    """A supervisor that died (kill -9) left its real nodes' host changes: undo them now."""
+    problems = undo_leftovers(d)
+    if problems is None:
+        return
+    if problems:
+        print(f"# real-node host cleanup incomplete: {'; '.join(problems)}", file=sys.stderr)
+    else:
+        print("# undid the host changes a stopped real node had left", file=sys.stderr)
 
 
 def cmd_env(args: argparse.Namespace) -> int:
@@ -180,6 +221,16 @@ def cmd_env(args: argparse.Namespace) -> int:
         return 1
     print(f"export KUBECONFIG={read_info(d).kubeconfig}")
     return 0
+
+
+def _real_nodes_arg(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {n}")
+    return n
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,6 +246,12 @@ def main(argv: list[str] | None = None) -> int:
             "examples/ selects (np-cgpu, np-cgpu-no-isolation, np-gpu-core, 2 nodes each)",
         )  # fmt: skip
         p.add_argument("--timeout", type=float, default=120.0)
+        p.add_argument(
+            "--real-nodes",
+            type=_real_nodes_arg,
+            default=0,
+            help="real kubelet nodes beside the kwok ones (0 or 1; root, containerd: `make realnode`)",
+        )
         p.add_argument(
             "--crd", action="append", default=[], help="CRD file to install (default: crds/*.yaml if present)"
         )

@@ -27,7 +27,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -37,6 +37,7 @@ import yaml
 from gpushare.devcluster import pki
 from gpushare.devcluster.binaries import Binaries, find_binaries
 from gpushare.devcluster.process import Process, stop_all, tail
+from gpushare.devcluster.realnode import REAL_NODE_LABEL, RealNodes, preflight
 
 SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.244.0.1/16"
@@ -79,6 +80,8 @@ class ClusterInfo:
     bin_dir: Path
     ports: dict[str, int]
     pids: dict[str, int]
+    #: names of the real kubelet nodes (``DevCluster(real_nodes=...)``); empty: kwok only
+    real_nodes: list[str] = field(default_factory=list)
 
     @property
     def ca_pem(self) -> bytes:
@@ -152,6 +155,8 @@ class DevCluster:
         start_timeout: float = 90.0,
         verbosity: int = 1,
         plugin_sim: bool = True,
+        real_nodes: int = 0,
+        real_node_timeout: float = 120.0,
     ) -> None:
         self.binaries: Binaries = find_binaries(bin_dir)
         self._own_dir = workdir is None
@@ -162,6 +167,10 @@ class DevCluster:
         self.verbosity = verbosity
         #: with the controllers: also run the device-plugin simulator (it acts only on nodes that opt in)
         self.plugin_sim = plugin_sim
+        #: real kubelet nodes (``realnode.py``) to start beside kwok; 0 keeps the cluster kwok-only
+        self.real_nodes = real_nodes
+        self.real_node_timeout = real_node_timeout
+        self.real: RealNodes | None = None
         self.procs: list[Process] = []
         self.info: ClusterInfo | None = None
         self._ssl: ssl.SSLContext | None = None
@@ -185,6 +194,14 @@ class DevCluster:
 
     def stop(self, *, failed: bool = False) -> None:
         _RUNNING.pop(str(self.dir), None)
+        if self.real is not None:
+            problems = self.real.stop()
+            self.real = None
+            if problems:
+                print(
+                    f"gpushare.devcluster: real node cleanup incomplete: {'; '.join(problems)}",
+                    file=sys.stderr,
+                )
         stop_all(self.procs)
         self.procs = []
         if failed or self.keep:
@@ -195,15 +212,21 @@ class DevCluster:
         if self._own_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
         else:
-            for sub in ("etcd-data", "pki", "logs", "kubeconfig", "cluster.json", "kwok.yaml"):
+            for sub in ("etcd-data", "pki", "logs", "kubeconfig", "cluster.json", "kwok.yaml", "realnode"):
                 p = self.dir / sub
                 if p.is_dir():
                     shutil.rmtree(p, ignore_errors=True)
                 else:
                     p.unlink(missing_ok=True)
 
+    def all_procs(self) -> list[Process]:
+        """The control plane's processes and the real nodes' (containerd, kubelets)."""
+        return [*self.procs, *(self.real.procs if self.real else [])]
+
     def _start(self) -> ClusterInfo:
         d = self.dir
+        if self.real_nodes:
+            preflight(self.real_nodes)  # RealNodeUnavailable: one line, before anything starts
         # Always a fresh cluster: drop the state of an earlier run in the same directory.
         for sub in ("etcd-data", "logs"):
             shutil.rmtree(d / sub, ignore_errors=True)
@@ -218,10 +241,14 @@ class DevCluster:
         sa = pki.make_service_account_keys()
         sa.write(pki_dir / "sa.pub", pki_dir / "sa.key")
         token = secrets.token_urlsafe(32)
-        (pki_dir / "tokens.csv").write_text(f'{token},{ADMIN_USER},{ADMIN_USER},"system:masters"\n')
+        token_lines = [f'{token},{ADMIN_USER},{ADMIN_USER},"system:masters"']
+        real_names = [f"realnode-{i}" for i in range(self.real_nodes)]
+        node_tokens = {n: secrets.token_urlsafe(32) for n in real_names}
+        token_lines += [f'{t},system:node:{n},system:node:{n},"system:nodes"' for n, t in node_tokens.items()]
+        (pki_dir / "tokens.csv").write_text("\n".join(token_lines) + "\n")
         (pki_dir / "tokens.csv").chmod(0o600)
 
-        etcd_port, peer_port, api_port = _free_ports(3)
+        etcd_port, peer_port, api_port, *node_ports = _free_ports(3 + 2 * self.real_nodes)
         ports = {"etcd": etcd_port, "etcd-peer": peer_port, "kube-apiserver": api_port}
         server = f"https://127.0.0.1:{api_port}"
         kubeconfig = d / "kubeconfig"
@@ -265,9 +292,7 @@ class DevCluster:
                 f"--service-account-key-file={pki_dir / 'sa.pub'}",
                 f"--service-account-signing-key-file={pki_dir / 'sa.key'}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
-                # No token volumes are projected into pods (there is no kubelet to mount them);
-                # envtest does the same.
-                "--disable-admission-plugins=ServiceAccount",
+                *self._real_node_apiserver_args(ca, pki_dir),
                 "--allow-privileged=true",
                 "--endpoint-reconciler-type=none",
                 "--enable-priority-and-fairness=false",
@@ -349,6 +374,13 @@ class DevCluster:
                 if not p.alive():
                     raise self._failure(p, "exited during start")
 
+        if self.real_nodes:
+            self.real = RealNodes(d, real_names, node_tokens)
+            self.real.start(server=server, ca=ca, ca_path=pki_dir / "ca.crt", ports=node_ports)
+            self._wait_nodes_ready(real_names, time.monotonic() + self.real_node_timeout, token)
+            for node in real_names:
+                pids[f"kubelet-{node}"] = self.real.node(node).kubelet.pid or 0  # type: ignore[union-attr]
+
         self.info = ClusterInfo(
             dir=d,
             kubeconfig=kubeconfig,
@@ -358,10 +390,64 @@ class DevCluster:
             bin_dir=self.binaries.dir,
             ports=ports,
             pids=pids,
+            real_nodes=real_names,
         )
         (d / "cluster.json").write_text(self.info.to_json())
         _RUNNING[str(d)] = self
         return self.info
+
+    def _real_node_apiserver_args(self, ca: pki.KeyPair, pki_dir: Path) -> list[str]:
+        if not self.real_nodes:
+            # No token volumes are projected into pods (there is no kubelet to mount them);
+            # envtest does the same.
+            return ["--disable-admission-plugins=ServiceAccount"]
+        # A real kubelet: pods get projected ServiceAccount tokens (ServiceAccount admission on), and
+        # the apiserver reaches the kubelet (logs, exec) as a system:masters client it trusts.
+        pki.make_client_cert(ca, "kube-apiserver-kubelet-client", ("system:masters",)).write(
+            pki_dir / "apiserver-kubelet-client.crt", pki_dir / "apiserver-kubelet-client.key"
+        )
+        return [
+            f"--kubelet-client-certificate={pki_dir / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={pki_dir / 'apiserver-kubelet-client.key'}",
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
+        ]
+
+    def _wait_nodes_ready(self, names: list[str], deadline: float, token: str) -> None:
+        assert self.real is not None
+        server = f"https://127.0.0.1:{self._api_port()}"
+        for name in names:
+            node = self.real.node(name)
+            last = "not registered yet"
+            while True:
+                if node.kubelet is None or not node.kubelet.alive():
+                    raise self._failure(node.kubelet or self.procs[-1], "exited during start")
+                req = urllib.request.Request(f"{server}/api/v1/nodes/{name}")
+                req.add_header("Authorization", f"Bearer {token}")
+                try:
+                    with urllib.request.urlopen(req, timeout=2, context=self._ssl) as resp:
+                        obj = json.loads(resp.read())
+                    conds = {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
+                    ready = conds.get("Ready") or {}
+                    if ready.get("status") == "True" and REAL_NODE_LABEL in (
+                        obj["metadata"].get("labels") or {}
+                    ):
+                        break
+                    last = f"Ready={ready.get('status')} ({ready.get('message', '')})"
+                except (urllib.error.URLError, OSError, ValueError) as exc:
+                    last = str(exc)
+                if time.monotonic() >= deadline:
+                    raise self._failure(
+                        node.kubelet, f"node {name} not Ready after {self.real_node_timeout:.0f}s ({last})"
+                    )
+                time.sleep(0.25)
+
+    def _api_port(self) -> int:
+        for proc in self.procs:
+            if proc.name == "kube-apiserver":
+                for arg in proc.argv:
+                    if arg.startswith("--secure-port="):
+                        return int(arg.split("=", 1)[1])
+        raise DevClusterError("no kube-apiserver in this control plane")
 
     # -- faults (tests) --------------------------------------------------------------
     @classmethod
@@ -371,6 +457,14 @@ class DevCluster:
             return _RUNNING[str(info.dir)]
         except KeyError:
             raise DevClusterError(f"no control plane started by this process runs in {info.dir}") from None
+
+    def restart_kubelet(self, node: str) -> None:
+        """Restart a real node's kubelet (SIGTERM, then start it again; its pods keep running)."""
+        if self.real is None:
+            raise DevClusterError("this control plane has no real nodes")
+        self.real.restart_kubelet(node)
+        if self.info is not None:
+            self.info.pids[f"kubelet-{node}"] = self.real.node(node).kubelet.pid or 0  # type: ignore[union-attr]
 
     def _proc(self, name: str) -> Process:
         for proc in self.procs:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from kubernetes_asyncio import client
@@ -28,6 +29,10 @@ FAKE_LABEL = "gpushare.io/fake-node"
 POOL_LABEL = "alibabacloud.com/nodepool-id"
 PLUGIN_DS_NAME = "gpushare-device-plugin-ds"
 PLUGIN_NODE_SELECTOR = {"gpushare": "true"}
+#: The stand-in plugin's image: nothing on kwok nodes; the project's device plugin on real nodes.
+PLUGIN_IMAGE = "registry.invalid/gpushare-device-plugin:fake"
+#: Its ServiceAccount on clusters with real nodes (it reads its node, patches node status and pods).
+PLUGIN_SERVICE_ACCOUNT = "gpushare-device-plugin"
 #: Nodes created at once by ``create_gpu_nodes`` (5000 one after another took minutes).
 CREATE_CONCURRENCY = 32
 
@@ -258,10 +263,17 @@ async def delete_nodes(api: client.ApiClient, names: Iterable[str], *, wait: boo
         await wait_for(all_gone, what=f"nodes {sorted(gone)} to be deleted", timeout_s=30)
 
 
-def device_plugin_daemonset_body(namespace: str = c.DEFAULT_PLUGIN_NAMESPACE) -> dict[str, Any]:
-    """A stand-in for ACK's gpushare-device-plugin-ds (same name, labels and nodeSelector)."""
+def device_plugin_daemonset_body(
+    namespace: str = c.DEFAULT_PLUGIN_NAMESPACE, *, real_nodes: RealNodePlugin | None = None
+) -> dict[str, Any]:
+    """A stand-in for ACK's gpushare-device-plugin-ds (same name, labels and nodeSelector).
+
+    With ``real_nodes`` the pod is also what ACK's DaemonSet is on a real node: hostNetwork,
+    Guaranteed, the kubelet's device-plugin directory mounted, a ServiceAccount token, the
+    apiserver at 127.0.0.1 and the GPU inventory in its arguments (``realnode/deviceplugin``).
+    """
     labels = {**c.DEFAULT_PLUGIN_LABELS, "component": "gpushare-device-plugin", "app": "gpushare"}
-    return {
+    body: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
         "metadata": {"name": PLUGIN_DS_NAME, "namespace": namespace, "labels": dict(labels)},
@@ -278,7 +290,7 @@ def device_plugin_daemonset_body(namespace: str = c.DEFAULT_PLUGIN_NAMESPACE) ->
                     "containers": [
                         {
                             "name": "gpushare",
-                            "image": "registry.invalid/gpushare-device-plugin:fake",
+                            "image": PLUGIN_IMAGE,
                             "resources": {
                                 "requests": {"cpu": "10m", "memory": "32Mi"},
                                 "limits": {"cpu": "10m", "memory": "32Mi"},
@@ -289,14 +301,97 @@ def device_plugin_daemonset_body(namespace: str = c.DEFAULT_PLUGIN_NAMESPACE) ->
             },
         },
     }
+    if real_nodes is not None:
+        pod = body["spec"]["template"]["spec"]
+        pod.update(
+            hostNetwork=True,
+            serviceAccountName=PLUGIN_SERVICE_ACCOUNT,
+            automountServiceAccountToken=True,
+            volumes=[{"name": "device-plugin", "hostPath": {"path": "/var/lib/kubelet/device-plugins"}}],
+        )
+        container = pod["containers"][0]
+        container.update(
+            args=[
+                f"--gpus={real_nodes.gpus}",
+                f"--gpu-memory-mib={real_nodes.gpu_memory_mib}",
+                f"--memory-unit={real_nodes.memory_unit}",
+            ],
+            env=[
+                {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                # hostNetwork: the apiserver listens on the host's loopback (no kube-proxy here).
+                {"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
+                {"name": "KUBERNETES_SERVICE_PORT", "value": str(real_nodes.api_port)},
+            ],
+            volumeMounts=[{"name": "device-plugin", "mountPath": "/var/lib/kubelet/device-plugins"}],
+            resources={
+                "requests": {"cpu": "50m", "memory": "64Mi"},
+                "limits": {"cpu": "50m", "memory": "64Mi"},
+            },
+        )
+    return body
+
+
+@dataclass(frozen=True)
+class RealNodePlugin:
+    """What the device plugin needs on real nodes: the apiserver's port and the GPUs it advertises."""
+
+    api_port: int
+    gpus: int = 1
+    gpu_memory_mib: int = 16 * 1024
+    memory_unit: str = "GiB"
+
+
+def plugin_rbac_bodies(namespace: str = c.DEFAULT_PLUGIN_NAMESPACE) -> list[dict[str, Any]]:
+    """ServiceAccount, ClusterRole and binding of the device plugin on real nodes (what ACK's has)."""
+    name = PLUGIN_SERVICE_ACCOUNT
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": namespace}},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": name},
+            "rules": [
+                {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch", "update"]},
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        },
+    ]
 
 
 async def ensure_device_plugin_daemonset(
-    api: client.ApiClient, namespace: str = c.DEFAULT_PLUGIN_NAMESPACE
+    api: client.ApiClient,
+    namespace: str = c.DEFAULT_PLUGIN_NAMESPACE,
+    *,
+    real_nodes: RealNodePlugin | None = None,
 ) -> None:
-    """Create the stand-in device-plugin DaemonSet, or bring an existing one back to the stand-in spec."""
+    """Create the stand-in device-plugin DaemonSet, or bring an existing one back to the stand-in spec.
+
+    ``real_nodes``: the real-node variant (see :func:`device_plugin_daemonset_body`), with its
+    ServiceAccount and RBAC.
+    """
     apps = client.AppsV1Api(api)
-    body = device_plugin_daemonset_body(namespace)
+    body = device_plugin_daemonset_body(namespace, real_nodes=real_nodes)
+    if real_nodes is not None:
+        core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
+        sa, role, binding = plugin_rbac_bodies(namespace)
+        for create in (
+            lambda: core.create_namespaced_service_account(namespace, cast(Any, sa)),
+            lambda: rbac.create_cluster_role(cast(Any, role)),
+            lambda: rbac.create_cluster_role_binding(cast(Any, binding)),
+        ):
+            try:
+                await create()
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
     try:
         await apps.create_namespaced_daemon_set(namespace, cast(Any, body))
     except ApiException as exc:

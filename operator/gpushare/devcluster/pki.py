@@ -10,8 +10,10 @@ import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from gpushare.pki import generate_ca, issue_serving_cert, key_pem
 
@@ -55,3 +57,28 @@ def make_service_account_keys() -> KeyPair:
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
     return KeyPair(pub, key_pem(key))
+
+
+def make_client_cert(ca: KeyPair, common_name: str, organizations: tuple[str, ...] = ()) -> KeyPair:
+    """A TLS client certificate (CN = user, O = groups) signed by ``ca``: the apiserver's identity
+    towards a real node's kubelet (``--kubelet-client-certificate``)."""
+    ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
+    ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise ValueError("the CA key is not an EC private key")
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.UTC)
+    names = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([*names, x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(min(now + _VALIDITY, ca_cert.not_valid_after_utc))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    return KeyPair(cert.public_bytes(serialization.Encoding.PEM), key_pem(key))

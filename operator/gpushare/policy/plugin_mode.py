@@ -37,6 +37,10 @@ EFFECTIVE_NONE: Final = "none"
 PLUGIN_MODE_PENDING: Final = "PluginModePending"
 PLUGIN_MODE_STALE: Final = "PluginModeStale"
 PLUGIN_RESTART_NEEDED: Final = "PluginRestartNeeded"
+PLUGIN_NOT_REGISTERED: Final = "PluginNotRegistered"
+
+#: The resources a device plugin registers with the kubelet (``gpu-count`` is patched, not registered).
+PLUGIN_RESOURCES: Final = (c.RES_GPU_MEM, c.RES_GPU_CORE, RES_NVIDIA_GPU, RES_ALIYUN_GPU)
 
 _DESCRIBE: Final = {
     EFFECTIVE_CORE_MEM: "core_mem resources (aliyun.com/gpu-mem and gpu-core.percentage)",
@@ -72,6 +76,27 @@ def advertises(mode: str, allocatable: Mapping[str, str]) -> bool:
     """True when the node advertises what ``mode`` implies: ``gpu-mem`` > 0 for every sharing
     mode, ``gpu-core.percentage`` > 0 under ``core_mem`` and 0/absent elsewhere."""
     return effective_mode(allocatable) == expected_effective_mode(mode)
+
+
+def plugin_unregistered(capacity: Mapping[str, str], allocatable: Mapping[str, str]) -> bool:
+    """True when the kubelet knows the device plugin's resources (they are in ``capacity``) but none
+    is allocatable: the plugin is not registered right now.
+
+    That is what a real kubelet shows when a plugin's ListAndWatch stream ends (its pod deleted or
+    restarting, or hung): every device turns unhealthy, allocatable drops to 0 at the next status
+    sync while capacity stays (for 5 minutes); and after a kubelet restart, until the plugin
+    registers again, both read 0. The kubelet refuses GPU pods on the node meanwhile.
+    """
+    return effective_mode(allocatable) == EFFECTIVE_NONE and any(r in capacity for r in PLUGIN_RESOURCES)
+
+
+def unregistered_message(capacity: Mapping[str, str]) -> str:
+    listed = ", ".join(f"{r}={capacity[r]}" for r in PLUGIN_RESOURCES if r in capacity)
+    return (
+        f"the kubelet lists the device plugin's resources (capacity {listed}) but none is allocatable: "
+        "the plugin is not registered (its pod deleted, restarting or hung, or the kubelet restarted); "
+        "the kubelet refuses GPU pods on this node until it registers again"
+    )
 
 
 def describe(effective: str) -> str:

@@ -19,6 +19,9 @@ from gpushare.policy.views import NodeView, PodView
 _IN_POOL = (Action.APPLY, Action.NOOP, Action.HOLD)
 _LIST_MAX = 10
 ISOLATION_UNAVAILABLE = cond.NODE_ISOLATION_UNAVAILABLE
+#: ``status.reason`` of a pod the kubelet refused at admission, e.g. a GPU pod bound to a node whose
+#: device plugin was not registered ("no healthy devices present").
+KUBELET_REFUSED = "UnexpectedAdmissionError"
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,7 @@ def node_state(
             ready_timeout_s=ready_timeout_s,
             restart_never=restart_never,
             now=now,
+            capacity=node.capacity,
         )
         if stale is not None:
             return stale
@@ -194,17 +198,25 @@ def plugin_mode_state(
     ready_timeout_s: int,
     restart_never: bool,
     now: datetime | None,
+    capacity: Mapping[str, str] | None = None,
 ) -> NodeState | None:
     """None when the node advertises what ``mode`` implies; else why it is not Ready yet.
 
-    * ``restart_never``: nobody will restart the plugin: Degraded ``PluginRestartNeeded`` at once.
     * within ``ready_timeout_s`` of the labels being written (the restart record's ``since``):
-      Restarting ``PluginModePending`` (the pool stays Progressing);
+      Restarting ``PluginModePending`` (the pool stays Progressing), unless the restart is Never;
+    * the plugin is not registered with the kubelet (its resources in ``capacity``, none
+      allocatable; see :func:`gpushare.policy.plugin_mode.plugin_unregistered`): Degraded
+      ``PluginNotRegistered``, whatever the mode;
+    * ``restart_never``: nobody will restart the plugin: Degraded ``PluginRestartNeeded`` at once.
     * later: Degraded ``PluginModeStale``.
     """
     if pm.advertises(mode, allocatable):
         return None
     message = pm.stale_message(mode, allocatable)
+    since = _since(record)
+    in_window = since is not None and now is not None and now - since <= timedelta(seconds=ready_timeout_s)
+    if pm.plugin_unregistered(capacity or {}, allocatable) and not (in_window and not restart_never):
+        return NodeState(node, "Degraded", pm.PLUGIN_NOT_REGISTERED, pm.unregistered_message(capacity or {}))
     if restart_never:
         return NodeState(
             node,
@@ -212,8 +224,7 @@ def plugin_mode_state(
             pm.PLUGIN_RESTART_NEEDED,
             f"{message}: restart its device plugin pod (devicePlugin.restart is Never)",
         )
-    since = _since(record)
-    if since is not None and now is not None and now - since <= timedelta(seconds=ready_timeout_s):
+    if in_window:
         return NodeState(
             node,
             "Restarting",
@@ -281,7 +292,16 @@ def pool_status(
         "failed": count("Failed", only_members=False),
     }
     member_nodes = [nodes[n] for n in sorted(member) if n in nodes]
+    pods = list(pods)
     live = [p for p in pods if p.node_name in member and not p.terminated]
+    refused = sorted(
+        f"{p.ref} on {p.node_name}"
+        for p in pods
+        if p.node_name in member and p.phase == "Failed" and p.reason == KUBELET_REFUSED
+    )
+    refused_note = (
+        f"; GPU pods refused by the kubelet ({KUBELET_REFUSED}): {_names(refused)}" if refused else ""
+    )
     capacity = resource_list(
         sum(n.allocatable_int(c.RES_GPU_COUNT) for n in member_nodes),
         sum(n.allocatable_int(c.RES_GPU_MEM) for n in member_nodes),
@@ -322,15 +342,18 @@ def pool_status(
             no_nodes_message(pool, counts["conflicting"], skipped),
         )
     elif ready == matched:
-        put(cond.READY, "True", cond.REASON_ALL_NODES_READY, f"{ready}/{matched} nodes ready")
+        put(cond.READY, "True", cond.REASON_ALL_NODES_READY, f"{ready}/{matched} nodes ready{refused_note}")
     else:
         need = [s.name for s in states if s.reason == pm.PLUGIN_RESTART_NEEDED]
+        unregistered = [s.name for s in states if s.reason == pm.PLUGIN_NOT_REGISTERED]
         put(
             cond.READY,
             "False",
             cond.REASON_NODES_NOT_READY,
             f"{ready}/{matched} nodes ready"
-            + (f"; device plugin restart needed on {_names(need)}" if need else ""),
+            + (f"; device plugin restart needed on {_names(need)}" if need else "")
+            + (f"; device plugin not registered on {_names(unregistered)}" if unregistered else "")
+            + refused_note,
         )
 
     held = [s for s in states if s.phase == "Held"]
@@ -374,6 +397,7 @@ def pool_status(
     failed = [s for s in states if s.phase == "Failed"]
     unisolated = [s for s in states if s.reason == ISOLATION_UNAVAILABLE]
     stale = [s for s in states if s.reason in (pm.PLUGIN_MODE_STALE, pm.PLUGIN_RESTART_NEEDED)]
+    unregistered_nodes = [s.name for s in states if s.reason == pm.PLUGIN_NOT_REGISTERED]
     if invalid:
         put(cond.DEGRADED, "True", cond.REASON_INVALID_SPEC, invalid)
     elif stale and not failed:
@@ -393,6 +417,14 @@ def pool_status(
                 f"{len(stale)} node(s) do not advertise {pool.spec.mode} resources: "
                 + "; ".join(f"{s.name}: {s.message}" for s in stale[:3]),
             )
+    elif unregistered_nodes and not failed:
+        put(
+            cond.DEGRADED,
+            "True",
+            pm.PLUGIN_NOT_REGISTERED,
+            f"{len(unregistered_nodes)} node(s) have no device plugin registered with the kubelet (GPU pods "
+            f"are refused there): {_names(unregistered_nodes)}" + refused_note,
+        )
     elif unisolated and not failed:
         put(
             cond.DEGRADED,

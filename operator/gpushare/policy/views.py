@@ -89,6 +89,9 @@ class NodeView:
     unschedulable: bool = False
     allocatable: Mapping[str, str] = field(default_factory=dict)
     ready: bool = True
+    #: GPU capacity (kept like ``allocatable``): a real kubelet keeps a plugin's resources in capacity
+    #: while their devices are unhealthy (plugin gone) and shows 0 in allocatable (policy.plugin_mode).
+    capacity: Mapping[str, str] = field(default_factory=dict)
     #: ``metadata.resourceVersion`` (opaque; the operator uses it to tell fresher copies apart).
     resource_version: str = field(default="", compare=False)
 
@@ -103,6 +106,7 @@ class NodeView:
             unschedulable=bool((obj.get("spec") or {}).get("unschedulable")),
             allocatable={str(k): str(v) for k, v in (status.get("allocatable") or {}).items()},
             ready=_node_ready(status),
+            capacity=_interned(status.get("capacity"), _KEPT_ALLOCATABLE),
             resource_version=str(meta.get("resourceVersion") or ""),
         )
 
@@ -119,6 +123,7 @@ class NodeView:
             unschedulable=bool((obj.get("spec") or {}).get("unschedulable")),
             allocatable=_interned(status.get("allocatable"), _KEPT_ALLOCATABLE),
             ready=_node_ready(status),
+            capacity=_interned(status.get("capacity"), _KEPT_ALLOCATABLE),
             resource_version=str(meta.get("resourceVersion") or ""),
         )
 
@@ -140,6 +145,8 @@ class PodView:
     labels: Mapping[str, str] = field(default_factory=dict)
     created: str = ""
     ready: bool = False
+    #: ``status.reason`` of a Failed pod (e.g. ``UnexpectedAdmissionError``: the kubelet refused it)
+    reason: str = ""
 
     @classmethod
     def from_obj(cls, obj: Mapping[str, Any]) -> PodView:
@@ -164,6 +171,7 @@ class PodView:
             labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
             created=str(meta.get("creationTimestamp") or ""),
             ready=ready,
+            reason=sys.intern(str(status.get("reason") or "")) if status.get("phase") == "Failed" else "",
         )
 
     @property

@@ -1,0 +1,3 @@
+module gpushare.local/noop-webhook
+
+go 1.22

@@ -1,0 +1,108 @@
+"""The real-node tier's pieces that need no root: images, configs, the DaemonSet variants, preflight."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from gpushare.devcluster import realnode
+from gpushare.devcluster.fakes import PLUGIN_IMAGE, RealNodePlugin, device_plugin_daemonset_body
+from gpushare.devcluster.images import build_image
+
+
+def test_image_is_a_one_layer_docker_archive_with_the_binary_as_entrypoint(tmp_path: Path) -> None:
+    binary = tmp_path / "workload"
+    binary.write_bytes(b"\x7fELF not really")
+    out = build_image("localhost/gpushare/workload:1.0", binary, tmp_path / "img.tar")
+    with tarfile.open(out) as tar:
+        manifest = json.loads(tar.extractfile("manifest.json").read())  # type: ignore[union-attr]
+        assert manifest[0]["RepoTags"] == ["localhost/gpushare/workload:1.0"]
+        config = json.loads(tar.extractfile(manifest[0]["Config"]).read())  # type: ignore[union-attr]
+        assert config["config"]["Entrypoint"] == ["/workload"]
+        assert (config["os"], config["architecture"]) == ("linux", "amd64")
+        (layer_name,) = manifest[0]["Layers"]
+        layer = tar.extractfile(layer_name)
+        assert layer is not None
+        with tarfile.open(fileobj=layer) as inner:
+            members = {m.name: m for m in inner.getmembers()}
+    assert members["workload"].mode == 0o755
+    assert {"proc", "sys", "dev", "tmp", "etc"} <= set(members)
+    assert "lib" not in members  # links only when asked for
+    linked = build_image("x:1", binary, tmp_path / "linked.tar", links={"lib": "usr/lib"})
+    with tarfile.open(linked) as tar:
+        (name,) = json.loads(tar.extractfile("manifest.json").read())[0]["Layers"]  # type: ignore[union-attr]
+        with tarfile.open(fileobj=tar.extractfile(name)) as inner:
+            lib = inner.getmember("lib")
+    assert (lib.issym(), lib.linkname) == (True, "usr/lib")
+    # Deterministic: the same binary gives the same archive.
+    again = build_image("localhost/gpushare/workload:1.0", binary, tmp_path / "again.tar")
+    assert again.read_bytes() == out.read_bytes()
+
+
+def test_the_kwok_daemonset_is_unchanged_without_real_nodes() -> None:
+    body = device_plugin_daemonset_body()
+    pod = body["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    assert "hostNetwork" not in pod
+    assert pod["containers"][0]["image"] == PLUGIN_IMAGE
+    assert "args" not in pod["containers"][0]
+
+
+def test_the_real_node_daemonset_reaches_the_apiserver_and_the_kubelet() -> None:
+    body = device_plugin_daemonset_body(real_nodes=RealNodePlugin(api_port=6443, gpus=2, gpu_memory_mib=8192))
+    pod = body["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] is True
+    assert pod["serviceAccountName"] == "gpushare-device-plugin"
+    container = pod["containers"][0]
+    assert container["args"] == ["--gpus=2", "--gpu-memory-mib=8192", "--memory-unit=GiB"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["KUBERNETES_SERVICE_HOST"] == "127.0.0.1"
+    assert env["KUBERNETES_SERVICE_PORT"] == "6443"
+    res = container["resources"]
+    assert res["requests"] == res["limits"]  # Guaranteed, as ACK's
+    assert container["volumeMounts"][0]["mountPath"] == "/var/lib/kubelet/device-plugins"
+
+
+def test_configs_keep_the_host_changes_small(tmp_path: Path) -> None:
+    node = realnode.RealNode("realnode-0", "tok", "192.0.2.2", 10250, 10248, tmp_path / "n")
+    cfg = realnode.kubelet_config(tmp_path, node, tmp_path / "ca.crt")
+    assert cfg["makeIPTablesUtilChains"] is False
+    assert cfg["failCgroupV1"] is False
+    assert cfg["imageGCHighThresholdPercent"] == 100
+    toml = realnode.containerd_config(tmp_path)
+    assert "restrict_oom_score_adj = true" in toml
+    assert f'root = "{tmp_path}/containerd/root"' in toml
+    assert f'path = "{tmp_path}/containerd/opt"' in toml  # not /opt/containerd
+    cni = realnode.cni_config(tmp_path)
+    assert cni["plugins"][0]["bridge"] == realnode.BRIDGE
+    assert cni["plugins"][0]["ipMasq"] is False
+
+
+def test_preflight_says_in_one_line_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(realnode.RealNodeUnavailable, match="at most 1 real node") as many:
+        realnode.preflight(2)
+    assert "\n" not in str(many.value)
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    with pytest.raises(realnode.RealNodeUnavailable, match="need root") as root:
+        realnode.preflight(1)
+    assert "REAL_NODES=0" in str(root.value)
+    assert "\n" not in str(root.value)
+    monkeypatch.setattr("os.geteuid", lambda: 0)
+    monkeypatch.setenv("GPUSHARE_KUBELET_BIN", "/nonexistent")
+    monkeypatch.setattr(realnode, "_tool", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr("os.access", lambda path, mode: "nonexistent" not in str(path))
+    with pytest.raises(realnode.RealNodeUnavailable, match="make kubelet"):
+        realnode.preflight(1)
+
+
+def test_host_state_round_trips(tmp_path: Path) -> None:
+    before = realnode.HostBefore(
+        sysctls={"net.ipv4.ip_forward": "0"},
+        dirs={"/var/lib/kubelet": False},
+        chains=[["iptables", "nat", "X"]],
+    )
+    before.save(tmp_path / "b.json")
+    assert realnode.HostBefore.load(tmp_path / "b.json") == before
