@@ -46,6 +46,7 @@ from gpushare.devcluster.pluginsim import ANNOTATION_HANG
 from gpushare.devcluster.realnode import IMAGE_WORKLOAD, RealNodeUnavailable, preflight
 from gpushare.k8s.client import make_api_client
 from support.operator_proc import OperatorProc, launch_operator
+from support.pools import PoolApi
 
 pytestmark = pytest.mark.realnode
 
@@ -53,7 +54,6 @@ REPO = Path(__file__).resolve().parents[2]
 NODE = "realnode-0"
 NODEPOOL = "np-real"
 GPU_MEM_GIB = 16
-MERGE: dict[str, Any] = {"_content_type": "application/merge-patch+json"}
 #: Generous: a plugin restart is a pod deletion, a DaemonSet recreation, a registration and a kubelet
 #: status sync (10 s) on a 2-CPU machine shared with other tests.
 WAIT = 180.0
@@ -141,39 +141,15 @@ async def ns(rapi: client.ApiClient) -> AsyncIterator[str]:
     await core.delete_namespace(name)
 
 
-class Pools:
+class Pools(PoolApi):
     """Create, change and delete pools over the real node; every pool is deleted at the end."""
 
     def __init__(self, api: client.ApiClient) -> None:
-        self.custom = client.CustomObjectsApi(api)
+        super().__init__(api)
         self.core = client.CoreV1Api(api)
-        self.created: list[str] = []
 
     async def create(self, name: str, **spec: Any) -> None:
-        body = {
-            "apiVersion": c.API_VERSION,
-            "kind": c.KIND,
-            "metadata": {"name": name},
-            "spec": {"nodeSelector": {"matchLabels": {POOL_LABEL: NODEPOOL}}, **spec},
-        }
-        await self.custom.create_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL, body)
-        self.created.append(name)
-
-    async def get(self, name: str) -> dict[str, Any] | None:
-        try:
-            obj: dict[str, Any] = await self.custom.get_cluster_custom_object(
-                c.GROUP, c.VERSION, c.PLURAL, name
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return obj
-
-    async def patch_spec(self, name: str, spec: dict[str, Any]) -> None:
-        await self.custom.patch_cluster_custom_object(
-            c.GROUP, c.VERSION, c.PLURAL, name, {"spec": spec}, **MERGE
-        )
+        await self.create_pool(name, {POOL_LABEL: NODEPOOL}, **spec)
 
     async def wait_ready(self, name: str, status: str = "True") -> dict[str, Any]:
         """Until the pool's Ready condition is ``status`` for its current generation; returns the pool."""
