@@ -13,7 +13,6 @@ back into the default mode, restarting its plugin) and starts from that state.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import secrets
 import sys
@@ -30,7 +29,6 @@ from gpushare.devcluster import (
     BinariesMissing,
     ClusterInfo,
     DevCluster,
-    DevClusterError,
     find_binaries,
     wait_for,
 )
@@ -45,6 +43,7 @@ from gpushare.devcluster.fakes import (
 from gpushare.devcluster.pluginsim import ANNOTATION_HANG
 from gpushare.devcluster.realnode import IMAGE_WORKLOAD, RealNodeUnavailable, preflight
 from gpushare.k8s.client import make_api_client
+from support.cluster import serve
 from support.operator_proc import OperatorProc, launch_operator
 from support.pools import PoolApi
 
@@ -90,17 +89,7 @@ def real_cluster() -> Iterator[ClusterInfo]:
         preflight(1)
     except (BinariesMissing, RealNodeUnavailable) as exc:
         pytest.fail(f"real-node tier cannot run: {exc}", pytrace=False)
-    dev = DevCluster(real_nodes=1)
-    try:
-        info = dev.start()
-        asyncio.run(_prepare(info))
-    except (DevClusterError, TimeoutError, ApiException) as exc:
-        dev.stop(failed=True)
-        pytest.fail(f"control plane with a real node did not start: {exc}", pytrace=False)
-    try:
-        yield info
-    finally:
-        dev.stop()
+    yield from serve(DevCluster(real_nodes=1), _prepare, "control plane with a real node")
 
 
 @pytest.fixture(scope="module")
