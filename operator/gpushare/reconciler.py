@@ -242,6 +242,9 @@ class Reconciler:
         self._invalid_pools: Mapping[str, str] = {}
         self.dirty: set[str] = set()
         self._plan_all = True
+        #: The clock of the last ``_replan`` and the nodes it planned with it (``_confirm`` need
+        #: not plan those again: the planner is pure and per node).
+        self._planned_with: tuple[datetime | None, frozenset[str]] = (None, frozenset())
         # writes
         self._claimed: set[str] = set()
         self._sems: dict[str, asyncio.Semaphore] = {}
@@ -444,9 +447,11 @@ class Reconciler:
         else:
             names, self.dirty = self.dirty, set()
         if not names:
+            self._planned_with = (now, frozenset())
             return 0
         views = [v for v in (self._view(n) for n in names) if v is not None]
         cp = self._plan_nodes(views, now)
+        self._planned_with = (now, frozenset(v.name for v in views))
         self._invalid_pools = cp.invalid_pools
         live = self._live()
         for p in cp.nodes:
@@ -589,7 +594,14 @@ class Reconciler:
         if not patches:
             return []
         views = [v for v in (self._view(p.node) for p in patches) if v is not None]
-        again = self._plan_nodes(views, now).by_node()
+        # Nodes this pass's _replan planned with this clock (nothing awaited since) keep that plan:
+        # after a pool change that is every node, planned once before the first write, not twice.
+        clock, planned = self._planned_with
+        current = planned if clock == now else frozenset()
+        again = {v.name: self.plans[v.name] for v in views if v.name in current and v.name in self.plans}
+        stale = [v for v in views if v.name not in again]
+        if stale:
+            again.update(self._plan_nodes(stale, now).by_node())
         check = [
             p
             for p in again.values()

@@ -15,7 +15,6 @@ run ``make control-plane``.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import secrets
 from collections.abc import AsyncIterator, Iterator
@@ -30,7 +29,6 @@ from gpushare.devcluster import (
     BinariesMissing,
     ClusterInfo,
     DevCluster,
-    DevClusterError,
     delete_nodes,
     ensure_device_plugin_daemonset,
     find_binaries,
@@ -39,6 +37,7 @@ from gpushare.devcluster import (
 from gpushare.devcluster.crds import install_crd_files
 from gpushare.devcluster.fakes import FakeNodeSet
 from gpushare.k8s.client import make_api_client
+from support.cluster import serve
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_FILES = sorted((REPO / "crds").glob("*.yaml"))
@@ -66,17 +65,7 @@ def cluster() -> Iterator[ClusterInfo]:
     except BinariesMissing as exc:
         pytest.fail(str(exc), pytrace=False)
     keep = bool(os.environ.get("GPUSHARE_KEEP_CLUSTER"))
-    dev = DevCluster(keep=keep)
-    try:
-        info = dev.start()
-        asyncio.run(_prepare(info))
-    except (DevClusterError, TimeoutError, ApiException) as exc:
-        dev.stop(failed=True)
-        pytest.fail(f"local control plane did not start: {exc}", pytrace=False)
-    try:
-        yield info
-    finally:
-        dev.stop()
+    yield from serve(DevCluster(keep=keep), _prepare, "local control plane")
 
 
 @pytest.fixture

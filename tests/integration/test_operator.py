@@ -17,7 +17,6 @@ import contextlib
 import json
 import secrets
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
@@ -33,9 +32,9 @@ from gpushare.devcluster.crds import install_crd_files
 from gpushare.devcluster.fakes import POOL_LABEL, FakeNodeSet, plugin_pods_on, wait_plugin_registered
 from gpushare.devcluster.pluginsim import ANNOTATION_HANG, ANNOTATION_STATE
 from support.operator_proc import OperatorProc, launch_operator
+from support.pools import MERGE, PoolApi
 
 #: The generated stubs do not list ``_content_type``; the client accepts it.
-MERGE: dict[str, Any] = {"_content_type": "application/merge-patch+json"}
 JSON_PATCH: dict[str, Any] = {"_content_type": "application/json-patch+json"}
 
 
@@ -63,43 +62,9 @@ def np_id() -> str:
     return f"np-{secrets.token_hex(3)}"
 
 
-@dataclass
-class Pools:
-    api: client.ApiClient
-    created: list[str] = field(default_factory=list)
-
-    @property
-    def custom(self) -> client.CustomObjectsApi:
-        return client.CustomObjectsApi(self.api)
-
+class Pools(PoolApi):
     async def create(self, name: str, nodepool: str, **spec: Any) -> dict[str, Any]:
-        body = {
-            "apiVersion": c.API_VERSION,
-            "kind": c.KIND,
-            "metadata": {"name": name},
-            "spec": {"nodeSelector": {"matchLabels": {POOL_LABEL: nodepool}}, **spec},
-        }
-        obj: dict[str, Any] = await self.custom.create_cluster_custom_object(
-            c.GROUP, c.VERSION, c.PLURAL, body
-        )
-        self.created.append(name)
-        return obj
-
-    async def get(self, name: str) -> dict[str, Any] | None:
-        try:
-            obj: dict[str, Any] = await self.custom.get_cluster_custom_object(
-                c.GROUP, c.VERSION, c.PLURAL, name
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return obj
-
-    async def patch_spec(self, name: str, spec: dict[str, Any]) -> None:
-        await self.custom.patch_cluster_custom_object(
-            c.GROUP, c.VERSION, c.PLURAL, name, {"spec": spec}, **MERGE
-        )
+        return await self.create_pool(name, {POOL_LABEL: nodepool}, **spec)
 
     async def delete(self, name: str, *, wait: bool = True, timeout_s: float = 60) -> None:
         try:

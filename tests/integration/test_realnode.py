@@ -13,7 +13,6 @@ back into the default mode, restarting its plugin) and starts from that state.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import secrets
 import sys
@@ -30,7 +29,6 @@ from gpushare.devcluster import (
     BinariesMissing,
     ClusterInfo,
     DevCluster,
-    DevClusterError,
     find_binaries,
     wait_for,
 )
@@ -45,7 +43,9 @@ from gpushare.devcluster.fakes import (
 from gpushare.devcluster.pluginsim import ANNOTATION_HANG
 from gpushare.devcluster.realnode import IMAGE_WORKLOAD, RealNodeUnavailable, preflight
 from gpushare.k8s.client import make_api_client
+from support.cluster import serve
 from support.operator_proc import OperatorProc, launch_operator
+from support.pools import PoolApi
 
 pytestmark = pytest.mark.realnode
 
@@ -53,7 +53,6 @@ REPO = Path(__file__).resolve().parents[2]
 NODE = "realnode-0"
 NODEPOOL = "np-real"
 GPU_MEM_GIB = 16
-MERGE: dict[str, Any] = {"_content_type": "application/merge-patch+json"}
 #: Generous: a plugin restart is a pod deletion, a DaemonSet recreation, a registration and a kubelet
 #: status sync (10 s) on a 2-CPU machine shared with other tests.
 WAIT = 180.0
@@ -90,17 +89,7 @@ def real_cluster() -> Iterator[ClusterInfo]:
         preflight(1)
     except (BinariesMissing, RealNodeUnavailable) as exc:
         pytest.fail(f"real-node tier cannot run: {exc}", pytrace=False)
-    dev = DevCluster(real_nodes=1)
-    try:
-        info = dev.start()
-        asyncio.run(_prepare(info))
-    except (DevClusterError, TimeoutError, ApiException) as exc:
-        dev.stop(failed=True)
-        pytest.fail(f"control plane with a real node did not start: {exc}", pytrace=False)
-    try:
-        yield info
-    finally:
-        dev.stop()
+    yield from serve(DevCluster(real_nodes=1), _prepare, "control plane with a real node")
 
 
 @pytest.fixture(scope="module")
@@ -141,39 +130,15 @@ async def ns(rapi: client.ApiClient) -> AsyncIterator[str]:
     await core.delete_namespace(name)
 
 
-class Pools:
+class Pools(PoolApi):
     """Create, change and delete pools over the real node; every pool is deleted at the end."""
 
     def __init__(self, api: client.ApiClient) -> None:
-        self.custom = client.CustomObjectsApi(api)
+        super().__init__(api)
         self.core = client.CoreV1Api(api)
-        self.created: list[str] = []
 
     async def create(self, name: str, **spec: Any) -> None:
-        body = {
-            "apiVersion": c.API_VERSION,
-            "kind": c.KIND,
-            "metadata": {"name": name},
-            "spec": {"nodeSelector": {"matchLabels": {POOL_LABEL: NODEPOOL}}, **spec},
-        }
-        await self.custom.create_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL, body)
-        self.created.append(name)
-
-    async def get(self, name: str) -> dict[str, Any] | None:
-        try:
-            obj: dict[str, Any] = await self.custom.get_cluster_custom_object(
-                c.GROUP, c.VERSION, c.PLURAL, name
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return obj
-
-    async def patch_spec(self, name: str, spec: dict[str, Any]) -> None:
-        await self.custom.patch_cluster_custom_object(
-            c.GROUP, c.VERSION, c.PLURAL, name, {"spec": spec}, **MERGE
-        )
+        await self.create_pool(name, {POOL_LABEL: NODEPOOL}, **spec)
 
     async def wait_ready(self, name: str, status: str = "True") -> dict[str, Any]:
         """Until the pool's Ready condition is ``status`` for its current generation; returns the pool."""

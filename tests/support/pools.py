@@ -1,0 +1,50 @@
+"""GPUSharePool reads and writes shared by the integration tests (one home, not a copy per file)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from gpushare import constants as c
+
+MERGE: dict[str, Any] = {"_content_type": "application/merge-patch+json"}
+
+
+class PoolApi:
+    """Get and patch GPUSharePools; ``created`` lists the names a test made (for its cleanup)."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+        self.custom = client.CustomObjectsApi(api)
+        self.created: list[str] = []
+
+    async def create_pool(self, name: str, selector: dict[str, str], **spec: Any) -> dict[str, Any]:
+        body = {
+            "apiVersion": c.API_VERSION,
+            "kind": c.KIND,
+            "metadata": {"name": name},
+            "spec": {"nodeSelector": {"matchLabels": selector}, **spec},
+        }
+        obj: dict[str, Any] = await self.custom.create_cluster_custom_object(
+            c.GROUP, c.VERSION, c.PLURAL, body
+        )
+        self.created.append(name)
+        return obj
+
+    async def get(self, name: str) -> dict[str, Any] | None:
+        try:
+            obj: dict[str, Any] = await self.custom.get_cluster_custom_object(
+                c.GROUP, c.VERSION, c.PLURAL, name
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return obj
+
+    async def patch_spec(self, name: str, spec: dict[str, Any]) -> None:
+        await self.custom.patch_cluster_custom_object(
+            c.GROUP, c.VERSION, c.PLURAL, name, {"spec": spec}, **MERGE
+        )
