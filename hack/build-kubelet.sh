@@ -21,6 +21,8 @@ export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
 export CGO_ENABLED=0
 
 log() { printf '[build-kubelet] %s\n' "$*" >&2; }
+# shellcheck source=hack/go-progress.sh
+. "$(dirname "${BASH_SOURCE[0]}")/go-progress.sh"
 
 if [ -x "$BIN/kubelet" ]; then
   log "kubelet present in $BIN"
@@ -45,11 +47,15 @@ for m in $(awk '$1 ~ /^k8s\.io\// && $2 == "v0.0.0" {print $1}' "$gomod" | sort 
   go mod edit -replace="$m=$m@$staging_version"; n=$((n + 1))
 done
 log "replaced $n staging modules with $staging_version"
+log "downloading the modules of kubelet $K8S_VERSION (cold: a few minutes; go names each one)"
 go get -tool "k8s.io/kubernetes/cmd/kubelet@$K8S_VERSION" >&2
 V=k8s.io/component-base/version; C=k8s.io/client-go/pkg/version
 LD="-s -w -X $V.gitVersion=$K8S_VERSION -X $V.gitMajor=1 -X $V.gitMinor=$minor -X $V.gitTreeState=clean -X $V.buildDate=1970-01-01T00:00:00Z -X $C.gitVersion=$K8S_VERSION -X $C.gitMajor=1 -X $C.gitMinor=$minor"
-log "compiling kubelet $K8S_VERSION (minutes with the control plane's Go build cache warm)"
-go build -tags=selinux,notest,grpcnotrace -ldflags="$LD" -o "$BIN/kubelet.tmp" k8s.io/kubernetes/cmd/kubelet
+TAGS=selinux,notest,grpcnotrace
+total=$(go list -deps -tags="$TAGS" k8s.io/kubernetes/cmd/kubelet | wc -l)
+log "compiling kubelet $K8S_VERSION: $total packages (about 5 minutes on 2 cores beside the control-plane build, sharing its Go caches; a line every 30 s with the time left at that pace)"
+go build -v -tags="$TAGS" -ldflags="$LD" -o "$BIN/kubelet.tmp" k8s.io/kubernetes/cmd/kubelet 2>&1 >/dev/null \
+  | go_progress "kubelet $K8S_VERSION" "$total"
 mv "$BIN/kubelet.tmp" "$BIN/kubelet"
 "$BIN/kubelet" --version >&2
 [ "${1:-}" = "--print-bin" ] && echo "$BIN"

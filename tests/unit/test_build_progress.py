@@ -135,3 +135,26 @@ def test_the_makefile_turns_the_progress_on_and_announces_the_slow_steps() -> No
     setup_recipe = makefile.split("$(BIN)/gpushare: pyproject.toml", 1)[1].split("\n\n", 1)[0]
     assert "pip install -q -e" not in setup_recipe, "the long install must not be silent"
     assert "[setup]" in setup_recipe
+
+
+def test_the_kubelet_build_reports_its_progress_too(tmp_path: Path) -> None:
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    (fake / "go").write_text(FAKE_GO)
+    (fake / "go").chmod((fake / "go").stat().st_mode | stat.S_IEXEC)
+    gomod = tmp_path / "kubernetes.mod"
+    gomod.write_text("module k8s.io/kubernetes\n\ngo 1.24.0\n")
+    env = {
+        **os.environ,
+        "PATH": f"{fake}:{os.environ['PATH']}",
+        "GPUSHARE_CACHE": str(tmp_path / "cache"),
+        "GPUSHARE_KUBELET_BIN": str(tmp_path / "cache" / "bin" / "kubelet"),
+        "FAKE_GOMOD": str(gomod),
+        "GO_PROGRESS_EVERY": "0",
+    }
+    script = REPO / "hack" / "build-kubelet.sh"
+    r = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "[build-kubelet] compiling kubelet v1.34.4: 3 packages (about 5 minutes on 2 cores" in r.stderr
+    assert "[build-kubelet] kubelet v1.34.4: 2/3 packages compiled" in r.stderr
+    assert r.stderr.rstrip().endswith(f"kubelet ready in {env['GPUSHARE_KUBELET_BIN']}")
