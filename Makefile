@@ -8,7 +8,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 
 .PHONY: manifests help setup test test-unit test-integration lint fmt crds crds-check control-plane cluster cluster-down \
-        bench bench-webhook demo demo-down gpu-check e2e-kind image image-check helm lock clean \
+        bench bench-webhook demo demo-down gpu-check e2e-kind image image-check image-local helm lock clean \
         promtool monitoring-check realnode realnode-prereqs kubelet realnode-bins
 
 help: ## List the targets
@@ -35,7 +35,7 @@ REAL_NODES ?= 1
 ifeq ($(REAL_NODES),0)
 REALNODE_DEPS :=
 else
-REALNODE_DEPS := realnode
+REALNODE_DEPS := realnode image-local
 endif
 
 realnode-prereqs: ## Install containerd, runc, the CNI plugins and iptables from Debian when missing (real-node tier)
@@ -46,6 +46,9 @@ kubelet: ## Build (or reuse) kubelet v1.34.4 in ~/.cache/gpushare (real-node tie
 
 realnode-bins: ## Build the real node's Go programs (device plugin, pause, workload, node reset) into build/realnode
 	bash hack/build-realnode.sh
+
+image-local: setup ## Build the image without Docker (debootstrapped Debian, the locked wheels; cached in ~/.cache/gpushare/image) as a docker-archive for the real node (root)
+	bash hack/build-image-local.sh
 
 realnode: realnode-prereqs kubelet realnode-bins ## Everything the real-node tier needs
 
