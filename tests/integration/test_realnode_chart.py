@@ -97,7 +97,15 @@ class Release:
             ["kubectl", "get", "events", "-n", NS, "--sort-by=.lastTimestamp"], env=self.env,
             capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
-        return f"--- pods ---\n{out.stdout}{out.stderr}\n--- events in {NS} ---\n{ev.stdout[-3000:]}"
+        logs = ""
+        for prev in ("--previous", ""):
+            res = subprocess.run(
+                ["kubectl", "logs", "-n", NS, "-l", "app.kubernetes.io/component=operator", "--prefix",
+                 "--tail=15", *([prev] if prev else [])],
+                env=self.env, capture_output=True, text=True, timeout=60, check=False,
+            )  # fmt: skip
+            logs += f"--- operator logs {prev} ---\n{res.stdout[-4000:]}{res.stderr[-500:]}\n"
+        return f"--- pods ---\n{out.stdout}{out.stderr}\n--- events in {NS} ---\n{ev.stdout[-3000:]}\n{logs}"
 
 
 def _ready(pod: dict[str, Any]) -> bool:
@@ -113,6 +121,15 @@ def _wait(pred: Callable[[], bool], what: str, rel: Release, timeout_s: float = 
                 f"timed out after {timeout_s:.0f}s waiting for {what}\n{rel.diagnose()}", pytrace=False
             )
         time.sleep(1)
+
+
+def _eventually(pred: Callable[[], bool], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not pred():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(1)
+    return True
 
 
 @pytest.fixture(scope="module")
@@ -167,6 +184,8 @@ def release(helm_bin: str) -> Iterator[Release]:
 
 
 def test_operator_and_webhook_pods_ready_with_leader_election(release: Release) -> None:
+    # helm --wait lets a Deployment through with replicas - maxUnavailable pods ready: wait for both.
+    _wait(lambda: sum(map(_ready, release.pods("operator"))) == 2, "both operator pods Ready", release)
     ops = release.pods("operator")
     assert len(ops) == 2, [p["metadata"]["name"] for p in ops]
     for pod in ops:
@@ -183,11 +202,30 @@ def test_operator_and_webhook_pods_ready_with_leader_election(release: Release) 
 
     _wait(peers, f"both replicas {names} in the peering", release)
 
-    def one_paused() -> bool:
-        logs = [release.kubectl("logs", "-n", NS, n, check=False).stdout for n in names]
-        return sum("Pausing operations" in log for log in logs) == 1
+    # Mandatory peering: each replica starts paused, and Kopf resumes the one that sees no live peer
+    # of a higher priority; a replica that sees one later pauses again.
+    def active(name: str) -> bool:
+        log = release.kubectl("logs", "-n", NS, name, check=False).stdout
+        return log.rfind("Resuming operations") > log.rfind("Pausing operations")
 
-    _wait(one_paused, "one replica to pause behind the other (leader election)", release)
+    def one_leader() -> bool:
+        status = release.get_json("clusterkopfpeering", "gpushare-operator").get("status") or {}
+        if sorted(status) != names:
+            return False
+        highest = max(names, key=lambda n: int(status[n]["priority"]))
+        return [n for n in names if active(n)] == [highest]
+
+    if not _eventually(one_leader, WAIT):
+        status = release.get_json("clusterkopfpeering", "gpushare-operator").get("status")
+        lines = {
+            n: [
+                ln[:300]
+                for ln in release.kubectl("logs", "-n", NS, n, check=False).stdout.splitlines()
+                if "operations" in ln or "peer" in ln.lower() or "priority" in ln
+            ]
+            for n in names
+        }
+        pytest.fail(f"not one leader (the highest priority): peering {status}; logs {lines}", pytrace=False)
     # The webhook's Service has both pods as ready endpoints (what the apiserver dials).
     slices = release.get_json("endpointslices", "-n", NS, "-l", "kubernetes.io/service-name=gpushare-webhook")
     ready = sorted(
