@@ -143,7 +143,7 @@ demo-down: ## Stop everything `make demo` started (operator, control plane)
 	DEMO_DIR=$(DEMO_DIR) bash hack/demo.sh down
 
 image: ## Build the operator/agent image (needs a Docker engine)
-	@docker info >/dev/null 2>&1 || { echo "image: no Docker engine (docker info failed); nothing was built"; exit 1; }
+	@docker info >/dev/null 2>&1 || { echo "image: no Docker engine (docker info failed); nothing was built (make image-local builds it without one, as root)"; exit 1; }
 	docker build -t gpushare-operator:$(VERSION) .
 
 image-check: setup control-plane ## Build the image (local Debian base when no registry is reachable) and run it: --version, check, operator vs local control plane (prints "skipped, no engine" without Docker)
