@@ -8,7 +8,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 
 .PHONY: manifests help setup test test-unit test-integration lint fmt crds crds-check control-plane cluster cluster-down \
-        bench bench-webhook demo demo-down gpu-check e2e-kind image image-check helm lock clean \
+        bench bench-webhook demo demo-down gpu-check e2e-kind image image-check image-local helm lock clean \
         promtool monitoring-check realnode realnode-prereqs kubelet realnode-bins
 
 help: ## List the targets
@@ -38,7 +38,7 @@ REAL_NODES ?= 1
 ifeq ($(REAL_NODES),0)
 REALNODE_DEPS :=
 else
-REALNODE_DEPS := realnode
+REALNODE_DEPS := realnode image-local
 endif
 
 realnode-prereqs: ## Install containerd, runc, the CNI plugins and iptables from Debian when missing (real-node tier)
@@ -49,6 +49,9 @@ kubelet: ## Build (or reuse) kubelet v1.34.4 in ~/.cache/gpushare (real-node tie
 
 realnode-bins: ## Build the real node's Go programs (device plugin, pause, workload, node reset) into build/realnode
 	bash hack/build-realnode.sh
+
+image-local: setup ## Build the image without Docker (debootstrapped Debian, the locked wheels; cached in ~/.cache/gpushare/image) as a docker-archive for the real node (root)
+	bash hack/build-image-local.sh
 
 realnode: realnode-prereqs kubelet realnode-bins ## Everything the real-node tier needs
 
@@ -143,7 +146,7 @@ demo-down: ## Stop everything `make demo` started (operator, control plane)
 	DEMO_DIR=$(DEMO_DIR) bash hack/demo.sh down
 
 image: ## Build the operator/agent image (needs a Docker engine)
-	@docker info >/dev/null 2>&1 || { echo "image: no Docker engine (docker info failed); nothing was built"; exit 1; }
+	@docker info >/dev/null 2>&1 || { echo "image: no Docker engine (docker info failed); nothing was built (make image-local builds it without one, as root)"; exit 1; }
 	docker build -t gpushare-operator:$(VERSION) .
 
 image-check: setup control-plane ## Build the image (local Debian base when no registry is reachable) and run it: --version, check, operator vs local control plane (prints "skipped, no engine" without Docker)

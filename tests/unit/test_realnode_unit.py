@@ -10,7 +10,7 @@ import pytest
 
 from gpushare.devcluster import realnode
 from gpushare.devcluster.fakes import PLUGIN_IMAGE, RealNodePlugin, device_plugin_daemonset_body
-from gpushare.devcluster.images import build_image
+from gpushare.devcluster.images import build_image, pack_layer
 
 
 def test_image_is_a_one_layer_docker_archive_with_the_binary_as_entrypoint(tmp_path: Path) -> None:
@@ -40,6 +40,32 @@ def test_image_is_a_one_layer_docker_archive_with_the_binary_as_entrypoint(tmp_p
     # Deterministic: the same binary gives the same archive.
     again = build_image("localhost/gpushare/workload:1.0", binary, tmp_path / "again.tar")
     assert again.read_bytes() == out.read_bytes()
+
+
+def test_a_packed_root_filesystem_is_the_layer_with_its_diff_id_and_config(tmp_path: Path) -> None:
+    import hashlib
+    import io
+
+    layer = tmp_path / "layer.tar"
+    with tarfile.open(layer, "w") as tar:
+        info = tarfile.TarInfo("opt/gpushare/bin/gpushare")
+        info.size = 4
+        tar.addfile(info, io.BytesIO(b"#!py"))
+    out = pack_layer(
+        "localhost/gpushare-operator:0.1.0", layer, tmp_path / "img.tar",
+        entrypoint=["gpushare"], cmd=["run"], env=["PATH=/opt/gpushare/bin"], user="65532:65532",
+        created_by="test",
+    )  # fmt: skip
+    with tarfile.open(out) as tar:
+        manifest = json.loads(tar.extractfile("manifest.json").read())  # type: ignore[union-attr]
+        assert manifest[0]["RepoTags"] == ["localhost/gpushare-operator:0.1.0"]
+        config = json.loads(tar.extractfile(manifest[0]["Config"]).read())  # type: ignore[union-attr]
+        packed = tar.extractfile(manifest[0]["Layers"][0]).read()  # type: ignore[union-attr]
+    assert packed == layer.read_bytes()
+    assert config["rootfs"]["diff_ids"] == ["sha256:" + hashlib.sha256(packed).hexdigest()]
+    assert config["config"]["User"] == "65532:65532"
+    assert (config["config"]["Entrypoint"], config["config"]["Cmd"]) == (["gpushare"], ["run"])
+    assert not (tmp_path / "img.tar.partial").exists()
 
 
 def test_the_kwok_daemonset_is_unchanged_without_real_nodes() -> None:

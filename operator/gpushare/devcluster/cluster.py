@@ -37,9 +37,11 @@ import yaml
 from gpushare.devcluster import pki
 from gpushare.devcluster.binaries import Binaries, find_binaries
 from gpushare.devcluster.process import Process, stop_all, tail
-from gpushare.devcluster.realnode import REAL_NODE_LABEL, RealNodes, preflight
+from gpushare.devcluster.realnode import REAL_NODE_LABEL, RealNodes, host_ip, preflight
 
 SERVICE_CIDR = "10.96.0.0/16"
+#: The ClusterIP of the ``kubernetes`` Service (the first of SERVICE_CIDR): what in-cluster clients dial.
+KUBERNETES_SERVICE_IP = "10.96.0.1"
 POD_CIDR = "10.244.0.1/16"
 ADMIN_USER = "devcluster-admin"
 
@@ -235,9 +237,15 @@ class DevCluster:
         pki_dir.mkdir(exist_ok=True)
         ca = pki.make_ca()
         ca.write(pki_dir / "ca.crt", pki_dir / "ca.key")
-        pki.make_serving_cert(ca, "kube-apiserver", dns_names=("localhost", "kubernetes.default.svc")).write(
-            pki_dir / "apiserver.crt", pki_dir / "apiserver.key"
-        )
+        # With real nodes, pods reach the apiserver at the kubernetes Service's ClusterIP (DNAT to
+        # the host's address, realnode.py): the certificate names both.
+        api_ips = ("127.0.0.1", *((KUBERNETES_SERVICE_IP, host_ip()) if self.real_nodes else ()))
+        pki.make_serving_cert(
+            ca,
+            "kube-apiserver",
+            ips=api_ips,
+            dns_names=("localhost", "kubernetes.default.svc"),
+        ).write(pki_dir / "apiserver.crt", pki_dir / "apiserver.key")
         sa = pki.make_service_account_keys()
         sa.write(pki_dir / "sa.pub", pki_dir / "sa.key")
         token = secrets.token_urlsafe(32)
@@ -280,7 +288,9 @@ class DevCluster:
             "kube-apiserver",
             [
                 f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-                "--bind-address=127.0.0.1",
+                # Real nodes: also on the host's address, where the DNAT of the kubernetes Service
+                # sends the pods' connections (kwok only: loopback, as before).
+                f"--bind-address={'0.0.0.0' if self.real_nodes else '127.0.0.1'}",
                 "--advertise-address=127.0.0.1",
                 f"--secure-port={api_port}",
                 f"--tls-cert-file={pki_dir / 'apiserver.crt'}",
@@ -376,7 +386,13 @@ class DevCluster:
 
         if self.real_nodes:
             self.real = RealNodes(d, real_names, node_tokens)
-            self.real.start(server=server, ca=ca, ca_path=pki_dir / "ca.crt", ports=node_ports)
+            self.real.start(
+                server=server,
+                ca=ca,
+                ca_path=pki_dir / "ca.crt",
+                ports=node_ports,
+                api_service=(KUBERNETES_SERVICE_IP, api_port),
+            )
             self._wait_nodes_ready(real_names, time.monotonic() + self.real_node_timeout, token)
             for node in real_names:
                 pids[f"kubelet-{node}"] = self.real.node(node).kubelet.pid or 0  # type: ignore[union-attr]
@@ -410,6 +426,9 @@ class DevCluster:
             f"--kubelet-client-certificate={pki_dir / 'apiserver-kubelet-client.crt'}",
             f"--kubelet-client-key={pki_dir / 'apiserver-kubelet-client.key'}",
             "--kubelet-preferred-address-types=InternalIP,Hostname",
+            # There is no kube-proxy: webhooks and aggregated APIs behind a Service are dialled at
+            # the Service's endpoint (pod) IPs, which the host reaches over the pods' bridge.
+            "--enable-aggregator-routing=true",
         ]
 
     def _wait_nodes_ready(self, names: list[str], deadline: float, token: str) -> None:
@@ -465,6 +484,18 @@ class DevCluster:
         self.real.restart_kubelet(node)
         if self.info is not None:
             self.info.pids[f"kubelet-{node}"] = self.real.node(node).kubelet.pid or 0  # type: ignore[union-attr]
+
+    def import_image(self, archive: Path) -> None:
+        """Import a docker-archive into the real nodes' containerd (their pods can then use it)."""
+        if self.real is None:
+            raise DevClusterError("this control plane has no real nodes")
+        self.real.import_archive(archive)
+
+    def kubelet_root(self, node: str) -> Path:
+        """A real node's kubelet root dir (its pods' volumes: ``pods/<uid>/volumes``)."""
+        if self.real is None:
+            raise DevClusterError("this control plane has no real nodes")
+        return self.real.node(node).dir / "kubelet"
 
     def _proc(self, name: str) -> Process:
         for proc in self.procs:

@@ -1,4 +1,5 @@
-"""Container images without a registry or a Docker engine: one static binary -> a docker-archive tar.
+"""Container images without a registry or a Docker engine: one static binary (or a whole root
+filesystem, :func:`pack_layer`) -> a docker-archive tar.
 
 ``containerd``'s ``ctr images import`` reads the archive (``manifest.json`` with ``RepoTags``, the
 image config, one uncompressed layer). The layer holds the binary at ``/<name>`` and the empty
@@ -13,6 +14,7 @@ import io
 import json
 import tarfile
 from pathlib import Path
+from typing import IO, Any
 
 _DIRS = ("dev", "etc", "proc", "sys", "tmp", "var", "var/run")
 
@@ -65,19 +67,54 @@ def build_image(
         "rootfs": {"type": "layers", "diff_ids": [diff_id]},
         "history": [{"created_by": f"gpushare.devcluster.images: /{name}"}],
     }
+    return _archive(ref, config, io.BytesIO(layer), len(layer), diff_id, out)
+
+
+def _archive(ref: str, config: dict[str, Any], layer: IO[bytes], size: int, diff_id: str, out: Path) -> Path:
     config_bytes = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
     config_name = hashlib.sha256(config_bytes).hexdigest() + ".json"
     layer_name = diff_id.removeprefix("sha256:") + "/layer.tar"
     manifest = [{"Config": config_name, "RepoTags": [ref], "Layers": [layer_name]}]
     out.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for member, data in (
-            (config_name, config_bytes),
-            (layer_name, layer),
-            ("manifest.json", json.dumps(manifest).encode()),
-        ):
+    partial = out.with_name(out.name + ".partial")
+    with tarfile.open(partial, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for member, data in ((config_name, config_bytes), ("manifest.json", json.dumps(manifest).encode())):
             info = tarfile.TarInfo(member)
             info.size = len(data)
             info.mode = 0o644
             tar.addfile(info, io.BytesIO(data))
+        info = tarfile.TarInfo(layer_name)
+        info.size = size
+        info.mode = 0o644
+        tar.addfile(info, layer)
+    partial.replace(out)
     return out
+
+
+def pack_layer(
+    ref: str,
+    layer_tar: Path,
+    out: Path,
+    *,
+    entrypoint: list[str],
+    cmd: list[str],
+    env: list[str],
+    user: str,
+    created_by: str,
+) -> Path:
+    """Write a docker-archive of image ``ref`` whose one layer is ``layer_tar`` (a root filesystem
+    packed with ``tar``, e.g. by ``hack/build-image-local.sh``) to ``out``."""
+    digest = hashlib.sha256()
+    with layer_tar.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    diff_id = "sha256:" + digest.hexdigest()
+    config = {
+        "architecture": "amd64",
+        "os": "linux",
+        "config": {"Entrypoint": entrypoint, "Cmd": cmd, "Env": env, "User": user, "WorkingDir": "/"},
+        "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+        "history": [{"created_by": created_by}],
+    }
+    with layer_tar.open("rb") as f:
+        return _archive(ref, config, f, layer_tar.stat().st_size, diff_id, out)

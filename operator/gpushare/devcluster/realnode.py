@@ -85,6 +85,9 @@ IPTABLES = ("iptables", "ip6tables")
 #: first, from that run's own record of the host before it.
 MARKER = Path("/run/gpushare-realnode.dir")
 IPTABLES_TABLES = ("filter", "nat", "mangle")
+#: nat chain (jumped to from PREROUTING) sending pods' connections to the kubernetes Service's
+#: ClusterIP to the apiserver on the host's address.
+API_CHAIN = "GPUSHARE-APISERVER"
 
 
 class RealNodeUnavailable(Exception):
@@ -477,8 +480,17 @@ class RealNodes:
             capture_output=True, text=True, timeout=timeout, check=False,
         )  # fmt: skip
 
-    def start(self, *, server: str, ca: pki.KeyPair, ca_path: Path, ports: Sequence[int]) -> None:
-        """containerd (+ images) and every kubelet; ``ports``: two free ports per node."""
+    def start(
+        self,
+        *,
+        server: str,
+        ca: pki.KeyPair,
+        ca_path: Path,
+        ports: Sequence[int],
+        api_service: tuple[str, int] | None = None,
+    ) -> None:
+        """containerd (+ images) and every kubelet; ``ports``: two free ports per node;
+        ``api_service``: (ClusterIP of the kubernetes Service, apiserver port) to DNAT for pods."""
         from gpushare.devcluster.cluster import DevClusterError
 
         self.server, self.ca_path = server, ca_path
@@ -488,6 +500,8 @@ class RealNodes:
         before_file = self.dir / "host-before.json"
         self.before = HostBefore.capture()
         self.before.save(before_file)
+        if api_service is not None:
+            self.route_api_service(*api_service)
         (self.dir / "cni").mkdir(exist_ok=True)
         (self.dir / "cni/10-gpushare-realnode.conflist").write_text(
             json.dumps(cni_config(self.dir), indent=2)
@@ -521,6 +535,34 @@ class RealNodes:
             (node.dir / "kubeconfig").chmod(0o600)
             (node.dir / "config.yaml").write_text(yaml.safe_dump(kubelet_config(self.dir, node, ca_path)))
             self.start_kubelet(node)
+
+    def route_api_service(self, cluster_ip: str, api_port: int) -> None:
+        """Pods (not host network) reach the apiserver at ``cluster_ip:443``: DNAT to the host's
+        address, in a chain of our own (:func:`undo_host` removes it with its jump)."""
+        from gpushare.devcluster.cluster import DevClusterError
+
+        tool = _tool("iptables")
+        if tool is None:
+            raise DevClusterError("iptables not found; run `make realnode-prereqs`")
+        for rule in (
+            ["-N", API_CHAIN],
+            ["-A", API_CHAIN, "-d", f"{cluster_ip}/32", "-p", "tcp", "--dport", "443",
+             "-j", "DNAT", "--to-destination", f"{self.ip}:{api_port}"],
+            ["-I", "PREROUTING", "1", "-j", API_CHAIN],
+        ):  # fmt: skip
+            res = subprocess.run(
+                [tool, "-w", "-t", "nat", *rule], capture_output=True, text=True, check=False
+            )
+            if res.returncode != 0:
+                raise DevClusterError(f"iptables -t nat {' '.join(rule)}: {res.stderr.strip()}")
+
+    def import_archive(self, tar: Path) -> None:
+        """Import a docker-archive (e.g. the product's image, ``hack/build-image-local.sh``)."""
+        from gpushare.devcluster.cluster import DevClusterError
+
+        res = self._ctr("images", "import", str(tar), timeout=300)
+        if res.returncode != 0:
+            raise DevClusterError(f"importing {tar} into containerd failed: {res.stderr.strip()}")
 
     def import_images(self) -> None:
         from gpushare.devcluster.cluster import DevClusterError
