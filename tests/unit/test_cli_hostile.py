@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -33,17 +33,24 @@ spec: {placement: 7}
 
 
 def gpushare(*args: str, cwd: Path | None = None) -> tuple[int, str, str, float, float]:
-    """``(exit code, stdout, stderr, seconds, peak RSS in MB)`` of ``gpushare ARGS``."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "gpushare", *args], capture_output=True, text=True, timeout=120, cwd=cwd
-    )
-    elapsed = time.monotonic() - started
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    rss_mb = max(peak, before) / 1024  # ru_maxrss is the largest child's so far: run the big ones last
-    print(f"gpushare {' '.join(args)[:80]}: exit {done.returncode} in {elapsed:.2f} s, {rss_mb:.0f} MB")
-    return done.returncode, done.stdout, done.stderr, elapsed, rss_mb
+    """``(exit code, stdout, stderr, seconds, peak RSS in MB)`` of ``gpushare ARGS`` (the RSS of
+    that process alone: ``wait4`` reports the child it waited for)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        started = time.monotonic()
+        proc = subprocess.Popen([sys.executable, "-m", "gpushare", *args], stdout=out, stderr=err, cwd=cwd)
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        except BaseException:
+            proc.kill()
+            raise
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        elapsed = time.monotonic() - started
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(), err.read().decode()
+    rss_mb = usage.ru_maxrss / 1024  # KiB on Linux
+    print(f"gpushare {' '.join(args)[:80]}: exit {proc.returncode} in {elapsed:.2f} s, {rss_mb:.0f} MB")
+    return proc.returncode, stdout, stderr, elapsed, rss_mb
 
 
 def error_lines(stderr: str) -> list[str]:
