@@ -32,25 +32,34 @@ spec: {placement: 7}
 """
 
 
+#: Runs the CLI as ``python -m gpushare`` does, then writes the process's own peak RSS (VmHWM of
+#: its address space) to $GPUSHARE_TEST_RSS. (The kernel's ``ru_maxrss`` of a child starts at its
+#: parent's size, and the test process holds the suite's state.)
+RUN_AND_MEASURE = """
+import os, sys
+from gpushare.cli import main
+try:
+    code = main(sys.argv[1:])
+finally:
+    with open("/proc/self/status") as status, open(os.environ["GPUSHARE_TEST_RSS"], "w") as out:
+        out.write(next(line for line in status if line.startswith("VmHWM:")).split()[1])
+sys.exit(code)
+"""
+
+
 def gpushare(*args: str, cwd: Path | None = None) -> tuple[int, str, str, float, float]:
-    """``(exit code, stdout, stderr, seconds, peak RSS in MB)`` of ``gpushare ARGS`` (the RSS of
-    that process alone: ``wait4`` reports the child it waited for)."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    """``(exit code, stdout, stderr, seconds, peak RSS in MB)`` of ``gpushare ARGS``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        rss_file = Path(tmp) / "rss"
         started = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-m", "gpushare", *args], stdout=out, stderr=err, cwd=cwd)
-        try:
-            _, status, usage = os.wait4(proc.pid, 0)
-        except BaseException:
-            proc.kill()
-            raise
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        done = subprocess.run(
+            [sys.executable, "-c", RUN_AND_MEASURE, *args], capture_output=True, text=True, timeout=120,
+            cwd=cwd, env={**os.environ, "GPUSHARE_TEST_RSS": str(rss_file)},
+        )  # fmt: skip
         elapsed = time.monotonic() - started
-        out.seek(0)
-        err.seek(0)
-        stdout, stderr = out.read().decode(), err.read().decode()
-    rss_mb = usage.ru_maxrss / 1024  # KiB on Linux
-    print(f"gpushare {' '.join(args)[:80]}: exit {proc.returncode} in {elapsed:.2f} s, {rss_mb:.0f} MB")
-    return proc.returncode, stdout, stderr, elapsed, rss_mb
+        rss_mb = int(rss_file.read_text()) / 1024  # kB
+    print(f"gpushare {' '.join(args)[:80]}: exit {done.returncode} in {elapsed:.2f} s, {rss_mb:.0f} MB")
+    return done.returncode, done.stdout, done.stderr, elapsed, rss_mb
 
 
 def error_lines(stderr: str) -> list[str]:
