@@ -486,37 +486,35 @@ def _evaluate_pod(obj_name: str, pod: PodLike, ctx: Context, several: bool = Fal
         return em.out
     if res.source == "unknown":
         return em.out  # names a pool we cannot resolve offline; nothing more to check
+
+    def target_unknown(problem: str, fix: str) -> None:
+        """GS011 on the pod's targeting (one record for both ways a target can be unknown)."""
+        verdict, note = _pool_verdict("GS011-pool-target-unknown", ctx, all_pools, False)
+        if verdict:
+            em.add(
+                "GS011-pool-target-unknown",
+                container=None,
+                field=constraints.field,
+                value=value,
+                problem=problem,
+                fix=fix,
+                verdict=verdict,
+                note=note,
+            )
+
+    known = ", ".join(sorted(all_pools)) or "none"
     if res.source == "unmatched":
         (wanted,) = res.kinds
-        verdict, note = _pool_verdict("GS011-pool-target-unknown", ctx, all_pools, False)
-        if verdict:
-            known = ", ".join(sorted(all_pools)) or "none"
-            em.add(
-                "GS011-pool-target-unknown",
-                container=None,
-                field=constraints.field,
-                value=value,
-                problem=f"asks for {wanted} nodes ({KIND_TEXT[wanted]}), but no node has these labels and no"
-                f" GPUSharePool makes {wanted} nodes (known pools: {known}); the pod would stay Pending",
-                fix=_unmatched_fix(ctx, wanted, compute, multi),
-                verdict=verdict,
-                note=note,
-            )
+        target_unknown(
+            f"asks for {wanted} nodes ({KIND_TEXT[wanted]}), but no node has these labels and no"
+            f" GPUSharePool makes {wanted} nodes (known pools: {known}); the pod would stay Pending",
+            _unmatched_fix(ctx, wanted, compute, multi),
+        )
         return em.out
     if res.source == "none":
-        verdict, note = _pool_verdict("GS011-pool-target-unknown", ctx, all_pools, False)
-        if verdict:
-            known = ", ".join(sorted(all_pools)) or "none"
-            em.add(
-                "GS011-pool-target-unknown",
-                container=None,
-                field=constraints.field,
-                value=value,
-                problem=f"matches no GPU-sharing pool or node (known pools: {known})",
-                fix=_suggest(ctx, compute, multi),
-                verdict=verdict,
-                note=note,
-            )
+        target_unknown(
+            f"matches no GPU-sharing pool or node (known pools: {known})", _suggest(ctx, compute, multi)
+        )
         _check_memory_fits(em, ctx, all_pools, gpu, pod.path, split, total, anywhere=True)
         return em.out
     if len(res.kinds) > 1:
