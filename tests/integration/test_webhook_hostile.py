@@ -1,9 +1,9 @@
 """Hostile input against the running webhook (``gpushare run --webhook``: the reconciler's process
-and event loop): each input gets a 4xx (or a proper AdmissionReview) quickly, never a 5xx, and a
-valid review sent at the same time is answered at once. docs/security.md.
+and event loop): each input gets a 4xx (or a proper AdmissionReview), never a 5xx, and valid
+reviews sent at the same time are answered with their verdict. docs/security.md.
 
-The bounds asserted are generous (a hostile request used to hold the loop for 15 s and more); the
-latencies measured are printed (``-s``) for the record.
+No timing is asserted: socket timeouts catch a hang (a hostile request used to hold the loop for
+15 s and more); the latencies measured are printed (``-s``) for the record.
 """
 
 from __future__ import annotations
@@ -38,10 +38,11 @@ EX = Path(__file__).resolve().parents[2] / "examples"
 SUFFIX = secrets.token_hex(3)
 NS = f"gpushare-hostile-{SUFFIX}"
 MEM, CORE = "aliyun.com/gpu-mem", "aliyun.com/gpu-core.percentage"
-#: A hostile request is answered within this (it used to take 15 s; measured: milliseconds).
-HOSTILE_S = 5.0
-#: A valid review sent meanwhile is answered within this (measured: a few milliseconds).
-VALID_S = 1.0
+#: Hang detectors, not timings (the tests assert answers, never speed): a hostile request still
+#: unanswered after HOSTILE_S, or a valid review sent meanwhile after VALID_S, fails with a socket
+#: timeout. Both used to hang (15 s and more); the latencies are printed, and measured in milliseconds.
+HOSTILE_S = 10.0
+VALID_S = 5.0
 
 
 @dataclass
@@ -153,7 +154,7 @@ def while_valid_reviews(served: Served, hostile: Callable[[], Any]) -> tuple[Any
 
     def probe() -> None:
         while not stop.is_set():
-            status, body, elapsed = served.post("/validate-pods", VALID, timeout=30)
+            status, body, elapsed = served.post("/validate-pods", VALID, timeout=VALID_S)
             assert status == 200 and body["response"]["allowed"] is True, (status, body)
             latencies.append(elapsed)
             time.sleep(0.02)
@@ -171,13 +172,11 @@ def while_valid_reviews(served: Served, hostile: Callable[[], Any]) -> tuple[Any
     return result, latencies
 
 
-def check_fast(name: str, elapsed: float, latencies: list[float]) -> None:
+def show(name: str, elapsed: float, latencies: list[float]) -> None:
     print(
         f"{name}: answered in {elapsed * 1000:.1f} ms; {len(latencies)} valid reviews meanwhile,"
         f" slowest {max(latencies) * 1000:.1f} ms"
     )
-    assert elapsed < HOSTILE_S, f"{name} took {elapsed:.2f} s"
-    assert max(latencies) < VALID_S, f"a valid review waited {max(latencies):.2f} s during {name}"
 
 
 ESCAPES_48K = b'{"kind":"AdmissionReview","x":"' + b'\\"' * 24000 + b"[" * 201
@@ -206,21 +205,23 @@ def test_a_hostile_body_gets_a_4xx_and_does_not_stall_valid_reviews(
     served: Served, body: bytes, statuses: set[int]
 ) -> None:
     (status, answer, elapsed), latencies = while_valid_reviews(
-        served, lambda: served.post("/validate-pods", body)
+        served, lambda: served.post("/validate-pods", body, timeout=HOSTILE_S)
     )
     assert status in statuses, (status, answer)
     assert answer is not None and "error" in answer and "\n" not in answer["error"], answer
-    check_fast(f"{len(body)} bytes", elapsed, latencies)
+    show(f"{len(body)} bytes", elapsed, latencies)
 
 
 def test_sixteen_deep_bodies_at_once_do_not_stall_valid_reviews(served: Served) -> None:
     def hostile() -> list[tuple[int, Any, float]]:
         with concurrent.futures.ThreadPoolExecutor(16) as pool:
-            return list(pool.map(lambda _: served.post("/validate-pods", DEEP_100K), range(16)))
+            return list(
+                pool.map(lambda _: served.post("/validate-pods", DEEP_100K, timeout=HOSTILE_S), range(16))
+            )
 
     answers, latencies = while_valid_reviews(served, hostile)
     assert {a[0] for a in answers} <= {400, 429}, [a[:2] for a in answers]
-    check_fast("16 x 100000-deep", max(a[2] for a in answers), latencies)
+    show("16 x 100000-deep", max(a[2] for a in answers), latencies)
 
 
 @pytest.mark.parametrize("encoding", ["gzip", "deflate", "br"])
@@ -299,8 +300,8 @@ def test_slow_and_aborted_clients_are_cut_off_and_logged_in_one_line(served: Ser
         aborted = served.raw_connection()
         aborted.sendall(head + f"Content-Length: {len(VALID)}\r\n\r\n".encode() + VALID[: len(VALID) // 2])
         aborted.close()
-    status, _, elapsed = served.post("/validate-pods", VALID)
-    assert status == 200 and elapsed < VALID_S, (status, elapsed)
+    status, _, elapsed = served.post("/validate-pods", VALID, timeout=VALID_S)
+    assert status == 200, (status, elapsed)
     print(f"a valid review after 30 aborted clients: {elapsed * 1000:.1f} ms")
     assert _closed(liar), "a Content-Length over the cap must be refused at once"
     started = time.monotonic()
@@ -318,8 +319,8 @@ def test_slow_and_aborted_clients_are_cut_off_and_logged_in_one_line(served: Ser
     assert _closed(stalled), "a body that never completes must be timed out"
     for sock in [*slow, liar, stalled]:
         sock.close()
-    status, _, elapsed = served.post("/validate-pods", VALID)
-    assert status == 200 and elapsed < VALID_S
+    status, _, _ = served.post("/validate-pods", VALID, timeout=VALID_S)
+    assert status == 200
     # Aborted and malformed requests log one line each, never a traceback (checked at teardown too).
     log = served.proc.log_path.read_text(errors="replace")
     assert "Traceback" not in log and '"exc_info"' not in log

@@ -93,10 +93,9 @@ def test_dev_zero_is_read_up_to_the_cap(command: str) -> None:
 def test_a_fifo_without_a_writer_does_not_hang(tmp_path: Path) -> None:
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    code, _, err, elapsed, _ = gpushare("check", "--offline", "-f", str(fifo))
+    code, _, err, _, _ = gpushare("check", "--offline", "-f", str(fifo))  # a hang: subprocess's timeout
     assert code == 2
     assert error_lines(err) == [f"gpushare check: error: {fifo}: a FIFO that no writer opened within 3 s"]
-    assert elapsed < 30
 
 
 def test_a_fifo_with_a_writer_is_read(tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 
 The server is the one ``gpushare run --webhook`` serves (routes, limits, fast path, direct path
 with the rules), here over plain HTTP in a thread of its own. For every input: no 5xx, an
-answer within a bounded time, no traceback logged; and a valid review sent after each burst
+answer (a socket timeout catches a hang), no traceback logged; and a valid review sent after each burst
 is still answered with the rules' verdict. docs/security.md.
 """
 
@@ -14,7 +14,6 @@ import json
 import logging
 import socket
 import threading
-import time
 from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
@@ -30,8 +29,9 @@ from gpushare.webhook.answer import fast_allow, respond
 from gpushare.webhook.server import GPUShareWebhookServer, ServerLimits
 
 MEM, CORE = "aliyun.com/gpu-mem", "aliyun.com/gpu-core.percentage"
-#: An input is answered within this (a bound, not a benchmark: the slowest seen is milliseconds).
-ANSWER_S = 2.0
+#: A hang detector, not a timing: an input still unanswered after this fails with a socket timeout
+#: (the slowest seen is milliseconds).
+HANG_S = 10.0
 #: How many inputs each fuzz test tries (the run's count is printed with -s).
 EXAMPLES = 300
 
@@ -56,15 +56,14 @@ class Live:
 
     def post(
         self, path: str, body: bytes, headers: dict[str, str] | None = None, method: str = "POST"
-    ) -> tuple[int, bytes, float]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-        started = time.monotonic()
+    ) -> tuple[int, bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=HANG_S)
         try:
             conn.request(
                 method, path, body=body, headers={"Content-Type": "application/json", **(headers or {})}
             )
             resp = conn.getresponse()
-            return resp.status, resp.read(), time.monotonic() - started
+            return resp.status, resp.read()
         finally:
             conn.close()
 
@@ -155,19 +154,16 @@ def _pod(limits: Any) -> dict[str, Any]:
     }
 
 
-def _assert_sane(live: Live, status: int, body: bytes, elapsed: float) -> None:
+def _assert_sane(live: Live, status: int, body: bytes) -> None:
     live.tried[0] += 1
     assert status < 500, (status, body[:300])
-    assert elapsed < ANSWER_S, f"answered in {elapsed:.2f} s"
     if status != 200:
         assert b"\n" not in json.loads(body)["error"].encode(), body[:300]
 
 
 def _valid_still_judged(live: Live) -> None:
-    status, body, elapsed = live.post(
-        "/validate-pods", json.dumps(_review(_pod({MEM: "2", CORE: "33"}))).encode()
-    )
-    assert status == 200 and elapsed < ANSWER_S
+    status, body = live.post("/validate-pods", json.dumps(_review(_pod({MEM: "2", CORE: "33"}))).encode())
+    assert status == 200
     answer = json.loads(body)["response"]
     assert answer["allowed"] is False and "GS001" in answer["status"]["message"]
 
@@ -251,12 +247,12 @@ def test_valid_reviews_are_still_judged_after_the_fuzzing(live: Live) -> None:
         "spec": {"pytorchReplicaSpecs": {"[" + "9" * 4301 + "]": {"template": _pod({MEM: "2", CORE: "33"})}}},
     }
     target = next(t for t in TARGETS if t.plural == "pytorchjobs")
-    status, body, _ = live.post(
+    status, body = live.post(
         f"/{target.handler_id}", json.dumps(_review(job, target.plural, target.group)).encode()
     )
     assert status == 200 and isinstance(json.loads(body)["response"]["allowed"], bool)
     big = _pod({MEM: "2", CORE: "33"})
     big["metadata"]["annotations"] = {f"a{i}": "x" * 100 for i in range(200)}  # about 22 KB
-    status, body, _ = live.post("/validate-pods", json.dumps(_review(big)).encode())
+    status, body = live.post("/validate-pods", json.dumps(_review(big)).encode())
     assert status == 200 and "GS001" in json.loads(body)["response"]["status"]["message"]
     assert TARGETS_BY_ID  # (the table the routes came from)
