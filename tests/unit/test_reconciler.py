@@ -7,7 +7,9 @@ restart) because its index has not seen its own previous write yet.
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import itertools
 import json
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
@@ -22,6 +24,7 @@ from gpushare.policy import NodeView, PodView
 from gpushare.policy.restart import PLUGIN_RECREATE_GRACE
 from gpushare.policy.views import PluginPod
 from gpushare.reconcile import PassResult, Reconciler, pod_key
+from gpushare.reconcile.loop import pool_loop
 
 NP = "alibabacloud.com/nodepool-id"
 T0 = datetime(2026, 11, 29, 12, 0, 0, 300000, tzinfo=UTC)
@@ -412,3 +415,24 @@ async def test_an_invalid_pool_reports_all_four_conditions() -> None:
     fake.writes.clear()
     await _pass(rec, "bad", pools=[{**bad, "status": status}], nodes=fake.views(), pods=[])
     assert fake.writes == []
+
+
+async def test_the_cleanup_loop_retries_a_failed_pass_and_runs_until_the_nodes_are_restored() -> None:
+    fake = FakeCluster(["n0", "n1"])
+    ticks = itertools.count()
+    rec = Reconciler(fake, clock=lambda: T0 + timedelta(seconds=2 * next(ticks)))
+    await _pass(rec, "gpu", pools=[POOL], nodes=fake.views(), pods=[])
+    assert all(c.LABEL_CGPU in obj["metadata"]["labels"] for obj in fake.nodes.values())
+    deleting = {**POOL, "metadata": {**POOL["metadata"], "deletionTimestamp": "2026-11-29T12:00:00Z"}}
+    calls = []
+
+    def pools() -> list[dict[str, Any]]:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("the pool index is not there yet")
+        return [deleting]
+
+    result = await asyncio.wait_for(pool_loop("gpu", rec, pools, until_done=True), timeout=60)
+    assert result is not None and result.done and len(calls) >= 3
+    assert all(c.LABEL_CGPU not in obj["metadata"]["labels"] for obj in fake.nodes.values())
+    assert _restart_results(fake) == {"n0": "None/", "n1": "None/"}  # nothing of gpushare's left
