@@ -79,6 +79,7 @@ def owed(s: PassScope) -> list[tuple[str, RestartRecord]]:
 
 
 async def run_pass(rec: Reconciler, name: str) -> PassResult:
+    """One pass of pool ``name``: the phases in order; the requeue from ``settle``/``look_again``."""
     s = observe(rec, name)
     if s is None:
         return PassResult(name, summary="pool is gone")
