@@ -12,7 +12,7 @@ from gpushare.handlers import lifecycle
 from gpushare.handlers.options import RunOptions
 from gpushare.handlers.state import OperatorState, Started
 from gpushare.k8s.cluster import Cluster
-from gpushare.reconciler import Reconciler
+from gpushare.reconcile import Reconciler
 
 #: Kopf's decorator types the probe as its callback protocol (every kwarg Kopf passes): untyped here,
 #: called with the one kwarg it reads.

@@ -7,9 +7,11 @@ restart) because its index has not seen its own previous write yet.
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import itertools
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,9 +20,11 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import constants as c
 from gpushare import metrics
-from gpushare.k8s.cluster import PluginPod
 from gpushare.policy import NodeView, PodView
-from gpushare.reconciler import PLUGIN_RECREATE_GRACE, Reconciler
+from gpushare.policy.restart import PLUGIN_RECREATE_GRACE
+from gpushare.policy.views import PluginPod
+from gpushare.reconcile import PassResult, Reconciler, pod_key
+from gpushare.reconcile.loop import pool_loop
 
 NP = "alibabacloud.com/nodepool-id"
 T0 = datetime(2026, 11, 29, 12, 0, 0, 300000, tzinfo=UTC)
@@ -75,9 +79,6 @@ class FakeCluster:
     async def pods_on_node(self, node: str) -> list[PodView]:
         return []
 
-    async def running_pods(self) -> list[PodView]:
-        return []
-
     async def plugin_pods(
         self, namespace: str, label_selector: str, node: str | None = None
     ) -> list[PluginPod]:
@@ -111,6 +112,27 @@ POOL: dict[str, Any] = {
     "metadata": {"name": "gpu", "generation": 1, "uid": "u1"},
     "spec": {"nodeSelector": {"matchLabels": {NP: "a"}}, "rollout": {"maxUnavailable": "100%"}},
 }
+
+
+async def _pass(
+    rec: Reconciler,
+    name: str,
+    *,
+    pools: Iterable[Mapping[str, Any]],
+    nodes: Iterable[NodeView],
+    pods: Iterable[PodView],
+) -> PassResult:
+    """What production does: the watches deliver whole lists (as after a new list: what is not in
+    them is gone), the pool loop hands over the pools, then one pass."""
+    nodes, pods = list(nodes), list(pods)
+    rec.set_pools(pools)
+    for view in nodes:
+        rec.observe_node(view)
+    rec.nodes_listed({v.name for v in nodes})
+    for pod in pods:
+        rec.observe_pod(pod)
+    rec.pods_listed({pod_key(p) for p in pods})
+    return await rec.run_pass(name)
 
 
 def _node_writes(fake: FakeCluster) -> list[tuple[str, str, Any]]:
@@ -155,28 +177,28 @@ async def test_a_lagging_index_never_repeats_writes_or_restarts(watched: bool) -
     rec = Reconciler(fake, clock=lambda: clock[0])
     stale = fake.views()  # the index never sees any of our writes in this test
 
-    first = await rec.reconcile("gpu", pools=[pool], nodes=stale, pods=pods())
+    first = await _pass(rec, "gpu", pools=[pool], nodes=stale, pods=pods())
     assert [w[1] for w in _node_writes(fake)] == ["n0", "n1", "n2"]
     assert first.requeue == 1.0 and not first.done
 
     # Before `since` (the next full second): nothing to do, nothing written.
     fake.writes.clear()
-    await rec.reconcile("gpu", pools=[pool], nodes=stale, pods=pods())
+    await _pass(rec, "gpu", pools=[pool], nodes=stale, pods=pods())
     assert _node_writes(fake) == []
 
     # After `since`: the old plugin pods are deleted once; the DaemonSet's replacements get Ready.
     clock[0] = T0 + timedelta(seconds=2)
     old_pods = pods()
-    await rec.reconcile("gpu", pools=[pool], nodes=stale, pods=old_pods)
+    await _pass(rec, "gpu", pools=[pool], nodes=stale, pods=old_pods)
     assert sorted(w[1] for w in _node_writes(fake) if w[0] == "delete") == ["dp-0", "dp-1", "dp-2"]
     # The pod watch has not seen the deletions yet: nothing is deleted twice.
     fake.writes.clear()
-    await rec.reconcile("gpu", pools=[pool], nodes=stale, pods=old_pods)
+    await _pass(rec, "gpu", pools=[pool], nodes=stale, pods=old_pods)
     assert _node_writes(fake) == []
     for i, node in enumerate(fake.nodes):
         fake.plugin[node] = [PluginPod(node, "kube-system", f"dp-new-{i}", f"new-{i}", clock[0], True, False)]
     fake.writes.clear()
-    done = await rec.reconcile("gpu", pools=[pool], nodes=stale, pods=pods())
+    done = await _pass(rec, "gpu", pools=[pool], nodes=stale, pods=pods())
     writes = _node_writes(fake)
     assert [w[0] for w in writes] == ["patch"] * 3  # the Done records, nothing else
     assert all(
@@ -187,7 +209,7 @@ async def test_a_lagging_index_never_repeats_writes_or_restarts(watched: bool) -
     # Still stale, much later: zero writes of any kind.
     fake.writes.clear()
     clock[0] = T0 + timedelta(minutes=5)
-    quiet = await rec.reconcile("gpu", pools=[pool], nodes=stale, pods=pods())
+    quiet = await _pass(rec, "gpu", pools=[pool], nodes=stale, pods=pods())
     assert fake.writes == []
     assert quiet.done and quiet.requeue == 60.0
 
@@ -205,10 +227,10 @@ async def test_a_node_without_a_plugin_pod_is_done_at_once_for_the_replica_that_
     fake = FakeCluster(["n0"])
     clock = [T0]
     rec = Reconciler(fake, clock=lambda: clock[0])
-    await rec.reconcile("gpu", pools=[POOL], nodes=fake.views(), pods=[])
+    await _pass(rec, "gpu", pools=[POOL], nodes=fake.views(), pods=[])
     assert _restart_results(fake) == {"n0": "Pending/"}
     clock[0] = T0 + timedelta(seconds=2)
-    done = await rec.reconcile("gpu", pools=[POOL], nodes=fake.views(), pods=[])
+    done = await _pass(rec, "gpu", pools=[POOL], nodes=fake.views(), pods=[])
     assert _restart_results(fake) == {"n0": "Done/NoDevicePluginPod"}
     assert done.done
 
@@ -224,27 +246,27 @@ async def test_a_replica_taking_over_waits_for_the_plugin_its_predecessor_delete
     ]
     clock = [T0]
     old = Reconciler(fake, clock=lambda: clock[0])
-    await old.reconcile("gpu", pools=[POOL], nodes=fake.views(), pods=_plugin_views(fake))
+    await _pass(old, "gpu", pools=[POOL], nodes=fake.views(), pods=_plugin_views(fake))
     clock[0] = T0 + timedelta(seconds=2)
-    await old.reconcile("gpu", pools=[POOL], nodes=fake.views(), pods=_plugin_views(fake))
+    await _pass(old, "gpu", pools=[POOL], nodes=fake.views(), pods=_plugin_views(fake))
     assert ("delete", "dp-0", "uid-0") in fake.writes and fake.plugin["n0"] == []
     # The old leader stops here. The new one starts with the pod gone and the restart still owed.
     clock[0] = T0 + timedelta(seconds=3)
     new = Reconciler(fake, clock=lambda: clock[0])
     fake.writes.clear()
-    waiting = await new.reconcile("gpu", pools=[POOL], nodes=fake.views(), pods=[])
+    waiting = await _pass(new, "gpu", pools=[POOL], nodes=fake.views(), pods=[])
     assert _node_writes(fake) == [] and not waiting.done
     assert _restart_results(fake) == {"n0": "Pending/"}
     clock[0] = T0 + timedelta(seconds=13)
     if recreated:
         fake.plugin["n0"] = [PluginPod("n0", "kube-system", "dp-1", "uid-1", clock[0], True, False)]
-        done = await new.reconcile("gpu", pools=[POOL], nodes=fake.views(), pods=_plugin_views(fake))
+        done = await _pass(new, "gpu", pools=[POOL], nodes=fake.views(), pods=_plugin_views(fake))
         assert _restart_results(fake) == {"n0": "Done/Restarted"}
     else:
-        await new.reconcile("gpu", pools=[POOL], nodes=fake.views(), pods=[])
+        await _pass(new, "gpu", pools=[POOL], nodes=fake.views(), pods=[])
         assert _restart_results(fake) == {"n0": "Pending/"}, "still within the grace"
         clock[0] = T0 + timedelta(seconds=3) + PLUGIN_RECREATE_GRACE
-        done = await new.reconcile("gpu", pools=[POOL], nodes=fake.views(), pods=[])
+        done = await _pass(new, "gpu", pools=[POOL], nodes=fake.views(), pods=[])
         assert _restart_results(fake) == {"n0": "Done/NoDevicePluginPod"}
     assert done.done
     assert [w for w in fake.writes if w[0] == "delete"] == [], "nothing deleted twice"
@@ -253,11 +275,11 @@ async def test_a_replica_taking_over_waits_for_the_plugin_its_predecessor_delete
 async def test_index_newer_than_own_write_wins() -> None:
     fake = FakeCluster(["n0"])
     rec = Reconciler(fake, clock=lambda: T0)
-    await rec.reconcile("gpu", pools=[POOL], nodes=fake.views(), pods=[])
+    await _pass(rec, "gpu", pools=[POOL], nodes=fake.views(), pods=[])
     # Someone edits a managed label after our write; the index shows it (newer resourceVersion).
     await fake.patch_node("n0", {"metadata": {"labels": {c.LABEL_SCHEDULE: "share"}}})
     fake.writes.clear()
-    await rec.reconcile("gpu", pools=[POOL], nodes=fake.views(), pods=[])
+    await _pass(rec, "gpu", pools=[POOL], nodes=fake.views(), pods=[])
     patches = [w for w in fake.writes if w[0] == "patch"]
     assert [p[2]["metadata"]["labels"] for p in patches] == [{c.LABEL_SCHEDULE: "cgpu"}]
     assert ("event", "DriftCorrected") in [(w[0], w[1]) for w in fake.writes]
@@ -270,7 +292,7 @@ async def test_a_patch_planned_from_a_stale_view_is_refused_and_planned_again() 
     await fake.patch_node("n0", {"metadata": {"labels": {c.LABEL_PLACEMENT: "spread"}}})
     fake.writes.clear()
     rec = Reconciler(fake, clock=lambda: T0)
-    first = await rec.reconcile("gpu", pools=[POOL], nodes=stale, pods=[])
+    first = await _pass(rec, "gpu", pools=[POOL], nodes=stale, pods=[])
     # Refused, read back, planned again from the real node and sent once more.
     assert [w[0] for w in fake.writes if w[0] in ("patch", "conflict")] == ["conflict", "patch"]
     assert first.conflicts == 0
@@ -280,7 +302,7 @@ async def test_a_patch_planned_from_a_stale_view_is_refused_and_planned_again() 
     assert owned["prior"][c.LABEL_PLACEMENT] == "spread", "the prior comes from the node, not the stale view"
     # Nothing more to do while the index still lags.
     fake.writes.clear()
-    await rec.reconcile("gpu", pools=[POOL], nodes=stale, pods=[])
+    await _pass(rec, "gpu", pools=[POOL], nodes=stale, pods=[])
     assert [w for w in fake.writes if w[0] in ("patch", "conflict")] == []
 
 
@@ -288,13 +310,13 @@ async def test_nothing_is_sent_when_a_stale_view_needs_nothing() -> None:
     fake = FakeCluster(["n0"])
     never = {**POOL, "spec": {**POOL["spec"], "devicePlugin": {"restart": "Never"}}}
     rec = Reconciler(fake, clock=lambda: T0)
-    await rec.reconcile("gpu", pools=[never], nodes=fake.views(), pods=[])
+    await _pass(rec, "gpu", pools=[never], nodes=fake.views(), pods=[])
     stale = fake.views()
     await fake.patch_node("n0", {"metadata": {"labels": {c.LABEL_POOL: "x"}}})  # not plugin-relevant
     await fake.patch_node("n0", {"metadata": {"labels": {c.LABEL_POOL: "gpu"}}})
     fake.writes.clear()
     # Same labels as the stale view, newer version: the plan is a Noop, so nothing is sent.
-    await rec.reconcile("gpu", pools=[never], nodes=stale, pods=[])
+    await _pass(rec, "gpu", pools=[never], nodes=stale, pods=[])
     assert [w[0] for w in fake.writes if w[0] in ("patch", "conflict")] == []
 
 
@@ -305,14 +327,14 @@ async def test_a_node_waiting_for_its_plugin_mode_is_looked_at_again_before_the_
     short = {**POOL, "spec": {**POOL["spec"], "devicePlugin": {"readyTimeoutSeconds": 10}}}
     clock = [T0]
     rec = Reconciler(fake, clock=lambda: clock[0])
-    await rec.reconcile("gpu", pools=[short], nodes=fake.views(), pods=[])
+    await _pass(rec, "gpu", pools=[short], nodes=fake.views(), pods=[])
     clock[0] = T0 + timedelta(seconds=2)  # no plugin pod: the restart is Done at once
-    result = await rec.reconcile("gpu", pools=[short], nodes=fake.views(), pods=[])
+    result = await _pass(rec, "gpu", pools=[short], nodes=fake.views(), pods=[])
     status = [w[2] for w in fake.writes if w[0] == "status"][-1]
     assert [(s["name"], s["reason"]) for s in status["nodeStatuses"]] == [("n0", "PluginModePending")]
     assert result.requeue == 5.0, "looked at again well before readyTimeoutSeconds"
     clock[0] = T0 + timedelta(seconds=20)
-    result = await rec.reconcile("gpu", pools=[short], nodes=fake.views(), pods=[])
+    result = await _pass(rec, "gpu", pools=[short], nodes=fake.views(), pods=[])
     status = [w[2] for w in fake.writes if w[0] == "status"][-1]
     assert [(s["name"], s["reason"]) for s in status["nodeStatuses"]] == [("n0", "PluginModeStale")]
     assert result.requeue == 60.0
@@ -333,7 +355,7 @@ async def test_own_echo_plans_nothing_and_a_change_wakes_only_the_pools_it_conce
     pools = [_pool("pa", "a"), _pool("pb", "b")]
     rec = Reconciler(fake, clock=lambda: T0)
     wake_a, wake_b = rec.wakeup("pa"), rec.wakeup("pb")
-    await rec.reconcile("pa", pools=pools, nodes=fake.views(), pods=[])
+    await _pass(rec, "pa", pools=pools, nodes=fake.views(), pods=[])
     await rec.run_pass("pb")
     assert {w[1] for w in fake.writes if w[0] == "patch"} == {"a0", "a1", "b0"}
     wake_a.clear()
@@ -364,7 +386,7 @@ async def test_a_node_selected_by_two_pools_is_written_by_neither_and_reported_b
     fake = FakeCluster(["n0"])
     pools = [_pool("p1", "a"), _pool("p2", "a")]
     rec = Reconciler(fake, clock=lambda: T0)
-    await rec.reconcile("p1", pools=pools, nodes=fake.views(), pods=[])
+    await _pass(rec, "p1", pools=pools, nodes=fake.views(), pods=[])
     await rec.run_pass("p2")
     assert [w for w in fake.writes if w[0] == "patch"] == []
     statuses = {w[1]: w[2] for w in fake.writes if w[0] == "status"}
@@ -377,7 +399,7 @@ async def test_an_invalid_pool_reports_all_four_conditions() -> None:
     fake = FakeCluster(["n0"])
     bad = _pool("bad", "a", mode="nonsense")
     rec = Reconciler(fake, clock=lambda: T0)
-    result = await rec.reconcile("bad", pools=[bad], nodes=fake.views(), pods=[])
+    result = await _pass(rec, "bad", pools=[bad], nodes=fake.views(), pods=[])
     assert result.summary == "invalid spec"
     status = next(w[2] for w in fake.writes if w[0] == "status")
     conditions = {x["type"]: (x["status"], x["reason"]) for x in status["conditions"]}
@@ -391,5 +413,26 @@ async def test_an_invalid_pool_reports_all_four_conditions() -> None:
     assert ("event", "InvalidSpec") in [(w[0], w[1]) for w in fake.writes]
     # Nothing changed: the next pass writes nothing.
     fake.writes.clear()
-    await rec.reconcile("bad", pools=[{**bad, "status": status}], nodes=fake.views(), pods=[])
+    await _pass(rec, "bad", pools=[{**bad, "status": status}], nodes=fake.views(), pods=[])
     assert fake.writes == []
+
+
+async def test_the_cleanup_loop_retries_a_failed_pass_and_runs_until_the_nodes_are_restored() -> None:
+    fake = FakeCluster(["n0", "n1"])
+    ticks = itertools.count()
+    rec = Reconciler(fake, clock=lambda: T0 + timedelta(seconds=2 * next(ticks)))
+    await _pass(rec, "gpu", pools=[POOL], nodes=fake.views(), pods=[])
+    assert all(c.LABEL_CGPU in obj["metadata"]["labels"] for obj in fake.nodes.values())
+    deleting = {**POOL, "metadata": {**POOL["metadata"], "deletionTimestamp": "2026-11-29T12:00:00Z"}}
+    calls = []
+
+    def pools() -> list[dict[str, Any]]:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("the pool index is not there yet")
+        return [deleting]
+
+    result = await asyncio.wait_for(pool_loop("gpu", rec, pools, until_done=True), timeout=60)
+    assert result is not None and result.done and len(calls) >= 3
+    assert all(c.LABEL_CGPU not in obj["metadata"]["labels"] for obj in fake.nodes.values())
+    assert _restart_results(fake) == {"n0": "None/", "n1": "None/"}  # nothing of gpushare's left

@@ -18,7 +18,7 @@ from kubernetes_asyncio import client
 from gpushare import constants as c
 from gpushare.handlers.watch import Feeds
 from gpushare.k8s.watch import ListWatch
-from gpushare.reconciler import Reconciler
+from gpushare.reconcile import Reconciler
 from gpushare.webhook.context import ContextCache
 
 NP = "alibabacloud.com/nodepool-id"

@@ -1,4 +1,4 @@
-"""Kopf wiring of the operator (thin: each handler hands off to gpushare.reconciler).
+"""Kopf wiring of the operator (thin: each handler hands off to gpushare.reconcile).
 
 Importing this package registers every handler in Kopf's default registry:
 ``lifecycle`` (startup settings, login, probe, cleanup; it starts ``watch``, gpushare's own Node

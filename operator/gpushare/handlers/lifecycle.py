@@ -16,7 +16,7 @@ from gpushare.handlers.state import OperatorState, Started
 from gpushare.k8s.client import load_configuration
 from gpushare.k8s.cluster import Cluster
 from gpushare.k8s.retry import ApiUnavailable
-from gpushare.reconciler import Reconciler
+from gpushare.reconcile import Reconciler
 
 log = structlog.stdlib.get_logger("gpushare.operator")
 

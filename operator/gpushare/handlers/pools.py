@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import copy
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
@@ -15,21 +13,13 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from gpushare import constants as c
 from gpushare.handlers.state import OperatorState
 from gpushare.k8s.cluster import plugin_namespace_problem, pool_ref
-from gpushare.k8s.retry import ApiUnavailable, Backoff
-from gpushare.reconciler import RESYNC, PassResult, Reconciler
+from gpushare.k8s.retry import ApiUnavailable
+from gpushare.reconcile.loop import pool_loop
 
 log = structlog.stdlib.get_logger("gpushare.handlers")
 T = TypeVar("T")
 #: What ``gpushare_pools`` indexes: each pool's body by name (Kopf passes it as that kwarg).
 PoolIndex = kopf.Index[str, dict[str, Any]]
-#: After a wake-up, wait this long so a burst of node/pod events becomes one pass.
-DEBOUNCE = 0.1
-#: A failed pass (e.g. the apiserver is down) is retried after at most this many seconds.
-MAX_BACKOFF = 4.0
-#: 1 s, 2 s, then MAX_BACKOFF after consecutive failed passes (the shared retry policy's backoff).
-FAILED_PASS_BACKOFF = Backoff(base_delay=1.0, max_delay=MAX_BACKOFF, jitter=False)
-#: While cleaning up, look again at least this often (seconds).
-CLEANUP_POLL = 2.0
 
 
 @kopf.index(c.GROUP, c.VERSION, c.PLURAL)
@@ -41,12 +31,6 @@ def _values(index: Mapping[Any, Iterable[T]]) -> list[T]:
     return [value for store in index.values() for value in store]
 
 
-async def _pass(name: str, reconciler: Reconciler, pools: PoolIndex, *, resync: bool = False) -> PassResult:
-    reconciler.set_pools(_values(pools))
-    with structlog.contextvars.bound_contextvars(pool=name):
-        return await reconciler.run_pass(name, resync=resync)
-
-
 # Kopf passes each index as a kwarg named after it; its callback protocols cannot declare such a
 # kwarg (kopf's TODO: ParamSpec), so mypy rejects a handler that names one: hence the ignores.
 @kopf.daemon(c.GROUP, c.VERSION, c.PLURAL, id="reconcile", cancellation_timeout=5.0)  # type: ignore[arg-type]
@@ -55,34 +39,8 @@ async def reconcile_loop(
 ) -> None:
     """A pass now, then again when woken (a node, pod or pool it concerns changed) or requeued;
     every ``RESYNC`` seconds of quiet a pass plans every node again."""
-    reconciler = memo.reconciler
-    wake = reconciler.wakeup(name)
-    if memo.watches is not None:
-        await memo.watches.wait_listed()  # only at startup: every node and pod listed once
-    failures = 0
-    resync = False
-    while not stopped:
-        wake.clear()
-        try:
-            result = await _pass(name, reconciler, gpushare_pools, resync=resync)
-            delay = result.requeue
-            failures = 0
-        except Exception as exc:
-            failures += 1
-            delay = FAILED_PASS_BACKOFF.delay(failures)
-            log.exception("Reconcile pass failed", pool=name, retry_in=delay, error=str(exc))
-        woken = asyncio.ensure_future(wake.wait())
-        stopping = asyncio.ensure_future(stopped.wait())
-        try:
-            done, _pending = await asyncio.wait(
-                {woken, stopping}, timeout=delay, return_when=asyncio.FIRST_COMPLETED
-            )
-        finally:
-            woken.cancel()
-            stopping.cancel()
-        resync = not done and delay >= RESYNC
-        if woken in done and not stopped:
-            await asyncio.sleep(DEBOUNCE)
+    listed = memo.watches.wait_listed if memo.watches is not None else None
+    await pool_loop(name, memo.reconciler, lambda: _values(gpushare_pools), listed=listed, stopped=stopped)
 
 
 @kopf.on.update(c.GROUP, c.VERSION, c.PLURAL, field="spec")
@@ -100,20 +58,9 @@ async def cleanup(
     than failing temporarily, so Kopf posts no Event per retry. If the operator stops meanwhile,
     the finalizer stays and the next operator resumes the cleanup.
     """
-    reconciler = memo.reconciler
-    wake = reconciler.wakeup(name)
-    if memo.watches is not None:
-        await memo.watches.wait_listed()
-    while True:
-        wake.clear()
-        result = await _pass(name, reconciler, gpushare_pools)
-        if result.done:
-            break
-        log.info("Cleanup in progress", pool=name, summary=result.summary)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(wake.wait(), timeout=min(result.requeue, CLEANUP_POLL))
-            await asyncio.sleep(DEBOUNCE)
-    await reconciler.cleanup_done(name, meta.get("uid"))
+    listed = memo.watches.wait_listed if memo.watches is not None else None
+    await pool_loop(name, memo.reconciler, lambda: _values(gpushare_pools), listed=listed, until_done=True)
+    await memo.reconciler.cleanup_done(name, meta.get("uid"))
 
 
 @kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)

@@ -15,7 +15,7 @@ from kubernetes_asyncio.client import ApiClient
 
 from gpushare.handlers.options import RunOptions
 from gpushare.k8s.cluster import Cluster
-from gpushare.reconciler import Reconciler
+from gpushare.reconcile import Reconciler
 
 if TYPE_CHECKING:
     from gpushare.handlers.watch import NodeListener, Watches

@@ -28,7 +28,7 @@ from gpushare import constants as c
 from gpushare.k8s.watch import ListWatch, object_key, run_all
 from gpushare.policy import NodeView, PodView
 from gpushare.policy.views import pod_requests
-from gpushare.reconciler import Reconciler, pod_key
+from gpushare.reconcile import Reconciler
 
 log = structlog.stdlib.get_logger("gpushare.watch")
 
@@ -85,8 +85,7 @@ class Feeds:
             listener.node_event(type_, obj)
 
     def nodes_listed(self, names: set[str]) -> None:
-        for name in set(self.reconciler.nodes) - names:
-            self.reconciler.forget_node(name)
+        self.reconciler.nodes_listed(names)
         for listener in self.node_listeners:
             listener.nodes_listed(names)
 
@@ -97,9 +96,7 @@ class Feeds:
             self.reconciler.forget_pod(object_key(obj))
 
     def pods_listed(self, keys: set[str]) -> None:
-        known = {pod_key(p) for on_node in self.reconciler.pods.values() for p in on_node.values()}
-        for key in known - keys:
-            self.reconciler.forget_pod(key)
+        self.reconciler.pods_listed(keys)
 
 
 @dataclass

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Awaitable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,6 +24,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from gpushare import constants as c
 from gpushare.k8s.retry import call, call_if_present, call_or_absent
 from gpushare.policy import PodView
+from gpushare.policy.views import PluginPod
 
 MERGE_PATCH = "application/merge-patch+json"
 #: The generated stubs do not list ``_content_type``; the client accepts it.
@@ -86,17 +86,6 @@ async def _json(request: Awaitable[Any]) -> dict[str, Any]:
         return out
     finally:
         resp.release()
-
-
-@dataclass(frozen=True)
-class PluginPod:
-    node: str
-    namespace: str
-    name: str
-    uid: str
-    created: datetime | None
-    ready: bool
-    deleting: bool
 
 
 class Cluster:
@@ -170,10 +159,6 @@ class Cluster:
     async def pods_on_node(self, node: str) -> list[PodView]:
         """Pods bound to ``node`` that have not terminated (field selector, all namespaces)."""
         return await self._list_pods(f"spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed")
-
-    async def running_pods(self) -> list[PodView]:
-        """Every pod that has not terminated (one paginated list instead of one per node)."""
-        return await self._list_pods("status.phase!=Succeeded,status.phase!=Failed")
 
     async def _list_pods(self, selector: str) -> list[PodView]:
         out: list[PodView] = []

@@ -1,28 +1,42 @@
-"""The decide step of a reconcile pass: from the pool's node plans to what to do now (pure).
+"""The decide steps of a reconcile pass: from the pool's node plans to what to do now (pure).
 
-``gpushare.reconciler`` observes (indexes → node plans, replanning only the nodes that
+``gpushare.reconcile`` observes (watches → node plans, replanning only the nodes that
 changed), calls :func:`decide` for one pool, applies the :class:`PassPlan` (node patches,
-evictions, plugin restarts) and reports the status. Nothing here does I/O or reads a clock.
+evictions, plugin restarts), reports the status and asks :func:`settle` when to look again.
+Nothing here does I/O or reads a clock (``now`` is passed in).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 
+from gpushare import constants as c
 from gpushare.api.v1alpha1 import Rollout
 from gpushare.policy.planner import Action, NodePlan, RestartRecord
 from gpushare.policy.rollout import select_batch
+from gpushare.policy.views import NodeView
 
 #: Seconds between passes while something is moving, while waiting, and when all is quiet.
 FAST_REQUEUE = 1.0
 WAIT_REQUEUE = 5.0
 RESYNC = 60.0
+#: While a pool is being deleted (its cleanup), look again at least this often.
+CLEANUP_POLL = 2.0
+#: Seconds between two status writes of one pool while it changes.
+STATUS_INTERVAL = 1.0
 
 _OWED = ("Pending", "Failed")
 #: Membership key of nodes whose (restoring or restart-owing) pool no longer exists; the first
 #: live pool (by name) acts on them.
 ORPHANS = ""
+
+
+def orphan_owner(live: Collection[str]) -> str | None:
+    """The live pool that acts on nodes of vanished pools (restores them, moves their restarts):
+    the first by name; None when there is no pool."""
+    return min(live) if live else None
 
 
 def related_pools(p: NodePlan, live: Collection[str]) -> frozenset[str]:
@@ -92,12 +106,43 @@ def restarts_owed(
     return sorted(out, key=lambda x: x[0])
 
 
+def restart_records(
+    plans: Iterable[NodePlan], views: Mapping[str, NodeView | None]
+) -> list[tuple[str, RestartRecord | None]]:
+    """The restart record that counts for each plan's node after this pass's writes: the plan's
+    own once it is written, but for a plan still unwritten (``changed``: waiting for budget or a
+    failed write) the record on the node (``views``: the nodes as last seen or written), so that a
+    restart is never moved on from a record the node does not carry yet."""
+    out: list[tuple[str, RestartRecord | None]] = []
+    for p in plans:
+        if p.changed:
+            view = views.get(p.node)
+            raw = view.annotations.get(c.ANNOTATION_PLUGIN_RESTART) if view else None
+            out.append((p.node, RestartRecord.parse(raw)))
+        else:
+            out.append((p.node, p.plugin_restart))
+    return out
+
+
+def status_wait(last_write: datetime | None, now: datetime, *, moving: bool) -> float | None:
+    """Seconds to wait before writing a changed status (None: write it now). At most one write
+    every ``STATUS_INTERVAL`` while the pool is ``moving``; a settled status goes out at once."""
+    if not moving or last_write is None:
+        return None
+    wait = STATUS_INTERVAL - (now - last_write).total_seconds()
+    return wait if wait > 0 else None
+
+
 @dataclass(frozen=True)
 class Settled:
     done: bool
+    #: Seconds until the next pass unless something it concerns changes first.
     requeue: float
     leftover: int
     pending: bool
+    #: Whether that next pass, if nothing woke it first, plans every node again (the periodic
+    #: resync of a quiet pool).
+    resync: bool = False
 
 
 def settle(
@@ -108,7 +153,8 @@ def settle(
     restarting: bool,
     failed_writes: bool,
 ) -> Settled:
-    """Whether ``pool`` has nothing left to do after a pass, and when to look again."""
+    """Whether ``pool`` has nothing left to do after a pass's writes, and when to look again for
+    that; :func:`look_again` adds what the report leaves. The requeue is decided by these two."""
     leftover = [
         p for p in plans if p.pool == pool and p.action in (Action.RESTORE, Action.RETAIN, Action.HOLD)
     ]
@@ -124,4 +170,29 @@ def settle(
         requeue = WAIT_REQUEUE
     else:
         requeue = RESYNC
-    return Settled(done=done, requeue=requeue, leftover=len(leftover), pending=pending)
+    return Settled(
+        done=done, requeue=requeue, leftover=len(leftover), pending=pending, resync=requeue >= RESYNC
+    )
+
+
+def look_again(
+    settled: Settled,
+    *,
+    status_wait: float | None = None,
+    awaiting_plugin: bool = False,
+    deleting: bool = False,
+) -> Settled:
+    """``settled`` with what the report leaves: a changed status not written yet (rate limit, or
+    a failed write) goes out ``status_wait`` seconds later; a node waiting for its device plugin to
+    advertise the pool's mode is looked at again within ``WAIT_REQUEUE`` (before its timeout); a
+    pool being deleted polls its cleanup at least every ``CLEANUP_POLL`` seconds. Only a pass
+    that waits the full ``RESYNC`` plans every node again when nothing woke it first."""
+    requeue = settled.requeue
+    for delay in (
+        status_wait,
+        WAIT_REQUEUE if awaiting_plugin else None,
+        CLEANUP_POLL if deleting else None,
+    ):
+        if delay is not None:
+            requeue = min(requeue, delay)
+    return replace(settled, requeue=requeue, resync=requeue >= RESYNC)

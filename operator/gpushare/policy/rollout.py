@@ -62,3 +62,25 @@ def select_batch(pool: str, rollout: Rollout, plans: Sequence[NodePlan]) -> list
             budget -= 1
         out.append(p)
     return out
+
+
+def needs_confirmation(p: NodePlan) -> bool:
+    """Whether ``p`` switches a node's mode on the word of the GPU-pod index alone: a pod just
+    bound may not be in it yet, so such a patch is confirmed by listing the node's pods first."""
+    return bool(p.mode_switch) and p.action in (Action.APPLY, Action.RESTORE) and not p.force
+
+
+def confirmed(planned: NodePlan, again: NodePlan) -> bool:
+    """Whether ``planned`` still goes out after planning its node again (this pass's clock, or the
+    node's listed pods): the node still needs a change for the same pool. The change itself may
+    differ (a pod found on a node about to switch mode turns the switch into a hold): it is the
+    same pass's plan, made from fresher data."""
+    return again.changed and again.pool == planned.pool
+
+
+def equivalent(planned: NodePlan, again: NodePlan) -> bool:
+    """Whether a patch refused with 409 (someone else changed the node) may go on as ``again``,
+    the plan of the node as read now: only the same kind of change for the same pool, and never
+    one that disrupts the node where ``planned`` did not (that waits for the rollout budget)."""
+    same = again.pool == planned.pool and again.action is planned.action
+    return again.changed and same and not (disrupts(again) and not disrupts(planned))

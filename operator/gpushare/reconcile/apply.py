@@ -1,0 +1,166 @@
+"""The node phases of a pass: confirm the batch, patch the nodes, evict what blocks a mode switch."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from gpushare import metrics
+from gpushare.k8s.retry import ApiUnavailable
+from gpushare.policy import NodePlan, NodeView
+from gpushare.policy.events import names
+from gpushare.policy.rollout import confirmed, equivalent, needs_confirmation
+from gpushare.reconcile.scope import PassScope, for_each
+from gpushare.reconcile.writes import describe
+
+#: At most this many nodes about to switch mode are confirmed with a targeted pod list each
+#: (``spec.nodeName``) before the write; above it the GPU-pod index is trusted (never a list of
+#: every pod of the cluster).
+PER_NODE_LISTS = 8
+#: A node patch refused with 409 (the node changed) is read, planned and sent again this often.
+PATCH_ATTEMPTS = 3
+
+
+@dataclass
+class Written:
+    """The node patches of a pass: those made (in rollout order), failures, refusals."""
+
+    done: list[NodePlan] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)
+    conflicts: int = 0
+
+
+async def confirm(s: PassScope, patches: Sequence[NodePlan]) -> list[NodePlan]:
+    """Plan the batch again with this pass's clock; confirm a few mode switches with the API.
+
+    The GPU-pod index may lag a pod that was just bound. For up to ``PER_NODE_LISTS`` nodes about
+    to switch mode this pass, their pods are listed (``spec.nodeName``) and the nodes planned with
+    those; for more, the index is trusted (no cluster-wide pod list). A patch no longer
+    :func:`~gpushare.policy.rollout.confirmed` waits for the next pass.
+    """
+    if not patches:
+        return []
+    state, cache = s.rec.state, s.rec.cache
+    views = [v for v in (state.view(p.node) for p in patches) if v is not None]
+    # Nodes this pass's replan planned with this clock (nothing awaited since) keep that plan:
+    # after a pool change that is every node, planned once before the first write, not twice.
+    clock, planned = cache.planned_with
+    current = planned if clock == s.now else frozenset()
+    again = {v.name: cache.plans[v.name] for v in views if v.name in current and v.name in cache.plans}
+    stale = [v for v in views if v.name not in again]
+    if stale:
+        again.update(state.plan_nodes(stale, s.now).by_node())
+    check = {p.node for p in again.values() if needs_confirmation(p)}
+    if 0 < len(check) <= PER_NODE_LISTS:
+        try:
+            lists = await asyncio.gather(*(s.rec.writes.pods_on_node(n) for n in sorted(check)))
+        except (ApiException, ApiUnavailable) as exc:
+            s.log.warning("Listing pods failed; mode switches wait for the next pass", error=str(exc))
+            for node in check:
+                again.pop(node, None)
+        else:
+            listed = [pod for found in lists for pod in found]
+            checked = [v for v in views if v.name in check]
+            again.update(state.plan_nodes(checked, s.now, listed).by_node())
+    out = []
+    for p in patches:
+        q = again.get(p.node)
+        if q is not None and confirmed(p, q):
+            out.append(q)
+        else:
+            state.dirty.add(p.node)
+    return out
+
+
+async def _patch(s: PassScope, p: NodePlan, written: Written) -> NodePlan | None:
+    """Patch one node, replanning it after a 409 (go on only with an equivalent change)."""
+    rec = s.rec
+    seen = rec.state.view(p.node)
+    for _ in range(PATCH_ATTEMPTS):
+        out = await rec.writes.patch_node(s.name, p.node, p.node_patch(), seen)
+        if out.error is not None:
+            written.errors[p.node] = f"patching the node failed: {describe(out.error)}"
+            s.log.error("Patching Node failed", node=p.node, error=describe(out.error))
+            rec.state.dirty.add(p.node)
+            return None
+        if not out.conflict:
+            break
+        # 409: the node changed since it was planned. Read it and plan it again.
+        current = await rec.writes.read_node(p.node)
+        rec.state.dirty.add(p.node)
+        if current is None:
+            return None
+        s.remember(current)
+        seen = NodeView.project(current)
+        again = rec.state.plan_nodes([seen], s.now).nodes[0]
+        if not equivalent(p, again):
+            written.conflicts += 1
+            return None
+        p = again
+    else:
+        written.conflicts += 1
+        s.log.info("Node kept changing while being patched; planning again", node=p.node)
+        return None
+    if out.gone:  # 404: the node is gone (a watch that missed the deletion)
+        rec.forget_node(p.node)
+        return None
+    s.remember(out.obj)
+    if p.label_patch:
+        metrics.LABEL_PATCHES.labels(pool=s.name, action=p.action.value).inc()
+    s.log.debug(
+        "Patched Node",
+        node=p.node,
+        action=p.action.value,
+        reason=p.reason,
+        labels=dict(p.label_patch),
+        restart_plugin=p.restart_plugin,
+        cordon=p.cordon,
+        uncordon=p.uncordon,
+    )
+    return p
+
+
+async def write_nodes(s: PassScope, batch: Sequence[NodePlan]) -> Written:
+    """Patch the nodes of ``batch`` (a node another pass is writing is left for later)."""
+    written = Written()
+    if not batch:
+        return written
+
+    async def claimed(p: NodePlan) -> NodePlan | None:
+        with s.rec.writes.claim(p.node) as mine:
+            return await _patch(s, p, written) if mine else None
+
+    written.done = [p for p in await for_each(batch, claimed) if p is not None]
+    done = written.done
+    if done:
+        actions: dict[str, int] = {}
+        for p in done:
+            actions[p.action.value] = actions.get(p.action.value, 0) + 1
+        s.log.info(
+            "Patched Nodes",
+            count=len(done),
+            actions=actions,
+            restarts=sum(1 for p in done if p.restart_plugin),
+            cordoned=sum(1 for p in done if p.cordon),
+            uncordoned=sum(1 for p in done if p.uncordon),
+            failed=len(written.errors),
+            conflicts=written.conflicts,
+            nodes=names([p.node for p in done]),
+        )
+    return written
+
+
+async def evict(s: PassScope, holds: Sequence[NodePlan]) -> dict[str, str]:
+    """Evict the pods blocking held mode switches, once their node is cordoned; the failures."""
+    errors: dict[str, str] = {}
+    for p in holds:
+        node = s.rec.state.view(p.node)
+        if node is None or not node.unschedulable:
+            continue  # cordon first (this pass or the next one)
+        for pod in p.blocking_pods:
+            if (error := await s.rec.writes.evict(s.name, p.node, pod)) is not None:
+                errors[p.node] = error
+    return errors

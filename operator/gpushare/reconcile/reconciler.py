@@ -1,0 +1,147 @@
+"""The operator's reconciler: the observed state, the plan cache, the writes, and the passes.
+
+The Kopf handlers (``gpushare.handlers``) push every Node, GPU/plugin Pod and pool change in
+(``observe_node``, ``observe_pod``, ``set_pools``); a change marks the node dirty and wakes only
+the pools it concerns (their selector matches the node, or the node's last plan names them:
+owner, conflict, restart owed). ``run_pass`` then runs one pass of a pool
+(``gpushare.reconcile.passes``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from gpushare import metrics
+from gpushare.k8s.api import ClusterAPI
+from gpushare.k8s.cluster import pool_ref
+from gpushare.policy import NodePlan, NodeView, PodView
+from gpushare.policy.decide import ORPHANS, orphan_owner
+from gpushare.policy.events import Event
+from gpushare.reconcile import passes
+from gpushare.reconcile.plans import PlanCache
+from gpushare.reconcile.report import ReportMemory
+from gpushare.reconcile.restarts import RestartMemory
+from gpushare.reconcile.scope import PassResult
+from gpushare.reconcile.store import ClusterState
+from gpushare.reconcile.writes import Writes
+
+
+class Reconciler:
+    """Long-lived parts of the reconciler (all rebuilt from the watches after a restart)."""
+
+    def __init__(
+        self, cluster: ClusterAPI, *, clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    ) -> None:
+        self.clock = clock
+        self.state = ClusterState()
+        self.cache = PlanCache()
+        self.writes = Writes(cluster)
+        self.restarts = RestartMemory()
+        self.reports: dict[str, ReportMemory] = {}
+        self.wakeups: dict[str, asyncio.Event] = {}
+
+    # --- what tests and the watches read ---------------------------------------------------------
+
+    @property
+    def nodes(self) -> Mapping[str, NodeView]:
+        return self.state.nodes
+
+    @property
+    def pods(self) -> Mapping[str, Mapping[str, PodView]]:
+        return self.state.pods
+
+    @property
+    def dirty(self) -> set[str]:
+        return self.state.dirty
+
+    @property
+    def plans(self) -> Mapping[str, NodePlan]:
+        return self.cache.plans
+
+    # --- wake-ups (set by observed changes, awaited by the pool loops) ---------------------------
+
+    def wakeup(self, pool: str) -> asyncio.Event:
+        return self.wakeups.setdefault(pool, asyncio.Event())
+
+    def wake_all(self) -> None:
+        for event in self.wakeups.values():
+            event.set()
+
+    def wake(self, pools: Iterable[str], *, but: str | None = None) -> None:
+        """Wake ``pools`` (``ORPHANS``: the pool acting on vanished pools' nodes), not ``but``."""
+        for pool in pools:
+            target = orphan_owner(self.state.live()) if pool == ORPHANS else pool
+            if target is not None and target != but and target in self.wakeups:
+                self.wakeups[target].set()
+
+    def _marked(self, names: Iterable[str]) -> None:
+        for name in names:
+            view = self.state.view(name)
+            self.wake(self.cache.concerned(name, view, self.state.pools.models))
+
+    # --- observe: the watches --------------------------------------------------------------------
+
+    def observe_node(self, view: NodeView) -> None:
+        """A node as the watch shows it (added or modified)."""
+        if self.state.observe_node(view):
+            self._marked([view.name])
+
+    def forget_node(self, name: str) -> None:
+        view = self.state.forget_node(name)
+        self.wake(self.cache.concerned(name, view, self.state.pools.models))
+
+    def nodes_listed(self, names: Collection[str]) -> None:
+        """A complete list of the nodes: forget those not in it."""
+        for name in self.state.missing_nodes(names):
+            self.forget_node(name)
+
+    def observe_pod(self, pod: PodView) -> None:
+        """A GPU or device plugin pod as the watch shows it."""
+        self._marked(self.state.observe_pod(pod))
+
+    def forget_pod(self, key: str) -> None:
+        self._marked(self.state.forget_pod(key))
+
+    def pods_listed(self, keys: Collection[str]) -> None:
+        """A complete list of the pods kept: forget those not in it."""
+        for key in self.state.missing_pods(keys):
+            self.forget_pod(key)
+
+    def set_pools(self, bodies: Iterable[Mapping[str, Any]]) -> None:
+        """The pools as the watch shows them; a spec or deletion change plans every node again."""
+        if self.state.set_pools(bodies):
+            self.wake_all()
+
+    # --- passes ----------------------------------------------------------------------------------
+
+    async def run_pass(self, name: str, *, resync: bool = False) -> PassResult:
+        """One pass of pool ``name`` over what the watches delivered (``resync``: plan every node)."""
+        started = time.monotonic()
+        result_label = "ok"
+        if resync:
+            self.state.plan_all = True
+        try:
+            return await passes.run_pass(self, name)
+        except Exception:
+            result_label = "error"
+            raise
+        finally:
+            metrics.RECONCILE_SECONDS.labels(pool=name, result=result_label).observe(
+                time.monotonic() - started
+            )
+
+    def forget(self, pool: str) -> None:
+        self.wakeups.pop(pool, None)
+        self.writes.forget(pool)
+        self.reports.pop(pool, None)
+        metrics.forget_pool(pool)
+
+    async def cleanup_done(self, name: str, uid: str | None) -> None:
+        await self.writes.post(
+            pool_ref(name, uid), [Event("CleanupDone", f"Nodes of GPUSharePool {name} cleaned up")]
+        )
+        self.forget(name)

@@ -1,0 +1,180 @@
+"""The plugin-restart phase of a pass: list the plugin pods, take each node's step, record it.
+
+The step itself is pure (``gpushare.policy.restart.restart_step``); this module reads the pods
+it needs, does what the step says through the writes layer, and keeps the little the step needs
+to remember between passes (:class:`RestartMemory`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from gpushare import metrics
+from gpushare.k8s.retry import ApiUnavailable
+from gpushare.policy import RestartRecord
+from gpushare.policy.events import names
+from gpushare.policy.planner import RestartState, restart_outcome_patch
+from gpushare.policy.restart import restart_step, watched
+from gpushare.policy.views import PluginPod, plugin_pod
+from gpushare.reconcile.apply import PER_NODE_LISTS
+from gpushare.reconcile.scope import PassScope, for_each
+
+#: (namespace, label selector) of a device plugin: one list serves every node it runs on.
+PluginKey = tuple[str, str]
+
+
+@dataclass
+class RestartMemory:
+    """What this replica did for restarts (lost on a restart, which the step allows for)."""
+
+    #: node -> ``since`` of the restart whose plugin pods we deleted there
+    deleted_since: dict[str, str] = field(default_factory=dict)
+    deleted_uids: set[str] = field(default_factory=set)
+    #: when this replica first moved restarts
+    took_over_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class NodeRestart:
+    """One node's step, as done: the state recorded (None: none), whether it still runs, the error."""
+
+    node: str
+    state: RestartState | None = None
+    running: bool = False
+    error: str | None = None
+
+
+@dataclass
+class Restarts:
+    """The restart phase of a pass."""
+
+    running: bool = False
+    restarted: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+def _key(s: PassScope, record: RestartRecord) -> PluginKey:
+    dp = s.rec.state.plugin_of(record.pool)
+    return (dp.namespace, dp.pod_selector.to_query())
+
+
+async def _listed(
+    s: PassScope, owed: Sequence[tuple[str, RestartRecord]]
+) -> dict[PluginKey, dict[str, list[PluginPod]]]:
+    """Plugin pods known without a per-node list: the default plugin's pods are watched (the pod
+    index, no list at all); another plugin on more than ``PER_NODE_LISTS`` nodes is listed once
+    per (namespace, selector). Plugins missing here are listed per node."""
+    listed: dict[PluginKey, dict[str, list[PluginPod]]] = {}
+    groups: dict[PluginKey, int] = {}
+    for node, record in owed:
+        key = _key(s, record)
+        groups[key] = groups.get(key, 0) + 1
+        dp = s.rec.state.plugin_of(record.pool)
+        if watched(dp):
+            pods = s.rec.state.pods.get(node, {}).values()
+            mine = [
+                plugin_pod(p)
+                for p in pods
+                if p.namespace == dp.namespace and dp.pod_selector.matches(dict(p.labels))
+            ]
+            listed.setdefault(key, {})[node] = mine
+    for key, count in groups.items():
+        if count <= PER_NODE_LISTS or key in listed:
+            continue
+        try:
+            everywhere = await s.rec.writes.cluster.plugin_pods(*key)
+        except (ApiException, ApiUnavailable) as exc:
+            s.log.warning("Listing device plugin pods failed", namespace=key[0], error=str(exc))
+            continue
+        by_node: dict[str, list[PluginPod]] = {}
+        for pod in everywhere:
+            by_node.setdefault(pod.node, []).append(pod)
+        listed[key] = by_node
+    return listed
+
+
+async def _record(s: PassScope, node: str, updated: RestartRecord) -> NodeRestart:
+    """Write the new state of ``node``'s restart record."""
+    rec = s.rec
+    with rec.writes.claim(node) as mine:
+        if not mine:
+            return NodeRestart(node, running=True)
+        patch = restart_outcome_patch(rec.state.view(node), updated)
+        out = await rec.writes.patch_node(s.name, node, patch)
+    if out.error is not None or out.conflict:
+        rec.state.dirty.add(node)
+        why = str(out.error) if out.error is not None else "HTTP 409 Conflict"
+        return NodeRestart(node, error=f"recording the plugin restart failed: {why}")
+    if out.gone:
+        rec.forget_node(node)
+        return NodeRestart(node)
+    s.remember(out.obj)
+    rec.restarts.deleted_since.pop(node, None)
+    s.log.debug("Recorded device plugin restart", node=node, state=updated.state, result=updated.result)
+    return NodeRestart(node, state=updated.state)
+
+
+async def _step(
+    s: PassScope, node: str, record: RestartRecord, listed: dict[PluginKey, dict[str, list[PluginPod]]]
+) -> NodeRestart:
+    """One node's owed restart: its plugin pods, the pure step, its deletes and record."""
+    key = _key(s, record)
+    if key in listed:
+        pods = listed[key].get(node, [])
+    else:
+        try:
+            pods = await s.rec.writes.cluster.plugin_pods(*key, node)
+        except (ApiException, ApiUnavailable) as exc:
+            return NodeRestart(node, error=f"listing device plugin pods failed: {exc}")
+    memory = s.rec.restarts
+    step = restart_step(
+        node,
+        record,
+        pods,
+        now=s.now,
+        plugin=s.rec.state.plugin_of(record.pool),
+        deleted_uids=memory.deleted_uids,
+        deleted_since=memory.deleted_since.get(node),
+        took_over_at=memory.took_over_at,
+    )
+    memory.deleted_uids.difference_update(step.forget)
+    for pod in await s.rec.writes.delete_plugin_pods(s.name, step.delete):
+        memory.deleted_since[node] = record.since
+        memory.deleted_uids.add(pod.uid)
+    if step.metric is not None:
+        metrics.PLUGIN_RESTARTS.labels(pool=s.name, result=step.metric).inc()
+    if step.state is None:
+        return NodeRestart(node, running=record.pending)
+    updated = RestartRecord(record.hash, record.since, step.state, record.pool, step.outcome)
+    return await _record(s, node, updated)
+
+
+async def move_restarts(s: PassScope, owed: Sequence[tuple[str, RestartRecord]]) -> Restarts:
+    """Move the owed restarts on: delete old plugin pods, record Done/Failed."""
+    memory = s.rec.restarts
+    if memory.took_over_at is None:
+        memory.took_over_at = s.now
+    out = Restarts()
+    if not owed:
+        return out
+    listed = await _listed(s, owed)
+    for r in await for_each(owed, lambda item: _step(s, *item, listed)):
+        out.running |= r.running
+        if r.error is not None:
+            out.errors[r.node] = r.error
+        if r.state == "Done":
+            out.restarted.append(r.node)
+        elif r.state is not None:
+            out.failed.append(r.node)
+    if out.restarted:
+        s.log.info(
+            "Recorded device plugin restarts", count=len(out.restarted), nodes=names(sorted(out.restarted))
+        )
+    if out.failed:
+        s.log.warning("Device plugin not Ready", count=len(out.failed), nodes=names(sorted(out.failed)))
+    return out
