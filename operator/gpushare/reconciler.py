@@ -32,7 +32,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import structlog
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import constants as c
 from gpushare import metrics
@@ -47,6 +46,7 @@ from gpushare.api.v1alpha1 import (
 )
 from gpushare.k8s.api import ClusterAPI
 from gpushare.k8s.cluster import PluginPod, node_ref, pool_ref
+from gpushare.k8s.rest import ApiError
 from gpushare.k8s.retry import ApiUnavailable
 from gpushare.policy import Action, ClusterPlan, NodePlan, NodeView, PodView, RestartRecord, plan
 from gpushare.policy import conditions as reasons
@@ -610,7 +610,7 @@ class Reconciler:
         if 0 < len(check) <= PER_NODE_LISTS:
             try:
                 lists = await asyncio.gather(*(self.cluster.pods_on_node(p.node) for p in check))
-            except (ApiException, ApiUnavailable) as exc:
+            except (ApiError, ApiUnavailable) as exc:
                 log.warning("Listing pods failed; mode switches wait for the next pass", error=str(exc))
                 for p in check:
                     again.pop(p.node, None)
@@ -663,7 +663,7 @@ class Reconciler:
                     try:
                         obj = await self.cluster.patch_node(p.node, patch)
                         break
-                    except ApiException as exc:
+                    except ApiError as exc:
                         if exc.status != 409:
                             reason = f"HTTP {exc.status} {exc.reason}"
                             result.errors[p.node] = f"patching the node failed: {reason}"
@@ -679,7 +679,7 @@ class Reconciler:
                     # only with an equivalent change (same pool and action, no new disruption).
                     try:
                         current = await self.cluster.read_node(p.node)
-                    except (ApiException, ApiUnavailable):
+                    except (ApiError, ApiUnavailable):
                         current = None
                     self.dirty.add(p.node)
                     if current is None:
@@ -799,7 +799,7 @@ class Reconciler:
             for pod in p.blocking_pods:
                 try:
                     outcome = await self.cluster.evict_pod(pod.namespace, pod.name)
-                except (ApiException, ApiUnavailable) as exc:
+                except (ApiError, ApiUnavailable) as exc:
                     result.errors[p.node] = f"evicting {pod.ref} failed: {exc}"
                     continue
                 metrics.EVICTIONS.labels(pool=name, result=outcome).inc()
@@ -849,7 +849,7 @@ class Reconciler:
             if count > PER_NODE_LISTS and key not in indexed:
                 try:
                     everywhere = await self.cluster.plugin_pods(*key)
-                except (ApiException, ApiUnavailable) as exc:
+                except (ApiError, ApiUnavailable) as exc:
                     log.warning("Listing device plugin pods failed", namespace=key[0], error=str(exc))
                     continue
                 by_node: dict[str, list[PluginPod]] = {}
@@ -866,7 +866,7 @@ class Reconciler:
             else:
                 try:
                     pods = await self.cluster.plugin_pods(*key, node)
-                except (ApiException, ApiUnavailable) as exc:
+                except (ApiError, ApiUnavailable) as exc:
                     result.errors[node] = f"listing device plugin pods failed: {exc}"
                     return
             new_state, outcome = await self._restart_step(node, record, pods, since, now, dp, bound, name)
@@ -883,7 +883,7 @@ class Reconciler:
             try:
                 async with sem:
                     obj = await self.cluster.patch_node(node, patch)
-            except (ApiException, ApiUnavailable) as exc:
+            except (ApiError, ApiUnavailable) as exc:
                 result.errors[node] = f"recording the plugin restart failed: {exc}"
                 self.dirty.add(node)
                 return
@@ -983,17 +983,7 @@ class Reconciler:
         for pod in self.pods.get(node, {}).values():
             if pod.namespace != dp.namespace or not dp.pod_selector.matches(dict(pod.labels)):
                 continue
-            out.append(
-                PluginPod(
-                    node=node,
-                    namespace=pod.namespace,
-                    name=pod.name,
-                    uid=pod.uid,
-                    created=_parse_time(pod.created) if pod.created else None,
-                    ready=pod.ready and pod.phase == "Running",
-                    deleting=pod.deletion,
-                )
-            )
+            out.append(PluginPod.from_view(pod))
         return out
 
     # --- report ----------------------------------------------------------------------------------
@@ -1064,7 +1054,7 @@ class Reconciler:
         self._status_at[name] = time.monotonic()
         try:
             ok = await self.cluster.patch_pool_status(name, status_merge_patch(status, current, base))
-        except (ApiException, ApiUnavailable) as exc:
+        except (ApiError, ApiUnavailable) as exc:
             log.error("Patching GPUSharePool status failed", pool=name, error=str(exc))
             return FAST_REQUEUE
         if ok:
@@ -1123,7 +1113,7 @@ class Reconciler:
     async def _event(self, ref: Mapping[str, str], reason: str, message: str, type_: str = "Normal") -> None:
         try:
             await self.cluster.event(ref, reason=reason, message=message, type_=type_)
-        except (ApiException, ApiUnavailable) as exc:
+        except (ApiError, ApiUnavailable) as exc:
             log.warning("Posting Event failed", object=dict(ref), reason=reason, error=str(exc))
 
     async def cleanup_done(self, name: str, uid: str | None) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from types import SimpleNamespace
+from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
@@ -187,21 +187,21 @@ class Pages:
         self.failures = list(failures)
         self.calls: list[dict[str, object]] = []
 
-    async def __call__(self, **kwargs: object) -> dict[str, object]:
-        self.calls.append(kwargs)
+    async def __call__(self, query: Mapping[str, object]) -> dict[str, Any]:
+        self.calls.append(dict(query))
         if self.failures:
             raise self.failures.pop(0)
-        if "_continue" not in kwargs:
+        if "continue" not in query:
             return {"items": [1, 2], "metadata": {"continue": "t"}}
         return {"items": [3], "metadata": {}}
 
 
 async def test_cli_pages_follow_continue_tokens_and_treat_404_as_absent() -> None:
     pages = Pages()
-    assert await pages_or_absent("widgets", pages, field_selector="x") == [1, 2, 3]
+    assert await pages_or_absent("widgets", pages, {"fieldSelector": "x"}) == [1, 2, 3]
     assert pages.calls == [
-        {"limit": 500, "field_selector": "x"},
-        {"limit": 500, "field_selector": "x", "_continue": "t"},
+        {"limit": 500, "fieldSelector": "x"},
+        {"limit": 500, "fieldSelector": "x", "continue": "t"},
     ]
     assert await pages_or_absent("widgets", Pages(ApiException(status=404))) is None
 
@@ -228,13 +228,12 @@ class _Core:
         self.failures = list(failures)
         self.calls = 0
 
-    async def read_node(self, name: str) -> Any:
+    async def get(self, url: str) -> dict[str, Any]:
+        assert url == "/api/v1/nodes/n1"
         self.calls += 1
         if self.failures:
             raise self.failures.pop(0)
-        return SimpleNamespace(
-            metadata=SimpleNamespace(labels={"a": "b"}, annotations=None, resource_version="7")
-        )
+        return {"metadata": {"labels": {"a": "b"}, "annotations": None, "resourceVersion": "7"}}
 
 
 @pytest.mark.parametrize(
@@ -259,7 +258,7 @@ async def test_agent_requests_use_the_policy_and_keep_their_messages(
     monkeypatch: pytest.MonkeyPatch, failures: list[BaseException], message: str | None, calls: int
 ) -> None:
     core = _Core(*failures)
-    monkeypatch.setattr("gpushare.k8s.agent.k8s_client.CoreV1Api", lambda api: core)
+    monkeypatch.setattr("gpushare.k8s.agent.Rest", lambda api: core)
     if message is None:
         meta = await k8s_agent.read_node_metadata(None, "n1")  # type: ignore[arg-type]
         assert meta == k8s_agent.NodeMetadata({"a": "b"}, {}, "7")
