@@ -25,7 +25,9 @@ from gpushare.k8s.client import (
     make_api_client,
     new_api_client,
 )
+from gpushare.k8s.cluster import PluginPod
 from gpushare.pki import generate_ca, issue_serving_cert
+from gpushare.policy import PodView
 
 CA_PEM = make_ca().cert_pem.decode()
 
@@ -229,3 +231,34 @@ async def test_rest_sends_and_reads_json_and_keeps_the_status_of_an_error(tmp_pa
     finally:
         await api.close()
         await runner.cleanup()
+
+
+@pytest.mark.parametrize(
+    ("phase", "conditions", "ready"),
+    [
+        ("Running", [{"type": "Ready", "status": "True"}], True),
+        ("Running", [{"type": "Ready", "status": "False"}], False),
+        ("Running", [], False),
+        ("Pending", [{"type": "Ready", "status": "True"}], False),
+    ],
+)
+def test_one_readiness_rule_for_plugin_pods_listed_or_watched(
+    phase: str, conditions: list[dict[str, str]], ready: bool
+) -> None:
+    """``Cluster.plugin_pods`` (a list) and the reconciler (the pod watch) read a plugin pod alike."""
+    obj = {
+        "metadata": {
+            "name": "p",
+            "namespace": "kube-system",
+            "uid": "u1",
+            "creationTimestamp": "2026-12-01T10:00:00Z",
+        },
+        "spec": {"nodeName": "n1"},
+        "status": {"phase": phase, "conditions": conditions},
+    }
+    pod = PluginPod.from_view(PodView.from_obj(obj))
+    assert pod == PluginPod(
+        "n1", "kube-system", "p", "u1", dt.datetime(2026, 12, 1, 10, tzinfo=dt.UTC), ready, False
+    )
+    gone = PluginPod.from_view(PodView.from_obj({**obj, "metadata": {"deletionTimestamp": "x"}}))
+    assert (gone.deleting, gone.created) == (True, None)
