@@ -157,7 +157,8 @@ async def test_the_session_trusts_the_environment_only_with_a_proxy_variable(tmp
     try:
         assert plain.rest_client.pool_manager.trust_env is False
         assert proxied.rest_client.pool_manager.trust_env is True
-        assert not plain.rest_client.pool_manager.connector.closed
+        connector = plain.rest_client.pool_manager.connector
+        assert connector is not None and not connector.closed
     finally:
         await plain.close()
         await proxied.close()
@@ -212,7 +213,7 @@ async def test_rest_sends_and_reads_json_and_keeps_the_status_of_an_error(tmp_pa
         with pytest.raises(rest.ApiError) as exc:
             await r.get("/api/v1/nodes/missing", query={"watch": False})
         assert exc.value.status == 404
-        assert json.loads(exc.value.body)["message"] == "nodes missing not found"
+        assert json.loads(exc.value.body or "")["message"] == "nodes missing not found"
         assert seen[-1]["query"] == {"watch": "false"}
 
         async def fetch(q: rest.Query) -> dict[str, Any]:

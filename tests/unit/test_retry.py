@@ -192,13 +192,16 @@ class Pages:
         if self.failures:
             raise self.failures.pop(0)
         if "continue" not in query:
-            return {"items": [1, 2], "metadata": {"continue": "t"}}
-        return {"items": [3], "metadata": {}}
+            return {"items": [{"i": 1}, {"i": 2}], "metadata": {"continue": "t"}}
+        return {"items": [{"i": 3}], "metadata": {}}
+
+
+THREE = [{"i": 1}, {"i": 2}, {"i": 3}]
 
 
 async def test_cli_pages_follow_continue_tokens_and_treat_404_as_absent() -> None:
     pages = Pages()
-    assert await pages_or_absent("widgets", pages, {"fieldSelector": "x"}) == [1, 2, 3]
+    assert await pages_or_absent("widgets", pages, {"fieldSelector": "x"}) == THREE
     assert pages.calls == [
         {"limit": 500, "fieldSelector": "x"},
         {"limit": 500, "fieldSelector": "x", "continue": "t"},
@@ -208,7 +211,7 @@ async def test_cli_pages_follow_continue_tokens_and_treat_404_as_absent() -> Non
 
 async def test_cli_pages_keep_their_one_line_errors() -> None:
     flaky = Pages(ApiException(status=503, reason="Service Unavailable"))
-    assert await pages_or_absent("widgets", flaky) == [1, 2, 3]  # retried
+    assert await pages_or_absent("widgets", flaky) == THREE  # retried
     down = Pages(*(ApiException(status=503, reason="Service Unavailable") for _ in range(5)))
     with pytest.raises(InspectReadError, match=r"^list widgets: HTTP 503 Service Unavailable$"):
         await pages_or_absent("widgets", down)
