@@ -139,12 +139,16 @@ async def pages(
     fetch: Callable[[Query], Awaitable[JSON]], query: Query | None = None, *, limit: int = PAGE
 ) -> AsyncIterator[JSON]:
     """Each page of a paginated list, in order: ``fetch`` gets the query of one page (``limit``,
-    then ``continue``) and returns its JSON; the last page is the one without a continue token."""
+    then ``continue``) and returns its JSON; the last page is the one without a continue token.
+
+    The generator lets go of a page before it fetches the next one (a caller that drops it too,
+    as ``ListWatch`` does, holds one page at a time)."""
     token: str | None = None
     while True:
         page = await fetch({**(query or {}), "limit": limit, **({"continue": token} if token else {})})
-        yield page
         token = (page.get("metadata") or {}).get("continue") or None
+        yield page
+        del page
         if not token:
             return
 

@@ -92,6 +92,7 @@ class ListWatch:
                 keys.add(object_key(obj))
                 self.on_event("ADDED", obj)
             rv = str((page.get("metadata") or {}).get("resourceVersion") or "")
+            del page  # before the next page is read
         self.on_listed(keys)
         self.listed.set()
         return rv
