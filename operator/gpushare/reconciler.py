@@ -45,7 +45,7 @@ from gpushare.api.v1alpha1 import (
     parse_pool,
 )
 from gpushare.k8s.api import ClusterAPI
-from gpushare.k8s.cluster import PluginPod, node_ref, pool_ref
+from gpushare.k8s.cluster import node_ref, pool_ref
 from gpushare.k8s.rest import ApiError
 from gpushare.k8s.retry import ApiUnavailable
 from gpushare.policy import Action, ClusterPlan, NodePlan, NodeView, PodView, RestartRecord, plan
@@ -63,6 +63,7 @@ from gpushare.policy.decide import (
 from gpushare.policy.planner import RestartState, restart_outcome_patch
 from gpushare.policy.rollout import disrupts
 from gpushare.policy.status import awaiting_plugin_mode, pool_status, status_merge_patch
+from gpushare.policy.views import PluginPod, plugin_pod
 
 log = structlog.stdlib.get_logger("gpushare.reconciler")
 
@@ -983,7 +984,7 @@ class Reconciler:
         for pod in self.pods.get(node, {}).values():
             if pod.namespace != dp.namespace or not dp.pod_selector.matches(dict(pod.labels)):
                 continue
-            out.append(PluginPod.from_view(pod))
+            out.append(plugin_pod(pod))
         return out
 
     # --- report ----------------------------------------------------------------------------------

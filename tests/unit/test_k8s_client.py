@@ -25,9 +25,9 @@ from gpushare.k8s.client import (
     make_api_client,
     new_api_client,
 )
-from gpushare.k8s.cluster import PluginPod
 from gpushare.pki import generate_ca, issue_serving_cert
 from gpushare.policy import PodView
+from gpushare.policy.views import PluginPod, plugin_pod
 
 CA_PEM = make_ca().cert_pem.decode()
 
@@ -257,9 +257,9 @@ def test_one_readiness_rule_for_plugin_pods_listed_or_watched(
         "spec": {"nodeName": "n1"},
         "status": {"phase": phase, "conditions": conditions},
     }
-    pod = PluginPod.from_view(PodView.from_obj(obj))
+    pod = plugin_pod(PodView.from_obj(obj))
     assert pod == PluginPod(
         "n1", "kube-system", "p", "u1", dt.datetime(2026, 12, 1, 10, tzinfo=dt.UTC), ready, False
     )
-    gone = PluginPod.from_view(PodView.from_obj({**obj, "metadata": {"deletionTimestamp": "x"}}))
+    gone = plugin_pod(PodView.from_obj({**obj, "metadata": {"deletionTimestamp": "x"}}))
     assert (gone.deleting, gone.created) == (True, None)

@@ -18,8 +18,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import constants as c
 from gpushare import metrics
-from gpushare.k8s.cluster import PluginPod
 from gpushare.policy import NodeView, PodView
+from gpushare.policy.views import PluginPod
 from gpushare.reconciler import PLUGIN_RECREATE_GRACE, Reconciler
 
 NP = "alibabacloud.com/nodepool-id"

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from gpushare.k8s.cluster import PluginPod
 from gpushare.policy import PodView
+from gpushare.policy.views import PluginPod
 
 
 class ClusterAPI(Protocol):

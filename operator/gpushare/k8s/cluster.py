@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,6 +22,7 @@ from gpushare.k8s.client import ApiClient
 from gpushare.k8s.rest import ApiError, Query, Rest, items, pages, path
 from gpushare.k8s.retry import call, call_if_present, call_or_absent
 from gpushare.policy import PodView
+from gpushare.policy.views import PluginPod, plugin_pod
 
 FIELD_MANAGER = "gpushare-operator"
 CORE = "/api/v1"
@@ -66,38 +66,6 @@ def plugin_namespace_problem(namespace: str, allowed: frozenset[str] | None) -> 
         f"(GPUSHARE_PLUGIN_NAMESPACES) and grant a Role for it (manifests/operator/"
         f"device-plugin-rbac.yaml), or set spec.devicePlugin.restart: Never"
     )
-
-
-@dataclass(frozen=True)
-class PluginPod:
-    node: str
-    namespace: str
-    name: str
-    uid: str
-    created: datetime | None
-    ready: bool
-    deleting: bool
-
-    @classmethod
-    def from_view(cls, pod: PodView) -> PluginPod:
-        """The one readiness rule of a device-plugin pod: Running with its Ready condition True."""
-        return cls(
-            node=pod.node_name,
-            namespace=pod.namespace,
-            name=pod.name,
-            uid=pod.uid,
-            created=_parse_time(pod.created),
-            ready=pod.ready and pod.phase == "Running",
-            deleting=pod.deletion,
-        )
-
-
-def _parse_time(value: str) -> datetime | None:
-    """An RFC 3339 timestamp of the apiserver (``...Z``); None when absent or unreadable."""
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
-    except ValueError:
-        return None
 
 
 class Cluster:
@@ -195,7 +163,7 @@ class Cluster:
         self._check_plugin_namespace(namespace)
         selector = f"spec.nodeName={node}" if node is not None else ""
         pods = await self._list_pods(selector, namespace, label_selector)
-        return [PluginPod.from_view(pod) for pod in pods]
+        return [plugin_pod(pod) for pod in pods]
 
     async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
         """Delete one pod if it is still the same object (UID precondition); False if already gone."""

@@ -6,6 +6,7 @@ import math
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from gpushare import constants as c
@@ -189,3 +190,37 @@ def pods_by_node(pods: Iterable[PodView]) -> dict[str, list[PodView]]:
         if pod.node_name:
             out.setdefault(pod.node_name, []).append(pod)
     return out
+
+
+@dataclass(frozen=True)
+class PluginPod:
+    """A device plugin pod as the restart step reads it (from the pod watch or a pod list)."""
+
+    node: str
+    namespace: str
+    name: str
+    uid: str
+    created: datetime | None
+    ready: bool
+    deleting: bool
+
+
+def parse_time(value: str) -> datetime | None:
+    """An RFC 3339 timestamp (``...Z``) as a datetime; None if it is not one."""
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def plugin_pod(pod: PodView) -> PluginPod:
+    """The restart step's view of a watched pod (Ready only while Running)."""
+    return PluginPod(
+        node=pod.node_name,
+        namespace=pod.namespace,
+        name=pod.name,
+        uid=pod.uid,
+        created=parse_time(pod.created) if pod.created else None,
+        ready=pod.ready and pod.phase == "Running",
+        deleting=pod.deletion,
+    )
