@@ -12,8 +12,3 @@ try:
     __version__ = version(DISTRIBUTION)
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0+unknown"
-
-# Before anything imports kubernetes_asyncio.client (Kopf does on import): see lazy_client.
-from gpushare import lazy_client  # noqa: E402
-
-lazy_client.install()

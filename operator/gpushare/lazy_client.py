@@ -5,8 +5,9 @@
 gpushare process (operator, webhook, node agent; measured with ``ru_maxrss`` around the import),
 although gpushare uses a dozen of them. Kopf imports the package too, whenever it is installed.
 
-``install()`` (called by ``gpushare/__init__.py``, before anything imports the client) adds an
-import finder for just those three packages. The package module it makes holds what the real
+``install()`` (called by the entry point of every gpushare command, ``gpushare.cli.main``, before
+anything imports the client; importing ``gpushare`` alone changes nothing) adds an import finder
+for just those three packages. The package module it makes holds what the real
 ``__init__`` assigns (``__version__``, ``__all__``) and, for every ``from X import Y`` of that
 ``__init__``, imports ``X`` when ``Y`` is first looked up (PEP 562 ``__getattr__``). Submodules
 import as before (the package keeps its ``__path__``), ``dir()`` and ``__all__`` list every name,
@@ -112,3 +113,18 @@ def install() -> None:
     """Make the client packages lazy from now on (no effect on ones already imported)."""
     if _FINDER not in sys.meta_path:
         sys.meta_path.insert(0, _FINDER)
+
+
+def state() -> dict[str, object]:
+    """How this process imported the generated models, for the start-up line of each long-running
+    command: ``client_models`` is "lazy" (through the finder), "eager" (imported as shipped: the
+    finder came too late, e.g. ``kopf run -m gpushare.handlers``, where Kopf imports the client
+    first) or "absent" (not imported yet); ``models_loaded``: how many model modules are loaded."""
+    package = sys.modules.get("kubernetes_asyncio.client.models")
+    loaded = sum(1 for name in list(sys.modules) if name.startswith("kubernetes_asyncio.client.models."))
+    if package is None:
+        how = "absent"
+    else:
+        spec = getattr(package, "__spec__", None)
+        how = "lazy" if isinstance(getattr(spec, "loader", None), _LazyLoader) else "eager"
+    return {"client_models": how, "models_loaded": loaded}

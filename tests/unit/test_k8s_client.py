@@ -17,8 +17,17 @@ from aiohttp import web
 from kubernetes_asyncio import client as k8s_client
 
 from gpushare.devcluster.pki import make_ca
-from gpushare.k8s.client import TLS_READ_BUFFER, KubeConfigError, load_configuration, make_api_client
+from gpushare.k8s import rest
+from gpushare.k8s.client import (
+    TLS_READ_BUFFER,
+    KubeConfigError,
+    load_configuration,
+    make_api_client,
+    new_api_client,
+)
 from gpushare.pki import generate_ca, issue_serving_cert
+from gpushare.policy import PodView
+from gpushare.policy.views import PluginPod, plugin_pod
 
 CA_PEM = make_ca().cert_pem.decode()
 
@@ -134,3 +143,123 @@ async def test_a_response_many_times_the_tls_read_buffer_arrives_whole(tmp_path:
     finally:
         await api.close()
         await runner.cleanup()
+
+
+# --- the raw request layer (gpushare.k8s.rest) ----------------------------------------------------
+
+
+async def test_the_session_trusts_the_environment_only_with_a_proxy_variable(tmp_path: Path) -> None:
+    """kubernetes_asyncio turns aiohttp's trust_env on: a netrc and a proxy lookup in a thread per
+    request. gpushare's clients keep it off unless a proxy variable asks for it."""
+    cfg = await load_configuration(str(write_kubeconfig(tmp_path / "kc", "https://127.0.0.1:1", "t")))
+    plain = new_api_client(cfg, environ={})
+    proxied = new_api_client(cfg, environ={"HTTPS_PROXY": "http://proxy.example:3128"})
+    try:
+        assert plain.rest_client.pool_manager.trust_env is False
+        assert proxied.rest_client.pool_manager.trust_env is True
+        connector = plain.rest_client.pool_manager.connector
+        assert connector is not None and not connector.closed
+    finally:
+        await plain.close()
+        await proxied.close()
+    assert plain.rest_client.pool_manager.closed
+
+
+async def test_rest_sends_and_reads_json_and_keeps_the_status_of_an_error(tmp_path: Path) -> None:
+    seen: list[dict[str, Any]] = []
+
+    async def handle(request: web.Request) -> web.Response:
+        body = await request.text()
+        seen.append(
+            {
+                "method": request.method,
+                "path": request.rel_url.raw_path,
+                "query": dict(request.query),
+                "type": request.content_type,
+                "auth": request.headers.get("Authorization"),
+                "body": json.loads(body) if body else None,
+            }
+        )
+        if request.path.endswith("/missing"):
+            return web.json_response({"kind": "Status", "message": "nodes missing not found"}, status=404)
+        items = (
+            [{"metadata": {"name": "a"}}]
+            if "continue" not in request.query
+            else [{"metadata": {"name": "b"}}]
+        )
+        meta = {} if "continue" in request.query else {"continue": "t1"}
+        return web.json_response({"items": items, "metadata": meta})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    cfg = await load_configuration(str(write_kubeconfig(tmp_path / "kc", f"http://127.0.0.1:{port}", "tok")))
+    api = new_api_client(cfg)
+    try:
+        r = rest.Rest(api)
+        await r.patch(rest.path("/api/v1", "nodes", "n/1"), {"metadata": {"labels": {"a": None}}})
+        assert seen[-1] == {
+            "method": "PATCH",
+            "path": "/api/v1/nodes/n%2F1",
+            "query": {},
+            "type": rest.MERGE_PATCH,
+            "auth": "Bearer tok",
+            "body": {"metadata": {"labels": {"a": None}}},
+        }
+        with pytest.raises(rest.ApiError) as exc:
+            await r.get("/api/v1/nodes/missing", query={"watch": False})
+        assert exc.value.status == 404
+        assert json.loads(exc.value.body or "")["message"] == "nodes missing not found"
+        assert seen[-1]["query"] == {"watch": "false"}
+
+        async def fetch(q: rest.Query) -> dict[str, Any]:
+            return await r.get("/api/v1/pods", query=q)
+
+        names = [
+            o["metadata"]["name"]
+            async for p in rest.pages(fetch, {"fieldSelector": "x"}, limit=1)
+            for o in rest.items(p)
+        ]
+        assert names == ["a", "b"]
+        assert [s["query"] for s in seen[-2:]] == [
+            {"fieldSelector": "x", "limit": "1"},
+            {"fieldSelector": "x", "limit": "1", "continue": "t1"},
+        ]
+    finally:
+        await api.close()
+        await runner.cleanup()
+
+
+@pytest.mark.parametrize(
+    ("phase", "conditions", "ready"),
+    [
+        ("Running", [{"type": "Ready", "status": "True"}], True),
+        ("Running", [{"type": "Ready", "status": "False"}], False),
+        ("Running", [], False),
+        ("Pending", [{"type": "Ready", "status": "True"}], False),
+    ],
+)
+def test_one_readiness_rule_for_plugin_pods_listed_or_watched(
+    phase: str, conditions: list[dict[str, str]], ready: bool
+) -> None:
+    """``Cluster.plugin_pods`` (a list) and the reconciler (the pod watch) read a plugin pod alike."""
+    obj = {
+        "metadata": {
+            "name": "p",
+            "namespace": "kube-system",
+            "uid": "u1",
+            "creationTimestamp": "2026-12-01T10:00:00Z",
+        },
+        "spec": {"nodeName": "n1"},
+        "status": {"phase": phase, "conditions": conditions},
+    }
+    pod = plugin_pod(PodView.from_obj(obj))
+    assert pod == PluginPod(
+        "n1", "kube-system", "p", "u1", dt.datetime(2026, 12, 1, 10, tzinfo=dt.UTC), ready, False
+    )
+    gone = plugin_pod(PodView.from_obj({**obj, "metadata": {"deletionTimestamp": "x"}}))
+    assert (gone.deleting, gone.created) == (True, None)

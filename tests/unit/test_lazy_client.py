@@ -14,9 +14,17 @@ from gpushare.lazy_client import _LazyLoader, reexports
 
 PROBE = textwrap.dedent(
     """
-    import json, sys
-    import gpushare, kopf  # Kopf imports kubernetes_asyncio.client when it is installed
+    import contextlib, io, json, sys
+    import gpushare  # the package alone installs nothing
+    from gpushare import lazy_client
+    package_only = sys.meta_path.count(lazy_client._FINDER)
+    from gpushare.cli import main
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+        main(["--version"])  # the entry point of every command installs the finder first
+    import kopf  # Kopf imports kubernetes_asyncio.client when it is installed
+    import gpushare.handlers, gpushare.k8s.rest  # the operator's modules and the request layer
     from kubernetes_asyncio import client
+    state = lazy_client.state()
 
     loaded = lambda: sorted(m for m in sys.modules if m.startswith("kubernetes_asyncio.client.models."))
     before = loaded()
@@ -33,6 +41,8 @@ PROBE = textwrap.dedent(
     names = {}
     exec("from kubernetes_asyncio.client.models import *", names)
     print(json.dumps({
+        "package_only": package_only,
+        "state": state,
         "before": before,
         "after": after,
         "node": [type(node).__name__, node.metadata.name, node.metadata.labels],
@@ -51,8 +61,11 @@ PROBE = textwrap.dedent(
 def test_the_client_imports_models_only_when_used() -> None:
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True)
     seen = json.loads(out.stdout)
-    # Kopf itself looks up two models; the eager package would have imported all ~770.
+    assert seen["package_only"] == 0
+    # Kopf itself looks up two models; the eager package would have imported all ~770; gpushare's
+    # own code (raw JSON through gpushare.k8s.rest) none.
     assert len(seen["before"]) < 10, seen["before"]
+    assert seen["state"] == {"client_models": "lazy", "models_loaded": len(seen["before"])}
     assert seen["all"] > 700
     assert "kubernetes_asyncio.client.models.v1_node" in seen["after"]
     assert len(seen["after"]) < 30
@@ -63,6 +76,19 @@ def test_the_client_imports_models_only_when_used() -> None:
     assert seen["dir_has_pod"] is True
     assert seen["star_has_pod"] is True
     assert seen["missing"] is False
+
+
+def test_the_start_up_state_says_when_kopf_imported_the_models_first() -> None:
+    """``kopf run -m gpushare.handlers``: Kopf imports the client before any gpushare entry point."""
+    probe = (
+        "import json, kopf, gpushare.handlers\n"
+        "from gpushare import lazy_client\n"
+        "print(json.dumps(lazy_client.state()))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    state = json.loads(out.stdout)
+    assert state["client_models"] == "eager"
+    assert state["models_loaded"] > 700
 
 
 def test_only_a_pure_reexport_module_is_made_lazy() -> None:

@@ -16,10 +16,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import constants as c
 from gpushare import metrics
+from gpushare.k8s.rest import ApiError
 from gpushare.policy import NodeView, PodView
 from gpushare.policy.restart import PLUGIN_RECREATE_GRACE
 from gpushare.policy.views import PluginPod
@@ -69,7 +69,7 @@ class FakeCluster:
         wanted = patch.get("metadata", {}).pop("resourceVersion", None)
         if wanted is not None and wanted != obj["metadata"]["resourceVersion"]:
             self.writes.append(("conflict", name, patch))
-            raise ApiException(status=409, reason="Conflict")
+            raise ApiError(status=409, reason="Conflict")
         self.writes.append(("patch", name, patch))
         self.rv += 1
         _merge(obj, patch)

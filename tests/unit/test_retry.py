@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from types import SimpleNamespace
+from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
@@ -187,28 +187,31 @@ class Pages:
         self.failures = list(failures)
         self.calls: list[dict[str, object]] = []
 
-    async def __call__(self, **kwargs: object) -> dict[str, object]:
-        self.calls.append(kwargs)
+    async def __call__(self, query: Mapping[str, object]) -> dict[str, Any]:
+        self.calls.append(dict(query))
         if self.failures:
             raise self.failures.pop(0)
-        if "_continue" not in kwargs:
-            return {"items": [1, 2], "metadata": {"continue": "t"}}
-        return {"items": [3], "metadata": {}}
+        if "continue" not in query:
+            return {"items": [{"i": 1}, {"i": 2}], "metadata": {"continue": "t"}}
+        return {"items": [{"i": 3}], "metadata": {}}
+
+
+THREE = [{"i": 1}, {"i": 2}, {"i": 3}]
 
 
 async def test_cli_pages_follow_continue_tokens_and_treat_404_as_absent() -> None:
     pages = Pages()
-    assert await pages_or_absent("widgets", pages, field_selector="x") == [1, 2, 3]
+    assert await pages_or_absent("widgets", pages, {"fieldSelector": "x"}) == THREE
     assert pages.calls == [
-        {"limit": 500, "field_selector": "x"},
-        {"limit": 500, "field_selector": "x", "_continue": "t"},
+        {"limit": 500, "fieldSelector": "x"},
+        {"limit": 500, "fieldSelector": "x", "continue": "t"},
     ]
     assert await pages_or_absent("widgets", Pages(ApiException(status=404))) is None
 
 
 async def test_cli_pages_keep_their_one_line_errors() -> None:
     flaky = Pages(ApiException(status=503, reason="Service Unavailable"))
-    assert await pages_or_absent("widgets", flaky) == [1, 2, 3]  # retried
+    assert await pages_or_absent("widgets", flaky) == THREE  # retried
     down = Pages(*(ApiException(status=503, reason="Service Unavailable") for _ in range(5)))
     with pytest.raises(InspectReadError, match=r"^list widgets: HTTP 503 Service Unavailable$"):
         await pages_or_absent("widgets", down)
@@ -228,13 +231,12 @@ class _Core:
         self.failures = list(failures)
         self.calls = 0
 
-    async def read_node(self, name: str) -> Any:
+    async def get(self, url: str) -> dict[str, Any]:
+        assert url == "/api/v1/nodes/n1"
         self.calls += 1
         if self.failures:
             raise self.failures.pop(0)
-        return SimpleNamespace(
-            metadata=SimpleNamespace(labels={"a": "b"}, annotations=None, resource_version="7")
-        )
+        return {"metadata": {"labels": {"a": "b"}, "annotations": None, "resourceVersion": "7"}}
 
 
 @pytest.mark.parametrize(
@@ -259,7 +261,7 @@ async def test_agent_requests_use_the_policy_and_keep_their_messages(
     monkeypatch: pytest.MonkeyPatch, failures: list[BaseException], message: str | None, calls: int
 ) -> None:
     core = _Core(*failures)
-    monkeypatch.setattr("gpushare.k8s.agent.k8s_client.CoreV1Api", lambda api: core)
+    monkeypatch.setattr("gpushare.k8s.agent.Rest", lambda api: core)
     if message is None:
         meta = await k8s_agent.read_node_metadata(None, "n1")  # type: ignore[arg-type]
         assert meta == k8s_agent.NodeMetadata({"a": "b"}, {}, "7")

@@ -327,21 +327,26 @@ async def test_background_check_survives_failures(fake: FakeApi, tmp_path: Path)
 # --- the API layer: statuses become Conflict or WebhookCertError, each request is counted ----------
 
 
-class _Core:
+class _Rest:
+    """The raw request layer's two calls used here: a Secret create and read."""
+
     def __init__(self, _: Any, failures: list[ApiException]) -> None:
         self.failures = failures
 
-    async def create_namespaced_secret(self, namespace: str, body: Any) -> None:
+    async def create(self, url: str, body: Any) -> dict[str, Any]:
+        assert url == "/api/v1/namespaces/ops/secrets"
         if self.failures:
             raise self.failures.pop(0)
+        return {}
 
-    async def read_namespaced_secret(self, name: str, namespace: str) -> None:
+    async def get(self, url: str) -> dict[str, Any]:
+        assert url == "/api/v1/namespaces/ops/secrets/tls"
         raise self.failures.pop(0)
 
 
 async def test_api_layer_maps_statuses(monkeypatch: pytest.MonkeyPatch) -> None:
     failures: list[ApiException] = []
-    monkeypatch.setattr("gpushare.k8s.webhook_api.client.CoreV1Api", lambda api: _Core(api, failures))
+    monkeypatch.setattr("gpushare.k8s.webhook_api.Rest", lambda api: _Rest(api, failures))
     errors = metrics.API_ERRORS.labels(verb="create", resource="secrets", code="409")
     writes = metrics.API_WRITES.labels(verb="create", resource="secrets")
     e0, w0 = errors._value.get(), writes._value.get()
@@ -465,13 +470,14 @@ async def test_namespace_exists_is_false_only_on_404(monkeypatch: pytest.MonkeyP
         def __init__(self, api: Any) -> None:
             pass
 
-        async def read_namespace(self, name: str) -> object:
+        async def get(self, url: str) -> dict[str, Any]:
+            assert url == "/api/v1/namespaces/ops"
             answer = answers.pop(0)
             if answer is not None:
                 raise answer
-            return object()
+            return {"metadata": {"name": "ops"}}
 
-    monkeypatch.setattr("gpushare.k8s.webhook_api.client.CoreV1Api", _Namespaces)
+    monkeypatch.setattr("gpushare.k8s.webhook_api.Rest", _Namespaces)
     answers[:] = [ApiException(status=404, reason="Not Found")]
     assert await webhook_api.namespace_exists(None, "ops") is False  # type: ignore[arg-type]
     answers[:] = [ApiException(status=403, reason="Forbidden")]  # in a pod: no namespace access

@@ -13,7 +13,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from gpushare import __version__
+from gpushare import __version__, lazy_client
 from gpushare.manifests import ManifestError
 
 #: Sub-command modules, in the order `gpushare --help` lists them. Missing ones are skipped.
@@ -47,6 +47,9 @@ def build_parser(prog: str = "gpushare") -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "gpushare") -> int:
+    # Before any sub-command imports Kopf or the Kubernetes client (see gpushare.lazy_client; each
+    # long-running command logs at start whether it took effect).
+    lazy_client.install()
     parser = build_parser(prog)
     args = parser.parse_args(argv)
     try:

@@ -18,6 +18,7 @@ from typing import Any
 
 import structlog
 
+from gpushare import lazy_client
 from gpushare.agent import DEFAULT_INTERVAL, run_agent
 from gpushare.cli import CLIError
 from gpushare.gpu.nvml import PynvmlBackend
@@ -59,7 +60,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
         raise CLIError(f"--interval must be a positive number of seconds, got {args.interval}")
     node_name = resolve_node_name(args.node_name)
     configure_logging(args.log_format)
-    log.info("agent starting", node=node_name, interval=args.interval, once=args.once)
+    log.info("agent starting", node=node_name, interval=args.interval, once=args.once, **lazy_client.state())
     return asyncio.run(_main(args, node_name))
 
 

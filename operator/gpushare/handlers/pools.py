@@ -8,11 +8,11 @@ from typing import Any, TypeVar
 
 import kopf
 import structlog
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import constants as c
 from gpushare.handlers.state import OperatorState
 from gpushare.k8s.cluster import plugin_namespace_problem, pool_ref
+from gpushare.k8s.rest import ApiError
 from gpushare.k8s.retry import ApiUnavailable
 from gpushare.reconcile.loop import pool_loop
 
@@ -99,5 +99,5 @@ async def plugin_namespace_check(
             message=f"GPUSharePool {name}: {problem}",
             type_="Warning",
         )
-    except (ApiException, ApiUnavailable) as exc:
+    except (ApiError, ApiUnavailable) as exc:
         log.warning("Posting Event failed", pool=name, error=str(exc))

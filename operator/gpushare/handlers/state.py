@@ -11,9 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from kubernetes_asyncio.client import ApiClient
-
 from gpushare.handlers.options import RunOptions
+from gpushare.k8s.client import ApiClient
 from gpushare.k8s.cluster import Cluster
 from gpushare.reconcile import Reconciler
 

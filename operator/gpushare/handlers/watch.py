@@ -22,9 +22,9 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import structlog
-from kubernetes_asyncio import client
 
 from gpushare import constants as c
+from gpushare.k8s.client import ApiClient
 from gpushare.k8s.watch import ListWatch, object_key, run_all
 from gpushare.policy import NodeView, PodView
 from gpushare.policy.views import pod_requests
@@ -103,7 +103,7 @@ class Feeds:
 class Watches:
     """The running Node and Pod watches, their own API client, and the task running them."""
 
-    api: client.ApiClient
+    api: ApiClient
     watches: list[ListWatch]
     task: asyncio.Task[None]
 
@@ -118,9 +118,7 @@ class Watches:
         await self.api.close()
 
 
-def start(
-    reconciler: Reconciler, api: client.ApiClient, node_listeners: Sequence[NodeListener] = ()
-) -> Watches:
+def start(reconciler: Reconciler, api: ApiClient, node_listeners: Sequence[NodeListener] = ()) -> Watches:
     """Start the Node and Pod watches on ``api`` (their own client: a long write burst never delays
     an event), feeding ``reconciler`` and ``node_listeners``."""
     feeds = Feeds(reconciler, node_listeners)

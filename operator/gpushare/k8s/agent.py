@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import aiohttp
-from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio.client.exceptions import ApiException
 
+from gpushare.k8s.client import ApiClient
+from gpushare.k8s.rest import STRATEGIC_MERGE_PATCH, ApiError, Rest, path
 from gpushare.k8s.retry import call
 
 FIELD_MANAGER = "gpushare-agent"
@@ -36,14 +36,14 @@ class NodeMetadata:
     resource_version: str = ""
 
 
-def _message(exc: ApiException) -> str:
+def _message(exc: ApiError) -> str:
     try:
         return str(json.loads(exc.body or "{}").get("message") or "")
     except (ValueError, AttributeError):
         return ""
 
 
-def _reason(exc: ApiException) -> str:
+def _reason(exc: ApiError) -> str:
     if exc.status == 404:
         return "not found (is --node-name / NODE_NAME the Kubernetes node name?)"
     if exc.status == 403:
@@ -57,27 +57,34 @@ async def _node_call(verb: str, name: str, fn: Callable[[], Awaitable[T]]) -> T:
     """One request on the Node through the retry policy; failures as ``NodeAccessError``."""
     try:
         return await call(fn, verb=verb, resource="nodes", attempts=ATTEMPTS, give_up=False)
-    except ApiException as exc:
+    except ApiError as exc:
         raise NodeAccessError(f"{verb} node {name!r}: {_reason(exc)}") from None
     except (TimeoutError, aiohttp.ClientError, OSError) as exc:
         raise NodeAccessError(f"{verb} node {name!r}: API server unreachable: {exc!r}") from None
 
 
-async def read_node_metadata(api: k8s_client.ApiClient, name: str) -> NodeMetadata:
-    node = await _node_call("get", name, lambda: k8s_client.CoreV1Api(api).read_node(name))
-    meta = node.metadata
+async def read_node_metadata(api: ApiClient, name: str) -> NodeMetadata:
+    node = await _node_call("get", name, lambda: Rest(api).get(path("/api/v1", "nodes", name)))
+    meta = node.get("metadata") or {}
     return NodeMetadata(
-        labels=dict(meta.labels or {}),
-        annotations=dict(meta.annotations or {}),
-        resource_version=meta.resource_version or "",
+        labels=dict(meta.get("labels") or {}),
+        annotations=dict(meta.get("annotations") or {}),
+        resource_version=str(meta.get("resourceVersion") or ""),
     )
 
 
-async def patch_node_metadata(api: k8s_client.ApiClient, name: str, patch: dict[str, Any]) -> str:
+async def patch_node_metadata(api: ApiClient, name: str, patch: dict[str, Any]) -> str:
     """Apply one merge patch to the Node; returns the new resourceVersion."""
-    # A dict body is sent as a strategic merge patch; for metadata.labels/annotations
-    # (plain string maps) that is exactly a JSON merge patch: keys set, null deletes.
+    # Sent as a strategic merge patch (as before); for metadata.labels/annotations (plain string
+    # maps) that is exactly a JSON merge patch: keys set, null deletes.
     node = await _node_call(
-        "patch", name, lambda: k8s_client.CoreV1Api(api).patch_node(name, patch, field_manager=FIELD_MANAGER)
+        "patch",
+        name,
+        lambda: Rest(api).patch(
+            path("/api/v1", "nodes", name),
+            patch,
+            content_type=STRATEGIC_MERGE_PATCH,
+            query={"fieldManager": FIELD_MANAGER},
+        ),
     )
-    return str(node.metadata.resource_version or "")
+    return str((node.get("metadata") or {}).get("resourceVersion") or "")

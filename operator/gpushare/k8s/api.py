@@ -1,6 +1,6 @@
 """``ClusterAPI``: the Kubernetes calls the reconciler makes, as a Protocol.
 
-``gpushare.k8s.cluster.Cluster`` implements it over kubernetes_asyncio; the unit tests'
+``gpushare.k8s.cluster.Cluster`` implements it over ``gpushare.k8s.rest`` (raw JSON); the unit tests'
 in-memory stand-in (``FakeCluster`` in tests/unit/test_reconciler.py) implements it over a dict
 of nodes. ``Reconciler`` takes a ``ClusterAPI``, so mypy checks both against this one surface
 (``make lint`` runs mypy over ``tests/`` too).

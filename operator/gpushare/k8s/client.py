@@ -1,20 +1,38 @@
 """Building a kubernetes_asyncio ApiClient from an explicit Configuration.
 
+kubernetes_asyncio is used for two things only: loading the configuration (kubeconfig contexts,
+exec plugins, token refresh, in-cluster service account) and its aiohttp transport. Every request
+goes through ``gpushare.k8s.rest`` as raw JSON.
+
 kubernetes_asyncio keeps a process-wide default Configuration and reads ``KUBECONFIG``
 when the module is imported. Neither is used here: each client gets its own
 Configuration, filled from the in-cluster service account (when running in a pod and
 no kubeconfig is given) or from a kubeconfig file chosen at call time.
+
+The client's aiohttp session does not trust the environment (kubernetes_asyncio turns
+``trust_env`` on, which makes aiohttp look up ~/.netrc and the proxy variables in a thread on
+every request) unless a proxy variable is set: then aiohttp honours it (and ``NO_PROXY``) as
+before. A proxy named in the kubeconfig (``proxy-url``) applies either way.
 """
 
 from __future__ import annotations
 
 import asyncio.sslproto
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
+import aiohttp
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio.config import incluster_config, kube_config
 from kubernetes_asyncio.config.config_exception import ConfigException
+
+#: What the layers above ``gpushare.k8s`` name the transport by (they never import kubernetes_asyncio).
+ApiClient = k8s_client.ApiClient
+Configuration = k8s_client.Configuration
+
+#: The environment variables that make the client's session trust the environment (aiohttp's own).
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
@@ -50,11 +68,11 @@ def default_kubeconfig_path(environ: dict[str, str] | None = None) -> str:
     return first or str(Path("~/.kube/config").expanduser())
 
 
-def new_configuration() -> k8s_client.Configuration:
+def new_configuration() -> Configuration:
     """A fresh Configuration that never copies the library-wide default."""
     # Configuration() itself is fine in kubernetes_asyncio 36, but type.__call__ makes the
     # intent explicit and matches what the library's own loaders do.
-    cfg: k8s_client.Configuration = type.__call__(k8s_client.Configuration)
+    cfg: Configuration = type.__call__(k8s_client.Configuration)
     return cfg
 
 
@@ -71,7 +89,7 @@ async def load_configuration(
     context: str | None = None,
     environ: dict[str, str] | None = None,
     sa_dir: Path = SERVICE_ACCOUNT_DIR,
-) -> k8s_client.Configuration:
+) -> Configuration:
     """Fill a new Configuration: explicit kubeconfig, else in-cluster, else the default kubeconfig.
 
     Also caps asyncio's TLS read buffer (``limit_tls_read_buffer``) for the process: every
@@ -99,13 +117,36 @@ async def load_configuration(
     return cfg
 
 
-async def make_api_client(
-    kubeconfig: str | None = None, *, context: str | None = None
-) -> k8s_client.ApiClient:
+def trust_env(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the client's session reads the proxy (and netrc) settings of the environment: only
+    when a proxy variable is set."""
+    env = os.environ if environ is None else environ
+    return any(env.get(name) for name in PROXY_VARIABLES)
+
+
+def new_api_client(cfg: Configuration, *, environ: Mapping[str, str] | None = None) -> ApiClient:
+    """An ApiClient on ``cfg`` whose aiohttp session trusts the environment only when a proxy
+    variable is set (``trust_env``). Must be called with an event loop running (the session
+    is made here)."""
+    api = k8s_client.ApiClient(configuration=cfg)
+    trust = trust_env(environ)
+    rest = api.rest_client
+    shipped: aiohttp.ClientSession = rest.pool_manager
+    if shipped.trust_env != trust:
+        rest.pool_manager = aiohttp.ClientSession(
+            connector=shipped.connector,
+            trust_env=trust,
+            read_bufsize=shipped._read_bufsize,  # 2 MiB: a watch event may hold a large object
+        )
+        shipped.detach()  # the connector now belongs to the new session
+    return api
+
+
+async def make_api_client(kubeconfig: str | None = None, *, context: str | None = None) -> ApiClient:
     """An ApiClient with its own Configuration (see the module docstring for the lookup order).
 
     The caller owns the client: ``async with await make_api_client(...) as api:`` or
     ``await api.close()``.
     """
     cfg = await load_configuration(kubeconfig, context=context)
-    return k8s_client.ApiClient(configuration=cfg)
+    return new_api_client(cfg)

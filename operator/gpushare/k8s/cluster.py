@@ -12,27 +12,26 @@ get/list/watch/patch and gpusharepools/status patch (docs/security.md).
 
 from __future__ import annotations
 
-import json
 import secrets
-from collections.abc import Awaitable, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
-
 from gpushare import constants as c
+from gpushare.k8s.client import ApiClient
+from gpushare.k8s.rest import ApiError, Query, Rest, items, pages, path
 from gpushare.k8s.retry import call, call_if_present, call_or_absent
 from gpushare.policy import PodView
-from gpushare.policy.views import PluginPod
+from gpushare.policy.views import PluginPod, plugin_pod
 
-MERGE_PATCH = "application/merge-patch+json"
-#: The generated stubs do not list ``_content_type``; the client accepts it.
-_MERGE: dict[str, Any] = {"_content_type": MERGE_PATCH}
 FIELD_MANAGER = "gpushare-operator"
+CORE = "/api/v1"
+POOLS = f"/apis/{c.GROUP}/{c.VERSION}/{c.PLURAL}"
+#: Finished pods hold no GPU and wait for nothing.
+UNFINISHED = "status.phase!=Succeeded,status.phase!=Failed"
 
 
-class PluginNamespaceNotAllowed(ApiException):
+class PluginNamespaceNotAllowed(ApiError):
     """A device-plugin namespace the operator was not given (``--plugin-namespaces``).
 
     A 403 known before any request: the reconciler reports it like one (the node's restart is
@@ -69,38 +68,18 @@ def plugin_namespace_problem(namespace: str, allowed: frozenset[str] | None) -> 
     )
 
 
-async def _json(request: Awaitable[Any]) -> dict[str, Any]:
-    """The JSON body of a raw (``_preload_content=False``) response; ApiException unless 2xx.
-
-    The operator reads returned Nodes as dicts: no client models (parsing a Node into a ``V1Node``
-    and back cost about 1 ms of CPU per write, the JSON 0.04 ms).
-    """
-    resp = await request
-    try:
-        data = await resp.read()
-        if not 200 <= resp.status <= 299:
-            exc = ApiException(status=resp.status, reason=resp.reason)
-            exc.body = data.decode(errors="replace")
-            raise exc
-        out: dict[str, Any] = json.loads(data)
-        return out
-    finally:
-        resp.release()
-
-
 class Cluster:
     """API calls of the operator on one ``ApiClient``."""
 
     def __init__(
         self,
-        api: client.ApiClient,
+        api: ApiClient,
         *,
         events_namespace: str = "default",
         plugin_namespaces: frozenset[str] | None = None,
     ) -> None:
         self.api = api
-        self.core = client.CoreV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
+        self.rest = Rest(api)
         self.events_namespace = events_namespace
         #: Where device-plugin pods may be deleted; None = anywhere RBAC allows.
         self.plugin_namespaces = plugin_namespaces
@@ -111,22 +90,21 @@ class Cluster:
 
     async def plugin_namespaces_denied(self) -> list[str]:
         """The configured namespaces where RBAC does not let this operator delete pods."""
-        authz = client.AuthorizationV1Api(self.api)
         denied = []
         for ns in sorted(self.plugin_namespaces or ()):
-            review = client.V1SelfSubjectAccessReview(
-                spec=client.V1SelfSubjectAccessReviewSpec(
-                    resource_attributes=client.V1ResourceAttributes(
-                        namespace=ns, verb="delete", resource="pods"
-                    )
-                )
-            )
+            review = {
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SelfSubjectAccessReview",
+                "spec": {"resourceAttributes": {"namespace": ns, "verb": "delete", "resource": "pods"}},
+            }
             result = await call(
-                lambda r=review: authz.create_self_subject_access_review(r),  # type: ignore[misc]
+                lambda r=review: self.rest.create(  # type: ignore[misc]
+                    "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", r
+                ),
                 verb="create",
                 resource="selfsubjectaccessreviews",
             )
-            if not result.status.allowed:
+            if not (result.get("status") or {}).get("allowed"):
                 denied.append(ns)
         return denied
 
@@ -135,7 +113,7 @@ class Cluster:
     async def read_node(self, name: str) -> dict[str, Any] | None:
         """The node as the apiserver has it now; None if it is gone."""
         return await call_or_absent(
-            lambda: _json(self.core.read_node(name, _preload_content=False)), verb="get", resource="nodes"
+            lambda: self.rest.get(path(CORE, "nodes", name)), verb="get", resource="nodes"
         )
 
     async def patch_node(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -145,10 +123,8 @@ class Cluster:
         (409 Conflict otherwise), so a patch planned from a stale view is never applied.
         """
         return await call_or_absent(
-            lambda: _json(
-                self.core.patch_node(
-                    name, dict(patch), field_manager=FIELD_MANAGER, _preload_content=False, **_MERGE
-                )
+            lambda: self.rest.patch(
+                path(CORE, "nodes", name), dict(patch), query={"fieldManager": FIELD_MANAGER}
             ),
             verb="patch",
             resource="nodes",
@@ -158,24 +134,19 @@ class Cluster:
 
     async def pods_on_node(self, node: str) -> list[PodView]:
         """Pods bound to ``node`` that have not terminated (field selector, all namespaces)."""
-        return await self._list_pods(f"spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed")
+        return await self._list_pods(f"spec.nodeName={node},{UNFINISHED}")
 
-    async def _list_pods(self, selector: str) -> list[PodView]:
-        out: list[PodView] = []
-        token: str | None = None
-        while True:
-            kwargs: dict[str, Any] = {"field_selector": selector, "limit": 500}
-            if token:
-                kwargs["_continue"] = token
-            page = await call(
-                lambda kw=kwargs: self.core.list_pod_for_all_namespaces(**kw),  # type: ignore[misc]
-                verb="list",
-                resource="pods",
-            )
-            out.extend(PodView.from_obj(self.api.sanitize_for_serialization(pod)) for pod in page.items)
-            token = page.metadata._continue
-            if not token:
-                return out
+    async def _list_pods(
+        self, selector: str, namespace: str | None = None, labels: str = ""
+    ) -> list[PodView]:
+        """Pods matching the selectors (all namespaces unless ``namespace``), every page."""
+        url = path(CORE, "namespaces", namespace, "pods") if namespace else f"{CORE}/pods"
+        query = {k: v for k, v in (("fieldSelector", selector), ("labelSelector", labels)) if v}
+
+        async def fetch(q: Query) -> dict[str, Any]:
+            return await call(lambda: self.rest.get(url, query=q), verb="list", resource="pods")
+
+        return [PodView.from_obj(pod) async for page in pages(fetch, query) for pod in items(page)]
 
     async def plugin_pods(
         self, namespace: str, label_selector: str, node: str | None = None
@@ -186,57 +157,40 @@ class Cluster:
         the pods there could be listed but never restarted.
         """
         self._check_plugin_namespace(namespace)
-        kwargs: dict[str, Any] = {"label_selector": label_selector}
-        if node is not None:
-            kwargs["field_selector"] = f"spec.nodeName={node}"
-        page = await call(
-            lambda: self.core.list_namespaced_pod(namespace, **kwargs),
-            verb="list",
-            resource="pods",
-        )
-        out = []
-        for pod in page.items:
-            conditions = pod.status.conditions if pod.status else None
-            out.append(
-                PluginPod(
-                    node=pod.spec.node_name or "",
-                    namespace=pod.metadata.namespace,
-                    name=pod.metadata.name,
-                    uid=pod.metadata.uid,
-                    created=pod.metadata.creation_timestamp,
-                    ready=bool(pod.status and pod.status.phase == "Running")
-                    and any(x.type == "Ready" and x.status == "True" for x in conditions or []),
-                    deleting=pod.metadata.deletion_timestamp is not None,
-                )
-            )
-        return out
+        selector = f"spec.nodeName={node}" if node is not None else ""
+        pods = await self._list_pods(selector, namespace, label_selector)
+        return [plugin_pod(pod) for pod in pods]
 
     async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
         """Delete one pod if it is still the same object (UID precondition); False if already gone."""
         self._check_plugin_namespace(namespace)
-        body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
         try:
             return await call_if_present(  # False: already gone
-                lambda: self.core.delete_namespaced_pod(name, namespace, body=body),
+                lambda: self.rest.delete(path(CORE, "namespaces", namespace, "pods", name), body),
                 verb="delete",
                 resource="pods",
             )
-        except ApiException as exc:
+        except ApiError as exc:
             if exc.status == 409:  # replaced by a same-named pod (UID mismatch)
                 return False
             raise
 
     async def evict_pod(self, namespace: str, name: str) -> str:
         """Evict through the Eviction API: "evicted", "gone", or "blocked" (429: a PDB forbids it now)."""
-        body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace))
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
         try:
             evicted = await call_if_present(
-                lambda: self.core.create_namespaced_pod_eviction(name, namespace, body),
+                lambda: self.rest.create(path(CORE, "namespaces", namespace, "pods", name, "eviction"), body),
                 verb="create",
                 resource="pods/eviction",
                 no_retry=frozenset({429}),
             )
-        except ApiException as exc:
+        except ApiError as exc:
             if exc.status == 429:
                 return "blocked"
             raise
@@ -247,9 +201,7 @@ class Cluster:
     async def patch_pool_status(self, name: str, status: Mapping[str, Any]) -> bool:
         """Merge-patch the pool's status subresource; False if the pool is gone."""
         return await call_if_present(
-            lambda: self.custom.patch_cluster_custom_object_status(
-                c.GROUP, c.VERSION, c.PLURAL, name, {"status": dict(status)}, **_MERGE
-            ),
+            lambda: self.rest.patch(path(POOLS, name, "status"), {"status": dict(status)}),
             verb="patch",
             resource="gpusharepools/status",
         )
@@ -265,26 +217,27 @@ class Cluster:
         type_: str = "Normal",
     ) -> None:
         """Post a core/v1 Event about ``obj`` ({apiVersion, kind, name, uid})."""
-        now = datetime.now(UTC)
-        body = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(
-                name=f"{obj['name']}.{secrets.token_hex(8)}", namespace=self.events_namespace
-            ),
-            involved_object=client.V1ObjectReference(
-                api_version=obj.get("apiVersion"), kind=obj.get("kind"), name=obj["name"], uid=obj.get("uid")
-            ),
-            reason=reason,
-            message=message[:1024],
-            type=type_,
-            first_timestamp=now,
-            last_timestamp=now,
-            count=1,
-            source=client.V1EventSource(component=FIELD_MANAGER),
-            reporting_component=FIELD_MANAGER,
-            reporting_instance=FIELD_MANAGER,
-        )
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        involved = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "name": obj["name"]}
+        if obj.get("uid"):
+            involved["uid"] = obj["uid"]
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{obj['name']}.{secrets.token_hex(8)}", "namespace": self.events_namespace},
+            "involvedObject": {k: v for k, v in involved.items() if v is not None},
+            "reason": reason,
+            "message": message[:1024],
+            "type": type_,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "source": {"component": FIELD_MANAGER},
+            "reportingComponent": FIELD_MANAGER,
+            "reportingInstance": FIELD_MANAGER,
+        }
         await call(
-            lambda: self.core.create_namespaced_event(self.events_namespace, body),
+            lambda: self.rest.create(path(CORE, "namespaces", self.events_namespace, "events"), body),
             verb="create",
             resource="events",
             attempts=3,

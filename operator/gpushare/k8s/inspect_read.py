@@ -1,82 +1,79 @@
-"""Read-only API calls of ``gpushare inspect``: Nodes, unfinished Pods and GPUSharePools as JSON dicts."""
+"""Read-only lists of the CLI (``gpushare inspect``, ``plan``, ``check``): Nodes, unfinished Pods and
+GPUSharePools as JSON dicts, every page (``gpushare.k8s.rest.pages``)."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio.client.exceptions import ApiException
-
 from gpushare import constants as c
-from gpushare.k8s.retry import call_or_absent
+from gpushare.k8s.client import ApiClient
+from gpushare.k8s.cluster import POOLS, UNFINISHED
+from gpushare.k8s.rest import ApiError, Query, Rest, items, pages
+from gpushare.k8s.retry import call
 
-PAGE = 500
 #: A command line answers quickly: a transient failure is tried again only twice.
 CLI_ATTEMPTS = 3
-#: Finished pods hold no GPU and wait for nothing.
-UNFINISHED = "status.phase!=Succeeded,status.phase!=Failed"
+Objects = list[dict[str, Any]]
+__all__ = [
+    "CLI_ATTEMPTS",
+    "UNFINISHED",
+    "InspectReadError",
+    "list_objects",
+    "pages_or_absent",
+    "read_cluster",
+    "read_lists",
+]
 
 
 class InspectReadError(Exception):
     """Listing failed; the message names what and why."""
 
 
-async def pages_or_absent(what: str, fn: Callable[..., Awaitable[Any]], **kwargs: Any) -> list[Any] | None:
-    """Every item of a paginated list (through the retry policy); None when the resource does not
-    exist (404: a CRD that is not installed). HTTP errors become ``InspectReadError``; connection
-    errors and timeouts are raised as they are."""
-    items: list[Any] = []
-    token: str | None = None
-    while True:
-        args = {"limit": PAGE, **kwargs, **({"_continue": token} if token else {})}
-        try:
-            page = await call_or_absent(
-                lambda a=args: fn(**a),  # type: ignore[misc]
-                verb="list",
-                resource=what,
-                attempts=CLI_ATTEMPTS,
-                give_up=False,
-            )
-        except ApiException as exc:
-            raise InspectReadError(f"list {what}: HTTP {exc.status} {exc.reason}") from None
-        if page is None:
+async def pages_or_absent(
+    what: str, get: Callable[[Query], Awaitable[dict[str, Any]]], query: Query | None = None
+) -> Objects | None:
+    """Every item of a paginated list, each page fetched by ``get`` (its query) through the retry
+    policy; None when the resource does not exist (404: a CRD that is not installed). HTTP errors
+    become ``InspectReadError``; connection errors and timeouts are raised as they are."""
+
+    async def fetch(q: Query) -> dict[str, Any]:
+        return await call(lambda: get(q), verb="list", resource=what, attempts=CLI_ATTEMPTS, give_up=False)
+
+    try:
+        return [obj async for page in pages(fetch, query) for obj in items(page)]
+    except ApiError as exc:
+        if exc.status == 404:
             return None
-        if isinstance(page, dict):
-            items.extend(page.get("items") or [])
-            token = (page.get("metadata") or {}).get("continue")
-        else:
-            items.extend(page.items or [])
-            token = page.metadata._continue if page.metadata else None
-        if not token:
-            return items
+        raise InspectReadError(f"list {what}: HTTP {exc.status} {exc.reason}") from None
 
 
-async def _pages(what: str, fn: Callable[..., Awaitable[Any]], **kwargs: Any) -> list[Any]:
-    """``pages_or_absent`` for resources that always exist."""
-    items = await pages_or_absent(what, fn, **kwargs)
-    if items is None:
-        raise InspectReadError(f"list {what}: HTTP 404 Not Found")
-    return items
+async def list_objects(api: ApiClient, what: str, url: str, query: Query | None = None) -> Objects | None:
+    """``pages_or_absent`` of the list at ``url``."""
+    rest = Rest(api)
+    return await pages_or_absent(what, lambda q: rest.get(url, query=q), query)
 
 
-async def read_cluster(
-    api: k8s_client.ApiClient,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+async def read_lists(api: ApiClient, pods: str | None) -> tuple[Objects | None, Objects, Objects]:
+    """``(pools or None when the CRD is not installed, nodes, pods)``; pods only with a field
+    selector (``pods``), none when it is None."""
+    pools = await list_objects(api, c.PLURAL, POOLS)
+    nodes = await list_objects(api, "nodes", "/api/v1/nodes")
+    if nodes is None:
+        raise InspectReadError("list nodes: HTTP 404 Not Found")
+    found: Objects = []
+    if pods is not None:
+        listed = await list_objects(api, "pods", "/api/v1/pods", {"fieldSelector": pods})
+        if listed is None:
+            raise InspectReadError("list pods: HTTP 404 Not Found")
+        found = listed
+    return pools, nodes, found
+
+
+async def read_cluster(api: ApiClient) -> tuple[Objects, Objects, Objects, list[str]]:
     """``(nodes, pods, pools, warnings)``. A missing CRD is a warning, not an error."""
-    core = k8s_client.CoreV1Api(api)
-    warnings: list[str] = []
-    nodes = [api.sanitize_for_serialization(n) for n in await _pages("nodes", core.list_node)]
-    pods = [
-        api.sanitize_for_serialization(p)
-        for p in await _pages("pods", core.list_pod_for_all_namespaces, field_selector=UNFINISHED)
-    ]
-    custom = k8s_client.CustomObjectsApi(api)
-    pools = await pages_or_absent(
-        c.PLURAL,
-        lambda **kw: custom.list_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL, **kw),
-    )
+    pools, nodes, pods = await read_lists(api, UNFINISHED)
+    warnings = []
     if pools is None:
-        pools = []
         warnings.append(f"the {c.CRD_NAME} CRD is not installed: no pools to show")
-    return nodes, pods, [dict(p) for p in pools], warnings
+    return nodes, pods, pools or [], warnings

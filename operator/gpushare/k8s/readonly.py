@@ -12,11 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-from kubernetes_asyncio import client as k8s_client
 
 from gpushare import constants as c
-from gpushare.k8s.client import KubeConfigError, make_api_client
-from gpushare.k8s.inspect_read import UNFINISHED, InspectReadError, _pages, pages_or_absent
+from gpushare.k8s.client import ApiClient, KubeConfigError, make_api_client
+from gpushare.k8s.inspect_read import UNFINISHED, InspectReadError, read_lists
 
 Objects = list[dict[str, Any]]
 #: Unfinished pods that are bound to a node (only those can hold a mode switch or be a plugin pod).
@@ -39,24 +38,12 @@ class LiveState:
     warnings: tuple[str, ...] = ()
 
 
-async def _read(api: k8s_client.ApiClient, with_pods: bool) -> tuple[Objects, Objects, Objects, list[str]]:
-    warnings: list[str] = []
-    core = k8s_client.CoreV1Api(api)
-    custom = k8s_client.CustomObjectsApi(api)
-    found = await pages_or_absent(
-        c.PLURAL, lambda **kw: custom.list_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL, **kw)
-    )
-    pools = [dict(p) for p in found or []]
+async def _read(api: ApiClient, with_pods: bool) -> tuple[Objects, Objects, Objects, list[str]]:
+    found, nodes, pods = await read_lists(api, BOUND_UNFINISHED if with_pods else None)
+    warnings = []
     if found is None:
         warnings.append(f"the {c.CRD_NAME} CRD is not installed: the cluster has no pools")
-    nodes = [api.sanitize_for_serialization(n) for n in await _pages("nodes", core.list_node)]
-    pods: Objects = []
-    if with_pods:
-        pods = [
-            api.sanitize_for_serialization(p)
-            for p in await _pages("pods", core.list_pod_for_all_namespaces, field_selector=BOUND_UNFINISHED)
-        ]
-    return pools, nodes, pods, warnings
+    return found or [], nodes, pods, warnings
 
 
 async def read_live(

@@ -26,16 +26,16 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import aiohttp
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import metrics
+from gpushare.k8s.rest import ApiError
 
 T = TypeVar("T")
 
 RETRYABLE = frozenset({429, 500, 502, 503, 504})
 WRITE_VERBS = frozenset({"create", "patch", "delete", "update"})
 #: What ``call`` treats as "the request did not get through" (each counted, retried when transient).
-API_FAILURES = (ApiException, aiohttp.ClientError, OSError, TimeoutError)
+API_FAILURES = (ApiError, aiohttp.ClientError, OSError, TimeoutError)
 
 
 class ApiUnavailable(Exception):
@@ -90,14 +90,14 @@ async def _attempts(
 
 
 def is_retryable(exc: BaseException) -> bool:
-    if isinstance(exc, ApiException):
+    if isinstance(exc, ApiError):
         return exc.status in RETRYABLE or exc.status == 0 or exc.status is None
     return isinstance(exc, aiohttp.ClientError | OSError | TimeoutError)
 
 
 def status_of(exc: BaseException) -> int | None:
     """The HTTP status of a failed request (None: it got no HTTP answer)."""
-    return exc.status if isinstance(exc, ApiException) else None
+    return exc.status if isinstance(exc, ApiError) else None
 
 
 async def call(
@@ -113,7 +113,7 @@ async def call(
 ) -> T:
     """Run ``fn``; retry retryable failures with jittered exponential backoff.
 
-    Non-retryable ``ApiException`` (404, 409, 422, 403, ...) are raised at once for the caller
+    Non-retryable ``ApiError`` (404, 409, 422, 403, ...) are raised at once for the caller
     to interpret; statuses in ``no_retry`` too (e.g. 429 from an Eviction = a PDB blocks it).
     After the last attempt a retryable failure becomes ``ApiUnavailable`` (``give_up=False``: it is
     raised as it is, for callers that word their own one-line errors).
@@ -157,7 +157,7 @@ async def call_or_absent(
         return await call(
             fn, verb=verb, resource=resource, attempts=attempts, no_retry=no_retry, give_up=give_up
         )
-    except ApiException as exc:
+    except ApiError as exc:
         if exc.status == 404:
             return None
         raise

@@ -26,10 +26,10 @@ from typing import Any
 
 import aiohttp
 import structlog
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import metrics
+from gpushare.k8s.client import ApiClient
+from gpushare.k8s.rest import ApiError, Query, Rest, error, pages
 
 log = structlog.get_logger("gpushare.watch")
 
@@ -56,7 +56,7 @@ class ListWatch:
 
     def __init__(
         self,
-        api: client.ApiClient,
+        api: ApiClient,
         resource: str,
         on_event: OnEvent,
         on_listed: OnListed,
@@ -68,7 +68,8 @@ class ListWatch:
         if resource not in ("nodes", "pods"):
             raise ValueError(f"unsupported resource {resource!r}")
         self.resource = resource
-        self.core = client.CoreV1Api(api)
+        self.rest = Rest(api)
+        self.url = f"/api/v1/{resource}"
         self.on_event = on_event
         self.on_listed = on_listed
         self.page = page
@@ -80,55 +81,45 @@ class ListWatch:
         #: When the first of the failures since the last answer happened (None: no failure).
         self._failing_since: float | None = None
 
-    def _call(self, **kwargs: Any) -> Any:
-        if self.resource == "nodes":
-            return self.core.list_node(_preload_content=False, **kwargs)
-        return self.core.list_pod_for_all_namespaces(_preload_content=False, **kwargs)
-
     async def _list(self) -> str:
-        """Deliver every object (page by page) as ADDED; returns the list's resourceVersion."""
-        keys: set[str] = set()
-        token: str | None = None
-        while True:
-            token, rv = await self._page(token, keys)
-            if not token:
-                self.on_listed(keys)
-                self.listed.set()
-                return rv
+        """Deliver every object (page by page) as ADDED; returns the list's resourceVersion.
 
-    async def _page(self, token: str | None, keys: set[str]) -> tuple[str | None, str]:
-        """One page, delivered (its raw objects are freed before the next page is read)."""
-        kwargs: dict[str, Any] = {"limit": self.page, "_request_timeout": 60}
-        if token:
-            kwargs["_continue"] = token
-        resp = await self._call(**kwargs)
-        try:
-            if resp.status != 200:
-                raise ApiException(status=resp.status, reason=resp.reason)
-            self._answered()
-            data = json.loads(await resp.read())
-        finally:
-            resp.release()
-        for obj in data.get("items") or ():
-            keys.add(object_key(obj))
-            self.on_event("ADDED", obj)
-        meta = data.get("metadata") or {}
-        return meta.get("continue") or None, str(meta.get("resourceVersion") or "")
+        Each page's raw objects are freed before the next page is read."""
+        keys: set[str] = set()
+        rv = ""
+        async for page in pages(self._page, limit=self.page):
+            for obj in page.get("items") or ():
+                keys.add(object_key(obj))
+                self.on_event("ADDED", obj)
+            rv = str((page.get("metadata") or {}).get("resourceVersion") or "")
+            del page  # before the next page is read
+        self.on_listed(keys)
+        self.listed.set()
+        return rv
+
+    async def _page(self, query: Query) -> dict[str, Any]:
+        page = await self.rest.get(self.url, query=query, request_timeout=60)
+        self._answered()
+        return page
 
     async def _watch(self, rv: str) -> str:
         """Follow the watch from ``rv`` until the server ends it; returns the last version seen."""
-        resp = await self._call(
-            watch=True,
-            resource_version=rv,
-            allow_watch_bookmarks=True,
-            timeout_seconds=self.server_timeout,
-            _request_timeout=aiohttp.ClientTimeout(sock_connect=10, sock_read=self.server_timeout + 30),
+        resp = await self.rest.open(
+            "GET",
+            self.url,
+            query={
+                "watch": True,
+                "resourceVersion": rv,
+                "allowWatchBookmarks": True,
+                "timeoutSeconds": self.server_timeout,
+            },
+            request_timeout=aiohttp.ClientTimeout(sock_connect=10, sock_read=self.server_timeout + 30),
         )
         try:
             if resp.status == 410:
                 raise Gone()
             if resp.status != 200:
-                raise ApiException(status=resp.status, reason=resp.reason)
+                raise error(resp.status, resp.reason)
             self._answered()
             while True:
                 line = await resp.content.readline()
@@ -142,7 +133,7 @@ class ListWatch:
                 if kind == "ERROR":
                     if obj.get("code") == 410:
                         raise Gone()
-                    raise ApiException(status=obj.get("code") or 0, reason=str(obj.get("message")))
+                    raise error(obj.get("code") or 0, str(obj.get("message")))
                 rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
                 if kind == "BOOKMARK":
                     continue
@@ -171,10 +162,10 @@ class ListWatch:
             except Gone:
                 log.info("Watch expired; listing again", resource=self.resource)
                 rv = ""
-            except (ApiException, aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+            except (ApiError, aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
                 if self._failing_since is None:
                     self._failing_since = time.monotonic()
-                code = exc.status if isinstance(exc, ApiException) else 0
+                code = exc.status if isinstance(exc, ApiError) else 0
                 metrics.API_ERRORS.labels(verb="watch", resource=self.resource, code=str(code)).inc()
                 log.warning(
                     "Watch failed; retrying", resource=self.resource, retry_in=self.reconnect, error=repr(exc)

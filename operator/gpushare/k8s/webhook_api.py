@@ -16,15 +16,14 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
-
+from gpushare.k8s.client import ApiClient
+from gpushare.k8s.rest import JSON_PATCH, ApiError, Rest, path
 from gpushare.k8s.retry import ApiUnavailable, Conflict, call, call_if_present, call_or_absent
 
 SECRETS = "secrets"
 CONFIGURATIONS = "validatingwebhookconfigurations"
-#: The generated stubs do not list ``_content_type``; the client accepts it.
-_JSON_PATCH: dict[str, Any] = {"_content_type": "application/json-patch+json"}
+CORE = "/api/v1"
+ADMISSION = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
 SECRET_LABELS = {"app.kubernetes.io/name": "gpushare-operator", "app.kubernetes.io/component": "webhook"}
 
 
@@ -41,8 +40,8 @@ class StoredSecret:
     labels: dict[str, str] = field(default_factory=dict)
 
 
-def _failed(what: str, exc: ApiException | ApiUnavailable) -> WebhookCertError:
-    if isinstance(exc, ApiException):
+def _failed(what: str, exc: ApiError | ApiUnavailable) -> WebhookCertError:
+    if isinstance(exc, ApiError):
         return WebhookCertError(f"cannot {what}: {exc.status} {exc.reason}")
     return WebhookCertError(f"cannot {what}: {exc}")
 
@@ -60,32 +59,32 @@ async def _write(
     ``WebhookCertError`` (worded ``not_found``, when given, for a 404)."""
     try:
         await call(fn, verb=verb, resource=resource)
-    except (ApiException, ApiUnavailable) as exc:
+    except (ApiError, ApiUnavailable) as exc:
         failure = _failed(what, exc)
-        if not_found is not None and isinstance(exc, ApiException) and exc.status == 404:
+        if not_found is not None and isinstance(exc, ApiError) and exc.status == 404:
             failure = WebhookCertError(not_found)
-        if isinstance(exc, ApiException) and exc.status in conflicts:
+        if isinstance(exc, ApiError) and exc.status in conflicts:
             raise Conflict(str(failure)) from exc
         raise failure from None
 
 
-async def read_secret(api: client.ApiClient, namespace: str, name: str) -> StoredSecret | None:
+async def read_secret(api: ApiClient, namespace: str, name: str) -> StoredSecret | None:
     """The Secret, or None when it does not exist."""
-    core = client.CoreV1Api(api)
+    url = path(CORE, "namespaces", namespace, "secrets", name)
     try:
-        secret = await call_or_absent(
-            lambda: core.read_namespaced_secret(name, namespace), verb="get", resource=SECRETS
-        )
-    except (ApiException, ApiUnavailable) as exc:
+        secret = await call_or_absent(lambda: Rest(api).get(url), verb="get", resource=SECRETS)
+    except (ApiError, ApiUnavailable) as exc:
         raise _failed(f"read Secret {namespace}/{name}", exc) from None
     if secret is None:
         return None
-    meta = secret.metadata
-    return StoredSecret(dict(secret.data or {}), str(meta.resource_version or ""), dict(meta.labels or {}))
+    meta = secret.get("metadata") or {}
+    return StoredSecret(
+        dict(secret.get("data") or {}), str(meta.get("resourceVersion") or ""), dict(meta.get("labels") or {})
+    )
 
 
 async def write_secret(
-    api: client.ApiClient,
+    api: ApiClient,
     namespace: str,
     name: str,
     data: Mapping[str, str],
@@ -95,7 +94,7 @@ async def write_secret(
     """Create the TLS Secret (``resource_version`` None) or replace the version that was read;
     ``Conflict`` when another writer got there first. ``labels`` are added to ``SECRET_LABELS``.
     A create answered 404 means the namespace is missing, and the message says so."""
-    core = client.CoreV1Api(api)
+    rest = Rest(api)
     all_labels = {**(labels or {}), **SECRET_LABELS}
     meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": all_labels}
     if resource_version is not None:
@@ -114,7 +113,7 @@ async def write_secret(
         )
         await _write(
             what,
-            lambda: core.create_namespaced_secret(namespace, body),  # type: ignore[arg-type]
+            lambda: rest.create(path(CORE, "namespaces", namespace, "secrets"), body),
             verb="create",
             resource=SECRETS,
             not_found=missing,
@@ -122,79 +121,69 @@ async def write_secret(
     else:
         await _write(
             what,
-            lambda: core.replace_namespaced_secret(name, namespace, body),  # type: ignore[arg-type]
+            lambda: rest.replace(path(CORE, "namespaces", namespace, "secrets", name), body),
             verb="update",
             resource=SECRETS,
         )
 
 
-async def read_configuration(api: client.ApiClient, name: str) -> dict[str, Any] | None:
+async def read_configuration(api: ApiClient, name: str) -> dict[str, Any] | None:
     """The ValidatingWebhookConfiguration as JSON, or None when it does not exist."""
-    adm = client.AdmissionregistrationV1Api(api)
     try:
-        found = await call_or_absent(
-            lambda: adm.read_validating_webhook_configuration(name), verb="get", resource=CONFIGURATIONS
+        return await call_or_absent(
+            lambda: Rest(api).get(path(ADMISSION, name)), verb="get", resource=CONFIGURATIONS
         )
-    except (ApiException, ApiUnavailable) as exc:
+    except (ApiError, ApiUnavailable) as exc:
         raise _failed(f"read ValidatingWebhookConfiguration {name}", exc) from None
-    if found is None:
-        return None
-    out: dict[str, Any] = api.sanitize_for_serialization(found)
-    return out
 
 
-async def create_configuration(api: client.ApiClient, body: Mapping[str, Any]) -> None:
+async def create_configuration(api: ApiClient, body: Mapping[str, Any]) -> None:
     """Create it; ``Conflict`` when another replica created it first."""
-    adm = client.AdmissionregistrationV1Api(api)
     await _write(
         f"create ValidatingWebhookConfiguration {body['metadata']['name']}",
-        lambda: adm.create_validating_webhook_configuration(dict(body)),  # type: ignore[arg-type]
+        lambda: Rest(api).create(ADMISSION, body),
         verb="create",
         resource=CONFIGURATIONS,
     )
 
 
-async def patch_configuration(api: client.ApiClient, name: str, ops: Sequence[Mapping[str, Any]]) -> None:
+async def patch_configuration(api: ApiClient, name: str, ops: Sequence[Mapping[str, Any]]) -> None:
     """Apply a JSON patch whose first op tests the resourceVersion that was read; ``Conflict`` when
     it moved (409, or 422 from the failed test)."""
-    adm = client.AdmissionregistrationV1Api(api)
     await _write(
         f"patch ValidatingWebhookConfiguration {name}",
-        lambda: adm.patch_validating_webhook_configuration(name, [dict(op) for op in ops], **_JSON_PATCH),
+        lambda: Rest(api).patch(path(ADMISSION, name), [dict(op) for op in ops], content_type=JSON_PATCH),
         verb="patch",
         resource=CONFIGURATIONS,
         conflicts=frozenset({409, 422}),
     )
 
 
-async def delete_configuration(api: client.ApiClient, name: str) -> None:
+async def delete_configuration(api: ApiClient, name: str) -> None:
     """Delete it (nothing to do when it is already gone)."""
-    adm = client.AdmissionregistrationV1Api(api)
     await call_if_present(
-        lambda: adm.delete_validating_webhook_configuration(name), verb="delete", resource=CONFIGURATIONS
+        lambda: Rest(api).delete(path(ADMISSION, name)), verb="delete", resource=CONFIGURATIONS
     )
 
 
-async def delete_secret(api: client.ApiClient, namespace: str, name: str) -> None:
+async def delete_secret(api: ApiClient, namespace: str, name: str) -> None:
     """Delete the Secret (nothing to do when it is already gone)."""
-    core = client.CoreV1Api(api)
+    url = path(CORE, "namespaces", namespace, "secrets", name)
     try:
-        await call_if_present(
-            lambda: core.delete_namespaced_secret(name, namespace), verb="delete", resource=SECRETS
-        )
-    except (ApiException, ApiUnavailable) as exc:
+        await call_if_present(lambda: Rest(api).delete(url), verb="delete", resource=SECRETS)
+    except (ApiError, ApiUnavailable) as exc:
         raise _failed(f"delete Secret {namespace}/{name}", exc) from None
 
 
-async def namespace_exists(api: client.ApiClient, name: str) -> bool:
+async def namespace_exists(api: ApiClient, name: str) -> bool:
     """False only when the apiserver says the namespace does not exist (404); True when it exists or
     cannot be read (e.g. 403: in a pod the namespace is its own and exists; an unreachable
     apiserver: one attempt, the caller's own retries report it)."""
-    core = client.CoreV1Api(api)
     try:
+        url = path(CORE, "namespaces", name)
         found = await call_or_absent(
-            lambda: core.read_namespace(name), verb="get", resource="namespaces", attempts=1
+            lambda: Rest(api).get(url), verb="get", resource="namespaces", attempts=1
         )
-    except (ApiException, ApiUnavailable):
+    except (ApiError, ApiUnavailable):
         return True
     return found is not None

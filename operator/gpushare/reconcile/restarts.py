@@ -11,9 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from kubernetes_asyncio.client.exceptions import ApiException
-
 from gpushare import metrics
+from gpushare.k8s.rest import ApiError
 from gpushare.k8s.retry import ApiUnavailable
 from gpushare.policy import RestartRecord
 from gpushare.policy.events import names
@@ -88,7 +87,7 @@ async def _listed(
             continue
         try:
             everywhere = await s.rec.writes.cluster.plugin_pods(*key)
-        except (ApiException, ApiUnavailable) as exc:
+        except (ApiError, ApiUnavailable) as exc:
             s.log.warning("Listing device plugin pods failed", namespace=key[0], error=str(exc))
             continue
         by_node: dict[str, list[PluginPod]] = {}
@@ -129,7 +128,7 @@ async def _step(
     else:
         try:
             pods = await s.rec.writes.cluster.plugin_pods(*key, node)
-        except (ApiException, ApiUnavailable) as exc:
+        except (ApiError, ApiUnavailable) as exc:
             return NodeRestart(node, error=f"listing device plugin pods failed: {exc}")
     memory = s.rec.restarts
     step = restart_step(

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import metrics
 from gpushare.k8s.api import ClusterAPI
 from gpushare.k8s.cluster import node_ref
+from gpushare.k8s.rest import ApiError
 from gpushare.k8s.retry import ApiUnavailable
 from gpushare.policy import NodeView
 from gpushare.policy.events import Event
@@ -38,11 +38,11 @@ class NodeWrite:
     gone: bool = False
     #: 409: the node changed since the version the patch was made from.
     conflict: bool = False
-    error: ApiException | ApiUnavailable | None = None
+    error: ApiError | ApiUnavailable | None = None
 
 
-def describe(exc: ApiException | ApiUnavailable) -> str:
-    return f"HTTP {exc.status} {exc.reason}" if isinstance(exc, ApiException) else str(exc)
+def describe(exc: ApiError | ApiUnavailable) -> str:
+    return f"HTTP {exc.status} {exc.reason}" if isinstance(exc, ApiError) else str(exc)
 
 
 class Writes:
@@ -87,7 +87,7 @@ class Writes:
         try:
             async with self.bound(pool):
                 obj = await self.cluster.patch_node(node, patch)
-        except ApiException as exc:
+        except ApiError as exc:
             return NodeWrite(conflict=True) if exc.status == 409 else NodeWrite(error=exc)
         except ApiUnavailable as exc:
             return NodeWrite(error=exc)
@@ -97,7 +97,7 @@ class Writes:
         """The node as the apiserver has it now (None: gone, or the read failed)."""
         try:
             return await self.cluster.read_node(node)
-        except (ApiException, ApiUnavailable):
+        except (ApiError, ApiUnavailable):
             return None
 
     async def pods_on_node(self, node: str) -> list[PodView]:
@@ -107,7 +107,7 @@ class Writes:
         """Evict ``pod`` (blocking a mode switch of ``node``); the error text if that failed."""
         try:
             outcome = await self.cluster.evict_pod(pod.namespace, pod.name)
-        except (ApiException, ApiUnavailable) as exc:
+        except (ApiError, ApiUnavailable) as exc:
             return f"evicting {pod.ref} failed: {exc}"
         metrics.EVICTIONS.labels(pool=pool, result=outcome).inc()
         log.info(
@@ -141,7 +141,7 @@ class Writes:
         """Merge-patch the pool's status: True if written, False if the pool is gone, None on error."""
         try:
             return await self.cluster.patch_pool_status(pool, patch)
-        except (ApiException, ApiUnavailable) as exc:
+        except (ApiError, ApiUnavailable) as exc:
             log.error("Patching GPUSharePool status failed", pool=pool, error=str(exc))
             return None
 
@@ -152,7 +152,7 @@ class Writes:
             target = node_ref(e.node) if e.node is not None else ref
             try:
                 await self.cluster.event(target, reason=e.reason, message=e.message, type_=e.type)
-            except (ApiException, ApiUnavailable) as exc:
+            except (ApiError, ApiUnavailable) as exc:
                 log.warning("Posting Event failed", object=dict(target), reason=e.reason, error=str(exc))
             else:
                 posted += 1

@@ -30,10 +30,9 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kubernetes_asyncio import client
-
 from gpushare.admission.webhook_config import WebhookSettings, build_configuration
 from gpushare.k8s import webhook_api
+from gpushare.k8s.client import ApiClient
 from gpushare.k8s.retry import REPLAN_BACKOFF, ApiUnavailable, Backoff, Conflict, persist, replan
 from gpushare.k8s.webhook_api import WebhookCertError
 from gpushare.pki import CERT_VALIDITY
@@ -70,7 +69,7 @@ LOCAL_LABELS: Mapping[str, str] = {LOCAL_LABEL: "true"}
 
 
 async def ensure_certificates(
-    api: client.ApiClient,
+    api: ApiClient,
     namespace: str,
     secret_name: str,
     sans: Sequence[str],
@@ -156,7 +155,7 @@ def _comparable(hook: Mapping[str, Any]) -> dict[str, Any]:
 
 
 async def ensure_configuration(
-    api: client.ApiClient, settings: WebhookSettings, *, backoff: Backoff = REPLAN_BACKOFF
+    api: ApiClient, settings: WebhookSettings, *, backoff: Backoff = REPLAN_BACKOFF
 ) -> str:
     """Create the ValidatingWebhookConfiguration or bring its gpushare entries up to date
     (``configuration_patch``). Returns what happened: ``created``, ``patched`` or ``unchanged``."""
@@ -206,14 +205,14 @@ class CertLifecycle:
         self.options = options
         self.prepare_backoff = prepare_backoff
         self.register_backoff = register_backoff
-        self.api: client.ApiClient | None = None
+        self.api: ApiClient | None = None
         #: base64 PEM of the CAs the apiserver must trust (None until the first refresh).
         self.ca_bundle: str | None = None
         mounted = options.cert_files_dir
         self.files = CertFiles.under(mounted if mounted is not None else options.cert_dir)
         self.sans = serving_sans(options.webhook_settings(None), [options.host] if options.local else [])
 
-    def _api(self) -> client.ApiClient:
+    def _api(self) -> ApiClient:
         if self.api is None:
             raise WebhookCertError("the webhook has no API client yet")
         return self.api

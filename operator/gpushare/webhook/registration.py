@@ -33,13 +33,12 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 import kopf
-from kubernetes_asyncio import client
 
 from gpushare import constants as c
 from gpushare.admission import DEFAULT_TABLE, KindTable
 from gpushare.admission.webhook_config import WebhookTarget
 from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
-from gpushare.k8s.client import load_configuration
+from gpushare.k8s.client import ApiClient, load_configuration, new_api_client
 from gpushare.k8s.watch import ListWatch
 from gpushare.webhook.answer import admit, fast_allow, live_context, log_decision, record, respond
 from gpushare.webhook.context import ContextCache
@@ -131,16 +130,16 @@ def register(
             registry=registry,
         )(make_handler(target, cache, options.kinds, options.failure_policy))  # fmt: skip
 
-    nodes: list[tuple[client.ApiClient, asyncio.Task[None]]] = []
+    nodes: list[tuple[ApiClient, asyncio.Task[None]]] = []
 
     @kopf.on.startup(id="gpushare-webhook", registry=registry)
     async def webhook_startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
         cache.pools_index = kwargs.get(POOLS_INDEX)  # a live view, updated in place by Kopf
         cache.nodes_index = cache.fed  # updated in place by the Node watch
         cfg = await load_configuration(options.kubeconfig, context=options.context)
-        lifecycle.api = client.ApiClient(configuration=cfg)
+        lifecycle.api = new_api_client(cfg)
         if watch_nodes:
-            watch_api = client.ApiClient(configuration=cfg)
+            watch_api = new_api_client(cfg)
             node_watch = ListWatch(watch_api, "nodes", cache.node_event, cache.nodes_listed, page=NODE_PAGE)
             task = asyncio.create_task(node_watch.run(), name="gpushare webhook node watch")
             nodes.append((watch_api, task))
