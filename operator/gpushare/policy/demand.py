@@ -264,3 +264,60 @@ def compute(
         )
         for pool in pools
     }
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Pools, nodes and demand from Kubernetes JSON (``inspect``, ``advise``)."""
+
+    pools: tuple[GPUSharePool, ...]
+    nodes: Mapping[str, NodeView]
+    plan: ClusterPlan
+    demand: Mapping[str, PoolDemand]
+    waiting: tuple[WaitingPod, ...]
+    warnings: tuple[str, ...] = ()
+
+
+def snapshot(
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    pools: Iterable[Mapping[str, Any]],
+    *,
+    now: datetime,
+) -> Snapshot:
+    """Every pool's demand as the operator computes it, from objects (invalid pools are skipped
+    with a warning; pools being deleted are left out)."""
+    from gpushare.api.v1alpha1 import PoolValidationError, parse_pool
+    from gpushare.policy.planner import LoanRecord, plan
+
+    parsed: list[GPUSharePool] = []
+    warnings: list[str] = []
+    deleting: set[str] = set()
+    for obj in pools:
+        try:
+            model = parse_pool(dict(obj))
+        except PoolValidationError as exc:
+            warnings.append(f"skipped invalid pool: {exc}")
+            continue
+        parsed.append(model)
+        if (obj.get("metadata") or {}).get("deletionTimestamp"):
+            deleting.add(model.name)
+    views = {v.name: v for v in (NodeView.from_obj(n) for n in nodes)}
+    bound: list[PodView] = []
+    waiting: list[WaitingPod] = []
+    for obj in pods:
+        w = waiting_pod(obj)
+        if w is not None:
+            waiting.append(w)
+        elif (obj.get("spec") or {}).get("nodeName"):
+            bound.append(PodView.from_obj(obj))
+    cp = plan(parsed, views.values(), bound, now=now, deleting=deleting)
+    by_node = cp.by_node()
+    loans = {}
+    for name, view in views.items():
+        record = LoanRecord.parse(view.annotations.get(c.ANNOTATION_LOAN))
+        if record is not None and by_node.get(name) is not None and by_node[name].pool == record.borrower:
+            loans[name] = (record.lender, record.borrower)
+    live = [p for p in parsed if p.name not in deleting]
+    demand = compute(live, cp, views, bound, waiting, loans)
+    return Snapshot(tuple(live), views, cp, demand, tuple(waiting), tuple(warnings))
