@@ -249,6 +249,8 @@ class DemandTracker:
             if ok:
                 self._written[name] = status
                 self.writes += 1
+                log.info("Wrote status.demand", pool=name, pending=status["pendingPods"],
+                         idle=status["idleNodes"], loans=len(status.get("loans") or []))  # fmt: skip
         return delay
 
     async def _lending(

@@ -143,3 +143,18 @@ def test_advise_invalid_pool_file_names_it(tmp_path: Path, capsys: pytest.Captur
     assert main(["advise", "--pools", str(bad), "--nodes", str(nodes)]) == 2
     err = capsys.readouterr().err
     assert "GPUSharePool/x" in err and "spec.lending" in err and "Traceback" not in err
+
+
+def test_inspect_shows_each_pools_demand(files: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", *files]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "  DEMAND: 2 pod(s) wait for GPU resources (gpu-mem 44, gpu-core 100%, waiting since "
+        "2026-12-01T10:00:00Z); idle nodes: 0" in out
+    )
+    assert "  DEMAND: 0 pod(s) wait for GPU resources; idle nodes: 1 (a1)" in out
+    assert main(["inspect", *files, "-o", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    demand = {p["name"]: p["demand"] for p in report["pools"]}
+    assert demand["core"]["pods"] == ["ml/huge", "ml/train"] and demand["core"]["pendingPods"] == 2
+    assert demand["cgpu"]["idleNodeNames"] == ["a1"]
