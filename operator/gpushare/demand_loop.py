@@ -107,6 +107,9 @@ class DemandTracker:
 
     def _changed(self) -> None:
         self.version += 1
+        self.wake_all()
+
+    def wake_all(self) -> None:
         for event in self.wakeups.values():
             event.set()
 

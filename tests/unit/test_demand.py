@@ -264,3 +264,20 @@ def test_advise_never_proposes_a_move_that_does_not_make_a_pod_fit(
         assert by_name[m.node].labels[c.LABEL_POOL] == m.lender != m.borrower
         assert m.node in d[m.lender].idle
         assert m.plan is not None and m.plan.pool == m.borrower
+
+
+def test_admission_counts_a_borrowed_node_in_the_borrower() -> None:
+    from gpushare.admission.model import Context, NodeInfo
+    from gpushare.admission.targeting import node_constraints, resolve
+
+    lender = pool("cgpu", "np-a", lending={"to": ["core"]})
+    core = pool("core", "np-b", computeAllocation=True)
+    lent = NodeInfo("a1", {NP: "np-a", **desired_labels(core.spec, "core")}, {c.RES_GPU_MEM: "16"})
+    ctx = Context.build([lender, core], [lent])
+    assert ctx.node_pool == {"a1": "core"}
+    res = resolve(node_constraints("spec", {"nodeSelector": {c.LABEL_POOL: "core"}}), ctx)
+    assert res.pools == {"core"} and not res.unpooled
+    # Without lending the same labels are a node outside its pool's mode (unpooled).
+    ctx = Context.build([pool("cgpu", "np-a"), core], [lent])
+    assert ctx.node_pool == {"a1": "cgpu"}
+    assert resolve(node_constraints("spec", {"nodeSelector": {c.LABEL_POOL: "core"}}), ctx).unpooled

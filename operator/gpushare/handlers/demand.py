@@ -53,3 +53,10 @@ async def demand_loop(
     finally:
         if stopped:
             tracker.forget(name)
+
+
+@kopf.on.update(c.GROUP, c.VERSION, c.PLURAL, field="spec", id="demand-spec")
+async def demand_spec_changed(memo: OperatorState, **_: Any) -> None:
+    """A pool's spec (its lending, its selector) changes every pool's demand and loans: look again."""
+    if memo.demand is not None:
+        memo.demand.wake_all()
