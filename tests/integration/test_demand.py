@@ -8,6 +8,7 @@ node; the core pool's node is full and a core Job waits.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import subprocess
@@ -17,12 +18,15 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import constants as c
 from gpushare.devcluster import ClusterInfo, wait_for
 from gpushare.devcluster.fakes import POOL_LABEL, FakeNodeSet
+from gpushare.k8s.client import make_api_client
 from support.operator_proc import OperatorProc, launch_operator
 from support.pools import MERGE, PoolApi
 
@@ -42,6 +46,11 @@ def start_operator(cluster: ClusterInfo, tmp_path: Path) -> Iterator[Callable[..
     yield start
     for op in started:
         op.stop()
+
+
+@pytest.fixture
+def operator(start_operator: Callable[..., OperatorProc]) -> OperatorProc:
+    return start_operator()
 
 
 class Pools(PoolApi):
@@ -303,3 +312,86 @@ async def test_operator_killed_mid_loan_completes_it_once(
     assert labels[c.LABEL_POOL] == core and json.loads(annotations[c.ANNOTATION_LOAN])["to"] == core
     lent_nodes = [n for n in a_nodes if c.ANNOTATION_LOAN in (await node_meta(api, n))[1]]
     assert lent_nodes == [node], "one loan for one waiting pod, never doubled"
+
+
+# --- advise against kube-scheduler on generated clusters -------------------------------------------
+
+#: One GPU of 16 GiB per node; a pod takes 55 % or 100 % of a GPU's compute (two never share one),
+#: and asks for 4, 8, 16 or 20 GiB (20 fits no GPU): where kube-scheduler's per-node view and the
+#: per-GPU fit agree, so both must give the same answer.
+SCENARIOS = st.tuples(
+    st.integers(1, 3),  # idle cgpu nodes
+    st.lists(st.tuples(st.sampled_from([4, 8, 16, 20]), st.sampled_from([55, 100])), min_size=1, max_size=3),
+)
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(scenario=SCENARIOS)
+def test_advise_agrees_with_what_kube_scheduler_then_does(
+    cluster: ClusterInfo, operator: OperatorProc, scenario: tuple[int, list[tuple[int, int]]]
+) -> None:
+    # One operator for every generated example (a function-scoped fixture, hence the health check).
+    asyncio.run(_agree(cluster, *scenario))
+
+
+async def _agree(cluster: ClusterInfo, idle: int, pods: list[tuple[int, int]]) -> None:
+    api = await make_api_client(str(cluster.kubeconfig))
+    async with api:
+        nodes = FakeNodeSet(api, f"h{secrets.token_hex(2)}")
+        helper = Pools(api)
+        ns = f"t-{secrets.token_hex(4)}"
+        core_api = client.CoreV1Api(api)
+        await core_api.create_namespace(cast(Any, {"metadata": {"name": ns}}))
+        try:
+            cg, core, a_nodes, _ = await two_pools(api, nodes, helper, ns, cgpu_nodes=idle)
+            names = []
+            for i, (mem, pct) in enumerate(pods):
+                await create_pod(api, ns, f"p{i}", gpu_pod_spec(core, mem, pct))
+                names.append(f"p{i}")
+            await helper.wait_demand(
+                core, f"{len(pods)} pod(s) wait", lambda d: d.get("pendingPods") == len(pods)
+            )
+            advice = advise(cluster, "--keep-idle", "0")
+            placed = {p["pod"].split("/")[1]: m["node"] for m in advice["moves"] for p in m["pods"]}
+            stuck = {p["pod"].split("/")[1] for p in advice["pending"]}
+            assert set(placed) | stuck == set(names) and not set(placed) & stuck
+            assert set(placed.values()) <= set(a_nodes)
+            # Carry the moves out (lending does what advise says) and let kube-scheduler work.
+            await helper.patch_spec(
+                cg, {"lending": {**LENDING, "to": [core], "keepIdle": 0, "returnAfterSeconds": 600}}
+            )
+
+            async def scheduled() -> dict[str, str] | None:
+                found = {}
+                for name in names:
+                    pod = await core_api.read_namespaced_pod(name, ns)
+                    if pod.spec.node_name:
+                        found[name] = pod.spec.node_name
+                return found if len(found) >= len(placed) else None
+
+            where = await wait_for(
+                scheduled, what=f"{len(placed)} pod(s) scheduled as advise said", timeout_s=120
+            )
+            assert set(where.values()) <= set(placed.values()), "only onto the nodes advise moved"
+            if len(placed) < idle or not stuck:
+                assert set(where) == set(placed), (where, advice)
+            # What advise left pending stays pending once every moved node serves the core pool.
+            for node in set(placed.values()):
+                labels, _, alloc = await node_meta(api, node)
+                assert labels[c.LABEL_POOL] == core and alloc.get(c.RES_GPU_CORE) == "100"
+            for name in stuck - set(where):
+                pod = await core_api.read_namespaced_pod(name, ns)
+                assert not pod.spec.node_name, f"{name}: advise said it stays pending"
+            assert len(where) == len(placed)
+        finally:
+            await core_api.delete_namespace(ns)
+            for name in helper.created:
+                await helper.custom.delete_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL, name)
+
+            async def gone() -> bool:
+                return all([await helper.get(n) is None for n in helper.created])
+
+            await wait_for(gone, what="the pools deleted", timeout_s=90)
+            from gpushare.devcluster import delete_nodes
+
+            await delete_nodes(api, nodes.created)
