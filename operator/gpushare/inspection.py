@@ -487,7 +487,7 @@ def _section_text(section: PoolSection, details: bool) -> list[str]:
 
 
 def _demand_text(demand: Mapping[str, Any] | None) -> list[str]:
-    if not demand:
+    if not demand or not (demand.get("pendingPods") or demand.get("idleNodes") or demand.get("loans")):
         return []
     idle = int(demand.get("idleNodes", 0))
     names = ", ".join(demand.get("idleNodeNames") or [])

@@ -153,6 +153,7 @@ def test_inspect_shows_each_pools_demand(files: list[str], capsys: pytest.Captur
         "2026-12-01T10:00:00Z); idle nodes: 0" in out
     )
     assert "  DEMAND: 0 pod(s) wait for GPU resources; idle nodes: 1 (a1)" in out
+    assert out.count("DEMAND") == 2
     assert main(["inspect", *files, "-o", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
     demand = {p["name"]: p["demand"] for p in report["pools"]}
