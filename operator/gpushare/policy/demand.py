@@ -27,7 +27,7 @@ from typing import Any
 
 from gpushare import constants as c
 from gpushare.admission.model import Context, NodeInfo
-from gpushare.admission.targeting import Constraints, node_constraints, resolve
+from gpushare.admission.targeting import Constraints, names_nodes, node_constraints, resolve
 from gpushare.api.v1alpha1 import GPUSharePool
 from gpushare.policy import plugin_mode as pm
 from gpushare.policy.planner import Action, ClusterPlan
@@ -248,7 +248,15 @@ def compute(
 ) -> dict[str, PoolDemand]:
     """Every pool's demand. ``loans``: node → (lender, borrower) of the loans in force."""
     busy = busy_nodes(bound)
-    by_pool = targets(waiting, pools, list(nodes.values()))
+    waiting = list(waiting)
+    # resolve() needs only the nodes its symbolic pool check does not cover: those outside every
+    # pool or not yet switched to their pool's labels (all of them for a pod that names nodes).
+    if any(names_nodes(term) for pod in waiting for term in pod.constraints.terms):
+        known = list(nodes.values())
+    else:
+        settled = {p.node for p in cp.nodes if p.pool and p.action is Action.NOOP}
+        known = [n for n in nodes.values() if n.name not in settled]
+    by_pool = targets(waiting, pools, known)
     lent: dict[str, dict[str, str]] = {}
     borrowed: dict[str, dict[str, str]] = {}
     for node, (lender, borrower) in (loans or {}).items():
