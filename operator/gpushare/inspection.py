@@ -493,9 +493,11 @@ def _demand_text(demand: Mapping[str, Any] | None) -> list[str]:
     names = ", ".join(demand.get("idleNodeNames") or [])
     line = f"  DEMAND: {demand.get('pendingPods', 0)} pod(s) wait for GPU resources"
     if demand.get("pendingPods"):
-        core = f", gpu-core {demand.get('gpuCore')}%" if demand.get("gpuCore") else ""
+        requests = demand.get("requests") or {}
+        gpu_core = quantity_int(requests.get(c.RES_GPU_CORE, 0))
+        core = f", gpu-core {gpu_core}%" if gpu_core else ""
         since = demand.get("oldestPendingSince", "?")
-        line += f" (gpu-mem {demand.get('gpuMem', 0)}{core}, waiting since {since})"
+        line += f" (gpu-mem {quantity_int(requests.get(c.RES_GPU_MEM, 0))}{core}, waiting since {since})"
     line += f"; idle nodes: {idle}" + (f" ({names})" if names else "")
     out = [line]
     for loan in demand.get("loans") or []:

@@ -13,6 +13,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from gpushare import constants as c
+
 REGISTRY = CollectorRegistry(auto_describe=True)
 
 RECONCILE_SECONDS = Histogram(
@@ -199,8 +201,9 @@ def set_pool_status(
 def set_pool_demand(pool: str, demand: Mapping[str, Any], *, oldest: Any = None) -> None:
     """Export ``status.demand`` (``oldest``: the oldest wait as a datetime, None when none waits)."""
     POOL_PENDING_PODS.labels(pool=pool).set(int(demand.get("pendingPods", 0)))
-    POOL_PENDING_GPU_MEM.labels(pool=pool).set(int(demand.get("gpuMem", 0)))
-    POOL_PENDING_GPU_CORE.labels(pool=pool).set(int(demand.get("gpuCore", 0)))
+    requests = demand.get("requests") or {}
+    POOL_PENDING_GPU_MEM.labels(pool=pool).set(int(requests.get(c.RES_GPU_MEM, 0)))
+    POOL_PENDING_GPU_CORE.labels(pool=pool).set(int(requests.get(c.RES_GPU_CORE, 0)))
     POOL_IDLE_NODES.labels(pool=pool).set(int(demand.get("idleNodes", 0)))
     POOL_LENT_NODES.labels(pool=pool).set(sum(1 for loan in demand.get("loans") or [] if loan.get("to")))
     if oldest is None:

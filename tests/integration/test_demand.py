@@ -205,7 +205,8 @@ async def test_status_and_advise_name_an_idle_cgpu_node_and_lending_runs_the_job
     pod = await wait_unschedulable(api, namespace, "train")
 
     d = await pools.wait_demand(core, "1 pod waits", lambda d: d.get("pendingPods") == 1)
-    assert (d["gpuMem"], d["gpuCore"], d["pods"], d["idleNodes"]) == (4, 50, [f"{namespace}/{pod}"], 0)
+    assert (d["pods"], d["idleNodes"]) == ([f"{namespace}/{pod}"], 0)
+    assert d["requests"] == {c.RES_GPU_MEM: "4", c.RES_GPU_CORE: "50"}
     assert "oldestPendingSince" in d
     idle = await pools.wait_demand(cg, "2 idle nodes", lambda d: d.get("idleNodes") == 2)
     assert idle["idleNodeNames"] == sorted(a_nodes) and idle["pendingPods"] == 0

@@ -104,7 +104,8 @@ def test_status_demand_is_written_once_and_not_again_while_quiet() -> None:
     asyncio.run(tracker.run("cgpu", bodies))
     assert [n for n, _ in api.status] == ["core", "cgpu"]
     core = api.status[0][1]["demand"]
-    assert (core["pendingPods"], core["gpuMem"], core["gpuCore"], core["idleNodes"]) == (1, 4, 50, 0)
+    assert (core["pendingPods"], core["idleNodes"]) == (1, 0)
+    assert core["requests"] == {c.RES_GPU_MEM: "4", c.RES_GPU_CORE: "50"}
     assert api.status[1][1]["demand"]["idleNodeNames"] == ["a1", "a2"]
     for _ in range(3):
         asyncio.run(tracker.run("core", bodies))

@@ -447,10 +447,11 @@ class Demand(_Model):
         description="GPU-sharing pods that target this pool and that the scheduler could not place for "
         "want of GPU resources (PodScheduled=False, reason Unschedulable).",
     )
-    gpu_mem: int = Field(
-        default=0, description=f"Their {c.RES_GPU_MEM} requests, summed (in devicePlugin.memoryUnit)."
+    requests: dict[str, str] = Field(
+        default_factory=dict,
+        description=f"Their requests, summed, as a resource list: {c.RES_GPU_MEM} (in "
+        f"devicePlugin.memoryUnit) and {c.RES_GPU_CORE}.",
     )
-    gpu_core: int = Field(default=0, description=f"Their {c.RES_GPU_CORE} requests, summed.")
     oldest_pending_since: str | None = Field(
         default=None, description="Since when the oldest of them waits (RFC 3339); absent when none waits."
     )

@@ -221,8 +221,7 @@ class PoolDemand:
         """``status.demand`` as JSON (camelCase; no waiting times that grow: no writes while quiet)."""
         out: dict[str, Any] = {
             "pendingPods": len(self.waiting),
-            "gpuMem": self.gpu_mem,
-            "gpuCore": self.gpu_core,
+            "requests": {c.RES_GPU_MEM: str(self.gpu_mem), c.RES_GPU_CORE: str(self.gpu_core)},
             "pods": [p.ref for p in self.waiting[:MAX_LISTED]],
             "idleNodes": len(self.idle),
             "idleNodeNames": list(self.idle[:MAX_LISTED]),
