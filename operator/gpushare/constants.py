@@ -38,6 +38,9 @@ ANNOTATION_CORDONED_BY: Final = f"{GROUP}/cordoned-by"
 #: JSON (policy.planner.RestartRecord): {"hash": plugin-labels-hash, "since": when they were written,
 #: "state": Pending|Done|Failed|Skipped, "pool": who owes the restart, "result": optional detail}.
 ANNOTATION_PLUGIN_RESTART: Final = f"{GROUP}/plugin-restart"
+#: JSON (policy.planner.LoanRecord): {"from": lender pool, "to": borrower pool, "since": RFC 3339}:
+#: the node is lent; the planner puts it in the borrower pool while it stays selected by the lender.
+ANNOTATION_LOAN: Final = f"{GROUP}/loan"
 #: JSON GPU inventory published by the node agent.
 ANNOTATION_INVENTORY: Final = f"{GROUP}/gpu-inventory"
 

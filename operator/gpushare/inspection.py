@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from gpushare import constants as c
@@ -35,6 +36,7 @@ from gpushare.admission.targeting import node_constraints, node_kind, resolve
 from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
 from gpushare.gpu.inventory import inventory_from_annotations, isolation_state
 from gpushare.policy import plugin_mode as pm
+from gpushare.policy.demand import snapshot
 from gpushare.policy.views import NodeView, PodView, quantity_int
 
 NO_AGENT = "no agent"
@@ -159,6 +161,8 @@ class PoolSection:
     nodes: tuple[NodeLine, ...] = ()
     pending: tuple[PodLine, ...] = ()
     warnings: tuple[str, ...] = ()
+    #: ``status.demand`` as the operator computes it (policy.demand), None outside pools.
+    demand: Mapping[str, Any] | None = None
 
     @property
     def totals(self) -> Totals:
@@ -174,6 +178,7 @@ class PoolSection:
             "totals": self.totals.to_dict(),
             "nodes": [n.to_dict() for n in self.nodes],
             "pending": [p.to_dict() for p in self.pending],
+            "demand": dict(self.demand) if self.demand is not None else None,
             "warnings": list(self.warnings),
         }
 
@@ -279,7 +284,8 @@ def build_report(
     """The inspect report. Invalid pools are reported as warnings and left out."""
     warnings: list[str] = []
     parsed: list[GPUSharePool] = []
-    for obj in pools:
+    pools_raw = list(pools)
+    for obj in pools_raw:
         try:
             parsed.append(parse_pool(dict(obj)))
         except PoolValidationError as exc:
@@ -321,6 +327,9 @@ def build_report(
         for target in targets:
             pending_by_pool.setdefault(target, []).append(line)  # None: targets no pool
 
+    # Demand as the operator computes it: waiting pods for want of GPU, idle nodes, loans.
+    demand = snapshot(node_objs, pod_objs, pools_raw, now=datetime.now(UTC)).demand
+
     sections: list[PoolSection] = []
     for pool in parsed:
         phases = {s.name: (s.phase, s.reason) for s in pool.status.node_statuses}
@@ -351,6 +360,7 @@ def build_report(
                 nodes=lines,
                 pending=tuple(sorted(pending_by_pool.get(pool.name, []), key=lambda p: p.ref)),
                 warnings=tuple(pool_warnings),
+                demand=demand[pool.name].status() if pool.name in demand else None,
             )
         )
     outside = tuple(
@@ -471,7 +481,32 @@ def _section_text(section: PoolSection, details: bool) -> list[str]:
         out.extend(_table(rows, indent="    "))
     elif section.name is not None:
         out.append("  PENDING: none")
+    out.extend(_demand_text(section.demand))
     out.extend(f"  warning: {w}" for w in section.warnings)
+    return out
+
+
+def _demand_text(demand: Mapping[str, Any] | None) -> list[str]:
+    if not demand or not (demand.get("pendingPods") or demand.get("idleNodes") or demand.get("loans")):
+        return []
+    idle = int(demand.get("idleNodes", 0))
+    names = ", ".join(demand.get("idleNodeNames") or [])
+    line = f"  DEMAND: {demand.get('pendingPods', 0)} pod(s) wait for GPU resources"
+    if demand.get("pendingPods"):
+        requests = demand.get("requests") or {}
+        gpu_core = quantity_int(requests.get(c.RES_GPU_CORE, 0))
+        core = f", gpu-core {gpu_core}%" if gpu_core else ""
+        since = demand.get("oldestPendingSince", "?")
+        line += f" (gpu-mem {quantity_int(requests.get(c.RES_GPU_MEM, 0))}{core}, waiting since {since})"
+    line += f"; idle nodes: {idle}" + (f" ({names})" if names else "")
+    out = [line]
+    for loan in demand.get("loans") or []:
+        if loan.get("to"):
+            out.append(f"  LENT: {loan['node']} to pool {loan['to']}")
+        else:
+            out.append(f"  BORROWED: {loan['node']} from pool {loan.get('from')}")
+    if demand.get("pendingPods"):
+        out.append("  (gpushare advise: which idle nodes of other pools would serve them)")
     return out
 
 

@@ -13,6 +13,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from gpushare import constants as c
+
 REGISTRY = CollectorRegistry(auto_describe=True)
 
 RECONCILE_SECONDS = Histogram(
@@ -112,6 +114,49 @@ POOL_LAST_PROGRESS = Gauge(
     registry=REGISTRY,
 )
 
+POOL_PENDING_PODS = Gauge(
+    "gpushare_pool_pending_pods",
+    "GPU-sharing pods that target the pool and wait for want of GPU resources (status.demand.pendingPods)",
+    ["pool"],
+    registry=REGISTRY,
+)
+POOL_PENDING_GPU_MEM = Gauge(
+    "gpushare_pool_pending_gpu_mem",
+    "aliyun.com/gpu-mem requested by the pool's waiting pods, summed (the pool's memory unit)",
+    ["pool"],
+    registry=REGISTRY,
+)
+POOL_PENDING_GPU_CORE = Gauge(
+    "gpushare_pool_pending_gpu_core",
+    "aliyun.com/gpu-core.percentage requested by the pool's waiting pods, summed",
+    ["pool"],
+    registry=REGISTRY,
+)
+POOL_OLDEST_PENDING = Gauge(
+    "gpushare_pool_oldest_pending_timestamp_seconds",
+    "Unix time since which the pool's oldest waiting pod waits (absent when none waits)",
+    ["pool"],
+    registry=REGISTRY,
+)
+POOL_IDLE_NODES = Gauge(
+    "gpushare_pool_idle_nodes",
+    "The pool's idle nodes: Ready, not cordoned or held, advertising the pool's mode, no GPU pod",
+    ["pool"],
+    registry=REGISTRY,
+)
+POOL_LENT_NODES = Gauge(
+    "gpushare_pool_lent_nodes",
+    "Nodes of the pool lent to other pools (spec.lending), as in status.demand.loans",
+    ["pool"],
+    registry=REGISTRY,
+)
+LOANS = Counter(
+    "gpushare_loans_total",
+    "Loans of idle nodes by the lending pool, by event (lent, returned)",
+    ["pool", "event"],
+    registry=REGISTRY,
+)
+
 PHASES = ("Ready", "Pending", "Restarting", "Held", "Conflict", "Failed", "Skipped", "Degraded")
 CONDITIONS = ("Ready", "Progressing", "Degraded", "Conflict")
 _MODES = ("cgpu", "share", "core_mem")
@@ -151,6 +196,34 @@ def set_pool_status(
     if _last_counts.get(pool) != counts:
         _last_counts[pool] = counts
         POOL_LAST_PROGRESS.labels(pool=pool).set(time.time() if now is None else now)
+
+
+def set_pool_demand(pool: str, demand: Mapping[str, Any], *, oldest: Any = None) -> None:
+    """Export ``status.demand`` (``oldest``: the oldest wait as a datetime, None when none waits)."""
+    POOL_PENDING_PODS.labels(pool=pool).set(int(demand.get("pendingPods", 0)))
+    requests = demand.get("requests") or {}
+    POOL_PENDING_GPU_MEM.labels(pool=pool).set(int(requests.get(c.RES_GPU_MEM, 0)))
+    POOL_PENDING_GPU_CORE.labels(pool=pool).set(int(requests.get(c.RES_GPU_CORE, 0)))
+    POOL_IDLE_NODES.labels(pool=pool).set(int(demand.get("idleNodes", 0)))
+    POOL_LENT_NODES.labels(pool=pool).set(sum(1 for loan in demand.get("loans") or [] if loan.get("to")))
+    if oldest is None:
+        with contextlib.suppress(KeyError):
+            POOL_OLDEST_PENDING.remove(pool)
+    else:
+        POOL_OLDEST_PENDING.labels(pool=pool).set(oldest.timestamp())
+
+
+def forget_pool_demand(pool: str) -> None:
+    for gauge in (
+        POOL_PENDING_PODS,
+        POOL_PENDING_GPU_MEM,
+        POOL_PENDING_GPU_CORE,
+        POOL_OLDEST_PENDING,
+        POOL_IDLE_NODES,
+        POOL_LENT_NODES,
+    ):
+        with contextlib.suppress(KeyError):
+            gauge.remove(pool)
 
 
 def forget_pool(pool: str) -> None:

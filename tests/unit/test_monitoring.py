@@ -121,6 +121,7 @@ def test_alerts_cover_the_issue_and_are_labelled() -> None:
         "GPUSharePoolDegraded",
         "GPUSharePoolConflict",
         "GPUSharePoolNodeHeld",
+        "GPUSharePoolDemandUnmet",
         "GPUShareWebhookErrors",
         "GPUShareWebhookSlow",
         "GPUShareOperatorDown",

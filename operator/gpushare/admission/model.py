@@ -285,12 +285,21 @@ class Context:
 
     @cached_property
     def node_pool(self) -> dict[str, str]:
-        """node name -> the one pool that selects it (nodes selected by two or more pools are left out)."""
+        """node name -> the one pool that selects it (nodes selected by two or more pools are left out).
+
+        A node lent by its pool (``spec.lending``) belongs to the borrower once it carries the
+        borrower's ``gpushare.io/pool`` label (policy.lending; README "Demand and lending").
+        """
         out: dict[str, str] = {}
         for node in self.nodes:
             owners = [p.name for p in self.pools if p.spec.node_selector.matches(node.labels)]
             if len(owners) == 1:
                 out[node.name] = owners[0]
+                lender = self.pool(owners[0])
+                label = node.labels.get(c.LABEL_POOL)
+                lending = lender.spec.lending if lender is not None else None
+                if lending is not None and label is not None and label in lending.to and self.pool(label):
+                    out[node.name] = label
         return out
 
     @cached_property

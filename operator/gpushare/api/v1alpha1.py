@@ -236,6 +236,33 @@ class Admission(_Model):
     )
 
 
+class Lending(_Model):
+    """Opt-in: lend this pool's idle nodes to other pools whose GPU pods wait (docs/operator.md,
+    "Lending")."""
+
+    to: list[str] = Field(
+        min_length=1,
+        max_length=16,
+        description="The pools that may borrow this pool's idle nodes (GPUSharePool names, at least one). "
+        "A borrowed node gets the borrower's labels (gpushare.io/pool among them) and a device plugin "
+        "restart; pods reach it through the borrower's gpushare.io/pool label.",
+    )
+    keep_idle: int = Field(
+        default=1,
+        ge=0,
+        le=10000,
+        description="How many idle nodes (no GPU-sharing pod, Ready) this pool always keeps: it never "
+        "lends below this. Default 1.",
+    )
+    return_after_seconds: int = Field(
+        default=600,
+        ge=30,
+        le=604800,
+        description="A lent node goes back once the borrower has not needed it (no GPU pod on the node "
+        "and none of its pods waiting) for this long. Seconds, 30 to 604800, default 600.",
+    )
+
+
 _OBJ_DEFAULT: dict[str, Any] = {"default": {}}
 
 
@@ -285,6 +312,11 @@ class GPUSharePoolSpec(_Model):
         default_factory=Admission,
         json_schema_extra=_OBJ_DEFAULT,
         description="How the admission webhook treats GPU-sharing pods aimed at this pool.",
+    )
+    lending: Lending | None = Field(
+        default=None,
+        description="Opt-in: lend idle nodes to the pools named in lending.to while their GPU pods wait "
+        "for want of GPU resources; absent (default): never lend.",
     )
     cleanup: Literal["Restore", "Retain"] = Field(
         default="Restore",
@@ -397,6 +429,52 @@ class NodeStatus(_Model):
 MAX_NODE_STATUSES = 100
 
 
+class Loan(_Model):
+    """A node lent by one pool to another (recorded on the node, gpushare.io/loan)."""
+
+    node: str = Field(description="The node's name.")
+    to: str | None = Field(default=None, description="The pool it is lent to (on the lender's status).")
+    from_: str | None = Field(
+        default=None, alias="from", description="The pool it is borrowed from (on the borrower's status)."
+    )
+
+
+class Demand(_Model):
+    """What the pool is short of and what it has to spare (docs/operator.md, "Demand")."""
+
+    pending_pods: int = Field(
+        default=0,
+        description="GPU-sharing pods that target this pool and that the scheduler could not place for "
+        "want of GPU resources (PodScheduled=False, reason Unschedulable).",
+    )
+    requests: dict[str, str] = Field(
+        default_factory=dict,
+        description=f"Their requests, summed, as a resource list: {c.RES_GPU_MEM} (in "
+        f"devicePlugin.memoryUnit) and {c.RES_GPU_CORE}.",
+    )
+    oldest_pending_since: str | None = Field(
+        default=None, description="Since when the oldest of them waits (RFC 3339); absent when none waits."
+    )
+    pods: list[str] = Field(
+        default_factory=list,
+        max_length=20,
+        description="The waiting pods (namespace/name), oldest first, at most 20.",
+    )
+    idle_nodes: int = Field(
+        default=0,
+        description="The pool's idle nodes: Ready, not cordoned or held, advertising the pool's mode, and "
+        "running no GPU-sharing pod.",
+    )
+    idle_node_names: list[str] = Field(
+        default_factory=list, max_length=20, description="Their names, at most 20."
+    )
+    loans: list[Loan] = Field(
+        default_factory=list,
+        max_length=20,
+        description="Nodes this pool lent (to) or borrowed (from), at most 20.",
+    )
+
+
 class GPUSharePoolStatus(_Model):
     """What the operator observed and did; written by the operator only."""
 
@@ -429,6 +507,11 @@ class GPUSharePoolStatus(_Model):
         default_factory=list,
         max_length=MAX_NODE_STATUSES,
         description=f"Per-node state, at most {MAX_NODE_STATUSES} entries, nodes not Ready first.",
+    )
+    demand: Demand | None = Field(
+        default=None,
+        description="Waiting GPU pods that target the pool, its idle nodes and its loans (written by the "
+        "operator's demand loop; absent until it has run).",
     )
 
     @model_validator(mode="before")

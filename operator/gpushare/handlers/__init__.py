@@ -9,6 +9,6 @@ Pods) and
 
 from __future__ import annotations
 
-from gpushare.handlers import lifecycle, pools, watch
+from gpushare.handlers import demand, lifecycle, pools, watch
 
-__all__ = ["lifecycle", "pools", "watch"]
+__all__ = ["demand", "lifecycle", "pools", "watch"]

@@ -10,6 +10,7 @@ import structlog
 
 from gpushare import constants as c
 from gpushare import lazy_client, metrics
+from gpushare.demand_loop import DemandTracker
 from gpushare.handlers import watch
 from gpushare.handlers.state import OperatorState, Started
 from gpushare.k8s.client import load_configuration, new_api_client
@@ -58,7 +59,11 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **_: A
     )
     reconciler = Reconciler(cluster)
     memo.started = Started(api=api, cluster=cluster, reconciler=reconciler)
-    memo.watches = watch.start(reconciler, new_api_client(cfg), memo.node_listeners)
+    # The demand loop (status.demand, lending) listens to the same watches (handlers.demand).
+    memo.demand = DemandTracker(cluster)
+    memo.watches = watch.start(
+        reconciler, new_api_client(cfg), [*memo.node_listeners, memo.demand], [memo.demand]
+    )
     await _check_plugin_namespaces(cluster)
     metrics.serve(options.metrics_port, options.metrics_addr)
 

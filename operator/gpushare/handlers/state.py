@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from gpushare.demand_loop import DemandTracker
 from gpushare.handlers.options import RunOptions
 from gpushare.k8s.client import ApiClient
 from gpushare.k8s.cluster import Cluster
@@ -40,6 +41,8 @@ class OperatorState:
     plugin_namespace_reports: dict[str, str] = field(default_factory=dict)
     #: Fed by the operator's Node watch too (the webhook's context cache with ``--webhook``).
     node_listeners: list[NodeListener] = field(default_factory=list)
+    #: The demand loop (status.demand, lending; set by the startup handler with ``started``).
+    demand: DemandTracker | None = None
 
     def _started(self) -> Started:
         if self.started is None:

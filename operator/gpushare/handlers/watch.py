@@ -69,12 +69,26 @@ class NodeListener(Protocol):
     def nodes_listed(self, names: set[str]) -> None: ...
 
 
+class PodListener(Protocol):
+    """Another consumer of the Pod watch (the demand loop, ``gpushare.demand_loop``)."""
+
+    def pod_event(self, type_: str, obj: Mapping[str, Any]) -> None: ...
+
+    def pods_listed(self, keys: set[str]) -> None: ...
+
+
 class Feeds:
     """The callbacks of the two watches into one ``Reconciler`` (and the other node listeners)."""
 
-    def __init__(self, reconciler: Reconciler, node_listeners: Sequence[NodeListener] = ()) -> None:
+    def __init__(
+        self,
+        reconciler: Reconciler,
+        node_listeners: Sequence[NodeListener] = (),
+        pod_listeners: Sequence[PodListener] = (),
+    ) -> None:
         self.reconciler = reconciler
         self.node_listeners = tuple(node_listeners)
+        self.pod_listeners = tuple(pod_listeners)
 
     def node(self, type_: str, obj: Mapping[str, Any]) -> None:
         if type_ == "DELETED":
@@ -94,9 +108,13 @@ class Feeds:
             self.reconciler.observe_pod(pod_view(obj))
         else:  # gone, or no longer one the operator keeps (a no-op for pods it never kept)
             self.reconciler.forget_pod(object_key(obj))
+        for listener in self.pod_listeners:  # the demand loop: pending GPU pods too
+            listener.pod_event(type_, obj)
 
     def pods_listed(self, keys: set[str]) -> None:
         self.reconciler.pods_listed(keys)
+        for listener in self.pod_listeners:
+            listener.pods_listed(keys)
 
 
 @dataclass
@@ -118,10 +136,15 @@ class Watches:
         await self.api.close()
 
 
-def start(reconciler: Reconciler, api: ApiClient, node_listeners: Sequence[NodeListener] = ()) -> Watches:
+def start(
+    reconciler: Reconciler,
+    api: ApiClient,
+    node_listeners: Sequence[NodeListener] = (),
+    pod_listeners: Sequence[PodListener] = (),
+) -> Watches:
     """Start the Node and Pod watches on ``api`` (their own client: a long write burst never delays
-    an event), feeding ``reconciler`` and ``node_listeners``."""
-    feeds = Feeds(reconciler, node_listeners)
+    an event), feeding ``reconciler``, ``node_listeners`` and ``pod_listeners``."""
+    feeds = Feeds(reconciler, node_listeners, pod_listeners)
     watches = [
         ListWatch(api, "nodes", feeds.node, feeds.nodes_listed, page=PAGE, server_timeout=SERVER_TIMEOUT),
         ListWatch(api, "pods", feeds.pod, feeds.pods_listed, page=PAGE, server_timeout=SERVER_TIMEOUT),

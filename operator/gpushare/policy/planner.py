@@ -162,6 +162,51 @@ class RestartRecord:
         return self.state == "Pending"
 
 
+@dataclass(frozen=True)
+class LoanRecord:
+    """``ANNOTATION_LOAN``: the node, selected by pool ``lender``, is lent to pool ``borrower``.
+
+    While the lender still selects the node and the borrower is a live pool, the planner puts the
+    node in the borrower (its labels, a plugin restart); otherwise the annotation is ignored and the
+    node is planned by the selectors alone (it goes back). Written and removed by the lending loop.
+    """
+
+    lender: str
+    borrower: str
+    since: str = ""
+    #: The node's GPUs when it was lent (count, gpu-mem per GPU, its unit): the lending loop counts
+    #: them for the borrower while the node's plugin restarts (and advertises nothing).
+    gpus: int = 0
+    gpu_mem: int = 0
+    unit: str = "GiB"
+
+    @classmethod
+    def parse(cls, raw: str | None) -> LoanRecord | None:
+        if raw is None:
+            return None
+        try:
+            data = json.loads(raw)
+            lender, borrower = data["from"], data["to"]
+            if not isinstance(lender, str) or not isinstance(borrower, str) or not lender or not borrower:
+                return None
+            return cls(
+                lender,
+                borrower,
+                str(data.get("since") or ""),
+                int(data.get("gpus") or 0),
+                int(data.get("gpuMem") or 0),
+                "MiB" if data.get("unit") == "MiB" else "GiB",
+            )
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def dump(self) -> str:
+        body: dict[str, Any] = {"from": self.lender, "to": self.borrower, "since": self.since}
+        if self.gpus:
+            body.update({"gpus": self.gpus, "gpuMem": self.gpu_mem, "unit": self.unit})
+        return _dump(body)
+
+
 def plugin_labels_hash(labels: Mapping[str, str | None]) -> str:
     """A short stable hash of the 4 label values the device plugin reads."""
     values = [labels.get(key) for key in PLUGIN_LABELS]
@@ -509,6 +554,11 @@ def _plan_node(
             cond.NODE_POOL_INVALID,
             f"left as is while GPUSharePool/{owned.pool} is invalid: {invalid[owned.pool]}",
         )
+    loan = LoanRecord.parse(node.annotations.get(c.ANNOTATION_LOAN))
+    if loan is not None and len(matching) == 1 and matching[0].name == loan.lender:
+        borrower = next((p for p in active if p.name == loan.borrower and p.name != loan.lender), None)
+        if borrower is not None:
+            matching = [borrower]  # lent: the borrower's node while the loan stands
     if len(matching) >= 2:
         names = tuple(sorted(p.name for p in matching))
         return _untouched(

@@ -1,0 +1,321 @@
+"""The operator's demand loop: ``status.demand``, its gauges, and opt-in lending.
+
+Fed by the operator's own Node and Pod watches (as one more listener of each: it keeps its own
+slim views, so it does not depend on the reconciler's internals): Nodes (``NodeView.project``),
+GPU-sharing pods bound to a node, and waiting ones (``policy.demand.waiting_pod``). Each pool's
+``demand`` daemon (``gpushare.handlers.demand``, paused with the rest under peering) calls
+:meth:`DemandTracker.run` when something it reads changed, and at least every ``RESYNC`` seconds:
+
+1. computes every pool's demand once per change (the planner's membership, so loans count for the
+   borrower), writes the pool's ``status.demand`` only when it changed (a merge patch of that key
+   alone; the reconciler's status writes leave it alone), sets the gauges;
+2. with lending configured, decides loans and returns (``policy.lending``, pure) and writes each as
+   one annotation on the node, sent with the resourceVersion it was decided on (a node that changed
+   meanwhile is decided again, never lent twice), then posts Events on both pools and the node.
+
+Everything is on the nodes: a restarted operator finds the loans there (the reconciler moves the
+node to the borrower, or keeps it there), and only the clock of ``returnAfterSeconds`` restarts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import structlog
+
+from gpushare import constants as c
+from gpushare import metrics
+from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
+from gpushare.k8s.cluster import node_ref, pool_ref
+from gpushare.k8s.rest import ApiError
+from gpushare.k8s.retry import ApiUnavailable
+from gpushare.k8s.watch import object_key
+from gpushare.policy import NodeView, PodView, plan
+from gpushare.policy import lending as lend
+from gpushare.policy.demand import PoolDemand, WaitingPod, busy_nodes, compute, waiting_pod
+from gpushare.policy.views import pod_requests
+
+log = structlog.stdlib.get_logger("gpushare.demand")
+
+#: Seconds between two looks at a quiet pool (only reads: nothing is written when nothing changed).
+RESYNC = 60.0
+#: After a change, wait this long so that a burst of pod events becomes one computation.
+DEBOUNCE = 0.5
+
+
+class DemandAPI(Protocol):
+    async def patch_node(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any] | None: ...
+
+    async def patch_pool_status(self, name: str, status: Mapping[str, Any]) -> bool: ...
+
+    async def event(
+        self, obj: Mapping[str, str], *, reason: str, message: str, type_: str = "Normal"
+    ) -> None: ...
+
+
+def _rv(value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        return -1
+
+
+def _stored(body: Mapping[str, Any]) -> dict[str, Any] | None:
+    demand = (body.get("status") or {}).get("demand")
+    return dict(demand) if isinstance(demand, Mapping) else None
+
+
+def _patch(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``status.demand`` as a merge patch over what is stored: keys it no longer has are nulled."""
+    out: dict[str, Any] = dict(new)
+    for key in old or {}:
+        out.setdefault(key, None)
+    return out
+
+
+@dataclass(frozen=True)
+class _Computed:
+    pools: tuple[GPUSharePool, ...]
+    demand: Mapping[str, PoolDemand]
+    busy: frozenset[str]
+
+
+class DemandTracker:
+    """The loop's views (fed by the watches), its cache, and one step per pool."""
+
+    def __init__(self, cluster: DemandAPI, *, clock: Any = None) -> None:
+        self.cluster = cluster
+        self.clock = clock or (lambda: datetime.now(UTC))
+        self.nodes: dict[str, NodeView] = {}
+        self.bound: dict[str, PodView] = {}
+        self.waiting: dict[str, WaitingPod] = {}
+        self.version = 0
+        self.wakeups: dict[str, asyncio.Event] = {}
+        self._cache: tuple[int, str, _Computed] | None = None
+        self._written: dict[str, dict[str, Any]] = {}
+        self._needed: dict[str, datetime] = {}
+        self._lock = asyncio.Lock()
+        #: Nodes written by this loop: the view it wrote (until the watch shows it).
+        self.writes = 0
+
+    # --- fed by the watches ------------------------------------------------------------------
+
+    def _changed(self) -> None:
+        self.version += 1
+        self.wake_all()
+
+    def wake_all(self) -> None:
+        for event in self.wakeups.values():
+            event.set()
+
+    def wakeup(self, pool: str) -> asyncio.Event:
+        return self.wakeups.setdefault(pool, asyncio.Event())
+
+    def forget(self, pool: str) -> None:
+        self.wakeups.pop(pool, None)
+        self._written.pop(pool, None)
+        metrics.forget_pool_demand(pool)
+
+    def node_event(self, type_: str, obj: Mapping[str, Any]) -> None:
+        name = object_key(obj)
+        if type_ == "DELETED":
+            if self.nodes.pop(name, None) is not None:
+                self._changed()
+            return
+        view = NodeView.project(obj)
+        old = self.nodes.get(name)
+        if old is not None and _rv(view.resource_version) < _rv(old.resource_version):
+            return  # older than our own write
+        self.nodes[name] = view
+        if old != view:
+            self._changed()
+
+    def nodes_listed(self, names: set[str]) -> None:
+        gone = set(self.nodes) - names
+        for name in gone:
+            del self.nodes[name]
+        if gone:
+            self._changed()
+
+    def pod_event(self, type_: str, obj: Mapping[str, Any]) -> None:
+        key = object_key(obj)
+        changed = False
+        waiting = None if type_ == "DELETED" else waiting_pod(obj)
+        old_wait = self.waiting.get(key)
+        if waiting is None:
+            changed |= self.waiting.pop(key, None) is not None
+        elif old_wait is None or (old_wait.ref, old_wait.since) != (waiting.ref, waiting.since):
+            self.waiting[key] = waiting
+            changed = True
+        bound: PodView | None = None
+        spec = obj.get("spec") or {}
+        if type_ != "DELETED" and spec.get("nodeName") and pod_requests(spec):
+            bound = PodView.from_obj(obj)
+            bound = PodView(bound.namespace, bound.name, bound.uid, bound.node_name, bound.phase,
+                            bound.deletion, bound.gpu_mem, bound.gpu_core, bound.gpu_count)  # fmt: skip
+            if bound.terminated:
+                bound = None
+        old_bound = self.bound.get(key)
+        if bound is None:
+            changed |= self.bound.pop(key, None) is not None
+        elif old_bound != bound:
+            self.bound[key] = bound
+            changed = changed or old_bound is None or old_bound.node_name != bound.node_name
+        if changed:
+            self._changed()
+
+    def pods_listed(self, keys: set[str]) -> None:
+        changed = False
+        for store in (self.waiting, self.bound):
+            for key in set(store) - keys:
+                del store[key]
+                changed = True
+        if changed:
+            self._changed()
+
+    # --- one step ------------------------------------------------------------------------------
+
+    def _compute(self, bodies: Iterable[Mapping[str, Any]], now: datetime) -> _Computed:
+        bodies = list(bodies)
+        signature = json.dumps(
+            sorted(
+                (
+                    str((b.get("metadata") or {}).get("name")),
+                    bool((b.get("metadata") or {}).get("deletionTimestamp")),
+                    b.get("spec"),
+                )
+                for b in bodies
+            ),
+            sort_keys=True,
+            default=str,
+        )
+        if self._cache is not None and self._cache[:2] == (self.version, signature):
+            return self._cache[2]
+        pools: list[GPUSharePool] = []
+        deleting: set[str] = set()
+        invalid: dict[str, str] = {}
+        for body in bodies:
+            meta = body.get("metadata") or {}
+            try:
+                model = parse_pool(dict(body))
+            except PoolValidationError as exc:
+                invalid[exc.name] = "; ".join(exc.problems)
+                continue
+            pools.append(model)
+            if meta.get("deletionTimestamp"):
+                deleting.add(model.name)
+        bound = list(self.bound.values())
+        cp = plan(pools, self.nodes.values(), bound, now=now, deleting=deleting, invalid=invalid)
+        live = [p for p in pools if p.name not in deleting]
+        planned = cp.by_node()
+        loans = {
+            name: (record.lender, record.borrower)
+            for name, record in lend.loans_of(self.nodes).items()
+            if name in planned and planned[name].pool == record.borrower
+        }
+        demand = compute(live, cp, self.nodes, bound, self.waiting.values(), loans)
+        result = _Computed(tuple(live), demand, frozenset(busy_nodes(bound)))
+        self._cache = (self.version, signature, result)
+        return result
+
+    async def run(self, name: str, bodies: Iterable[Mapping[str, Any]]) -> float:
+        """One step for pool ``name``; returns when to look again at the latest."""
+        bodies = list(bodies)
+        by_name = {str((b.get("metadata") or {}).get("name") or ""): b for b in bodies}
+        now = self.clock()
+        computed = self._compute(bodies, now)
+        delay = RESYNC
+        if any(p.spec.lending for p in computed.pools):
+            async with self._lock:
+                due = await self._lending(computed, by_name, now)
+            if due is not None:
+                delay = min(delay, max(1.0, due))
+            computed = self._compute(bodies, now)
+        d = computed.demand.get(name)
+        body = by_name.get(name)
+        if d is None or body is None:
+            return delay
+        status = d.status()
+        metrics.set_pool_demand(name, status, oldest=d.oldest)
+        stored = _stored(body)
+        if status != self._written.get(name, stored):
+            try:
+                ok = await self.cluster.patch_pool_status(name, {"demand": _patch(status, stored)})
+            except (ApiError, ApiUnavailable) as exc:
+                log.warning("Writing status.demand failed", pool=name, error=str(exc))
+                return 1.0
+            if ok:
+                self._written[name] = status
+                self.writes += 1
+                log.info("Wrote status.demand", pool=name, pending=status["pendingPods"],
+                         idle=status["idleNodes"], loans=len(status.get("loans") or []))  # fmt: skip
+        return delay
+
+    async def _lending(
+        self, computed: _Computed, bodies: Mapping[str, Mapping[str, Any]], now: datetime
+    ) -> float | None:
+        decision = lend.decide(
+            computed.pools, computed.demand, self.nodes, set(computed.busy), now=now, needed=self._needed
+        )
+        self._needed = dict(decision.needed or {})
+
+        def uid(pool: str) -> str:
+            return str(((bodies.get(pool) or {}).get("metadata") or {}).get("uid") or "")
+
+        for item in decision.lend:
+            pods = ", ".join(item.move.pods)
+            message = (
+                f"Lent node {item.node} of pool {item.record.lender} to pool {item.record.borrower} "
+                f"for its waiting pod(s) {pods}"
+            )
+            if await self._write(item.node, item.record.dump()):
+                log.info("Lent node", node=item.node, lender=item.record.lender,
+                         borrower=item.record.borrower, pods=pods)  # fmt: skip
+                metrics.LOANS.labels(pool=item.record.lender, event="lent").inc()
+                for pool in (item.record.lender, item.record.borrower):
+                    await self._event(pool_ref(pool, uid(pool)), "NodeLent", message)
+                await self._event(node_ref(item.node), "NodeLent", message)
+        for ret in decision.returns:
+            if await self._write(ret.node, None):
+                log.info("Loan ended", node=ret.node, lender=ret.record.lender,
+                         borrower=ret.record.borrower, reason=ret.reason)  # fmt: skip
+                metrics.LOANS.labels(pool=ret.record.lender, event="returned").inc()
+                message = f"Node {ret.node} goes back to pool {ret.record.lender}: {ret.message}"
+                for pool in (ret.record.lender, ret.record.borrower):
+                    if pool in bodies:
+                        await self._event(pool_ref(pool, uid(pool)), ret.reason, message)
+                await self._event(node_ref(ret.node), ret.reason, message)
+        return decision.next_due
+
+    async def _write(self, node: str, loan: str | None) -> bool:
+        """Write (or, with None, remove) the node's loan annotation onto the version decided on."""
+        view = self.nodes.get(node)
+        if view is None:
+            return False
+        patch: dict[str, Any] = {"metadata": {"annotations": {c.ANNOTATION_LOAN: loan}}}
+        if view.resource_version:
+            patch["metadata"]["resourceVersion"] = view.resource_version
+        try:
+            obj = await self.cluster.patch_node(node, patch)
+        except ApiError as exc:
+            if exc.status != 409:
+                log.warning("Writing the loan failed", node=node, error=f"HTTP {exc.status} {exc.reason}")
+            return False  # 409: the node changed; decided again with the new version
+        except ApiUnavailable as exc:
+            log.warning("Writing the loan failed", node=node, error=str(exc))
+            return False
+        self.writes += 1
+        if obj:
+            self.node_event("MODIFIED", obj)
+        return obj is not None
+
+    async def _event(self, ref: Mapping[str, str], reason: str, message: str) -> None:
+        try:
+            await self.cluster.event(ref, reason=reason, message=message)
+        except (ApiError, ApiUnavailable) as exc:
+            log.warning("Posting Event failed", object=dict(ref), reason=reason, error=str(exc))

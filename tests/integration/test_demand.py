@@ -1,0 +1,398 @@
+"""Demand-aware pools against the local control plane (issue 23): ``status.demand``, ``gpushare
+advise`` and opt-in lending with the operator (a real subprocess), kube-scheduler, kcm's Job
+controller and the simulated device plugin (``pluginsim``) on kwok nodes.
+
+Two pools, ``cgpu`` (memory isolation) and ``core`` (compute allocation), one GPU of 16 GiB per
+node; the core pool's node is full and a core Job waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from gpushare import constants as c
+from gpushare.devcluster import ClusterInfo, wait_for
+from gpushare.devcluster.fakes import POOL_LABEL, FakeNodeSet
+from gpushare.k8s.client import make_api_client
+from support.operator_proc import OperatorProc, launch_operator
+from support.pools import MERGE, PoolApi
+
+LENDING = {"to": [], "keepIdle": 1, "returnAfterSeconds": 30}
+
+
+@pytest.fixture
+def start_operator(cluster: ClusterInfo, tmp_path: Path) -> Iterator[Callable[..., OperatorProc]]:
+    started: list[OperatorProc] = []
+
+    def start(*extra: str) -> OperatorProc:
+        op = launch_operator(cluster.kubeconfig, tmp_path / f"operator-{len(started)}.log", *extra)
+        started.append(op)
+        op.wait_serving()
+        return op
+
+    yield start
+    for op in started:
+        op.stop()
+
+
+@pytest.fixture
+def operator(start_operator: Callable[..., OperatorProc]) -> OperatorProc:
+    return start_operator()
+
+
+class Pools(PoolApi):
+    async def demand(self, name: str) -> dict[str, Any]:
+        obj = await self.get(name) or {}
+        return dict((obj.get("status") or {}).get("demand") or {})
+
+    async def wait_demand(
+        self, name: str, what: str, check: Callable[[dict[str, Any]], bool]
+    ) -> dict[str, Any]:
+        async def ok() -> dict[str, Any] | None:
+            d = await self.demand(name)
+            return d if d and check(d) else None
+
+        found: dict[str, Any] = await wait_for(ok, what=f"{name} status.demand: {what}", timeout_s=60)
+        return found
+
+    async def wait_ready(self, name: str) -> None:
+        async def ready() -> bool:
+            obj = await self.get(name) or {}
+            conds = {x["type"]: x for x in (obj.get("status") or {}).get("conditions") or []}
+            return bool(conds.get("Ready", {}).get("status") == "True")
+
+        await wait_for(ready, what=f"{name} Ready", timeout_s=90)
+
+
+@pytest.fixture
+async def pools(api: client.ApiClient) -> AsyncIterator[Pools]:
+    helper = Pools(api)
+    yield helper
+    for name in helper.created:
+        try:
+            await helper.custom.patch_cluster_custom_object(
+                c.GROUP, c.VERSION, c.PLURAL, name, {"metadata": {"finalizers": None}}, **MERGE
+            )
+            await helper.custom.delete_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL, name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+def gpu_pod_spec(target: str, mem: int, core: int = 0) -> dict[str, Any]:
+    limits = {c.RES_GPU_MEM: str(mem), **({c.RES_GPU_CORE: str(core)} if core else {})}
+    return {
+        "nodeSelector": {c.LABEL_POOL: target},
+        "restartPolicy": "Never",
+        "containers": [
+            {"name": "cuda", "image": "registry.invalid/cuda-sample:fake", "resources": {"limits": limits}}
+        ],
+    }
+
+
+async def create_pod(api: client.ApiClient, ns: str, name: str, spec: dict[str, Any]) -> None:
+    body = {"metadata": {"name": name}, "spec": spec}
+    await client.CoreV1Api(api).create_namespaced_pod(ns, cast(Any, body))
+
+
+async def create_job(api: client.ApiClient, ns: str, name: str, spec: dict[str, Any]) -> None:
+    body = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {"backoffLimit": 0, "template": {"metadata": {"labels": {"job": name}}, "spec": spec}},
+    }
+    await client.BatchV1Api(api).create_namespaced_job(ns, cast(Any, body))
+
+
+async def job_pod(api: client.ApiClient, ns: str, job: str) -> Any:
+    pods = await client.CoreV1Api(api).list_namespaced_pod(ns, label_selector=f"job={job}")
+    return pods.items[0] if pods.items else None
+
+
+async def wait_unschedulable(api: client.ApiClient, ns: str, job: str) -> str:
+    async def check() -> str | None:
+        pod = await job_pod(api, ns, job)
+        if pod is None or pod.spec.node_name:
+            return None
+        conds = {x.type: x for x in pod.status.conditions or []}
+        sched = conds.get("PodScheduled")
+        return pod.metadata.name if sched is not None and sched.reason == "Unschedulable" else None
+
+    name: str = await wait_for(check, what=f"job {job}'s pod Unschedulable", timeout_s=60)
+    return name
+
+
+async def wait_running(api: client.ApiClient, ns: str, name: str, timeout_s: float = 60) -> str:
+    async def check() -> str | None:
+        pod = await client.CoreV1Api(api).read_namespaced_pod(name, ns)
+        # kwok completes pods that never restart (a Job's) soon after they run.
+        return pod.spec.node_name if pod.status.phase in ("Running", "Succeeded") else None
+
+    try:
+        where: str = await wait_for(check, what=f"pod {ns}/{name} running (or done)", timeout_s=timeout_s)
+    except TimeoutError as exc:
+        pod = await client.CoreV1Api(api).read_namespaced_pod(name, ns)
+        conds = [(x.type, x.status, x.reason, x.message) for x in pod.status.conditions or []]
+        raise TimeoutError(f"{exc}; node {pod.spec.node_name!r}, phase {pod.status.phase}, {conds}") from None
+    return where
+
+
+async def node_meta(
+    api: client.ApiClient, name: str
+) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+    obj = await client.CoreV1Api(api).read_node(name)
+    return obj.metadata.labels or {}, obj.metadata.annotations or {}, obj.status.allocatable or {}
+
+
+def advise(cluster: ClusterInfo, *args: str) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "gpushare", "advise", "--kubeconfig", str(cluster.kubeconfig), "-o", "json"]
+    out = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=60, check=True)
+    result: dict[str, Any] = json.loads(out.stdout)
+    return result
+
+
+async def events_for(api: client.ApiClient, name: str) -> list[Any]:
+    found = await client.CoreV1Api(api).list_event_for_all_namespaces(
+        field_selector=f"involvedObject.name={name}"
+    )
+    return list(found.items)
+
+
+async def two_pools(
+    api: client.ApiClient, fake_nodes: FakeNodeSet, pools: Pools, ns: str, *, cgpu_nodes: int = 2
+) -> tuple[str, str, list[str], str]:
+    """cgpu pool (``cgpu_nodes`` nodes), core pool (1 node, filled by a running pod)."""
+    tag = secrets.token_hex(3)
+    np_a, np_b = f"np-a-{tag}", f"np-b-{tag}"
+    shape: dict[str, Any] = {"simulate_plugin": True, "gpus_per_node": 1, "gpu_mem_gib_per_gpu": 16}
+    a_nodes = await fake_nodes.create(cgpu_nodes, prefix=f"a{tag}", pool_labels={POOL_LABEL: np_a}, **shape)
+    (b_node,) = await fake_nodes.create(1, prefix=f"b{tag}", pool_labels={POOL_LABEL: np_b}, **shape)
+    cg, core = f"cgpu-{tag}", f"core-{tag}"
+    await pools.create_pool(cg, {POOL_LABEL: np_a})
+    await pools.create_pool(core, {POOL_LABEL: np_b}, computeAllocation=True)
+    await pools.wait_ready(cg)
+    await pools.wait_ready(core)
+    await create_pod(api, ns, "fill", gpu_pod_spec(core, 16, 100))
+    assert await wait_running(api, ns, "fill") == b_node
+    return cg, core, a_nodes, b_node
+
+
+async def test_status_and_advise_name_an_idle_cgpu_node_and_lending_runs_the_job_then_returns_it(
+    api: client.ApiClient,
+    cluster: ClusterInfo,
+    fake_nodes: FakeNodeSet,
+    start_operator: Callable[..., OperatorProc],
+    pools: Pools,
+    namespace: str,
+) -> None:
+    start_operator()
+    cg, core, a_nodes, _ = await two_pools(api, fake_nodes, pools, namespace)
+    await create_job(api, namespace, "train", gpu_pod_spec(core, 4, 50))
+    pod = await wait_unschedulable(api, namespace, "train")
+
+    d = await pools.wait_demand(core, "1 pod waits", lambda d: d.get("pendingPods") == 1)
+    assert (d["pods"], d["idleNodes"]) == ([f"{namespace}/{pod}"], 0)
+    assert d["requests"] == {c.RES_GPU_MEM: "4", c.RES_GPU_CORE: "50"}
+    assert "oldestPendingSince" in d
+    idle = await pools.wait_demand(cg, "2 idle nodes", lambda d: d.get("idleNodes") == 2)
+    assert idle["idleNodeNames"] == sorted(a_nodes) and idle["pendingPods"] == 0
+
+    advice = advise(cluster)
+    assert [(m["from"], m["to"]) for m in advice["moves"]] == [(cg, core)]
+    move = advice["moves"][0]
+    assert move["node"] in a_nodes and move["restartPlugin"] is True
+    assert [p["pod"] for p in move["pods"]] == [f"{namespace}/{pod}"]
+    assert {"key": c.LABEL_SCHEDULE, "from": "cgpu", "to": "core_mem"} in move["labels"]
+    assert advice["pending"] == []
+    # With the keepIdle the lending below uses, advise names the node lending then takes.
+    (move,) = advise(cluster, "--keep-idle", str(LENDING["keepIdle"]))["moves"]
+    assert move["node"] in a_nodes and (move["from"], move["to"]) == (cg, core)
+
+    # Lending on: the node advise named moves to the core pool, its plugin restarts, the Job runs there.
+    plugin_before = (await node_meta(api, move["node"]))[1].get("gpushare.io/simulated-plugin")
+    await pools.patch_spec(cg, {"lending": {**LENDING, "to": [core]}})
+    where = await wait_running(api, namespace, pod, timeout_s=90)
+    assert where == move["node"], "kube-scheduler placed the Job where advise said"
+    labels, annotations, alloc = await node_meta(api, where)
+    assert labels[c.LABEL_POOL] == core and labels[c.LABEL_SCHEDULE] == "core_mem"
+    assert alloc[c.RES_GPU_CORE] == "100", "its plugin restarted in core_mem"
+    assert annotations.get("gpushare.io/simulated-plugin") != plugin_before
+    loan = json.loads(annotations[c.ANNOTATION_LOAN])
+    assert (loan["from"], loan["to"], loan["gpus"], loan["gpuMem"]) == (cg, core, 1, 16)
+    other = next(n for n in a_nodes if n != where)
+    assert c.ANNOTATION_LOAN not in (await node_meta(api, other))[1], "keepIdle 1: the other node stays"
+    await pools.wait_demand(cg, "the loan", lambda d: {"node": where, "to": core} in d.get("loans", []))
+    await pools.wait_demand(core, "the loan", lambda d: {"node": where, "from": cg} in d.get("loans", []))
+    reasons = {e.reason for e in await events_for(api, cg)}
+    assert "NodeLent" in reasons and "NodeLent" in {e.reason for e in await events_for(api, core)}
+
+    # The Job is done (kwok completes its pod); returnAfterSeconds later the node goes back to cgpu.
+
+    async def returned() -> bool:
+        labels, annotations, alloc = await node_meta(api, where)
+        return (
+            labels.get(c.LABEL_POOL) == cg
+            and labels.get(c.LABEL_SCHEDULE) == "cgpu"
+            and c.ANNOTATION_LOAN not in annotations
+            and alloc.get(c.RES_GPU_CORE, "0") == "0"
+        )
+
+    await wait_for(returned, what=f"{where} back in {cg} with its plugin in cgpu", timeout_s=120)
+    assert "LoanReturned" in {e.reason for e in await events_for(api, where)}
+    await pools.wait_ready(cg)
+
+
+async def test_a_busy_node_is_never_lent_and_a_pool_keeps_its_idle_nodes(
+    api: client.ApiClient,
+    fake_nodes: FakeNodeSet,
+    start_operator: Callable[..., OperatorProc],
+    pools: Pools,
+    namespace: str,
+) -> None:
+    start_operator()
+    cg, core, a_nodes, _ = await two_pools(api, fake_nodes, pools, namespace)
+    await create_pod(api, namespace, "cg-run", gpu_pod_spec(cg, 2))
+    busy = await wait_running(api, namespace, "cg-run")
+    await pools.patch_spec(cg, {"lending": {**LENDING, "to": [core]}})
+    await create_job(api, namespace, "wait", gpu_pod_spec(core, 4, 50))
+    await wait_unschedulable(api, namespace, "wait")
+    # The demand loop decides loans before it writes status.demand: once both pools show this
+    # demand, the decision was made (and it made none: one node busy, the other kept idle).
+    await pools.wait_demand(core, "1 pod waits", lambda d: d.get("pendingPods") == 1)
+    await pools.wait_demand(cg, "1 idle node", lambda d: d.get("idleNodes") == 1)
+    for n in a_nodes:
+        labels, annotations, _ = await node_meta(api, n)
+        assert c.ANNOTATION_LOAN not in annotations and labels[c.LABEL_POOL] == cg, n
+    assert busy in a_nodes
+    # keepIdle 0: the idle node is lent; the busy one still is not.
+    await pools.patch_spec(cg, {"lending": {**LENDING, "to": [core], "keepIdle": 0}})
+    pod = await wait_unschedulable(api, namespace, "wait")
+    where = await wait_running(api, namespace, pod, timeout_s=90)
+    assert where in a_nodes and where != busy
+    assert c.ANNOTATION_LOAN not in (await node_meta(api, busy))[1]
+
+
+async def test_operator_killed_mid_loan_completes_it_once(
+    api: client.ApiClient,
+    fake_nodes: FakeNodeSet,
+    start_operator: Callable[..., OperatorProc],
+    pools: Pools,
+    namespace: str,
+) -> None:
+    op = start_operator()
+    cg, core, a_nodes, _ = await two_pools(api, fake_nodes, pools, namespace, cgpu_nodes=3)
+    await create_job(api, namespace, "train", gpu_pod_spec(core, 4, 50))
+    pod = await wait_unschedulable(api, namespace, "train")
+    await pools.patch_spec(cg, {"lending": {**LENDING, "to": [core], "keepIdle": 0}})
+
+    async def lent() -> str | None:
+        for n in a_nodes:
+            if c.ANNOTATION_LOAN in (await node_meta(api, n))[1]:
+                return n
+        return None
+
+    node = await wait_for(lent, what="a loan annotation", timeout_s=60, interval=0.05)
+    op.kill()  # SIGKILL right after the loan's write: labels and plugin restart may not have happened
+    start_operator()
+    assert await wait_running(api, namespace, pod, timeout_s=90) == node
+    labels, annotations, _ = await node_meta(api, node)
+    assert labels[c.LABEL_POOL] == core and json.loads(annotations[c.ANNOTATION_LOAN])["to"] == core
+    lent_nodes = [n for n in a_nodes if c.ANNOTATION_LOAN in (await node_meta(api, n))[1]]
+    assert lent_nodes == [node], "one loan for one waiting pod, never doubled"
+
+
+# --- advise against kube-scheduler on generated clusters -------------------------------------------
+
+#: One GPU of 16 GiB per node; a pod takes 55 % or 100 % of a GPU's compute (two never share one),
+#: and asks for 4, 8, 16 or 20 GiB (20 fits no GPU): where kube-scheduler's per-node view and the
+#: per-GPU fit agree, so both must give the same answer.
+SCENARIOS = st.tuples(
+    st.integers(1, 3),  # idle cgpu nodes
+    st.lists(st.tuples(st.sampled_from([4, 8, 16, 20]), st.sampled_from([55, 100])), min_size=1, max_size=3),
+)
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(scenario=SCENARIOS)
+def test_advise_agrees_with_what_kube_scheduler_then_does(
+    cluster: ClusterInfo, operator: OperatorProc, scenario: tuple[int, list[tuple[int, int]]]
+) -> None:
+    # One operator for every generated example (a function-scoped fixture, hence the health check).
+    asyncio.run(_agree(cluster, *scenario))
+
+
+async def _agree(cluster: ClusterInfo, idle: int, pods: list[tuple[int, int]]) -> None:
+    api = await make_api_client(str(cluster.kubeconfig))
+    async with api:
+        nodes = FakeNodeSet(api, f"h{secrets.token_hex(2)}")
+        helper = Pools(api)
+        ns = f"t-{secrets.token_hex(4)}"
+        core_api = client.CoreV1Api(api)
+        await core_api.create_namespace(cast(Any, {"metadata": {"name": ns}}))
+        try:
+            cg, core, a_nodes, _ = await two_pools(api, nodes, helper, ns, cgpu_nodes=idle)
+            names = []
+            for i, (mem, pct) in enumerate(pods):
+                await create_pod(api, ns, f"p{i}", gpu_pod_spec(core, mem, pct))
+                names.append(f"p{i}")
+            await helper.wait_demand(
+                core, f"{len(pods)} pod(s) wait", lambda d: d.get("pendingPods") == len(pods)
+            )
+            advice = advise(cluster, "--keep-idle", "0")
+            placed = {p["pod"].split("/")[1]: m["node"] for m in advice["moves"] for p in m["pods"]}
+            stuck = {p["pod"].split("/")[1] for p in advice["pending"]}
+            assert set(placed) | stuck == set(names) and not set(placed) & stuck
+            assert set(placed.values()) <= set(a_nodes)
+            # Carry the moves out (lending does what advise says) and let kube-scheduler work.
+            await helper.patch_spec(
+                cg, {"lending": {**LENDING, "to": [core], "keepIdle": 0, "returnAfterSeconds": 600}}
+            )
+
+            async def scheduled() -> dict[str, str] | None:
+                found = {}
+                for name in names:
+                    pod = await core_api.read_namespaced_pod(name, ns)
+                    if pod.spec.node_name:
+                        found[name] = pod.spec.node_name
+                return found if len(found) >= len(placed) else None
+
+            where = await wait_for(
+                scheduled, what=f"{len(placed)} pod(s) scheduled as advise said", timeout_s=120
+            )
+            assert set(where.values()) <= set(placed.values()), "only onto the nodes advise moved"
+            if len(placed) < idle or not stuck:
+                assert set(where) == set(placed), (where, advice)
+            # What advise left pending stays pending once every moved node serves the core pool.
+            for node in set(placed.values()):
+                labels, _, alloc = await node_meta(api, node)
+                assert labels[c.LABEL_POOL] == core and alloc.get(c.RES_GPU_CORE) == "100"
+            for name in stuck - set(where):
+                pod = await core_api.read_namespaced_pod(name, ns)
+                assert not pod.spec.node_name, f"{name}: advise said it stays pending"
+            assert len(where) == len(placed)
+        finally:
+            await core_api.delete_namespace(ns)
+            for name in helper.created:
+                await helper.custom.delete_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL, name)
+
+            async def gone() -> bool:
+                return all([await helper.get(n) is None for n in helper.created])
+
+            await wait_for(gone, what="the pools deleted", timeout_s=90)
+            from gpushare.devcluster import delete_nodes
+
+            await delete_nodes(api, nodes.created)

@@ -1,0 +1,283 @@
+"""Demand (policy.demand), the loan seam of the planner and the fit of advise (policy.advise)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpushare import constants as c
+from gpushare.api.v1alpha1 import GPUSharePool, parse_pool
+from gpushare.policy import Action, NodeView, PodView, plan
+from gpushare.policy.advise import advise, check
+from gpushare.policy.demand import PoolDemand, WaitingPod, compute, gpu_shortage, waiting_pod
+from gpushare.policy.planner import LoanRecord, desired_labels
+
+NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
+NP = "alibabacloud.com/nodepool-id"
+
+
+def pool(name: str, np: str, **spec: Any) -> GPUSharePool:
+    return parse_pool(
+        {"metadata": {"name": name}, "spec": {"nodeSelector": {"matchLabels": {NP: np}}, **spec}}
+    )
+
+
+def settled(name: str, p: GPUSharePool, *, gpus: int = 1, mem: int = 16, **kw: Any) -> NodeView:
+    """A node of pool ``p`` with its labels applied and its plugin advertising the mode."""
+    alloc = {c.RES_GPU_COUNT: str(gpus), c.RES_GPU_MEM: str(mem * gpus)}
+    if p.spec.mode == c.SCHEDULE_CORE_MEM:
+        alloc[c.RES_GPU_CORE] = str(100 * gpus)
+    labels = {NP: str(p.spec.node_selector.match_labels[NP]), **desired_labels(p.spec, p.name)}
+    owned = json.dumps({"pool": p.name, "prior": {}})
+    restart = json.dumps({"hash": "x", "since": "2026-01-01T00:00:00Z", "state": "Done", "pool": p.name})
+    return NodeView(
+        name,
+        labels,
+        annotations={c.ANNOTATION_OWNED: owned, c.ANNOTATION_PLUGIN_RESTART: restart},
+        allocatable=alloc,
+        **kw,
+    )
+
+
+def pending_obj(
+    name: str,
+    *,
+    mem: int,
+    core: int = 0,
+    selector: dict[str, str] | None = None,
+    message: str = "0/3 nodes are available: 3 Insufficient aliyun.com/gpu-mem.",
+    since: str = "2026-12-01T11:50:00Z",
+    spread: int | None = None,
+) -> dict[str, Any]:
+    limits = {c.RES_GPU_MEM: str(mem)}
+    if core:
+        limits[c.RES_GPU_CORE] = str(core)
+    labels = {c.RES_GPU_COUNT: str(spread)} if spread else {}
+    return {
+        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "labels": labels},
+        "spec": {
+            "nodeSelector": selector or {},
+            "containers": [{"name": "c", "resources": {"limits": limits}}],
+        },
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": message,
+                    "lastTransitionTime": since,
+                }
+            ],
+        },
+    }
+
+
+def wait(name: str, **kw: Any) -> WaitingPod:
+    pod = waiting_pod(pending_obj(name, **kw))
+    assert pod is not None
+    return pod
+
+
+def test_gpu_shortage_reads_the_scheduler_message() -> None:
+    assert gpu_shortage("0/2 nodes are available: 2 Insufficient aliyun.com/gpu-core.percentage.")
+    assert gpu_shortage("0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector.")
+    assert gpu_shortage("0/2 nodes: 1 Insufficient cpu, 1 Insufficient aliyun.com/gpu-mem.")
+    assert not gpu_shortage("0/2 nodes are available: 2 Insufficient cpu.")
+
+
+def test_waiting_pod_only_for_unschedulable_gpu_pods() -> None:
+    pod = wait("a", mem=8, core=50, spread=None)
+    assert (pod.gpu_mem, pod.gpu_core, pod.gpus, pod.ref) == (8, 50, 1, "ns/a")
+    assert pod.since == datetime(2026, 12, 1, 11, 50, tzinfo=UTC)
+    assert wait("s", mem=8, spread=2).gpus == 2
+    cpu_only = pending_obj("b", mem=8, message="0/3 nodes are available: 3 Insufficient memory.")
+    assert waiting_pod(cpu_only) is None
+    bound = pending_obj("c", mem=8)
+    bound["spec"]["nodeName"] = "n1"
+    assert waiting_pod(bound) is None
+    not_gpu = pending_obj("d", mem=8)
+    not_gpu["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1"}}
+    assert waiting_pod(not_gpu) is None
+    fresh = pending_obj("e", mem=8)
+    fresh["status"]["conditions"] = []  # not yet seen by the scheduler
+    assert waiting_pod(fresh) is None
+
+
+def test_planner_puts_a_lent_node_in_the_borrower_and_back() -> None:
+    a, b = pool("a", "np-a"), pool("b", "np-b", computeAllocation=True)
+    n = settled("n1", a)
+    loan = LoanRecord("a", "b", "2026-12-01T12:00:00Z")
+    lent = NodeView(
+        n.name, n.labels, {**n.annotations, c.ANNOTATION_LOAN: loan.dump()}, allocatable=n.allocatable
+    )
+    p = plan([a, b], [lent], now=NOW).nodes[0]
+    assert p.pool == "b" and p.action is Action.APPLY
+    assert p.label_patch == {c.LABEL_SCHEDULE: "core_mem", c.LABEL_POOL: "b"}
+    assert p.restart_plugin
+    # The borrower gone, or a loan from a pool that does not select the node: ignored.
+    assert plan([a], [lent], now=NOW).nodes[0].action is Action.NOOP
+    other = LoanRecord("x", "b").dump()
+    stray = NodeView(n.name, n.labels, {**n.annotations, c.ANNOTATION_LOAN: other}, allocatable=n.allocatable)
+    assert plan([a, b], [stray], now=NOW).nodes[0].pool == "a"
+    assert LoanRecord.parse("not json") is None and LoanRecord.parse('{"from": "a"}') is None
+    assert LoanRecord.parse(loan.dump()) == loan
+
+
+def _demand(pools: list[GPUSharePool], nodes: list[NodeView], waiting: list[WaitingPod],
+            bound: list[PodView] = ()) -> dict[str, PoolDemand]:  # type: ignore[assignment]  # fmt: skip
+    cp = plan(pools, nodes, bound, now=NOW)
+    return compute(pools, cp, {n.name: n for n in nodes}, bound, waiting)
+
+
+def test_demand_counts_waiting_pods_and_idle_nodes_per_pool() -> None:
+    cg, core = pool("cgpu", "np-a"), pool("core", "np-b", computeAllocation=True)
+    nodes = [
+        settled("a1", cg),
+        settled("a2", cg),
+        settled("a3", cg, unschedulable=True),
+        settled("a4", cg, ready=False),
+        settled("b1", core),
+    ]
+    busy = [PodView("ns", "run", node_name="b1", phase="Running", gpu_mem=16, gpu_core=100),
+            PodView("ns", "run2", node_name="a2", phase="Running", gpu_mem=2)]  # fmt: skip
+    waiting = [
+        wait("j1", mem=8, core=50, selector={c.LABEL_POOL: "core"}, since="2026-12-01T11:55:00Z"),
+        wait("j2", mem=4, core=20, selector={NP: "np-b"}, since="2026-12-01T11:40:00Z"),
+        wait("m1", mem=30, selector={c.LABEL_POOL: "cgpu"}),
+    ]
+    d = _demand([cg, core], nodes, waiting, busy)
+    assert [p.ref for p in d["core"].waiting] == ["ns/j2", "ns/j1"]  # oldest first
+    assert (d["core"].gpu_mem, d["core"].gpu_core) == (12, 70)
+    assert d["core"].oldest == datetime(2026, 12, 1, 11, 40, tzinfo=UTC)
+    assert d["core"].idle == ()
+    assert d["cgpu"].idle == ("a1",)  # a2 busy, a3 cordoned, a4 not Ready
+    status = d["core"].status()
+    assert status["pendingPods"] == 2 and status["oldestPendingSince"] == "2026-12-01T11:40:00Z"
+    assert status["pods"] == ["ns/j2", "ns/j1"] and status["idleNodes"] == 0
+    assert "oldestPendingSince" not in PoolDemand("x").status()
+
+
+def test_advise_moves_an_idle_cgpu_node_to_the_waiting_core_pool() -> None:
+    cg, core = pool("cgpu", "np-a"), pool("core", "np-b", computeAllocation=True)
+    nodes = [settled("a1", cg, gpus=2, mem=16), settled("a2", cg), settled("b1", core)]
+    waiting = [
+        wait("j1", mem=8, core=60, selector={c.LABEL_POOL: "core"}),
+        wait("j2", mem=8, core=60, selector={c.LABEL_POOL: "core"}),
+        wait("j3", mem=8, core=60, selector={NP: "np-b"}),  # cannot reach a borrowed node
+        wait("big", mem=20, core=10, selector={c.LABEL_POOL: "core"}),  # more than one GPU has
+    ]
+    d = _demand(
+        [cg, core],
+        nodes,
+        waiting,
+        [PodView("ns", "r", node_name="b1", phase="Running", gpu_mem=16, gpu_core=100)],
+    )
+    out = advise([cg, core], d, {n.name: n for n in nodes}, now=NOW)
+    assert len(out.moves) == 1
+    move = out.moves[0]
+    # j1 and j2 each need 60 % of a GPU: two GPUs, so the 2-GPU node a1 (first by name) takes both.
+    assert (move.node, move.lender, move.borrower) == ("a1", "cgpu", "core")
+    assert move.pods == ("ns/j1", "ns/j2")
+    assert move.plan is not None and move.plan.restart_plugin
+    assert move.plan.label_patch == {c.LABEL_SCHEDULE: "core_mem", c.LABEL_POOL: "core"}
+    assert {s.pod.ref for s in out.pending} == {"ns/j3", "ns/big"}
+    assert check(out, [cg, core], {n.name: n for n in nodes}, {p.ref: p for p in waiting}) == []
+
+
+def test_advise_keeps_idle_and_honours_spread_and_units() -> None:
+    lender = pool("cgpu", "np-a", lending={"to": ["mib"], "keepIdle": 1})
+    mib = pool("mib", "np-b", devicePlugin={"memoryUnit": "MiB"})
+    nodes = [settled("a1", lender, gpus=2, mem=8), settled("a2", lender, gpus=2, mem=8)]
+    waiting = [wait("s", mem=12288, spread=2, selector={c.LABEL_POOL: "mib"})]  # 6 GiB on each of 2
+    d = _demand([lender, mib], nodes, waiting)
+    out = advise([lender, mib], d, {n.name: n for n in nodes}, now=NOW)
+    assert [m.node for m in out.moves] == ["a2"]  # a1 is kept idle (keepIdle 1)
+    assert out.moves[0].gpus == ((8192, 0), (8192, 0))
+    assert dict(out.moves[0].placements[0].gpus) == {0: (6144, 0), 1: (6144, 0)}
+    assert out.idle_left["cgpu"] == ()
+    too_big = [wait("t", mem=20480, spread=2, selector={c.LABEL_POOL: "mib"})]
+    out = advise([lender, mib], _demand([lender, mib], nodes, too_big), {n.name: n for n in nodes}, now=NOW)
+    assert out.moves == () and [s.pod.ref for s in out.pending] == ["ns/t"]
+
+
+# --- property: never a move that does not make a pod fit -----------------------------------------
+
+POOLS = [
+    pool("cg", "np-cg"),
+    pool("core", "np-core", computeAllocation=True),
+    pool("sh", "np-sh", memoryIsolation=False, placement="spread"),
+    pool("mib", "np-mib", devicePlugin={"memoryUnit": "MiB"}),
+]
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> tuple[list[NodeView], list[WaitingPod]]:
+    nodes = []
+    for i in range(draw(st.integers(1, 6))):
+        p = draw(st.sampled_from(POOLS))
+        gpus = draw(st.integers(1, 4))
+        mem = draw(st.sampled_from([8, 15, 16, 24])) * (1024 if p.name == "mib" else 1)
+        nodes.append(settled(f"n{i}", p, gpus=gpus, mem=mem))
+    waiting = []
+    for i in range(draw(st.integers(1, 8))):
+        p = draw(st.sampled_from(POOLS))
+        unit = 1024 if p.name == "mib" else 1
+        core = (
+            draw(st.sampled_from([0, 0, 5, 50, 100]))
+            if p.name == "core"
+            else draw(st.sampled_from([0, 0, 30]))
+        )
+        spread = draw(st.sampled_from([None, None, 2, 3]))
+        mem = draw(st.integers(1, 40)) * unit
+        key = draw(st.sampled_from([c.LABEL_POOL, NP]))
+        selector = (
+            {c.LABEL_POOL: p.name}
+            if key == c.LABEL_POOL
+            else {NP: str(p.spec.node_selector.match_labels[NP])}
+        )
+        since = (NOW - timedelta(minutes=draw(st.integers(0, 60)))).strftime("%Y-%m-%dT%H:%M:%SZ")
+        waiting.append(wait(f"p{i}", mem=mem, core=core, spread=spread, selector=selector, since=since))
+    return nodes, waiting
+
+
+@settings(max_examples=300, deadline=None)
+@given(clusters())
+def test_advise_never_proposes_a_move_that_does_not_make_a_pod_fit(
+    cluster: tuple[list[NodeView], list[WaitingPod]],
+) -> None:
+    nodes, waiting = cluster
+    by_name = {n.name: n for n in nodes}
+    d = _demand(POOLS, nodes, waiting)
+    out = advise(POOLS, d, by_name, now=NOW)
+    assert check(out, POOLS, by_name, {p.ref: p for p in waiting}) == []
+    placed = {pl.pod for m in out.moves for pl in m.placements}
+    stuck = {s.pod.ref for s in out.pending}
+    targeted = {p.ref for dd in d.values() for p in dd.waiting}
+    assert placed | stuck == targeted and not placed & stuck
+    for m in out.moves:
+        assert by_name[m.node].labels[c.LABEL_POOL] == m.lender != m.borrower
+        assert m.node in d[m.lender].idle
+        assert m.plan is not None and m.plan.pool == m.borrower
+
+
+def test_admission_counts_a_borrowed_node_in_the_borrower() -> None:
+    from gpushare.admission.model import Context, NodeInfo
+    from gpushare.admission.targeting import node_constraints, resolve
+
+    lender = pool("cgpu", "np-a", lending={"to": ["core"]})
+    core = pool("core", "np-b", computeAllocation=True)
+    lent = NodeInfo("a1", {NP: "np-a", **desired_labels(core.spec, "core")}, {c.RES_GPU_MEM: "16"})
+    ctx = Context.build([lender, core], [lent])
+    assert ctx.node_pool == {"a1": "core"}
+    res = resolve(node_constraints("spec", {"nodeSelector": {c.LABEL_POOL: "core"}}), ctx)
+    assert res.pools == {"core"} and not res.unpooled
+    # Without lending the same labels are a node outside its pool's mode (unpooled).
+    ctx = Context.build([pool("cgpu", "np-a"), core], [lent])
+    assert ctx.node_pool == {"a1": "cgpu"}
+    assert resolve(node_constraints("spec", {"nodeSelector": {c.LABEL_POOL: "core"}}), ctx).unpooled

@@ -1,0 +1,157 @@
+"""The demand loop (gpushare.demand_loop) against a recording stand-in of the API: writes only on
+change, loans onto the version decided on, returns after returnAfterSeconds."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from gpushare import constants as c
+from gpushare.demand_loop import DemandTracker
+from gpushare.policy.planner import desired_labels
+from unit.test_demand import NP, pending_obj, pool
+
+NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
+
+
+class FakeAPI:
+    def __init__(self) -> None:
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.status: list[tuple[str, dict[str, Any]]] = []
+        self.node_patches: list[tuple[str, dict[str, Any]]] = []
+        self.events: list[tuple[str, str]] = []
+        self.rv = 100
+
+    async def patch_node(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any] | None:
+        obj = self.nodes[name]
+        want = (patch.get("metadata") or {}).get("resourceVersion")
+        if want is not None and want != obj["metadata"]["resourceVersion"]:
+            raise ApiException(status=409, reason="Conflict")
+        self.node_patches.append((name, dict(patch)))
+        ann = obj["metadata"].setdefault("annotations", {})
+        for k, v in (patch["metadata"].get("annotations") or {}).items():
+            if v is None:
+                ann.pop(k, None)
+            else:
+                ann[k] = v
+        self.rv += 1
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        copy: dict[str, Any] = json.loads(json.dumps(obj))
+        return copy
+
+    async def patch_pool_status(self, name: str, status: Mapping[str, Any]) -> bool:
+        self.status.append((name, dict(status)))
+        return True
+
+    async def event(
+        self, obj: Mapping[str, str], *, reason: str, message: str, type_: str = "Normal"
+    ) -> None:
+        self.events.append((obj["name"], reason))
+
+
+def node_obj(name: str, p: Any, np: str, mode: str) -> dict[str, Any]:
+    alloc = {
+        c.RES_GPU_COUNT: "1",
+        c.RES_GPU_MEM: "16",
+        **({c.RES_GPU_CORE: "100"} if mode == "core_mem" else {}),
+    }
+    return {
+        "metadata": {
+            "name": name,
+            "resourceVersion": "10",
+            "labels": {NP: np, **desired_labels(p.spec, p.name)},
+            "annotations": {c.ANNOTATION_OWNED: json.dumps({"pool": p.name, "prior": {}})},
+        },
+        "status": {"allocatable": alloc},
+    }
+
+
+def setup(
+    lending: dict[str, Any] | None,
+) -> tuple[FakeAPI, DemandTracker, list[dict[str, Any]], list[datetime]]:
+    cg = pool("cgpu", "np-a", **({"lending": lending} if lending else {}))
+    core = pool("core", "np-b", computeAllocation=True)
+    api = FakeAPI()
+    clock = [NOW]
+    tracker = DemandTracker(api, clock=lambda: clock[0])
+    for obj in (
+        node_obj("a1", cg, "np-a", "cgpu"),
+        node_obj("a2", cg, "np-a", "cgpu"),
+        node_obj("b1", core, "np-b", "core_mem"),
+    ):
+        api.nodes[obj["metadata"]["name"]] = obj
+        tracker.node_event("ADDED", obj)
+    bodies = [{"metadata": {"name": p.name, "uid": f"u-{p.name}"}, "spec": p.spec.dump()} for p in (cg, core)]
+    tracker.pod_event("ADDED", pending_obj("job", mem=4, core=50, selector={c.LABEL_POOL: "core"}))
+    limits = {c.RES_GPU_MEM: "16", c.RES_GPU_CORE: "100"}
+    fill = {
+        "metadata": {"name": "fill", "namespace": "ns", "uid": "u-fill"},
+        "spec": {"nodeName": "b1", "containers": [{"name": "c", "resources": {"limits": limits}}]},
+        "status": {"phase": "Running"},
+    }
+    tracker.pod_event("ADDED", fill)
+    return api, tracker, bodies, clock
+
+
+def test_status_demand_is_written_once_and_not_again_while_quiet() -> None:
+    api, tracker, bodies, _ = setup(None)
+    asyncio.run(tracker.run("core", bodies))
+    asyncio.run(tracker.run("cgpu", bodies))
+    assert [n for n, _ in api.status] == ["core", "cgpu"]
+    core = api.status[0][1]["demand"]
+    assert (core["pendingPods"], core["idleNodes"]) == (1, 0)
+    assert core["requests"] == {c.RES_GPU_MEM: "4", c.RES_GPU_CORE: "50"}
+    assert api.status[1][1]["demand"]["idleNodeNames"] == ["a1", "a2"]
+    for _ in range(3):
+        asyncio.run(tracker.run("core", bodies))
+        asyncio.run(tracker.run("cgpu", bodies))
+    assert len(api.status) == 2 and api.node_patches == [], "nothing written while nothing changed"
+    # The job goes away: pendingPods 0 and the oldest wait nulled in the merge patch.
+    tracker.pod_event("DELETED", pending_obj("job", mem=4, core=50))
+    asyncio.run(tracker.run("core", bodies))
+    assert api.status[-1][1]["demand"]["pendingPods"] == 0
+
+
+def test_lending_writes_one_loan_onto_the_version_decided_on_and_returns_it() -> None:
+    api, tracker, bodies, clock = setup({"to": ["core"], "keepIdle": 1, "returnAfterSeconds": 60})
+    asyncio.run(tracker.run("core", bodies))
+    assert [n for n, _ in api.node_patches] == ["a2"], "keepIdle 1 keeps a1"
+    loan = json.loads(api.nodes["a2"]["metadata"]["annotations"][c.ANNOTATION_LOAN])
+    assert (loan["from"], loan["to"], loan["gpus"], loan["gpuMem"], loan["unit"]) == (
+        "cgpu",
+        "core",
+        1,
+        16,
+        "GiB",
+    )
+    assert api.node_patches[0][1]["metadata"]["resourceVersion"] == "10"
+    assert (
+        ("cgpu", "NodeLent") in api.events
+        and ("core", "NodeLent") in api.events
+        and ("a2", "NodeLent") in api.events
+    )
+    # Again and again while the job still waits (its node restarting): no second loan.
+    for _ in range(3):
+        asyncio.run(tracker.run("core", bodies))
+    assert len(api.node_patches) == 1
+    # The job ran and is gone; 60 s without need later the loan ends.
+    tracker.pod_event("DELETED", pending_obj("job", mem=4, core=50))
+    clock[0] = NOW + timedelta(seconds=30)
+    asyncio.run(tracker.run("core", bodies))
+    assert len(api.node_patches) == 1
+    clock[0] = NOW + timedelta(seconds=61)
+    asyncio.run(tracker.run("core", bodies))
+    assert len(api.node_patches) == 2 and c.ANNOTATION_LOAN not in api.nodes["a2"]["metadata"]["annotations"]
+    assert ("a2", "LoanReturned") in api.events
+
+
+def test_a_node_that_changed_since_the_decision_is_not_lent() -> None:
+    api, tracker, bodies, _ = setup({"to": ["core"], "keepIdle": 0})
+    api.nodes["a1"]["metadata"]["resourceVersion"] = "11"  # changed; the tracker has not seen it yet
+    asyncio.run(tracker.run("core", bodies))
+    assert [n for n, _ in api.node_patches] == [], "409: decided again once the watch shows the node"
