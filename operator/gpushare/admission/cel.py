@@ -15,12 +15,17 @@ From that the module writes:
 
 * :func:`gpu_sharing_condition`: the ``matchConditions`` expression of the webhook (is GPU sharing
   asked for anywhere in the object?), so objects without it never reach the webhook;
-* :func:`rule_validation`: one ValidatingAdmissionPolicy validation per stateless rule, with a
-  ``messageExpression`` that names the rule id and the fix like the Python rules engine.
+* the ValidatingAdmissionPolicy's variables: the request's containers (:func:`containers_variable`,
+  :func:`container_groups_variable`) and its GPU containers with their values read once
+  (:func:`gpu_entries`), over which each stateless rule's CEL form (its record in
+  :mod:`gpushare.admission.catalog`) is a few comparisons; :mod:`gpushare.admission.policy`
+  assembles them;
+* the building blocks of the rules' CEL forms: :func:`number`, :func:`reason`, :func:`shown`,
+  :func:`res_field`.
 
 Every expression is safe on objects that lack any of the fields (``has()`` before each step) and
-on requests without an object (``object != null``). Values are compared the way
-:func:`gpushare.admission.quantity.parse_amount` reads them: an int, or a string of digits.
+on requests without an object (``object != null``). Values are read the way
+:func:`gpushare.admission.quantity.parse_amount` reads them, with Kubernetes' CEL quantity library.
 """
 
 from __future__ import annotations
