@@ -452,6 +452,7 @@ RAW_VALUES: list[Any] = [
     "5000m",
     "-0",
     "1Ki",
+    "1.5Ki",
 ]
 
 

@@ -191,6 +191,7 @@ def ids(findings: list[Finding]) -> list[tuple[str, str]]:
         pytest.param("0.5Ki", 512, None, id="binary-below-1Ki"),
         pytest.param("1Ki", None, "unit suffix 'Ki'", id="binary-kept"),
         pytest.param("1500m", None, "not a whole number", id="milli-fraction"),
+        pytest.param("1.5Ki", 1536, None, id="binary-stored-as-decimal"),
         pytest.param("007", 7, None, id="leading-zeros"),
         pytest.param("-abc", None, "negative", id="negative-word"),
         pytest.param("2GB", None, "not a number", id="unknown-suffix"),

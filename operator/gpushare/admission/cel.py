@@ -233,24 +233,33 @@ def gpu_sharing_condition(kind: KindPaths) -> str:
 #
 # The policy judges what the apiserver stores. A quantity is read with Kubernetes' own CEL quantity
 # library (``isQuantity``, ``quantity``), so ``5e1``, ``0.05k`` and ``50000m`` are 50 as they are to
-# the apiserver (which stores them as ``50`` in a built-in object); a binary suffix on an amount of
-# at least 1024 (``2Gi``, the one spelling the apiserver keeps) is refused.
+# the apiserver (which stores them as ``50`` in a built-in object); a binary suffix on a whole number of
+# KiB (``2Gi``, the one spelling the apiserver keeps; ``1.5Ki`` is stored as ``1536``) is refused.
 
 CORE = c.RES_GPU_CORE
 MEM = c.RES_GPU_MEM
-#: The smallest amount the apiserver writes with a binary suffix (``1Ki``).
-_BINARY_FLOOR = "quantity('1Ki')"
+
+
+def _amount(q: str) -> str:
+    """The whole part of quantity ``q`` as an int (``isInteger`` is false for ``5000m``, whose
+    amount is the whole 5: Kubernetes' ``AsInt64`` does not reduce a negative scale)."""
+    return f"({q}.isInteger() ? {q}.asInteger() : int({q}.asApproximateFloat()))"
+
+
+def _whole(q: str) -> str:
+    return f"({q}.isInteger() || quantity(string({_amount(q)})).compareTo({q}) == 0)"
 
 
 def number(v: str) -> str:
     """The value ``v`` as a whole number >= 0 (:func:`parse_amount`'s ``value``), or -1 when the
     engine finds it malformed. ``v`` is a variable (it is read several times)."""
     q = f"quantity({v})"
+    n = _amount(q)
     return (
         f"(type({v}) == int ? ({v} >= 0 ? {v} : -1)"
         f" : (type({v}) == string && size({v}) <= {MAX_TEXT} && isQuantity({v})"
-        f" ? (({q}.isLessThan(quantity('0')) || !{q}.isInteger()"
-        f" || ({v}.endsWith('i') && {q}.compareTo({_BINARY_FLOOR}) >= 0)) ? -1 : {q}.asInteger())"
+        f" ? (({q}.isLessThan(quantity('0')) || !{_whole(q)}"
+        f" || ({v}.endsWith('i') && {n} >= 1024 && {n} % 1024 == 0)) ? -1 : {n})"
         " : -1))"
     )
 
@@ -268,7 +277,7 @@ def reason(v: str) -> str:
         f" : (type({v}) != string || size({v}) > {MAX_TEXT} ? {_str(NOT_A_NUMBER)}"
         f" : (!isQuantity({v}) ? ({v}.startsWith('-') ? {_str(IS_NEGATIVE)} : {_str(NOT_A_NUMBER)})"
         f" : ({q}.isLessThan(quantity('0')) ? {_str(IS_NEGATIVE)}"
-        f" : (!{q}.isInteger() ? {_str(NOT_WHOLE)}"
+        f" : (!{_whole(q)} ? {_str(NOT_WHOLE)}"
         f" : {_str(SUFFIX_REASON.split('{', 1)[0])} + {v}.substring(size({v}) - 2)"
         f" + {_str(SUFFIX_REASON.split('}', 1)[1])}))))))))))"
     )

@@ -4,10 +4,11 @@ Both are counted in whole units (GiB or MiB of GPU memory, percent of one GPU). 
 as the apiserver stores it: a Kubernetes quantity is canonicalized before any admission plugin
 sees it (``5e1``, ``0.05k`` and ``50000m`` are stored as ``50``, ``5000`` as ``5k``), so every
 spelling of a whole amount is that amount. Refused, with a reason: a fraction (``1.5``), a
-negative amount, a binary suffix the apiserver keeps (``2Gi``: an amount of at least 1024 written
-with ``Ki``..``Ei``), text that is no quantity, and JSON that is no number or string. The rules
-turn the reason into a denial, never an exception; the ValidatingAdmissionPolicy's CEL
-(:func:`gpushare.admission.cel.number`, :func:`gpushare.admission.cel.reason`) reads the same.
+negative amount, a binary suffix the apiserver keeps (``2Gi``: a whole number of KiB written with
+``Ki``..``Ei``; ``1.5Ki`` is stored as ``1536``), text that is no quantity, and JSON that is no
+number or string. The rules turn the reason into a denial, never an exception; the
+ValidatingAdmissionPolicy's CEL (:func:`gpushare.admission.cel.number`,
+:func:`gpushare.admission.cel.reason`) reads the same.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ IS_EMPTY = "is empty"
 NOT_WHOLE = "is not a whole number"
 NOT_A_NUMBER = "is not a number"
 SUFFIX_REASON = "has a unit suffix '{suffix}'"
-#: The smallest amount Kubernetes writes with a binary suffix; below it, ``0.5Ki`` is stored as 512.
+#: Kubernetes writes a binary-suffixed amount with its suffix only when it is a whole number of
+#: this (``2048Mi`` -> ``2Gi``); else as decimal (``0.5Ki`` -> ``512``, ``1.5Ki`` -> ``1536``).
 BINARY_FLOOR = 1024
 
 
@@ -102,7 +104,7 @@ def _judge(raw: object, q: Quantity) -> Amount:
         return Amount(raw, error=IS_NEGATIVE)
     if not q.is_whole:
         return Amount(raw, error=NOT_WHOLE)
-    if q.is_binary and q.amount >= BINARY_FLOOR:
+    if q.is_binary and q.amount >= BINARY_FLOOR and q.amount % BINARY_FLOOR == 0:
         return Amount(raw, error=SUFFIX_REASON.format(suffix=q.suffix))
     return Amount(raw, value=int(q))
 
