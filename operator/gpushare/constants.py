@@ -55,7 +55,7 @@ RES_GPU_MEM: Final = "aliyun.com/gpu-mem"
 RES_GPU_CORE: Final = "aliyun.com/gpu-core.percentage"
 RES_GPU_COUNT: Final = "aliyun.com/gpu-count"
 GPU_RESOURCE_PREFIX: Final = "aliyun.com/gpu"
-#: Every ``aliyun.com/gpu*`` resource name ACK's device plugins offer; others are misspellings (GS012).
+#: Every ``aliyun.com/gpu*`` resource name ACK's device plugins offer; others are misspellings.
 KNOWN_GPU_RESOURCES: Final = (
     RES_GPU_MEM,
     RES_GPU_CORE,

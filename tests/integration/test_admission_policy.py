@@ -12,6 +12,8 @@ after the operator was stopped. Then:
   the gpushare webhook, ``Ignore`` admits them;
 * hypothesis-generated Pods, Deployments, Jobs and CronJobs get the same verdict and rule id from
   the policy as from the Python rules engine (``gpushare check``'s engine), for every stateless rule.
+* a quantity is judged as the apiserver stores it: the canonical form gpushare computes is the one
+  the apiserver returns, for hypothesis-generated spellings (exponents, suffixes, decimals);
 * kinds of the workload-kinds table beyond the built-ins (PyTorchJob, Argo Workflow, RayCluster on
   minimal CRDs) are covered by the same policy, with the engine's message.
 """
@@ -38,6 +40,7 @@ from gpushare.admission.cel import kind_paths
 from gpushare.admission.kinds import PodSource, WorkloadKind, table_with
 from gpushare.admission.policy import POLICY_RULES, build_binding, build_policy
 from gpushare.admission.webhook_config import WebhookSettings, build_configuration
+from gpushare.api.quantity import parse_quantity
 from gpushare.devcluster import ClusterInfo
 from support.kube import ADM, CRDS, Kube, Response
 
@@ -304,9 +307,16 @@ NAMES = [
 #: Names whose differing request the apiserver refuses on its own while the engine denies nothing
 #: (a request differing from its limit is GS006 only for the GPU-sharing names).
 WARNED_OR_PLAIN = ("cpu", "aliyun.com/gpu-count", "aliyun.com/gpu")
+#: Other spellings of whole amounts (the apiserver stores ``3e1`` as ``30``, ``4000`` as ``4k``,
+#: keeps ``2Gi``): the verdict is the stored value's. (A fraction never reaches the policy: the
+#: apiserver refuses a non-integer extended resource of a built-in kind itself.)
+SPELLINGS = {
+    MEM: ["2e0", "0.002k", "4000", "2Gi", "0e3", "512Mi"],
+    CORE: ["3e1", "0.05k", "50000m", "33e0", "1e2", "105e0", "0.5Ki"],
+}
 VALUES = {
-    MEM: ["0", "1", "2", "40"],
-    CORE: ["0", "3", "5", "7", "30", "33", "100", "105"],
+    MEM: ["0", "1", "2", "40", *SPELLINGS[MEM]],
+    CORE: ["0", "3", "5", "7", "30", "33", "100", "105", *SPELLINGS[CORE]],
     "aliyun.com/gpu-core": ["50"],
     "aliyun.com/gpu-memory": ["2"],
     "aliyun.com/gpu-count": ["1"],
@@ -328,7 +338,7 @@ def containers(draw: st.DrawFn, prefix: str) -> list[dict[str, Any]]:
             if how == "both":
                 requests[name] = value
             elif how == "request-differs" and name not in WARNED_OR_PLAIN:
-                requests[name] = str(int(value) + 5)
+                requests[name] = str(int(parse_quantity(value).amount) + 5)
         out.append(container(f"{prefix}{i}", limits, requests))
     return out
 
@@ -342,11 +352,34 @@ def workloads(draw: st.DrawFn) -> dict[str, Any]:
     return wrap(draw(st.sampled_from(["Pod", "Pod", "Deployment", "Job", "CronJob"])), p)
 
 
+def stored(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object with its containers' quantities as the apiserver stores them (what the webhook
+    and the policy see); the test below checks that text against the apiserver."""
+    out = copy.deepcopy(obj)
+    spec = out["spec"]
+    if out["kind"] == "CronJob":
+        spec = spec["jobTemplate"]["spec"]
+    if out["kind"] != "Pod":
+        spec = spec["template"]["spec"]
+    for key in ("containers", "initContainers"):
+        for ctr in spec.get(key, []):
+            for where in ("limits", "requests"):
+                values = ctr["resources"].get(where, {})
+                for name, value in values.items():
+                    values[name] = parse_quantity(value).stored
+    return out
+
+
 @given(obj=workloads())
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_policy_agrees_with_the_rules_engine(env: Env, obj: dict[str, Any]) -> None:
     obj = copy.deepcopy(obj)
     stateless = [f for f in evaluate(obj, EMPTY_CONTEXT) if f.rule_id in POLICY_RULES and f.verdict == "deny"]
+    # The verdict is the stored value's: the same findings for the object as the apiserver keeps it.
+    seen = [
+        f for f in evaluate(stored(obj), EMPTY_CONTEXT) if f.rule_id in POLICY_RULES and f.verdict == "deny"
+    ]
+    assert [f.rule_id for f in seen] == [f.rule_id for f in stateless]
     r = env.kube.create(obj)
     if not stateless:
         assert r.status == 201, (r.status, r.message)
@@ -361,14 +394,66 @@ def test_policy_agrees_with_the_rules_engine(env: Env, obj: dict[str, Any]) -> N
     fired = set(RULE_ID.findall(r.message))
     assert fired and fired <= {f.rule_id for f in stateless}, (r.message, [f.message for f in stateless])
     text = r.message.split("denied request: ", 1)[1]
-    # The same message, but for GS012's did-you-mean (difflib has no CEL counterpart).
-    expected = [DID_YOU_MEAN.sub("", f.message) for f in stateless]
+    # The webhook's message (it sees the stored object), but for GS012's did-you-mean (difflib has
+    # no CEL counterpart).
+    expected = [DID_YOU_MEAN.sub("", f.message) for f in seen]
     assert text in expected, (text, expected)
+
+
+# --- the value the apiserver stores ----------------------------------------------------------------
+
+
+@st.composite
+def quantity_spellings(draw: st.DrawFn) -> str:
+    """A non-negative quantity written any way the grammar allows: digits, a fraction, a decimal
+    or binary suffix, or an exponent."""
+    whole = draw(st.sampled_from(["0", "1", "2", "5", "007", "50", "1000", "1024", "2048", "123456"]))
+    fraction = draw(st.sampled_from(["", "", ".", ".5", ".05", ".500", ".000001", ".0000000001"]))
+    if whole == "0" and fraction == ".":
+        fraction = ""
+    suffix = draw(
+        st.sampled_from(
+            ["", "n", "u", "m", "k", "M", "G", "Ki", "Mi", "Gi", "e0", "e1", "e3", "e-3", "E2", "e-9"]
+        )
+    )
+    return f"{whole}{fraction}{suffix}"
+
+
+@given(spellings=st.lists(quantity_spellings(), min_size=1, max_size=6, unique=True))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_the_stored_text_is_the_one_the_apiserver_stores(env: Env, spellings: list[str]) -> None:
+    """Quantities of a non-GPU resource (memory), so only the stored text is at stake."""
+    containers = [container(f"c{i}", {"memory": s}) for i, s in enumerate(spellings)]
+    r = env.kube.create(pod("spellings", containers))
+    assert r.status == 201, (r.status, r.message)
+    got = [c["resources"]["limits"]["memory"] for c in r.body["spec"]["containers"]]
+    assert got == [parse_quantity(s).stored for s in spellings], spellings
 
 
 # --- custom resources: raw values and wildcard paths -----------------------------------------------
 
-RAW_VALUES: list[Any] = [0, 2, 5, 30, 33, 105, "2", "33", "1.5", "2Gi", -1, "-5", 2.5, True, "abc"]
+RAW_VALUES: list[Any] = [
+    0,
+    2,
+    5,
+    30,
+    33,
+    105,
+    "2",
+    "33",
+    "1.5",
+    "2Gi",
+    -1,
+    "-5",
+    2.5,
+    True,
+    "abc",
+    "3e1",
+    "5000m",
+    "-0",
+    "1Ki",
+    "1.5Ki",
+]
 
 
 @st.composite

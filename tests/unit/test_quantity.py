@@ -6,8 +6,19 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from gpushare.api.quantity import MAX_AMOUNT, QuantityError, integer_or_none, parse_quantity, quantity_or_none
+from gpushare.admission.quantity import parse_amount
+from gpushare.api.quantity import (
+    MAX_AMOUNT,
+    QuantityError,
+    canonical,
+    integer_or_none,
+    parse_quantity,
+    quantity_or_none,
+    stored,
+)
 from gpushare.policy.views import quantity_int
 
 
@@ -79,3 +90,89 @@ def test_integer_or_none(value: Any, expected: int | None) -> None:
 )
 def test_views_read_every_quantity(value: Any, expected: int) -> None:
     assert quantity_int(value) == expected
+
+
+# --- the value the apiserver stores (issue 22): every spelling is judged as its stored text -------
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        # measured against kube-apiserver v1.34 (a Pod's memory limit, dry run); the integration
+        # test test_admission_policy.py checks generated spellings against the live apiserver
+        pytest.param("5e1", "50", id="exponent-not-multiple-of-3"),
+        pytest.param("0.05k", "50", id="fraction-k"),
+        pytest.param("50000m", "50", id="milli"),
+        pytest.param("5000", "5k", id="trailing-000"),
+        pytest.param("1.5", "1500m", id="fraction"),
+        pytest.param("2048Mi", "2Gi", id="binary-multiple-of-8"),
+        pytest.param("1536Mi", "1536Mi", id="binary-not-a-power"),
+        pytest.param("0.5Ki", "512", id="binary-below-1Ki"),
+        pytest.param("12e2", "1200", id="exponent-2"),
+        pytest.param("33e0", "33e0", id="kept-e0"),
+        pytest.param("1E3", "1E3", id="kept-E3"),
+        pytest.param("+5", "+5", id="kept-plus"),
+        pytest.param("05", "05", id="kept-leading-zero"),
+        pytest.param("1.500", "1.500", id="kept-milli-digits"),
+        pytest.param("3Gi", "3Gi", id="kept-binary"),
+        pytest.param("-0", "0", id="minus-zero"),
+        pytest.param("0Gi", "0", id="zero-binary"),
+        pytest.param("5n", "1m", id="rounded-up-to-milli"),
+        pytest.param("100u", "1m", id="micro"),
+    ],
+)
+def test_stored_is_the_apiservers_text(text: str, kept: str) -> None:
+    assert parse_quantity(text).stored == kept
+
+
+#: Non-negative quantities within int64, in any spelling of the grammar.
+SPELLINGS = st.builds(
+    lambda whole, fraction, suffix: f"{whole}{fraction}{suffix}",
+    st.sampled_from(["0", "1", "2", "5", "007", "30", "33", "50", "100", "1000", "1024", "2048", "123456"]),
+    st.sampled_from(["", ".", ".0", ".5", ".05", ".500", ".000001", ".0000000001"]),
+    st.sampled_from(
+        ["", "n", "u", "m", "k", "M", "G", "Ki", "Mi", "Gi", "e0", "e1", "e2", "e3", "e-3", "E2", "e-9", "e6"]
+    ),
+)
+
+
+def _verdict(raw: object) -> tuple[int | None, str | None]:
+    amount = parse_amount(raw)
+    error = amount.error
+    if error is not None and error.startswith("has a unit suffix"):
+        error = "has a unit suffix"  # the suffix as written: Mi for 2048Mi, Gi once stored as 2Gi
+    return amount.value, error
+
+
+@given(SPELLINGS)
+def test_a_spelling_and_its_stored_text_get_the_same_verdict(text: str) -> None:
+    """``gpushare check`` (the text as written) and the webhook (the text the apiserver stores)
+    judge every spelling alike: exponent, suffix and decimal spellings of one amount."""
+    q = parse_quantity(text)
+    assert _verdict(text) == _verdict(q.stored) == _verdict(q.canonical)
+    value, error = _verdict(text)
+    if error is None:
+        assert value == q.amount  # a whole amount is that amount, however written
+    else:
+        assert q.amount != q.amount.to_integral_value() or (q.is_binary and q.amount % 1024 == 0)
+
+
+@given(SPELLINGS)
+def test_canonical_keeps_the_amount_and_is_a_fixed_point(text: str) -> None:
+    q = parse_quantity(text)
+    again = parse_quantity(q.canonical)
+    assert again.nano == q.nano
+    assert again.canonical == q.canonical == canonical(again)
+    assert parse_quantity(q.stored).nano == q.amount.quantize(Decimal("1e-3"), rounding="ROUND_UP")
+    assert stored(parse_quantity(q.stored)) == q.stored
+
+
+@given(st.integers(0, 10**6), st.sampled_from(["", "e0", "k", "m"]))
+def test_whole_numbers_in_every_spelling_are_their_amount(n: int, how: str) -> None:
+    text = {
+        "": str(n),
+        "e0": f"{n}e0",
+        "k": f"{n / 1000}k" if n % 1000 else f"{n // 1000}k",
+        "m": f"{n * 1000}m",
+    }[how]
+    assert parse_amount(text).value == n

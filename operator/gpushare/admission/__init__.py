@@ -1,9 +1,11 @@
 """The admission rules engine (pure): the webhook and ``gpushare check`` both call :func:`evaluate`.
 
 Rule ids are stable (``GSnnn-*`` for pods and workloads, ``GPnnn-*`` for GPUSharePools); the
-table is :data:`RULES` and docs/admission-rules.md.
+table is :data:`RULES` (:mod:`gpushare.admission.catalog`) and docs/admission-rules.md.
 """
 
+from gpushare.admission.catalog import RULES, AdmissionRule, Verdict
+from gpushare.admission.catalog import AdmissionRule as Rule
 from gpushare.admission.kinds import (
     BUILTIN_KINDS,
     DEFAULT_TABLE,
@@ -15,16 +17,7 @@ from gpushare.admission.kinds import (
     object_name,
     table_with,
 )
-from gpushare.admission.model import (
-    EMPTY_CONTEXT,
-    RULES,
-    Context,
-    Finding,
-    NodeInfo,
-    Rule,
-    Verdict,
-    node_info,
-)
+from gpushare.admission.model import EMPTY_CONTEXT, Context, Finding, NodeInfo, node_info
 from gpushare.admission.podspecs import pod_specs, requests_gpu_sharing
 from gpushare.admission.quantity import Amount, parse_amount
 from gpushare.admission.rules import evaluate, evaluate_pool, is_denied
@@ -35,6 +28,7 @@ __all__ = [
     "DEFAULT_TABLE",
     "EMPTY_CONTEXT",
     "RULES",
+    "AdmissionRule",
     "Amount",
     "Context",
     "Finding",

@@ -15,12 +15,17 @@ From that the module writes:
 
 * :func:`gpu_sharing_condition`: the ``matchConditions`` expression of the webhook (is GPU sharing
   asked for anywhere in the object?), so objects without it never reach the webhook;
-* :func:`rule_validation`: one ValidatingAdmissionPolicy validation per stateless rule, with a
-  ``messageExpression`` that names the rule id and the fix like the Python rules engine.
+* the ValidatingAdmissionPolicy's variables: the request's containers (:func:`containers_variable`,
+  :func:`container_groups_variable`) and its GPU containers with their values read once
+  (:func:`gpu_entries`), over which each stateless rule's CEL form (its record in
+  :mod:`gpushare.admission.catalog`) is a few comparisons; :mod:`gpushare.admission.policy`
+  assembles them;
+* the building blocks of the rules' CEL forms: :func:`number`, :func:`reason`, :func:`shown`,
+  :func:`res_field`.
 
 Every expression is safe on objects that lack any of the fields (``has()`` before each step) and
-on requests without an object (``object != null``). Values are compared the way
-:func:`gpushare.admission.quantity.parse_amount` reads them: an int, or a string of digits.
+on requests without an object (``object != null``). Values are read the way
+:func:`gpushare.admission.quantity.parse_amount` reads them, with Kubernetes' CEL quantity library.
 """
 
 from __future__ import annotations
@@ -33,6 +38,16 @@ from dataclasses import dataclass
 from gpushare import constants as c
 from gpushare.admission.kinds import KindsError, WorkloadKind, container_label, pod_labels_path
 from gpushare.admission.kinds import parse_path as parse_table_path
+from gpushare.admission.quantity import (
+    IS_BOOLEAN,
+    IS_EMPTY,
+    IS_NEGATIVE,
+    MAX_TEXT,
+    NOT_A_NUMBER,
+    NOT_WHOLE,
+    SUFFIX_REASON,
+    type_reason,
+)
 
 #: ACK's multi-GPU sharing pod label (it has the name of the node resource it refers to).
 POD_LABEL_GPU_COUNT = c.RES_GPU_COUNT
@@ -139,9 +154,12 @@ def kind_paths(kind: WorkloadKind) -> KindPaths | None:
 # --- expression building blocks --------------------------------------------------------------------
 
 
-def _str(text: str) -> str:
+def string_literal(text: str) -> str:
     """A CEL string literal."""
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+_str = string_literal
 
 
 class _Vars:
@@ -211,137 +229,71 @@ def gpu_sharing_condition(kind: KindPaths) -> str:
     return "object != null && (" + " || ".join(parts) + ")"
 
 
-# --- the stateless rules as ValidatingAdmissionPolicy validations ----------------------------------
+# --- values, as the rules engine reads them (gpushare.admission.quantity.parse_amount) -----------
 #
-# The policy has a variable ``containers``: one entry per container of the object, found through
-# the same paths, as ``{'label', 'name', 'l' (limits), 'q' (requests)}`` (missing maps are {}).
-# Each rule is a predicate over one entry; values are read as parse_amount reads them and bound
-# once with the one-element-list idiom (``[value].all(v, ...)``), which every CEL version has.
+# The policy judges what the apiserver stores. A quantity is read with Kubernetes' own CEL quantity
+# library (``isQuantity``, ``quantity``), so ``5e1``, ``0.05k`` and ``50000m`` are 50 as they are to
+# the apiserver (which stores them as ``50`` in a built-in object); a binary suffix on a whole number of
+# KiB (``2Gi``, the one spelling the apiserver keeps; ``1.5Ki`` is stored as ``1536``) is refused.
 
 CORE = c.RES_GPU_CORE
 MEM = c.RES_GPU_MEM
 
 
-def _bind(name: str, value: str, body: str, *, text: bool = False) -> str:
-    return f"[{value}].map({name}, {body})[0]" if text else f"[{value}].all({name}, {body})"
+def _amount(q: str) -> str:
+    """The whole part of quantity ``q`` as an int (``isInteger`` is false for ``5000m``, whose
+    amount is the whole 5: Kubernetes' ``AsInt64`` does not reduce a negative scale)."""
+    return f"({q}.isInteger() ? {q}.asInteger() : int({q}.asApproximateFloat()))"
+
+
+def _whole(q: str) -> str:
+    return f"({q}.isInteger() || quantity(string({_amount(q)})).compareTo({q}) == 0)"
 
 
 def number(v: str) -> str:
-    """-2 absent (null), -1 malformed, else the whole number (capped above at 1000000)."""
+    """The value ``v`` as a whole number >= 0 (:func:`parse_amount`'s ``value``), or -1 when the
+    engine finds it malformed. ``v`` is a variable (it is read several times)."""
+    q = f"quantity({v})"
+    n = _amount(q)
     return (
-        f"({v} == null ? -2 : (type({v}) == int ? ({v} >= 0 ? {v} : -1)"
-        f" : (type({v}) == string && {v}.matches('^[0-9]{{1,18}}$') ? int({v})"
-        f" : (type({v}) == string && {v}.matches('^[0-9]+$') ? 1000000 : -1))))"
+        f"(type({v}) == int ? ({v} >= 0 ? {v} : -1)"
+        f" : (type({v}) == string && size({v}) <= {MAX_TEXT} && isQuantity({v})"
+        f" ? (({q}.isLessThan(quantity('0')) || !{_whole(q)}"
+        f" || ({v}.endsWith('i') && {n} >= 1024 && {n} % 1024 == 0)) ? -1 : {n})"
+        " : -1))"
     )
 
 
-def _value(e: str, resource: str) -> str:
-    """The effective value (limit when set, else request; rules.py ``_pick``), or null."""
-    r = _str(resource)
-    return f"({r} in {e}.l ? {e}.l[{r}] : ({r} in {e}.q ? {e}.q[{r}] : null))"
-
-
-def _where(e: str, resource: str) -> str:
-    return f"({_str(resource)} in {e}.l ? 'limits' : 'requests')"
-
-
-def with_values(e: str, body: str, *, text: bool = False) -> str:
-    """Bind cv/mv (core and memory values) and cn/mn (their numbers) around ``body``."""
-    inner = _bind("mn", number("mv"), body, text=text)
-    inner = _bind("cn", number("cv"), inner, text=text)
-    inner = _bind("mv", _value(e, MEM), inner, text=text)
-    return _bind("cv", _value(e, CORE), inner, text=text)
-
-
-def shown(v: str, n: str) -> str:
-    """The value as the rules engine prints it: ``33``, ``'1.5'``."""
+def reason(v: str) -> str:
+    """Why ``v`` is malformed, in the engine's words (:func:`parse_amount`'s ``error``)."""
+    q = f"quantity({v})"
     return (
-        f'(type({v}) == string ? ({n} >= 0 ? {v} : "\'" + {v} + "\'")'
+        f"(type({v}) == bool ? {_str(IS_BOOLEAN)}"
+        f" : (type({v}) == double ? ({v} < 0.0 ? {_str(IS_NEGATIVE)} : {_str(NOT_WHOLE)})"
+        f" : (type({v}) == int ? {_str(IS_NEGATIVE)}"
+        f" : (type({v}) == null_type ? {_str(IS_EMPTY)}"
+        f" : (type({v}) == map ? {_str(type_reason('dict'))}"
+        f" : (type({v}) == list ? {_str(type_reason('list'))}"
+        f" : (type({v}) != string || size({v}) > {MAX_TEXT} ? {_str(NOT_A_NUMBER)}"
+        f" : (!isQuantity({v}) ? ({v}.startsWith('-') ? {_str(IS_NEGATIVE)} : {_str(NOT_A_NUMBER)})"
+        f" : ({q}.isLessThan(quantity('0')) ? {_str(IS_NEGATIVE)}"
+        f" : (!{_whole(q)} ? {_str(NOT_WHOLE)}"
+        f" : {_str(SUFFIX_REASON.split('{', 1)[0])} + {v}.substring(size({v}) - 2)"
+        f" + {_str(SUFFIX_REASON.split('}', 1)[1])}))))))))))"
+    )
+
+
+def shown(v: str) -> str:
+    """The value as the rules engine prints it: ``33``, ``5e1``, ``'1.5'`` (quoted when malformed)."""
+    return (
+        f'(type({v}) == string ? ({number(v)} >= 0 ? {v} : "\'" + {v} + "\'")'
         f" : (type({v}) == int || type({v}) == double || type({v}) == bool ? string({v}) : 'a non-number'))"
     )
 
 
-def _tag(rule_id: str) -> str:
-    return f"(rule {rule_id})"
-
-
-@dataclass(frozen=True)
-class CelRule:
-    """One stateless rule over one container entry ``e`` (with cv, mv, cn, mn bound)."""
-
-    rule_id: str
-    bad: Callable[[str], str]  # e -> CEL bool
-    detail: Callable[[str], str]  # e -> CEL string: ``field=value problem (rule id); fix``
-    #: The same without the container's values (for containers under wildcard paths).
-    summary: str
-    #: Whether ``bad``/``detail`` read cv, mv, cn, mn (see :func:`with_values`).
-    values: bool = True
-
-    def bind(self, e: str, body: str, *, text: bool = False) -> str:
-        return with_values(e, body, text=text) if self.values else body
-
-
-def _gs001_detail(e: str) -> str:
-    tag = _tag("GS001-core-percentage-step")
-    return (
-        f"'resources.' + {_where(e, CORE)} + '[\"{CORE}\"]=' + {shown('cv', 'cn')} + (cn >= 0"
-        f" ? ' is not a multiple of 5 {tag}; use ' + string(cn - cn % 5) + ' or ' + string(cn - cn % 5 + 5)"
-        f" : ' is not a whole number; the GPU compute share is a whole multiple of 5 from 5 to 100 {tag};"
-        " write a number such as 30')"
-    )
-
-
-def _gs002_detail(e: str) -> str:
-    tag = _tag("GS002-core-percentage-range")
-    return (
-        f"'resources.' + {_where(e, CORE)} + '[\"{CORE}\"]=' + {shown('cv', 'cn')}"
-        f" + ' is outside 5..100 (percent of one GPU) {tag}; '"
-        " + (cn < 5 ? 'use 5 for the smallest share' : 'use at most 100 (one whole GPU)')"
-    )
-
-
-def _gs003_detail(e: str) -> str:
-    tag = _tag("GS003-core-without-mem")
-    return (
-        f'\'resources.limits["{MEM}"] is missing but the container asks for "{CORE}"=\' + {shown("cv", "cn")}'
-        f" + ' {tag}; add \"{MEM}\" (GiB of GPU memory) to the same container'"
-    )
-
-
-def _gs004_detail(e: str) -> str:
-    tag = _tag("GS004-mem-positive-integer")
-    return (
-        f"'resources.' + {_where(e, MEM)} + '[\"{MEM}\"]=' + {shown('mv', 'mn')} + (mn == 0"
-        f" ? ' is zero; GPU memory is a positive whole number of GiB {tag};"
-        f' ask for at least 1, or remove "{MEM}"\''
-        f" : ' is not a whole number; GPU memory is a positive whole number of GiB {tag};"
-        " write a whole number of GiB such as 2')"
-    )
-
-
-def _mismatch(e: str, resource: str) -> str:
-    r = _str(resource)
-    req, lim = f"{e}.q[{r}]", f"{e}.l[{r}]"
-    same = _bind("a", number(req), _bind("b", number(lim), f"(a >= 0 && b >= 0 ? a == b : {req} == {lim})"))
-    return f"({r} in {e}.q && (!({r} in {e}.l) || !{same}))"
-
-
-def _gs006_detail(e: str) -> str:
-    tag = _tag("GS006-request-limit-mismatch")
-
-    def one(resource: str) -> str:
-        r = _str(resource)
-        req, lim = f"{e}.q[{r}]", f"{e}.l[{r}]"
-        return (
-            f"'resources.requests[\"{resource}\"]=' + {shown(req, number(req))} + ({r} in {e}.l"
-            f" ? ' differs from the limit ' + {shown(lim, number(lim))}"
-            f" + ' {tag}; set requests equal to limits,"
-            " or drop requests'"
-            f" : ' is set without a limit; extended resources are allocated by their limit {tag};"
-            f' set resources.limits["{resource}"] to the same value\')'
-        )
-
-    return f"({_mismatch(e, MEM)} ? {one(MEM)} : {one(CORE)})"
+def res_field(where: str, resource: str) -> str:
+    """The CEL string ``resources.<where>["<resource>"]`` (``where`` a CEL string)."""
+    return f"'resources.' + {where} + '[\"{resource}\"]'"
 
 
 def _unknown_name(var: str) -> str:
@@ -349,70 +301,54 @@ def _unknown_name(var: str) -> str:
     return f"({_gpu_key(var)} && !({var} in [{known}]))"
 
 
-#: GS012's problem and fix as the rules engine writes them (rules.py ``_check_names``), less the
-#: did-you-mean (difflib has no CEL counterpart).
-GS012_TEXT = (
-    "is not a resource any GPU-sharing node offers; the pod would stay Pending"
-    f" {_tag('GS012-unknown-gpu-resource')}; the device plugin offers {c.RES_GPU_MEM} and {c.RES_GPU_CORE}"
-)
+def _value(e: str, resource: str) -> str:
+    """The effective value (the limit when set, else the request; rules.py ``_pick``)."""
+    r = _str(resource)
+    return f"({r} in {e}.l ? {e}.l[{r}] : ({r} in {e}.q ? {e}.q[{r}] : null))"
 
 
-def _gs012_detail(e: str) -> str:
-    def name(m: str, where: str) -> str:
-        value = f"{e}.{m}[u]"
-        return (
-            f"[{e}.{m}.filter(r, {_unknown_name('r')})[0]].map(u, 'resources.{where}[\"' + u + '\"]='"
-            f" + {shown(value, number(value))} + {_str(' ' + GS012_TEXT)})[0]"
-        )
+def _mismatch(e: str, resource: str) -> str:
+    """``REQUEST_LIMIT`` for one resource: a request without a limit, or one that differs from it (by number;
+    else by the text, or the amount of two quantities)."""
+    r = _str(resource)
+    req, lim = f"{e}.q[{r}]", f"{e}.l[{r}]"
+    a, b = number(req), number(lim)
+    same_amount = (
+        f"(type({req}) == string && type({lim}) == string && isQuantity({req}) && isQuantity({lim})"
+        f" && quantity({req}).compareTo(quantity({lim})) == 0)"
+    )
+    differs = f"({a} >= 0 && {b} >= 0 ? {a} != {b} : !({req} == {lim} || {same_amount}))"
+    return f"({r} in {e}.q && (!({r} in {e}.l) || ({req} != {lim} && {differs})))"
 
-    return f"({e}.l.exists(r, {_unknown_name('r')}) ? {name('l', 'limits')} : {name('q', 'requests')})"
 
+def gpu_entries(entries: str) -> str:
+    """The GPU containers of a list of container entries, each with what the rules read, computed
+    once per admission request (CEL variables are evaluated at most once):
 
-STATELESS_RULES: tuple[CelRule, ...] = (
-    CelRule(
-        "GS012-unknown-gpu-resource",
-        lambda e: f"({e}.l.exists(r, {_unknown_name('r')}) || {e}.q.exists(r, {_unknown_name('r')}))",
-        _gs012_detail,
-        f"asks for an aliyun.com/gpu* resource no node offers {_tag('GS012-unknown-gpu-resource')};"
-        f" the device plugin offers {c.RES_GPU_MEM} and {c.RES_GPU_CORE}",
-        values=False,
-    ),
-    CelRule(
-        "GS006-request-limit-mismatch",
-        lambda e: f"({_mismatch(e, MEM)} || {_mismatch(e, CORE)})",
-        _gs006_detail,
-        f"requests a GPU-sharing resource that differs from (or lacks) its limit"
-        f" {_tag('GS006-request-limit-mismatch')}; set requests equal to limits, or drop requests",
-        values=False,
-    ),
-    CelRule(
-        "GS004-mem-positive-integer",
-        lambda e: "(mn == -1 || mn == 0)",
-        _gs004_detail,
-        f'"{MEM}" is not a positive whole number of GiB {_tag("GS004-mem-positive-integer")};'
-        " write a whole number of GiB such as 2",
-    ),
-    CelRule(
-        "GS001-core-percentage-step",
-        lambda e: "(cn == -1 || (cn >= 5 && cn <= 100 && cn % 5 != 0))",
-        _gs001_detail,
-        f'"{CORE}" is not a whole multiple of 5 {_tag("GS001-core-percentage-step")};'
-        " use the nearest multiple of 5",
-    ),
-    CelRule(
-        "GS002-core-percentage-range",
-        lambda e: "(cn >= 0 && (cn < 5 || cn > 100))",
-        _gs002_detail,
-        f'"{CORE}" is outside 5..100 {_tag("GS002-core-percentage-range")}; ask for 5..100',
-    ),
-    CelRule(
-        "GS003-core-without-mem",
-        lambda e: "(cn != -2 && mn == -2)",
-        _gs003_detail,
-        f'asks for "{CORE}" without "{MEM}" {_tag("GS003-core-without-mem")};'
-        f' add "{MEM}" (GiB of GPU memory) to the same container',
-    ),
-)
+    ``label``, ``name``, ``l``/``q`` (limits, requests); ``cv``/``mv`` the core and memory values
+    (limit, else request; null when absent); ``cw``/``mw`` where they are (``limits``,
+    ``requests``); ``cn``/``mn`` their numbers (-2 absent, -1 malformed, else the whole number);
+    ``c6``/``m6`` whether the request breaks ``REQUEST_LIMIT``; ``ul``/``uq`` the unknown ``aliyun.com/gpu*``
+    names of limits and requests (``UNKNOWN_RESOURCE``)."""
+    asks = f"(e.l.exists(r, {_gpu_key('r')}) || e.q.exists(r, {_gpu_key('r')}))"
+    first = (
+        "{'label': e.label, 'name': e.name, 'l': e.l, 'q': e.q,"
+        f" 'ch': dyn({_str(CORE)} in e.l || {_str(CORE)} in e.q),"
+        f" 'mh': dyn({_str(MEM)} in e.l || {_str(MEM)} in e.q),"
+        f" 'cw': dyn({_str(CORE)} in e.l ? 'limits' : 'requests'),"
+        f" 'mw': dyn({_str(MEM)} in e.l ? 'limits' : 'requests'),"
+        f" 'ul': dyn(e.l.filter(r, {_unknown_name('r')})), 'uq': dyn(e.q.filter(r, {_unknown_name('r')})),"
+        f" 'm6': dyn({_mismatch('e', MEM)}), 'c6': dyn({_mismatch('e', CORE)}),"
+        f" 'cv': dyn({_value('e', CORE)}), 'mv': dyn({_value('e', MEM)})}}"
+    )
+    numbers = (
+        "{'label': e.label, 'name': e.name, 'l': e.l, 'q': e.q, 'cw': e.cw, 'mw': e.mw,"
+        " 'ul': e.ul, 'uq': e.uq, 'm6': e.m6, 'c6': e.c6, 'cv': e.cv, 'mv': e.mv,"
+        f" 'cn': dyn(e.cv == null ? (e.ch ? -1 : -2) : {number('e.cv')}),"
+        f" 'mn': dyn(e.mv == null ? (e.mh ? -1 : -2) : {number('e.mv')})}}"
+    )
+    return f"{entries}.filter(e, {asks}).map(e, {first}).map(e, {numbers})"
+
 
 #: A VAP variable: the object named as the rules engine does (``Kind/namespace/name``).
 OBJECT_NAME = (
@@ -437,7 +373,7 @@ def _default_name(path: str) -> str:
     return "main" if last.field in ("container", "script") else last.field
 
 
-def _entry(x: str, label: str, default: str = "?") -> str:
+def entry(x: str, label: str, default: str = "?") -> str:
     def res(where: str) -> str:
         return f"(has({x}.resources) && has({x}.resources.{where}) ? {x}.resources.{where} : {{}})"
 
@@ -455,12 +391,12 @@ def _flat(base: str, steps: Sequence[Step], label: str, default: str, var: str =
     if any(s.field is None for s in steps) or any(s.items for s in steps[:-1]):
         return None
     if not steps:
-        return f"[{_entry(base, label, default)}]"
+        return f"[{entry(base, label, default)}]"
     nodes = _nodes(base, steps)
     guard = " && ".join(f"has({n})" for n in nodes)
     if steps[-1].items:
-        return f"({guard} ? {nodes[-1]}.map({var}, {_entry(var, label, default)}) : [])"
-    return f"({guard} ? [{_entry(nodes[-1], label, default)}] : [])"
+        return f"({guard} ? {nodes[-1]}.map({var}, {entry(var, label, default)}) : [])"
+    return f"({guard} ? [{entry(nodes[-1], label, default)}] : [])"
 
 
 def _grouped(base: str, steps: Sequence[Step], label: str, default: str) -> str | None:
@@ -485,7 +421,7 @@ def _grouped(base: str, steps: Sequence[Step], label: str, default: str) -> str 
     return f"({guard} ? {mapped} : [])"
 
 
-def _locations(kinds: Sequence[KindPaths]) -> dict[str, tuple[str, list[str]]]:
+def locations(kinds: Sequence[KindPaths]) -> dict[str, tuple[str, list[str]]]:
     """container path -> (label, ["group/plural", ...]) over every kind."""
     out: dict[str, tuple[str, list[str]]] = {}
     for kind in kinds:
@@ -499,14 +435,24 @@ def _variable(
     build: Callable[[str, Sequence[Step], str, str], str | None],
     resource_var: str,
 ) -> str:
-    parts = []
-    for path, (label, resources) in _locations(kinds).items():
+    """One list for the request's kind: a chain of ``resource == kind ? its lists : ...``, so that
+    only the request's own paths are evaluated (kinds with the same paths share a branch)."""
+    per: dict[str, list[str]] = {}
+    for path, (label, resources) in locations(kinds).items():
         expr = build("object", parse_path(path), label, _default_name(path))
         if expr is None:
             continue
-        known = ", ".join(_str(r) for r in resources)
-        parts.append(f"({resource_var} in [{known}] ? {expr} : [])")
-    return " + ".join(parts) if parts else "[]"
+        for resource in resources:
+            per.setdefault(resource, []).append(expr)
+    shared: dict[tuple[str, ...], list[str]] = {}
+    for resource, exprs in per.items():
+        shared.setdefault(tuple(exprs), []).append(resource)
+    text = "[]"
+    for branch, names in reversed(list(shared.items())):
+        known = ", ".join(_str(r) for r in names)
+        test = f"{resource_var} == {known}" if len(names) == 1 else f"{resource_var} in [{known}]"
+        text = f"({test} ? {' + '.join(branch)} : {text})"
+    return text
 
 
 def containers_variable(kinds: Sequence[KindPaths], resource_var: str = "variables.resource") -> str:
@@ -531,55 +477,35 @@ def _covered(path: str) -> bool:
     return _flat("object", steps, "", "") is not None or _grouped("object", steps, "", "") is not None
 
 
-def _entry_ok(rule: CelRule, label: str, x: str) -> str:
-    """The rule holds for the container at ``x`` (its entry bound once as ``e``: the rule reads ``e``
-    many times, and an inlined entry would multiply the expression's size)."""
-    return f"[{_entry(x, label)}].all(e, {rule.bind('e', '!' + rule.bad('e'))})"
+def uncovered(kinds: Sequence[KindPaths]) -> dict[str, tuple[str, list[str]]]:
+    """The container paths no variable covers (each rule walks them itself), as :func:`locations`."""
+    return {path: where for path, where in locations(kinds).items() if not _covered(path)}
 
 
-def rule_validation(
-    rule: CelRule,
-    kinds: Sequence[KindPaths],
-    *,
-    containers_var: str = "variables.containers",
-    groups_var: str = "variables.containerGroups",
-    name_var: str = "variables.objectName",
-    resource_var: str = "variables.resource",
-) -> dict[str, str]:
-    """The VAP validation of one rule: expression, messageExpression, message, reason."""
-    ok = rule.bind("e", "!" + rule.bad("e"))
-    bad = rule.bind("e", rule.bad("e"))
-    shown_entry = (
-        f".map(e, e.label + ' \"' + e.name + '\": ' + {rule.bind('e', rule.detail('e'), text=True)})[0]"
-    )
-    checks = [f"{containers_var}.all(e, {ok})", f"{groups_var}.all(g, g.all(e, {ok}))"]
-    fallback = _str(f"a container {rule.summary}")
-    for path, (label, resources) in _locations(kinds).items():
-        if _covered(path):
-            continue
-        known = ", ".join(_str(r) for r in resources)
-        walked = all_at(path, functools.partial(_entry_ok, rule, label))
-        checks.append(f"(!({resource_var} in [{known}]) || {walked})")
-    message = (
-        f"{name_var} + ': ' + ({containers_var}.exists(e, {bad})"
-        f" ? {containers_var}.filter(e, {bad}){shown_entry}"
-        f" : ({groups_var}.exists(g, g.exists(e, {bad}))"
-        f" ? {groups_var}.filter(g, g.exists(e, {bad}))[0].filter(e, {bad}){shown_entry}"
-        f" : {fallback}))"
-    )
-    return {
-        "expression": " && ".join(checks),
-        "messageExpression": message,
-        "message": f"{rule.summary}",
-        "reason": "Invalid",
-    }
+def _is_resource(kinds: Sequence[KindPaths]) -> str:
+    """Whether the request is for one of ``kinds`` (plain comparisons of its group and resource)."""
+    by_group: dict[str, list[str]] = {}
+    for k in kinds:
+        by_group.setdefault(k.group, []).append(k.plural)
+    tests = []
+    for group, plurals in by_group.items():
+        names = ", ".join(_str(p) for p in plurals)
+        plural = (
+            f"request.resource.resource == {names}"
+            if len(plurals) == 1
+            else f"request.resource.resource in [{names}]"
+        )
+        tests.append(f"request.resource.group == {_str(group)} && {plural}")
+    return " || ".join(f"({t})" for t in tests) if len(tests) > 1 else tests[0]
 
 
-def gpu_sharing_anywhere(kinds: Sequence[KindPaths], resource: str = RESOURCE) -> str:
-    """matchCondition for a policy over several kinds: the GPU-sharing condition of the request's kind."""
-    parts = [
-        f"({resource} == {_str(k.group + '/' + k.plural)} && "
-        f"{gpu_sharing_condition(k).removeprefix('object != null && ')})"
-        for k in kinds
-    ]
-    return "object != null && (" + " || ".join(parts) + ")"
+def gpu_sharing_anywhere(kinds: Sequence[KindPaths]) -> str:
+    """matchCondition for a policy over several kinds: the GPU-sharing condition of the request's
+    kind only (a chain on its group and resource; kinds with the same paths share one condition)."""
+    shared: dict[str, list[KindPaths]] = {}
+    for k in kinds:
+        shared.setdefault(gpu_sharing_condition(k).removeprefix("object != null && "), []).append(k)
+    text = "false"
+    for condition, same in reversed(list(shared.items())):
+        text = f"({_is_resource(same)} ? {condition} : {text})"
+    return f"object != null && {text}"

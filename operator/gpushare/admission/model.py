@@ -1,18 +1,19 @@
-"""Plain data of the admission rules engine: findings, the rule table, and the context (pools, nodes)."""
+"""Plain data of the admission rules engine: findings and the context (pools, nodes).
+
+The rule table is :mod:`gpushare.admission.catalog`."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any
 
 from gpushare import constants as c
+from gpushare.admission.catalog import Verdict
 from gpushare.api.quantity import integer_or_none
 from gpushare.api.v1alpha1 import GPUSharePool
 from gpushare.gpu.inventory import inventory_from_annotations
-
-Verdict = Literal["deny", "warn"]
 
 
 @dataclass(frozen=True)
@@ -29,170 +30,6 @@ class Finding:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-@dataclass(frozen=True)
-class Rule:
-    id: str
-    verdict: Verdict
-    #: True when the target pool's ``spec.admission.mode`` decides deny / warn / skip.
-    pool_mode: bool
-    what: str
-    fix: str
-
-
-_RULE_LIST: tuple[Rule, ...] = (
-    Rule(
-        "GS001-core-percentage-step",
-        "deny",
-        False,
-        f"`{c.RES_GPU_CORE}` is a whole number and a multiple of 5",
-        "use the nearest multiple of 5 (e.g. 30 or 35 instead of 33)",
-    ),
-    Rule(
-        "GS002-core-percentage-range",
-        "deny",
-        False,
-        f"`{c.RES_GPU_CORE}` is from 5 to 100 (100 = one whole GPU)",
-        "ask for 5..100; for more than one GPU use exclusive scheduling",
-    ),
-    Rule(
-        "GS003-core-without-mem",
-        "deny",
-        False,
-        f"a container asking for `{c.RES_GPU_CORE}` also asks for `{c.RES_GPU_MEM}`",
-        f"add `{c.RES_GPU_MEM}` (GiB) to the same container's limits",
-    ),
-    Rule(
-        "GS004-mem-positive-integer",
-        "deny",
-        False,
-        f"`{c.RES_GPU_MEM}` is a positive whole number of the device plugin's memory unit (GiB, or MiB"
-        " on pools with `devicePlugin.memoryUnit: MiB`), without a unit suffix",
-        'write e.g. `aliyun.com/gpu-mem: 2` (not "2Gi", "1.5" or 0)',
-    ),
-    Rule(
-        "GS005-mem-exceeds-gpu",
-        "deny",
-        True,
-        f"`{c.RES_GPU_MEM}` of a container (and of the pod, or of each card with `{c.RES_GPU_COUNT}`)"
-        " fits on one GPU of the target pool, in the pool's memory unit",
-        "ask for at most the per-GPU memory of the pool, or target a pool with larger GPUs",
-    ),
-    Rule(
-        "GS006-request-limit-mismatch",
-        "deny",
-        False,
-        "requests and limits of the GPU-sharing resources are equal when both are given, and limits are set",
-        "set only limits, or requests equal to limits",
-    ),
-    Rule(
-        "GS007-pool-target-missing",
-        "deny",
-        True,
-        "a pod asking for GPU sharing has a nodeSelector or required node affinity naming its pool",
-        f"add `nodeSelector: {{{c.LABEL_POOL}: <pool>}}` (or the pool's ACK labels)",
-    ),
-    Rule(
-        "GS008-pool-target-ambiguous",
-        "deny",
-        True,
-        "the pod's node constraints confine it to pools of exactly one kind (cgpu, share or core_mem)",
-        f"select one pool, e.g. `{c.LABEL_POOL}: <pool>` or `{c.LABEL_SCHEDULE}: <mode>`",
-    ),
-    Rule(
-        "GS009-pool-kind-mismatch",
-        "deny",
-        True,
-        "memory-only pods target pools without compute allocation; pods with "
-        f"`{c.RES_GPU_CORE}` target pools with it (no mixing of job types on a node)",
-        "target a pool of the matching kind, or add/remove the gpu-core.percentage request",
-    ),
-    Rule(
-        "GS010-no-isolation-sizing",
-        "warn",
-        True,
-        "a pod on a pool without memory isolation sees the whole GPU and must size itself",
-        "read ALIYUN_COM_GPU_MEM_CONTAINER / ALIYUN_COM_GPU_MEM_DEV in the application",
-    ),
-    Rule(
-        "GS011-pool-target-unknown",
-        "deny",
-        True,
-        "the pod's node constraints match at least one known pool or GPU-sharing node",
-        "fix the pool name or labels in the nodeSelector / node affinity",
-    ),
-    Rule(
-        "GS012-unknown-gpu-resource",
-        "deny",
-        False,
-        f"every `{c.GPU_RESOURCE_PREFIX}*` resource a container asks for is one a node can offer"
-        f" ({', '.join(f'`{r}`' for r in c.KNOWN_GPU_RESOURCES)}); `{c.RES_GPU_COUNT}` and"
-        " `aliyun.com/gpu` in a container are only warned about (they are not GPU-sharing requests)",
-        "fix the resource name (the message suggests the closest one); no node offers a misspelled name",
-    ),
-    Rule(
-        "GS013-gpu-count-split",
-        "deny",
-        False,
-        f'a pod labelled `{c.RES_GPU_COUNT}: "M"` (ACK multi-GPU sharing) has M a whole number >= 1,'
-        f" a total `{c.RES_GPU_MEM}` N with N/M whole, no `{c.RES_GPU_CORE}`, and targets a cgpu pool"
-        " (memory isolation, shared compute)",
-        "make N a multiple of M, drop gpu-core.percentage, and target a pool with memoryIsolation"
-        " and no computeAllocation",
-    ),
-    Rule(
-        "GS014-cgpu-disable-env",
-        "warn",
-        False,
-        "a container does not set `CGPU_DISABLE` itself (the device plugin sets it on nodes with"
-        f" `{c.LABEL_DISABLE_ISOLATION}=true`)",
-        "remove CGPU_DISABLE from the env; choose isolation by the pool (memoryIsolation) instead",
-    ),
-    Rule(
-        "GS015-workload-kind-unknown",
-        "warn",
-        False,
-        f"an object whose containers ask for `{c.GPU_RESOURCE_PREFIX}*` is of a kind whose pod templates"
-        " gpushare knows",
-        "register the kind (a workload-kinds file: `gpushare check --kinds FILE`,"
-        " `gpushare run --workload-kinds FILE`)",
-    ),
-    Rule(
-        "GP001-pool-schema",
-        "deny",
-        False,
-        "a GPUSharePool follows the API schema (field types, enums, ranges)",
-        "correct the field named in the message (see `kubectl explain gsp.spec`)",
-    ),
-    Rule(
-        "GP002-pool-compute-without-isolation",
-        "deny",
-        False,
-        "`computeAllocation: true` requires `memoryIsolation: true`",
-        "set memoryIsolation: true, or computeAllocation: false",
-    ),
-    Rule(
-        "GP003-pool-empty-selector",
-        "deny",
-        False,
-        "a pool's `nodeSelector` is not empty (an empty selector takes over every node)",
-        "select the pool's nodes, e.g. by `alibabacloud.com/nodepool-id`",
-    ),
-    Rule(
-        "GP004-pool-overlap",
-        "deny",
-        False,
-        "a pool selects no node that currently belongs to another pool",
-        "narrow one pool's nodeSelector so that each node is in at most one pool",
-    ),
-)
-
-RULES: dict[str, Rule] = {rule.id: rule for rule in _RULE_LIST}
-
-
-def rule_tag(rule_id: str) -> str:
-    return f"(rule {rule_id})"
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ containers. Malformed objects (a missing or non-object part) give fewer pods, ne
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,7 @@ from gpushare.admission.kinds import (
     POD_CONTAINERS,
     KindTable,
     PodSource,
+    WorkloadKind,
     container_key,
     container_label,
     parse_path,
@@ -156,16 +158,68 @@ def asks_gpu(ref: ContainerRef) -> bool:
 def requests_gpu_sharing(obj: Mapping[str, Any], table: KindTable = DEFAULT_TABLE) -> bool:
     """Fast check: does any container of the object's pods mention an ``aliyun.com/gpu*`` resource,
     or does a pod carry ACK's multi-GPU label ``aliyun.com/gpu-count``? (The webhook's
-    matchConditions, :func:`gpushare.admission.cel.gpu_sharing_condition`, ask the same.)"""
+    matchConditions, :func:`gpushare.admission.cel.gpu_sharing_condition`, ask the same.)
+
+    It runs on every review the webhook gets, so it only reads: the kind's paths are parsed once
+    (:func:`_gate`), and the containers are looked at where :func:`pod_likes` finds them without
+    building them."""
     kind = table.lookup(obj)
     if kind is None:
         return False
-    for source in kind.sources:
-        # The labels where the CEL looks for them, whether or not the pod spec beside them exists.
-        for _, labels in walk(obj, parse_path(pod_labels_path(source.path, source.labels))):
-            if isinstance(labels, Mapping) and POD_LABEL_GPU_COUNT in labels:
+    labels, sources = _gate(kind)
+    # The labels where the CEL looks for them, whether or not the pod spec beside them exists.
+    for steps in labels:
+        if any(isinstance(found, Mapping) and POD_LABEL_GPU_COUNT in found for found in _values(obj, steps)):
+            return True
+    for steps, containers in sources:
+        for node in _values(obj, steps):
+            if isinstance(node, Mapping) and any(
+                _names_gpu(item) for rel in containers for item in _values(node, rel)
+            ):
                 return True
-    return any(asks_gpu(ref) for pod in pod_likes(obj, table) for ref in pod.containers)
+    return False
+
+
+Steps = tuple[str, ...]
+
+
+@functools.lru_cache(maxsize=256)
+def _gate(kind: WorkloadKind) -> tuple[tuple[Steps, ...], tuple[tuple[Steps, tuple[Steps, ...]], ...]]:
+    """A kind's label paths and (pod path, container paths), parsed."""
+    labels = tuple(parse_path(pod_labels_path(s.path, s.labels)) for s in kind.sources)
+    sources = tuple(
+        (parse_path(s.path), tuple(parse_path(rel) for rel in s.containers)) for s in kind.sources
+    )
+    return labels, sources
+
+
+def _values(node: Any, steps: Steps) -> Iterator[Any]:
+    """The values :func:`walk` reaches, without their paths."""
+    if not steps:
+        yield node
+        return
+    head, rest = steps[0], steps[1:]
+    if head == "[*]" or (head == "*" and isinstance(node, list)):
+        if isinstance(node, list):
+            for item in node:
+                yield from _values(item, rest)
+    elif head == "*":
+        if isinstance(node, Mapping):
+            for value in node.values():
+                yield from _values(value, rest)
+    elif isinstance(node, Mapping) and head in node:
+        yield from _values(node[head], rest)
+
+
+def _names_gpu(item: Any) -> bool:
+    """A container whose resources name an ``aliyun.com/gpu*`` resource (as :func:`asks_gpu`)."""
+    resources = item.get("resources") if isinstance(item, Mapping) else None
+    if not isinstance(resources, Mapping):
+        return False
+    return any(
+        isinstance(names, Mapping) and any(is_gpu_resource(name) for name in names)
+        for names in (resources.get("limits"), resources.get("requests"))
+    )
 
 
 #: How deep :func:`find_gpu_container` looks into an object of an unknown kind.

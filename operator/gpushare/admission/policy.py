@@ -1,32 +1,40 @@
 """The ValidatingAdmissionPolicy that holds the stateless rules inside the apiserver (pure builder).
 
-The rules that need no cluster state (GS001 percentage step and malformed percentages, GS002 range,
-GS003 percentage without memory, GS004 malformed or zero memory, GS006 request != limit, GS012
-misspelled ``aliyun.com/gpu*`` names) are written as CEL (:mod:`gpushare.admission.cel`) for the
-same kinds, namespaces and object-selector opt-out as the webhook, so they keep denying while no
-webhook replica answers. The Python rules engine stays the reference; an integration test drives
-generated objects through the real apiserver with only this policy installed and compares.
+The rules that need no cluster state (``catalog.STATELESS``: the records with a CEL form) become
+one validation each, for the same kinds, namespaces and object-selector opt-out as the webhook,
+so they keep denying while no webhook replica answers. Their messages are the records' cases, the
+same text the Python engine writes. The work is done once per request in the policy's variables:
+the request's containers, then its GPU containers with their values read (``cel.gpu_entries``),
+so each validation is a few comparisons per GPU container. The Python rules engine stays the
+reference; an integration test drives generated objects through the real apiserver with only
+this policy installed and compares.
 
 ``python -m gpushare.admission.policy`` prints ``manifests/webhook/policy.yaml``.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import yaml
 
 from gpushare import constants as c
+from gpushare.admission.catalog import STATELESS, AdmissionRule, cel_message
 from gpushare.admission.cel import (
     OBJECT_NAME,
     RESOURCE,
-    STATELESS_RULES,
     KindPaths,
+    all_at,
     container_groups_variable,
     containers_variable,
+    entry,
+    gpu_entries,
     gpu_sharing_anywhere,
-    rule_validation,
+    string_literal,
+    uncovered,
 )
 from gpushare.admission.webhook_config import (
     TARGETS,
@@ -38,7 +46,57 @@ from gpushare.admission.webhook_config import (
 
 POLICY_NAME = "gpushare-stateless-rules.gpushare.io"
 #: The rule ids the policy enforces (the rest need pools and nodes: the webhook's job).
-POLICY_RULES: tuple[str, ...] = tuple(r.rule_id for r in STATELESS_RULES)
+POLICY_RULES: tuple[str, ...] = tuple(r.id for r in STATELESS)
+
+
+def _detail(rule: AdmissionRule) -> str:
+    """The CEL string for a broken GPU entry ``e``: ``label "name": field=value problem (rule); fix``."""
+    assert rule.cel is not None
+    *first, last = rule.cel.messages
+    text = cel_message(rule, last)
+    for message in reversed(first):
+        text = f"({message.when} ? {cel_message(rule, message)} : {text})"
+    return f"e.label + ' \"' + e.name + '\": ' + {text}"
+
+
+def _walked_ok(rule: AdmissionRule, label: str, x: str) -> str:
+    """The rule holds for the container at ``x`` (a path no variable covers)."""
+    assert rule.cel is not None
+    return f"{gpu_entries(f'[{entry(x, label)}]')}.all(e, !({rule.cel.broken}))"
+
+
+def rule_validation(
+    rule: AdmissionRule,
+    kinds: Sequence[KindPaths],
+    *,
+    gpu_var: str = "variables.gpu",
+    groups_var: str = "variables.gpuGroups",
+    name_var: str = "variables.objectName",
+    resource_var: str = "variables.resource",
+) -> dict[str, str]:
+    """The VAP validation of one stateless rule: expression, messageExpression, message, reason."""
+    assert rule.cel is not None
+    broken = f"({rule.cel.broken})"
+    checks = [f"!{gpu_var}.exists(e, {broken})", f"!{groups_var}.exists(g, g.exists(e, {broken}))"]
+    for path, (label, resources) in uncovered(kinds).items():
+        known = ", ".join(string_literal(r) for r in resources)
+        walked = all_at(path, functools.partial(_walked_ok, rule, label))
+        checks.append(f"(!({resource_var} in [{known}]) || {walked})")
+    fallback = string_literal(f"a container {rule.cel.summary} {rule.tag}")
+    detail = _detail(rule)
+    message = (
+        f"{name_var} + ': ' + ({gpu_var}.exists(e, {broken})"
+        f" ? {gpu_var}.filter(e, {broken}).map(e, {detail})[0]"
+        f" : ({groups_var}.exists(g, g.exists(e, {broken}))"
+        f" ? {groups_var}.filter(g, g.exists(e, {broken}))[0].filter(e, {broken}).map(e, {detail})[0]"
+        f" : {fallback}))"
+    )
+    return {
+        "expression": " && ".join(checks),
+        "messageExpression": message,
+        "message": f"a container {rule.cel.summary} {rule.tag}",
+        "reason": "Invalid",
+    }
 
 
 #: ``(paths, operations, versions)`` of one kind.
@@ -112,8 +170,10 @@ def build_policy(
                 {"name": "objectName", "expression": OBJECT_NAME},
                 {"name": "containers", "expression": containers_variable(paths)},
                 {"name": "containerGroups", "expression": container_groups_variable(paths)},
+                {"name": "gpu", "expression": gpu_entries("variables.containers")},
+                {"name": "gpuGroups", "expression": f"variables.containerGroups.map(g, {gpu_entries('g')})"},
             ],
-            "validations": [rule_validation(rule, paths) for rule in STATELESS_RULES],
+            "validations": [rule_validation(rule, paths) for rule in STATELESS],
         },
     }
 

@@ -1,7 +1,8 @@
 """From findings to an admission decision, and the shape check of raw AdmissionReviews (pure).
 
 ``decide`` turns the findings for one object into what the webhook answers: allowed or not, the
-HTTP-style code (422 for invalid values, 403 for policy denials), one message listing every
+HTTP-style code (each rule's ``code``: 422 for invalid values, 403 for policy denials), one
+message listing every
 denial, and the warnings ``kubectl`` prints. ``review_problem`` finds what is wrong with a
 malformed AdmissionReview before the framework touches it, so that it gets a 400, never a 500.
 """
@@ -14,24 +15,9 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any
 
+from gpushare.admission.catalog import CODE_FORBIDDEN, CODE_INVALID, RULES
 from gpushare.admission.model import Finding
 
-#: Rules about a value that is invalid in itself: denials answer 422 (Unprocessable Entity).
-INVALID_VALUE_RULES = frozenset(
-    {
-        "GS001-core-percentage-step",
-        "GS002-core-percentage-range",
-        "GS003-core-without-mem",
-        "GS004-mem-positive-integer",
-        "GS006-request-limit-mismatch",
-        "GS012-unknown-gpu-resource",
-        "GP001-pool-schema",
-        "GP002-pool-compute-without-isolation",
-        "GP003-pool-empty-selector",
-    }
-)
-CODE_INVALID = 422
-CODE_FORBIDDEN = 403
 CODE_BAD_REQUEST = 400
 
 #: Largest AdmissionReview body accepted by default (``--webhook-max-body-bytes``). Measured: a
@@ -125,7 +111,8 @@ def decide(findings: list[Finding]) -> Decision:
     warnings = tuple(f.message for f in findings if f.verdict == "warn")
     if not denials:
         return Decision(True, 200, "", warnings, tuple(findings))
-    code = CODE_INVALID if any(f.rule_id in INVALID_VALUE_RULES for f in denials) else CODE_FORBIDDEN
+    # 422 when any denial is of a value invalid in itself, else 403 (each rule's ``code``).
+    code = CODE_INVALID if any(RULES[f.rule_id].code == CODE_INVALID for f in denials) else CODE_FORBIDDEN
     message = "\n".join(f.message for f in denials)
     return Decision(False, code, message, warnings, tuple(findings))
 

@@ -1,7 +1,8 @@
 """The admission rules: ``evaluate(obj, ctx) -> list[Finding]`` for pods, workloads and pools.
 
 Pure: plain dicts in, plain findings out; no Kopf, no Kubernetes client. The webhook and
-``gpushare check`` both call :func:`evaluate`. The rule table is :data:`gpushare.admission.RULES`.
+``gpushare check`` both call :func:`evaluate`. Each rule is a record of :mod:`gpushare.admission.catalog`
+(verdict, pool mode, code, and the messages the ValidatingAdmissionPolicy writes too).
 """
 
 from __future__ import annotations
@@ -13,8 +14,30 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gpushare import constants as c
+from gpushare.admission.catalog import (
+    CGPU_DISABLE_ENV,
+    CORE_RANGE,
+    CORE_STEP,
+    CORE_WITHOUT_MEM,
+    GPU_COUNT_SPLIT,
+    KIND_MISMATCH,
+    KIND_UNKNOWN,
+    MEM_EXCEEDS_GPU,
+    MEM_POSITIVE,
+    NO_ISOLATION,
+    POOL_OVERLAP,
+    POOL_SCHEMA,
+    REQUEST_LIMIT,
+    RULES,
+    TARGET_AMBIGUOUS,
+    TARGET_MISSING,
+    TARGET_UNKNOWN,
+    UNKNOWN_RESOURCE,
+    AdmissionRule,
+    Verdict,
+)
 from gpushare.admission.kinds import DEFAULT_TABLE, KindTable, object_name
-from gpushare.admission.model import EMPTY_CONTEXT, RULES, Context, Finding, Verdict, rule_tag
+from gpushare.admission.model import EMPTY_CONTEXT, Context, Finding
 from gpushare.admission.podspecs import (
     ContainerRef,
     PodLike,
@@ -23,7 +46,7 @@ from gpushare.admission.podspecs import (
     is_gpu_resource,
     pod_likes,
 )
-from gpushare.admission.quantity import Amount, clip, parse_amount, shown_value
+from gpushare.admission.quantity import Amount, clip, parse_amount, parse_count, same_amount, shown_value
 from gpushare.admission.targeting import (
     KIND_TEXT,
     node_constraints,
@@ -42,7 +65,8 @@ CGPU_DISABLE = "CGPU_DISABLE"
 MAX_FIELD_SHOWN = 200
 #: The GPU-sharing resources a device plugin offers; any other ``aliyun.com/gpu*`` name is a typo.
 KNOWN_RESOURCES: tuple[str, ...] = (c.RES_GPU_MEM, c.RES_GPU_CORE)
-#: Names that exist but are not for containers of sharing pods, with what they are (GS012 warns).
+#: Names that exist but are not for containers of sharing pods, with what they are
+#: (``UNKNOWN_RESOURCE`` only warns).
 OTHER_RESOURCES: dict[str, str] = {
     c.RES_GPU_COUNT: "a node capacity the device plugin reports, not a container request; ACK's"
     f' multi-GPU sharing uses the pod label {c.RES_GPU_COUNT}: "M"',
@@ -51,7 +75,7 @@ OTHER_RESOURCES: dict[str, str] = {
 }
 #: Other names ACK-compatible device plugins offer, which gpushare does not check. Every name of
 #: ``c.KNOWN_GPU_RESOURCES`` is allowed or warned about; only the rest (misspellings) are denied,
-#: exactly what the ValidatingAdmissionPolicy's GS012 denies (:mod:`gpushare.admission.cel`).
+#: exactly what the ValidatingAdmissionPolicy denies (``catalog.UNKNOWN_RESOURCE``).
 ALLOWED_OTHER: frozenset[str] = frozenset(c.KNOWN_GPU_RESOURCES) - {*KNOWN_RESOURCES, *OTHER_RESOURCES}
 assert set(OTHER_RESOURCES) <= set(c.KNOWN_GPU_RESOURCES)
 
@@ -84,7 +108,7 @@ def _unknown_kind(obj: Mapping[str, Any], table: KindTable) -> list[Finding]:
     api = obj.get("apiVersion")
     kind = f"{obj.get('kind')} ({api})" if isinstance(api, str) else str(obj.get("kind"))
     em.add(
-        "GS015-workload-kind-unknown",
+        KIND_UNKNOWN,
         container=None,
         field=where,
         value=None,
@@ -124,14 +148,6 @@ def _pick(container: ContainerRef, resource: str) -> tuple[Amount | None, str]:
     return None, "limits"
 
 
-def _nearest_steps(value: int) -> str:
-    low = max(5, min(100, value - value % 5))
-    high = max(5, min(100, low + 5))
-    if low == high or value < 5:
-        return f"use {low}"
-    return f"use {low} or {high}"
-
-
 class _Emitter:
     def __init__(self, obj_name: str, pod_path: str | None = None) -> None:
         self.obj = obj_name
@@ -139,9 +155,23 @@ class _Emitter:
         self.pod_path = pod_path
         self.out: list[Finding] = []
 
+    def case(
+        self,
+        rule: AdmissionRule,
+        case: str,
+        *,
+        container: ContainerRef | None,
+        field: str,
+        value: str | None,
+        **values: object,
+    ) -> None:
+        """A finding with one of the rule's own messages (catalog ``cases``, shared with the policy)."""
+        problem, fix = rule.text(case, **values)
+        self.add(rule, container=container, field=field, value=value, problem=problem, fix=fix)
+
     def add(
         self,
-        rule_id: str,
+        rule: AdmissionRule,
         *,
         container: ContainerRef | None,
         field: str,
@@ -151,16 +181,15 @@ class _Emitter:
         verdict: Verdict | None = None,
         note: str = "",
     ) -> None:
-        rule = RULES[rule_id]
         where = f"{container.display}: {field.removeprefix(container.path + '.')}" if container else field
         if container and self.pod_path:
             where = f"{self.pod_path} {where}"
         where = clip(where, MAX_FIELD_SHOWN)
         shown = f"={value}" if value is not None else ""
-        message = f"{self.obj}: {where}{shown} {problem} {rule_tag(rule_id)}; {fix}{note}"
+        message = f"{self.obj}: {where}{shown} {problem} {rule.tag}; {fix}{note}"
         self.out.append(
             Finding(
-                rule_id=rule_id,
+                rule_id=rule.id,
                 verdict=verdict or rule.verdict,
                 object=self.obj,
                 container=container.name if container else None,
@@ -182,13 +211,12 @@ def _did_you_mean(name: str) -> str:
     by_stem = [k for k, stem in stems.items() if tail and (tail.startswith(stem) or stem.startswith(tail))]
     tails = {known.removeprefix(c.GPU_RESOURCE_PREFIX).lstrip("-"): known for known in KNOWN_RESOURCES}
     close = by_stem or [tails[t] for t in difflib.get_close_matches(tail, list(tails), n=1, cutoff=0.6)]
-    offers = f"the device plugin offers {' and '.join(KNOWN_RESOURCES)}"
-    # The ValidatingAdmissionPolicy writes the same message without the did-you-mean (cel.py).
-    return f'did you mean "{close[0]}"? {offers}' if close else offers
+    # The ValidatingAdmissionPolicy writes the same message without the did-you-mean.
+    return f'did you mean "{close[0]}"? ' if close else ""
 
 
 def _check_names(em: _Emitter, ref: ContainerRef) -> None:
-    """GS012: ``aliyun.com/gpu*`` names no node offers (a typo leaves the pod Pending forever)."""
+    """``UNKNOWN_RESOURCE``: ``aliyun.com/gpu*`` names no node offers (a typo: the pod stays Pending)."""
     seen: set[str] = set()
     for where, resources in (("limits", ref.limits), ("requests", ref.requests)):
         for name in resources:
@@ -196,29 +224,40 @@ def _check_names(em: _Emitter, ref: ContainerRef) -> None:
                 continue
             seen.add(name)
             other = OTHER_RESOURCES.get(name)
+            field = f"{ref.path}.{_res_field(where, name)}"
+            shown = shown_value(resources[name])
+            if other is None:
+                em.case(
+                    UNKNOWN_RESOURCE,
+                    "unknown",
+                    container=ref,
+                    field=field,
+                    value=shown,
+                    suggestion=_did_you_mean(name),
+                )
+                continue
+            # A name nodes do report (gpu-count capacity, topology's aliyun.com/gpu) can be
+            # scheduled, so it is only a warning; a misspelled one can never be.
+            problem, fix = UNKNOWN_RESOURCE.text("other", what=other)
             em.add(
-                "GS012-unknown-gpu-resource",
+                UNKNOWN_RESOURCE,
                 container=ref,
-                field=f"{ref.path}.{_res_field(where, name)}",
-                value=shown_value(resources[name]),
-                problem=f"is not a GPU-sharing resource: {other}"
-                if other
-                else "is not a resource any GPU-sharing node offers; the pod would stay Pending",
-                fix=_did_you_mean(name) if other is None else f"ask for {c.RES_GPU_MEM} instead",
-                # A name nodes do report (gpu-count capacity, topology's aliyun.com/gpu) can be
-                # scheduled, so it is only a warning; a misspelled one can never be.
-                verdict="warn" if other else None,
+                field=field,
+                value=shown,
+                problem=problem,
+                fix=fix,
+                verdict="warn",
             )
 
 
 def _check_env(em: _Emitter, ref: ContainerRef) -> None:
-    """GS014: CGPU_DISABLE set by hand."""
+    """``CGPU_DISABLE_ENV``: CGPU_DISABLE set by hand."""
     for i, var in enumerate(ref.env):
         if var.get("name") != CGPU_DISABLE:
             continue
         value = var.get("value")
         em.add(
-            "GS014-cgpu-disable-env",
+            CGPU_DISABLE_ENV,
             container=ref,
             field=f"{ref.path}.env[{i}]",
             value=f"{CGPU_DISABLE}={shown_value(value)}" if value is not None else CGPU_DISABLE,
@@ -234,94 +273,52 @@ def _check_container(em: _Emitter, ref: ContainerRef, unit: str) -> _ContainerGP
     _check_env(em, ref)
     mem, mem_where = _pick(ref, c.RES_GPU_MEM)
     core, core_where = _pick(ref, c.RES_GPU_CORE)
-    # GS006: requests without limits, or requests different from limits.
+    # ``REQUEST_LIMIT``: requests without limits, or requests different from limits.
     for resource in (c.RES_GPU_MEM, c.RES_GPU_CORE):
         if resource not in ref.requests:
             continue
         req = parse_amount(ref.requests[resource])
         field = f"{ref.path}.{_res_field('requests', resource)}"
         if resource not in ref.limits:
-            em.add(
-                "GS006-request-limit-mismatch",
-                container=ref,
-                field=field,
-                value=req.shown,
-                problem="is set without a limit; extended resources are allocated by their limit",
-                fix=f'set resources.limits["{resource}"] to the same value',
-            )
-            continue
-        lim = parse_amount(ref.limits[resource])
-        same = (
-            (req.value == lim.value)
-            if (req.value is not None and lim.value is not None)
-            else req.raw == lim.raw
-        )
-        if not same:
-            em.add(
-                "GS006-request-limit-mismatch",
-                container=ref,
-                field=field,
-                value=req.shown,
-                problem=f"differs from the limit {lim.shown}",
-                fix="set requests equal to limits, or drop requests",
-            )
+            em.case(REQUEST_LIMIT, "no-limit", container=ref, field=field, value=req.shown, resource=resource)
+        elif not same_amount(ref.requests[resource], ref.limits[resource]):
+            limit = parse_amount(ref.limits[resource]).shown
+            em.case(REQUEST_LIMIT, "differs", container=ref, field=field, value=req.shown, limit=limit)
     if mem is not None:
         field = f"{ref.path}.{_res_field(mem_where, c.RES_GPU_MEM)}"
+        example = 2 if unit == "GiB" else 2048
         if mem.error is not None:
-            em.add(
-                "GS004-mem-positive-integer",
+            em.case(
+                MEM_POSITIVE,
+                "malformed",
                 container=ref,
                 field=field,
                 value=mem.shown,
-                problem=f"{mem.error}; GPU memory is a positive whole number of {unit}",
-                fix=f"write a whole number of {unit} such as {2 if unit == 'GiB' else 2048}",
+                error=mem.error,
+                unit=unit,
+                example=example,
             )
         elif mem.value == 0:
-            em.add(
-                "GS004-mem-positive-integer",
-                container=ref,
-                field=field,
-                value=mem.shown,
-                problem=f"is zero; GPU memory is a positive whole number of {unit}",
-                fix=f'ask for at least 1, or remove "{c.RES_GPU_MEM}"',
-            )
+            em.case(MEM_POSITIVE, "zero", container=ref, field=field, value=mem.shown, unit=unit)
     if core is not None:
         field = f"{ref.path}.{_res_field(core_where, c.RES_GPU_CORE)}"
         if core.error is not None:
-            em.add(
-                "GS001-core-percentage-step",
-                container=ref,
-                field=field,
-                value=core.shown,
-                problem=f"{core.error}; the GPU compute share is a whole multiple of 5 from 5 to 100",
-                fix="write a number such as 30",
-            )
+            em.case(CORE_STEP, "malformed", container=ref, field=field, value=core.shown, error=core.error)
         elif core.value is not None and not 5 <= core.value <= 100:
-            em.add(
-                "GS002-core-percentage-range",
-                container=ref,
-                field=field,
-                value=core.shown,
-                problem="is outside 5..100 (percent of one GPU)",
-                fix="use 5 for the smallest share" if core.value < 5 else "use at most 100 (one whole GPU)",
-            )
+            case = "below" if core.value < 5 else "above"
+            em.case(CORE_RANGE, case, container=ref, field=field, value=core.shown)
         elif core.value is not None and core.value % 5:
-            em.add(
-                "GS001-core-percentage-step",
-                container=ref,
-                field=field,
-                value=core.shown,
-                problem="is not a multiple of 5",
-                fix=_nearest_steps(core.value),
-            )
+            low = core.value - core.value % 5
+            em.case(CORE_STEP, "step", container=ref, field=field, value=core.shown, low=low, high=low + 5)
         if mem is None:
-            em.add(
-                "GS003-core-without-mem",
+            em.case(
+                CORE_WITHOUT_MEM,
+                "missing",
                 container=ref,
                 field=f"{ref.path}.{_res_field('limits', c.RES_GPU_MEM)}",
                 value=None,
-                problem=f'is missing but the container asks for "{c.RES_GPU_CORE}"={core.shown}',
-                fix=f'add "{c.RES_GPU_MEM}" ({unit} of GPU memory) to the same container',
+                core=core.shown,
+                unit=unit,
             )
     return _ContainerGPU(ref, mem, mem_where, core, core_where)
 
@@ -343,10 +340,12 @@ def _mode(ctx: Context, pools: set[str], unpooled: bool) -> tuple[AdmissionMode,
     return mode, names
 
 
-def _pool_verdict(rule_id: str, ctx: Context, pools: set[str], unpooled: bool) -> tuple[Verdict | None, str]:
+def _pool_verdict(
+    rule: AdmissionRule, ctx: Context, pools: set[str], unpooled: bool
+) -> tuple[Verdict | None, str]:
     """deny/warn/None(skip) for a pool-targeting rule, and a note naming the pool mode when it mattered."""
     mode, names = _mode(ctx, pools, unpooled)
-    base = RULES[rule_id].verdict
+    base = rule.verdict
     if mode == "Off":
         return None, ""
     if mode == "Warn" and base == "deny":
@@ -400,7 +399,7 @@ _KIND_SPEC: dict[str, str] = {
 
 
 def _unmatched_fix(ctx: Context, wanted: str, compute: bool, multi: bool) -> str:
-    """GS011 for ACK labels nothing carries: target an existing pool, or make one of that kind."""
+    """``TARGET_UNKNOWN`` for ACK labels nothing carries: target an existing pool, or make one."""
     existing = _suggest(ctx, compute, multi) if pools_of_kind(ctx, _wanted_kinds(compute, multi)) else ""
     make = (
         f"create a GPUSharePool with {_KIND_SPEC[wanted]} for the GPU nodes it should run on and target"
@@ -433,10 +432,10 @@ def _gpu_count(em: _Emitter, pod: PodLike) -> _Split:
     if c.RES_GPU_COUNT not in pod.labels:
         return _Split(1, field, None)
     raw = pod.labels[c.RES_GPU_COUNT]
-    q = parse_amount(raw)
+    q = parse_count(raw)
     if q.value is None or q.value < 1:
         em.add(
-            "GS013-gpu-count-split",
+            GPU_COUNT_SPLIT,
             container=None,
             field=field,
             value=q.shown,
@@ -467,10 +466,10 @@ def _evaluate_pod(obj_name: str, pod: PodLike, ctx: Context, several: bool = Fal
         _check_split(em, split, gpu, total, unit)
 
     if res.source == "missing":
-        verdict, note = _pool_verdict("GS007-pool-target-missing", ctx, all_pools, False)
+        verdict, note = _pool_verdict(TARGET_MISSING, ctx, all_pools, False)
         if verdict:
             em.add(
-                "GS007-pool-target-missing",
+                TARGET_MISSING,
                 container=None,
                 field=f"{pod.constraints_path}.nodeSelector",
                 value=None,
@@ -488,11 +487,11 @@ def _evaluate_pod(obj_name: str, pod: PodLike, ctx: Context, several: bool = Fal
         return em.out  # names a pool we cannot resolve offline; nothing more to check
 
     def target_unknown(problem: str, fix: str) -> None:
-        """GS011 on the pod's targeting (one record for both ways a target can be unknown)."""
-        verdict, note = _pool_verdict("GS011-pool-target-unknown", ctx, all_pools, False)
+        """``TARGET_UNKNOWN`` on the pod's targeting (one record for both ways a target can be unknown)."""
+        verdict, note = _pool_verdict(TARGET_UNKNOWN, ctx, all_pools, False)
         if verdict:
             em.add(
-                "GS011-pool-target-unknown",
+                TARGET_UNKNOWN,
                 container=None,
                 field=constraints.field,
                 value=value,
@@ -518,10 +517,10 @@ def _evaluate_pod(obj_name: str, pod: PodLike, ctx: Context, several: bool = Fal
         _check_memory_fits(em, ctx, all_pools, gpu, pod.path, split, total, anywhere=True)
         return em.out
     if len(res.kinds) > 1:
-        verdict, note = _pool_verdict("GS008-pool-target-ambiguous", ctx, res.pools, res.unpooled)
+        verdict, note = _pool_verdict(TARGET_AMBIGUOUS, ctx, res.pools, res.unpooled)
         if verdict:
             em.add(
-                "GS008-pool-target-ambiguous",
+                TARGET_AMBIGUOUS,
                 container=None,
                 field=constraints.field,
                 value=value,
@@ -537,7 +536,7 @@ def _evaluate_pod(obj_name: str, pod: PodLike, ctx: Context, several: bool = Fal
     pools = res.kinds[kind]
     where = f"pool {', '.join(sorted(pools))}" if pools else f"{c.LABEL_SCHEDULE}={kind} nodes"
     if compute != (kind == c.SCHEDULE_CORE_MEM):
-        verdict, note = _pool_verdict("GS009-pool-kind-mismatch", ctx, pools, res.unpooled)
+        verdict, note = _pool_verdict(KIND_MISMATCH, ctx, pools, res.unpooled)
         if verdict:
             if compute:
                 asker = next(g for g in gpu if g.core is not None).ref
@@ -551,7 +550,7 @@ def _evaluate_pod(obj_name: str, pod: PodLike, ctx: Context, several: bool = Fal
                     f' "{c.RES_GPU_CORE}"; memory-only and compute jobs must not share a node'
                 )
             em.add(
-                "GS009-pool-kind-mismatch",
+                KIND_MISMATCH,
                 container=None,
                 field=constraints.field,
                 value=value,
@@ -561,10 +560,10 @@ def _evaluate_pod(obj_name: str, pod: PodLike, ctx: Context, several: bool = Fal
                 note=note,
             )
     elif multi and not compute and kind != c.SCHEDULE_CGPU:
-        verdict, note = _pool_verdict("GS013-gpu-count-split", ctx, pools, res.unpooled)
+        verdict, note = _pool_verdict(GPU_COUNT_SPLIT, ctx, pools, res.unpooled)
         if verdict:
             em.add(
-                "GS013-gpu-count-split",
+                GPU_COUNT_SPLIT,
                 container=None,
                 field=constraints.field,
                 value=value,
@@ -576,10 +575,10 @@ def _evaluate_pod(obj_name: str, pod: PodLike, ctx: Context, several: bool = Fal
                 note=note,
             )
     if kind == c.SCHEDULE_SHARE and not compute:
-        verdict, _ = _pool_verdict("GS010-no-isolation-sizing", ctx, pools, res.unpooled)
+        verdict, _ = _pool_verdict(NO_ISOLATION, ctx, pools, res.unpooled)
         if verdict:
             em.add(
-                "GS010-no-isolation-sizing",
+                NO_ISOLATION,
                 container=None,
                 field=constraints.field,
                 value=value,
@@ -600,11 +599,11 @@ def _pod_total(gpu: list[_ContainerGPU]) -> int:
 
 
 def _check_split(em: _Emitter, split: _Split, gpu: list[_ContainerGPU], total: int, unit: str) -> None:
-    """GS013 for what the pod alone decides: compute shares and an uneven split."""
+    """``GPU_COUNT_SPLIT`` for what the pod alone decides: compute shares and an uneven split."""
     asker = next((g for g in gpu if g.core is not None), None)
     if asker is not None:
         em.add(
-            "GS013-gpu-count-split",
+            GPU_COUNT_SPLIT,
             container=asker.ref,
             field=f"{asker.ref.path}.{_res_field(asker.core_where, c.RES_GPU_CORE)}",
             value=asker.core.shown if asker.core else None,
@@ -616,7 +615,7 @@ def _check_split(em: _Emitter, split: _Split, gpu: list[_ContainerGPU], total: i
     if total and total % split.count:
         low = total - total % split.count
         em.add(
-            "GS013-gpu-count-split",
+            GPU_COUNT_SPLIT,
             container=None,
             field=split.field,
             value=split.shown,
@@ -638,7 +637,8 @@ def _check_memory_fits(
     *,
     anywhere: bool = False,
 ) -> None:
-    """GS005: memory larger than one GPU of every target pool (of every known pool when ``anywhere``)."""
+    """``MEM_EXCEEDS_GPU``: memory larger than one GPU of every target pool (of every known pool
+    when ``anywhere``)."""
     if not pools:
         return
     sizes = {p: ctx.pool_per_gpu.get(p) for p in pools}
@@ -649,14 +649,14 @@ def _check_memory_fits(
     unit = _unit(ctx, pools)
     shown = ", ".join(f"{p} {sizes[p]} {units[p]}" for p in sorted(sizes))
     target = "any known pool" if anywhere else "the target pool"
-    verdict, note = _pool_verdict("GS005-mem-exceeds-gpu", ctx, pools, False)
+    verdict, note = _pool_verdict(MEM_EXCEEDS_GPU, ctx, pools, False)
     if verdict is None:
         return
 
     def pod_total(problem: str, fix: str) -> None:
         """The finding on the pod's total (no single container is too large)."""
         em.add(
-            "GS005-mem-exceeds-gpu",
+            MEM_EXCEEDS_GPU,
             container=None,
             field=f'{path}.containers[*].resources.limits["{c.RES_GPU_MEM}"]',
             value=str(total),
@@ -668,7 +668,7 @@ def _check_memory_fits(
 
     if split.count > 1:
         if total % split.count:
-            return  # GS013 already says the split is uneven
+            return  # ``GPU_COUNT_SPLIT`` already says the split is uneven
         per_card = total // split.count
         if per_card > best:
             pod_total(
@@ -684,7 +684,7 @@ def _check_memory_fits(
             continue
         any_container = True
         em.add(
-            "GS005-mem-exceeds-gpu",
+            MEM_EXCEEDS_GPU,
             container=g.ref,
             field=f"{g.ref.path}.{_res_field(g.mem_where, c.RES_GPU_MEM)}",
             value=g.mem.shown,
@@ -721,7 +721,7 @@ def _unit_hint(units: dict[str, str], best: int) -> str:
 
 #: The pool's own rules (gpushare.api.rules) that have an admission rule of their own; every
 #: other problem parse_pool reports is a GP001-pool-schema finding.
-_POOL_RULES = {r.id: r for r in SPEC_RULES if r.id != "GP001-pool-schema"}
+_POOL_RULES = {rule.id: rule for rule in SPEC_RULES if rule.id != POOL_SCHEMA.id}
 
 
 def _pool_rule(problem: Problem) -> SpecRule | None:
@@ -741,7 +741,7 @@ def evaluate_pool(obj: Mapping[str, Any], ctx: Context = EMPTY_CONTEXT) -> list[
         own = [(rule, p) for p in exc.errors if (rule := _pool_rule(p)) is not None]
         for rule, problem in sorted(own, key=lambda found: SPEC_RULES.index(found[0])):
             em.add(
-                rule.id,
+                RULES[rule.id],
                 container=None,
                 field=f"spec.{rule.field}",
                 value=None
@@ -753,7 +753,7 @@ def evaluate_pool(obj: Mapping[str, Any], ctx: Context = EMPTY_CONTEXT) -> list[
         for problem in exc.errors:
             if _pool_rule(problem) is None:
                 em.add(
-                    "GP001-pool-schema",
+                    POOL_SCHEMA,
                     container=None,
                     field=problem.field,
                     value=None,
@@ -780,7 +780,7 @@ def _check_overlap(em: _Emitter, pool: GPUSharePool, ctx: Context) -> None:
     for owner, nodes in sorted(clashes.items()):
         shown = ", ".join(sorted(nodes)[:10]) + (f" and {len(nodes) - 10} more" if len(nodes) > 10 else "")
         em.add(
-            "GP004-pool-overlap",
+            POOL_OVERLAP,
             container=None,
             field="spec.nodeSelector",
             value=pool.spec.node_selector.to_query(),

@@ -6,7 +6,7 @@ The grammar is Kubernetes' own::
     <number>          ::= <digits> | <digits>.<digits> | <digits>. | .<digits>
     <suffix>          ::= <binarySI> | <decimalSI> | <decimalExponent>
     <binarySI>        ::= Ki | Mi | Gi | Ti | Pi | Ei
-    <decimalSI>       ::= m | "" | k | M | G | T | P | E
+    <decimalSI>       ::= n | u | m | "" | k | M | G | T | P | E
     <decimalExponent> ::= e <signed digits> | E <signed digits>
 
 :func:`parse_quantity` is strict: no surrounding whitespace, no other suffix. Like Kubernetes, the
@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import ROUND_UP, Decimal
 
 _QUANTITY_RE = re.compile(
     r"(?P<sign>[+-]?)(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
-    r"(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)|[eE](?P<exponent>[+-]?[0-9]+))?"
+    r"(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)|[eE](?P<exponent>[+-]?[0-9]+))?"
 )
 _BINARY = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
-_DECIMAL = {"m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 #: The largest magnitude a Kubernetes quantity represents (larger ones are capped).
 MAX_AMOUNT = Decimal(2**63 - 1)
 #: An exponent beyond this is capped before it is applied (10^40 is already far past MAX_AMOUNT).
@@ -71,6 +71,26 @@ class Quantity:
         """The amount without its fraction (toward zero)."""
         return int(self.amount)
 
+    @property
+    def is_binary(self) -> bool:
+        """Written with a binary suffix (``Ki`` .. ``Ei``)."""
+        return self.suffix in _BINARY
+
+    @property
+    def nano(self) -> Decimal:
+        """The amount as Kubernetes keeps it: rounded up (away from zero) to nano units."""
+        return self.amount.quantize(_NANO, rounding=ROUND_UP) if self.amount % _NANO else self.amount
+
+    @property
+    def canonical(self) -> str:
+        """The canonical text of this quantity (see :func:`canonical`)."""
+        return canonical(self)
+
+    @property
+    def stored(self) -> str:
+        """The text the apiserver stores for this quantity in a built-in object (see :func:`stored`)."""
+        return stored(self)
+
 
 def _cap(amount: Decimal) -> Decimal:
     return max(-MAX_AMOUNT, min(MAX_AMOUNT, amount))
@@ -96,6 +116,92 @@ def parse_quantity(text: str) -> Quantity:
     if m["sign"] == "-":
         amount = -amount
     return Quantity(text=text, amount=_cap(amount), sign=m["sign"], suffix=suffix)
+
+
+#: Kubernetes keeps nine decimal places (``n``); finer amounts are rounded up (away from zero).
+_NANO = Decimal("1e-9")
+_MILLI = Decimal("1e-3")
+_DECIMAL_SUFFIX = {-9: "n", -6: "u", -3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
+_BINARY_SUFFIX = {0: "", 1: "Ki", 2: "Mi", 3: "Gi", 4: "Ti", 5: "Pi", 6: "Ei"}
+
+
+def canonical(q: Quantity, unit: Decimal = _NANO) -> str:
+    """The canonical text of a quantity, as ``resource.Quantity`` writes it (``String()``).
+
+    This is what the apiserver stores and what every admission plugin sees for a quantity field
+    of a built-in type (a container's ``resources``): the amount rounded up to nano units, then
+
+    * written with a binary suffix (``Gi``): as mantissa and the largest power of 1024 that
+      divides it, when the amount is whole and at least 1024 in magnitude (``2048Mi`` -> ``2Gi``,
+      ``1536Mi`` stays); else as decimal (``0.5Ki`` -> ``512``);
+    * written with an exponent (``5e1``): as mantissa and a power of ten that is a multiple of 3,
+      the mantissa an integer without trailing zeros in groups of three (``5e1`` -> ``50``,
+      ``5e3`` -> ``5e3``);
+    * otherwise (plain or a decimal SI suffix): the same, with the SI suffix for the power
+      (``5000`` -> ``5k``, ``0.05k`` -> ``50``, ``1.5`` -> ``1500m``, ``50000m`` -> ``50``).
+
+    Zero is ``0`` however written (``-0``, ``0Gi``). ``unit`` is the precision kept (a
+    ``ResourceList`` of a built-in object keeps milli units: see :func:`stored`).
+    """
+    amount = q.amount.quantize(unit, rounding=ROUND_UP) if q.amount % unit else q.amount
+    if amount == 0:
+        return "0"
+    if q.is_binary and abs(amount) >= 1024 and amount == amount.to_integral_value():
+        mantissa, power = int(amount), 0
+        while mantissa % 1024 == 0 and power < 6:
+            mantissa //= 1024
+            power += 1
+        return f"{mantissa}{_BINARY_SUFFIX[power]}"
+    sign, digits, exponent = amount.normalize().as_tuple()
+    assert isinstance(exponent, int)
+    mantissa = int("".join(map(str, digits)))
+    shift = exponent % 3  # lower the exponent to a multiple of 3 (toward minus infinity)
+    mantissa, exponent = mantissa * 10**shift, exponent - shift
+    text = f"{'-' if sign else ''}{mantissa}"
+    if q.has_exponent:
+        return text if exponent == 0 else f"{text}e{exponent}"
+    return text + _DECIMAL_SUFFIX[exponent]
+
+
+def stored(q: Quantity) -> str:
+    """The text the apiserver keeps for a quantity field of a built-in object (a container's
+    ``resources``), which is what admission plugins see: the text as written when
+    ``resource.ParseQuantity`` finds it already canonical on its fast path, else :func:`canonical`.
+
+    Its fast path (no more than 18 digits) keeps a decimal text whose digits (leading zeros
+    dropped) do not start with 0 or end in 000 and whose power of ten is a multiple of 3 (``33e0``,
+    ``1E3``, ``+5``, ``1.500``), and a binary text of at most about 15 digits of amount whose
+    number is not a multiple of 8 (``3Gi``; ``2048Mi`` is rewritten ``2Gi``). A resource list
+    is then rounded up to milli units (``5n`` is stored as ``1m``), which rewrites any text finer
+    than that.
+    """
+    if q.text == "0":
+        return q.text
+    m = _QUANTITY_RE.fullmatch(q.text)
+    if m is None:  # built from an int
+        return canonical(q, _MILLI)
+    num, _, denom = m["number"].partition(".")
+    num = num.lstrip("0") or "0"
+    suffix = m["suffix"] or ""
+    if suffix in _BINARY:
+        exponent = _BINARY[suffix]
+        precision = 15 - len(num) - exponent * 3 // 10 - 1
+        if not denom and precision >= 0 and int(num) << exponent <= MAX_AMOUNT and int(num) & 7:
+            return q.text
+        return canonical(q, _MILLI)
+    if m["exponent"] is not None:
+        digits = m["exponent"].lstrip("+-")
+        if len(digits) > 18:
+            return canonical(q, _MILLI)
+        exponent = int(digits) * (-1 if m["exponent"].startswith("-") else 1)
+    else:
+        exponent = _DECIMAL[suffix]
+    scale = exponent - len(denom)
+    shifted = num + denom
+    fast = len(shifted) <= 18 and scale >= -3 and scale % 3 == 0
+    if fast and not shifted.endswith("000") and not shifted.startswith("0"):
+        return q.text
+    return canonical(q, _MILLI)
 
 
 def quantity_or_none(raw: object) -> Quantity | None:

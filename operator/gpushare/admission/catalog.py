@@ -1,0 +1,509 @@
+"""Every admission rule, each defined once: id, verdict, pool dependence, HTTP code, what must hold,
+the fix, the messages, and the CEL form of the rules the ValidatingAdmissionPolicy holds.
+
+An :class:`AdmissionRule` is projected several ways, so that no id, message or list is written twice:
+
+* the Python engine (:mod:`gpushare.admission.rules`) emits findings of a record, its messages
+  from the record's :class:`Case` texts (:meth:`AdmissionRule.text`);
+* the HTTP code of a denial (:func:`gpushare.admission.review.decide`) is the record's ``code``;
+* the ValidatingAdmissionPolicy (:mod:`gpushare.admission.policy`) writes one validation per
+  record with a :class:`CelForm`, whose messages are the same :class:`Case` texts rendered as CEL
+  string concatenations (:func:`cel_text`); the stateless list is :data:`STATELESS`;
+* the rules tables of docs/admission-rules.md and docs/webhook.md are :func:`rules_table` and
+  :func:`policy_table` (a unit test compares them with the docs).
+
+Where the two engines must differ, :attr:`AdmissionRule.differs` says how and why. The pool rules
+``GP*`` come from :mod:`gpushare.api.rules` (their CRD/pydantic record); here they get their verdict
+and HTTP code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from gpushare import constants as c
+from gpushare.admission import cel
+from gpushare.api.rules import COMPUTE_WITHOUT_ISOLATION, EMPTY_SELECTOR, MANAGED_SELECTOR
+
+Verdict = Literal["deny", "warn"]
+
+#: A denial of a value invalid in itself (422 Unprocessable Entity) or of a policy (403 Forbidden).
+CODE_INVALID = 422
+CODE_FORBIDDEN = 403
+
+MEM = c.RES_GPU_MEM
+CORE = c.RES_GPU_CORE
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One way a rule is broken: the problem (after ``field=value``) and the fix, with
+    ``{placeholders}`` that each engine fills (Python with ``str.format``, CEL with expressions)."""
+
+    problem: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class CelMessage:
+    """Which case a broken container entry ``e`` gets in the policy, and the CEL strings for its
+    field, its value and the case's placeholders."""
+
+    when: str
+    case: str
+    field: str
+    value: str | None
+    values: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CelForm:
+    """A stateless rule in CEL: ``broken`` over one GPU container entry ``e`` (the fields of
+    :func:`gpushare.admission.cel.gpu_entries`); the first message whose ``when`` holds is written."""
+
+    broken: str
+    messages: tuple[CelMessage, ...]
+    #: The message for a container the policy can only walk (paths with several wildcards).
+    summary: str
+
+
+@dataclass(frozen=True)
+class AdmissionRule:
+    id: str
+    verdict: Verdict
+    #: True when the target pool's ``spec.admission.mode`` decides deny / warn / skip.
+    pool_mode: bool
+    #: What must hold (the rules table), and the fix in general.
+    what: str
+    fix: str
+    #: The HTTP code of a denial: 422 for a value invalid in itself, else 403.
+    code: int = CODE_FORBIDDEN
+    #: The messages both engines write, by case.
+    cases: Mapping[str, Case] = dataclasses.field(default_factory=dict)
+    #: The rule in the ValidatingAdmissionPolicy, when it needs no cluster state.
+    cel: CelForm | None = None
+    #: Where the policy must answer differently from the Python engine, and why.
+    differs: str = ""
+    #: The rules table's "Pool mode" cell when it is not plain yes/no.
+    pool_mode_text: str = ""
+
+    @property
+    def tag(self) -> str:
+        return f"(rule {self.id})"
+
+    def text(self, case: str, **values: object) -> tuple[str, str]:
+        """The problem and the fix of one case, with its placeholders filled."""
+        chosen = self.cases[case]
+        return chosen.problem.format(**values), chosen.fix.format(**values)
+
+
+def cel_text(template: str, values: Mapping[str, str]) -> str:
+    """A CEL string expression for ``template``: the literal text as CEL string literals, each
+    ``{name}`` as the CEL expression ``values[name]`` (a string)."""
+    parts: list[str] = []
+    pos = 0
+    for m in _PLACEHOLDER.finditer(template):
+        if m.start() > pos:
+            parts.append(cel.string_literal(template[pos : m.start()]))
+        parts.append(f"({values[m[1]]})")
+        pos = m.end()
+    if pos < len(template) or not parts:
+        parts.append(cel.string_literal(template[pos:]))
+    return " + ".join(parts)
+
+
+def cel_message(rule: AdmissionRule, message: CelMessage) -> str:
+    """The CEL string of one case, as the Python engine writes it after the container's name:
+    ``field=value problem (rule id); fix``."""
+    case = rule.cases[message.case]
+    value = f" + '=' + {message.value}" if message.value is not None else ""
+    template = f"{case.problem} {rule.tag}; {case.fix}"
+    return f"{message.field}{value} + ' ' + {cel_text(template, message.values)}"
+
+
+#: The CEL strings of a GPU entry's core and memory values (as shown) and why they are malformed.
+_CS, _MS = cel.shown("e.cv"), cel.shown("e.mv")
+_CE, _ME = cel.reason("e.cv"), cel.reason("e.mv")
+
+# --- the workload rules ----------------------------------------------------------------------------
+
+_UNIT_DIFFERS = (
+    "the policy cannot know the target pool, so its message names GiB; the webhook names MiB for a"
+    " pod aimed only at pools with `devicePlugin.memoryUnit: MiB`"
+)
+_SPACES_DIFFER = (
+    'a value with spaces around it in a custom resource (stored as written, e.g. `" 5"`) is read'
+    " by the engine as the apiserver reads a built-in's quantity (trimmed), and refused by the policy"
+    " (CEL's `quantity()` does not trim)"
+)
+
+CORE_STEP = AdmissionRule(
+    id="GS001-core-percentage-step",
+    verdict="deny",
+    pool_mode=False,
+    code=CODE_INVALID,
+    what=f"`{CORE}` is a whole number and a multiple of 5",
+    fix="use the nearest multiple of 5 (e.g. 30 or 35 instead of 33)",
+    cases={
+        "malformed": Case(
+            "{error}; the GPU compute share is a whole multiple of 5 from 5 to 100",
+            "write a number such as 30",
+        ),
+        "step": Case("is not a multiple of 5", "use {low} or {high}"),
+    },
+    cel=CelForm(
+        broken="e.cn == -1 || (e.cn >= 5 && e.cn <= 100 && e.cn % 5 != 0)",
+        messages=(
+            CelMessage("e.cn == -1", "malformed", cel.res_field("e.cw", CORE), _CS, {"error": _CE}),
+            CelMessage(
+                "true",
+                "step",
+                cel.res_field("e.cw", CORE),
+                _CS,
+                {"low": "string(e.cn - e.cn % 5)", "high": "string(e.cn - e.cn % 5 + 5)"},
+            ),
+        ),
+        summary=f'"{CORE}" is not a whole multiple of 5',
+    ),
+    differs=_SPACES_DIFFER,
+)
+
+CORE_RANGE = AdmissionRule(
+    id="GS002-core-percentage-range",
+    verdict="deny",
+    pool_mode=False,
+    code=CODE_INVALID,
+    what=f"`{CORE}` is from 5 to 100 (100 = one whole GPU)",
+    fix="ask for 5..100; for more than one GPU use exclusive scheduling",
+    cases={
+        "below": Case("is outside 5..100 (percent of one GPU)", "use 5 for the smallest share"),
+        "above": Case("is outside 5..100 (percent of one GPU)", "use at most 100 (one whole GPU)"),
+    },
+    cel=CelForm(
+        broken="e.cn >= 0 && (e.cn < 5 || e.cn > 100)",
+        messages=(
+            CelMessage("e.cn < 5", "below", cel.res_field("e.cw", CORE), _CS),
+            CelMessage("true", "above", cel.res_field("e.cw", CORE), _CS),
+        ),
+        summary=f'"{CORE}" is outside 5..100',
+    ),
+)
+
+CORE_WITHOUT_MEM = AdmissionRule(
+    id="GS003-core-without-mem",
+    verdict="deny",
+    pool_mode=False,
+    code=CODE_INVALID,
+    what=f"a container asking for `{CORE}` also asks for `{MEM}`",
+    fix=f"add `{MEM}` (GiB) to the same container's limits",
+    cases={
+        "missing": Case(
+            f'is missing but the container asks for "{CORE}"={{core}}',
+            f'add "{MEM}" ({{unit}} of GPU memory) to the same container',
+        )
+    },
+    cel=CelForm(
+        broken="e.cn != -2 && e.mn == -2",
+        messages=(
+            CelMessage(
+                "true", "missing", cel.res_field("'limits'", MEM), None, {"core": _CS, "unit": "'GiB'"}
+            ),
+        ),
+        summary=f'asks for "{CORE}" without "{MEM}"',
+    ),
+    differs=_UNIT_DIFFERS,
+)
+
+MEM_POSITIVE = AdmissionRule(
+    id="GS004-mem-positive-integer",
+    verdict="deny",
+    pool_mode=False,
+    code=CODE_INVALID,
+    what=f"`{MEM}` is a positive whole number of the device plugin's memory unit (GiB, or MiB"
+    " on pools with `devicePlugin.memoryUnit: MiB`), without a binary unit suffix (the value the"
+    " apiserver stores: `2e3` and `2k` are 2000)",
+    fix=f'write e.g. `{MEM}: 2` (not "2Gi", "1.5" or 0)',
+    cases={
+        "malformed": Case(
+            "{error}; GPU memory is a positive whole number of {unit}",
+            "write a whole number of {unit} such as {example}",
+        ),
+        "zero": Case(
+            "is zero; GPU memory is a positive whole number of {unit}",
+            f'ask for at least 1, or remove "{MEM}"',
+        ),
+    },
+    cel=CelForm(
+        broken="e.mn == -1 || e.mn == 0",
+        messages=(
+            CelMessage("e.mn == 0", "zero", cel.res_field("e.mw", MEM), _MS, {"unit": "'GiB'"}),
+            CelMessage(
+                "true",
+                "malformed",
+                cel.res_field("e.mw", MEM),
+                _MS,
+                {"error": _ME, "unit": "'GiB'", "example": "'2'"},
+            ),
+        ),
+        summary=f'"{MEM}" is not a positive whole number of GiB',
+    ),
+    differs=f"{_UNIT_DIFFERS}; {_SPACES_DIFFER}",
+)
+
+MEM_EXCEEDS_GPU = AdmissionRule(
+    id="GS005-mem-exceeds-gpu",
+    verdict="deny",
+    pool_mode=True,
+    what=f"`{MEM}` of a container (and of the pod, or of each card with `{c.RES_GPU_COUNT}`)"
+    " fits on one GPU of the target pool, in the pool's memory unit; without a target, on one GPU"
+    " of some known pool",
+    fix="ask for at most the per-GPU memory of the pool, or target a pool with larger GPUs (the fix"
+    " suggests a `gpu-count` split when one fits, and calls out MiB-looking values on GiB pools)",
+)
+
+REQUEST_LIMIT = AdmissionRule(
+    id="GS006-request-limit-mismatch",
+    verdict="deny",
+    pool_mode=False,
+    code=CODE_INVALID,
+    what="requests and limits of the GPU-sharing resources are equal when both are given, and limits are set",
+    fix="set only limits, or requests equal to limits",
+    cases={
+        "no-limit": Case(
+            "is set without a limit; extended resources are allocated by their limit",
+            'set resources.limits["{resource}"] to the same value',
+        ),
+        "differs": Case("differs from the limit {limit}", "set requests equal to limits, or drop requests"),
+    },
+    cel=CelForm(
+        broken="e.m6 || e.c6",
+        messages=tuple(
+            CelMessage(
+                f"e.{flag}6 && {cel.string_literal(res)} in e.l" if nolimit is None else f"e.{flag}6",
+                "differs" if nolimit is None else "no-limit",
+                cel.res_field("'requests'", res),
+                cel.shown(f"e.q[{cel.string_literal(res)}]"),
+                {"limit": cel.shown(f"e.l[{cel.string_literal(res)}]")}
+                if nolimit is None
+                else {"resource": nolimit},
+            )
+            for flag, res in (("m", MEM), ("c", CORE))
+            for nolimit in (None, cel.string_literal(res))
+        ),
+        summary="requests a GPU-sharing resource that differs from (or lacks) its limit",
+    ),
+)
+
+TARGET_MISSING = AdmissionRule(
+    id="GS007-pool-target-missing",
+    verdict="deny",
+    pool_mode=True,
+    what="a pod asking for GPU sharing has a nodeSelector or required node affinity naming its pool",
+    fix=f"add `nodeSelector: {{{c.LABEL_POOL}: <pool>}}` (or the pool's ACK labels)",
+)
+
+TARGET_AMBIGUOUS = AdmissionRule(
+    id="GS008-pool-target-ambiguous",
+    verdict="deny",
+    pool_mode=True,
+    what="the pod's node constraints confine it to pools of exactly one kind (cgpu, share or core_mem)",
+    fix=f"select one pool, e.g. `{c.LABEL_POOL}: <pool>` or `{c.LABEL_SCHEDULE}: <mode>`",
+)
+
+KIND_MISMATCH = AdmissionRule(
+    id="GS009-pool-kind-mismatch",
+    verdict="deny",
+    pool_mode=True,
+    what="memory-only pods target pools without compute allocation; pods with "
+    f"`{CORE}` target pools with it (no mixing of job types on a node)",
+    fix="target a pool of the matching kind, or add/remove the gpu-core.percentage request",
+)
+
+NO_ISOLATION = AdmissionRule(
+    id="GS010-no-isolation-sizing",
+    verdict="warn",
+    pool_mode=True,
+    what="a pod on a pool without memory isolation sees the whole GPU and must size itself",
+    fix="read `ALIYUN_COM_GPU_MEM_CONTAINER` / `ALIYUN_COM_GPU_MEM_DEV` in the application",
+)
+
+TARGET_UNKNOWN = AdmissionRule(
+    id="GS011-pool-target-unknown",
+    verdict="deny",
+    pool_mode=True,
+    what="the pod's node constraints match at least one known pool or GPU-sharing node (ACK labels"
+    " that no known node has and no pool writes match nothing: see below)",
+    fix="fix the pool name or labels in the nodeSelector / node affinity, or create a pool of the kind"
+    " asked for",
+)
+
+_OFFERS = f"the device plugin offers {MEM} and {CORE}"
+
+UNKNOWN_RESOURCE = AdmissionRule(
+    id="GS012-unknown-gpu-resource",
+    verdict="deny",
+    pool_mode=False,
+    code=CODE_INVALID,
+    what=f"every `{c.GPU_RESOURCE_PREFIX}*` resource a container asks for is one a node can offer"
+    f" (`{MEM}`, `{CORE}`; `aliyun.com/gpu-core.tflops` is let through); `{c.RES_GPU_COUNT}` and"
+    " `aliyun.com/gpu` in a container are warnings (nodes report them, but they are not GPU sharing)."
+    " The ValidatingAdmissionPolicy denies exactly the names the engine denies (any other"
+    " `aliyun.com/gpu*` name), with the same message less the did-you-mean",
+    fix="fix the resource name (did-you-mean in the message)",
+    cases={
+        "unknown": Case(
+            "is not a resource any GPU-sharing node offers; the pod would stay Pending",
+            "{suggestion}" + _OFFERS,
+        ),
+        "other": Case("is not a GPU-sharing resource: {what}", f"ask for {MEM} instead"),
+    },
+    cel=CelForm(
+        broken="size(e.ul) > 0 || size(e.uq) > 0",
+        messages=tuple(
+            CelMessage(
+                f"size(e.u{m}) > 0" if m == "l" else "true",
+                "unknown",
+                f"'resources.{where}[\"' + e.u{m}[0] + '\"]'",
+                cel.shown(f"e.{m}[e.u{m}[0]]"),
+                {"suggestion": "''"},
+            )
+            for m, where in (("l", "limits"), ("q", "requests"))
+        ),
+        summary=f"asks for an aliyun.com/gpu* resource no node offers; {_OFFERS}",
+    ),
+    differs="the policy has no did-you-mean (difflib has no CEL counterpart)",
+)
+
+GPU_COUNT_SPLIT = AdmissionRule(
+    id="GS013-gpu-count-split",
+    verdict="deny",
+    pool_mode=False,
+    pool_mode_text="no (the target-pool part: yes)",
+    what=f'a pod labelled `{c.RES_GPU_COUNT}: "M"` (ACK multi-GPU sharing) has M a whole number >= 1,'
+    f" a total gpu-mem N with N/M whole, no gpu-core.percentage, and targets a cgpu pool",
+    fix="make N a multiple of M, drop gpu-core.percentage, target a pool with memoryIsolation and no"
+    " computeAllocation",
+)
+
+CGPU_DISABLE_ENV = AdmissionRule(
+    id="GS014-cgpu-disable-env",
+    verdict="warn",
+    pool_mode=False,
+    what="a container does not set `CGPU_DISABLE` itself (the device plugin sets `CGPU_DISABLE=true`"
+    f" on nodes labelled `{c.LABEL_DISABLE_ISOLATION}=true`, which turns cGPU memory isolation off"
+    " for the container)",
+    fix="remove it; choose isolation by the target pool",
+)
+
+KIND_UNKNOWN = AdmissionRule(
+    id="GS015-workload-kind-unknown",
+    verdict="warn",
+    pool_mode=False,
+    what=f"an object whose containers ask for `{c.GPU_RESOURCE_PREFIX}*` is of a kind in the"
+    " workload-kinds table (only `check` sees such objects; the webhook registers for the table's kinds)",
+    fix="register the kind in a kinds file (`gpushare check --kinds FILE`,"
+    " `gpushare run --workload-kinds FILE`)",
+)
+
+# --- the pool rules (their CRD/pydantic record is gpushare.api.rules) ------------------------------
+
+POOL_SCHEMA = AdmissionRule(
+    id=MANAGED_SELECTOR.id,
+    verdict="deny",
+    pool_mode=False,
+    code=CODE_INVALID,
+    what="a GPUSharePool follows the API schema (field types, enums, ranges, no selector on labels"
+    " gpushare writes)",
+    fix="correct the field named in the message (see `kubectl explain gsp.spec`)",
+)
+POOL_COMPUTE_WITHOUT_ISOLATION = AdmissionRule(
+    id=COMPUTE_WITHOUT_ISOLATION.id,
+    verdict="deny",
+    pool_mode=False,
+    code=CODE_INVALID,
+    what="`computeAllocation: true` requires `memoryIsolation: true`",
+    fix=COMPUTE_WITHOUT_ISOLATION.fix,
+)
+POOL_EMPTY_SELECTOR = AdmissionRule(
+    id=EMPTY_SELECTOR.id,
+    verdict="deny",
+    pool_mode=False,
+    code=CODE_INVALID,
+    what="a pool's `nodeSelector` is not empty (an empty selector takes over every node)",
+    fix="select the pool's nodes, e.g. by `alibabacloud.com/nodepool-id`",
+)
+POOL_OVERLAP = AdmissionRule(
+    id="GP004-pool-overlap",
+    verdict="deny",
+    pool_mode=False,
+    what="a pool selects no node that currently belongs to another pool (selected by it, or labelled"
+    f" `{c.LABEL_POOL}=<other>`)",
+    fix="narrow one pool's nodeSelector so that each node is in at most one pool",
+)
+
+ALL_RULES: tuple[AdmissionRule, ...] = (
+    CORE_STEP,
+    CORE_RANGE,
+    CORE_WITHOUT_MEM,
+    MEM_POSITIVE,
+    MEM_EXCEEDS_GPU,
+    REQUEST_LIMIT,
+    TARGET_MISSING,
+    TARGET_AMBIGUOUS,
+    KIND_MISMATCH,
+    NO_ISOLATION,
+    TARGET_UNKNOWN,
+    UNKNOWN_RESOURCE,
+    GPU_COUNT_SPLIT,
+    CGPU_DISABLE_ENV,
+    KIND_UNKNOWN,
+    POOL_SCHEMA,
+    POOL_COMPUTE_WITHOUT_ISOLATION,
+    POOL_EMPTY_SELECTOR,
+    POOL_OVERLAP,
+)
+RULES: dict[str, AdmissionRule] = {rule.id: rule for rule in ALL_RULES}
+
+#: The rules the ValidatingAdmissionPolicy holds (no cluster state), in the policy's order.
+STATELESS: tuple[AdmissionRule, ...] = (
+    UNKNOWN_RESOURCE,
+    REQUEST_LIMIT,
+    MEM_POSITIVE,
+    CORE_STEP,
+    CORE_RANGE,
+    CORE_WITHOUT_MEM,
+)
+assert {r.id for r in STATELESS} == {r.id for r in ALL_RULES if r.cel is not None}
+
+
+# --- the docs tables -------------------------------------------------------------------------------
+
+
+def rules_table() -> str:
+    """The rules table of docs/admission-rules.md."""
+    rows = ["| Rule | Verdict | Pool mode | What must hold | Fix |", "|---|---|---|---|---|"]
+    for rule in ALL_RULES:
+        mode = rule.pool_mode_text or ("yes" if rule.pool_mode else "no")
+        rows.append(f"| `{rule.id}` | {rule.verdict} | {mode} | {rule.what} | {rule.fix} |")
+    return "\n".join(rows) + "\n"
+
+
+def policy_table() -> str:
+    """The table of docs/webhook.md: the rules the policy holds, and where it differs."""
+    rows = ["| rule | policy differs from the webhook |", "|---|---|"]
+    rows.extend(f"| `{rule.id}` | {rule.differs or 'no'} |" for rule in STATELESS)
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    import sys
+
+    tables = {"rules": rules_table, "policy": policy_table}
+    if len(sys.argv) != 2 or sys.argv[1] not in tables:
+        sys.exit("usage: python -m gpushare.admission.catalog rules|policy")
+    sys.stdout.write(tables[sys.argv[1]]())
