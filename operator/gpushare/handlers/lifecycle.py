@@ -13,7 +13,7 @@ from gpushare import constants as c
 from gpushare import metrics
 from gpushare.handlers import watch
 from gpushare.handlers.state import OperatorState, Started
-from gpushare.k8s.client import load_configuration
+from gpushare.k8s.client import load_configuration, new_api_client
 from gpushare.k8s.cluster import Cluster
 from gpushare.k8s.retry import ApiUnavailable
 from gpushare.reconciler import Reconciler
@@ -50,15 +50,13 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **_: A
     settings.execution.max_workers = 4
 
     cfg = await load_configuration(options.kubeconfig, context=options.context)
-    from kubernetes_asyncio import client
-
-    api = client.ApiClient(configuration=cfg)
+    api = new_api_client(cfg)
     cluster = Cluster(
         api, events_namespace=options.events_namespace, plugin_namespaces=options.plugin_namespaces
     )
     reconciler = Reconciler(cluster)
     memo.started = Started(api=api, cluster=cluster, reconciler=reconciler)
-    memo.watches = watch.start(reconciler, client.ApiClient(configuration=cfg), memo.node_listeners)
+    memo.watches = watch.start(reconciler, new_api_client(cfg), memo.node_listeners)
     await _check_plugin_namespaces(cluster)
     metrics.serve(options.metrics_port, options.metrics_addr)
 
