@@ -24,6 +24,7 @@ it made (``gpushare.io/cordoned-by``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -88,14 +89,31 @@ async def for_each(
     items: Sequence[T], step: Callable[[T], Awaitable[None]], workers: int = WRITE_CONCURRENCY
 ) -> None:
     """``step`` over ``items``, ``workers`` at a time, by that many tasks rather than one task per
-    item (at 5000 nodes, 5000 tasks waiting on the write bound were megabytes of peak memory)."""
+    item (at 5000 nodes, 5000 tasks waiting on the write bound were megabytes of peak memory).
+
+    The first step runs alone (up to ``LEAD_ALONE`` seconds): on a cold client it opens one
+    connection and answers, instead of queueing behind ``workers`` TLS handshakes at once (the
+    first node write of a 1000-node pool came 0.9 s after the pass began, now one round trip)."""
     todo = iter(items)
+    answered = asyncio.Event()
 
     async def worker() -> None:
         for item in todo:
             await step(item)
+            answered.set()
 
-    await asyncio.gather(*(worker() for _ in range(min(workers, len(items)))))
+    async def others(n: int) -> None:
+        if n <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(answered.wait(), LEAD_ALONE)
+        await asyncio.gather(*(worker() for _ in range(n)))
+
+    await asyncio.gather(worker(), others(min(workers, len(items)) - 1))
+
+
+#: How long the first write of a batch runs alone before the others start anyway (``for_each``).
+LEAD_ALONE = 1.0
 
 
 #: At most this many nodes about to switch mode are confirmed with a targeted pod list each
