@@ -35,7 +35,7 @@ from gpushare.devcluster.fakes import POOL_LABEL, create_gpu_nodes
 from gpushare.k8s.client import make_api_client
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_operator import metrics, peak_rss_mib, total, wait  # noqa: E402
+from bench_operator import metrics, peak_rss_mib, total, wait
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -10,8 +10,14 @@ nodes carry ``bench-half=a|b`` so that two pools can split them), in one run:
    first node write, to every node labelled (a node watch in this process) and to Ready=True.
    The floors are measured fairly: kubectl and the loop run while no operator process is alive
    (an operator watching every Node would slow them down on a shared machine), and the loop
-   reads its answers as raw JSON, as the operator does. Then the operator is started, and the
-   pool is created once its log says it has listed every Node and Pod.
+   reads its answers as raw JSON on the same kind of client as the operator's. The loop is timed
+   twice: until its last patch returned, and until the benchmark's node watch saw every node
+   labelled, as the operator is timed (÷ loop uses the latter: the same observer for both).
+   Then the operator is started, and the pool is created once its log says it has listed every
+   Node and Pod. ``--rounds K`` repeats this comparison K times on the same cluster (the loop
+   with no operator alive, then a fresh operator and a pool, deleted again), so that a run on a
+   shared machine gives a range of ratios measured side by side; ``--labels-only`` stops after
+   it (steps 1, 2 and 7).
 2. writes per node during (1), from the operator's metrics (expect exactly 1 label patch).
 3. steady state: writes of any kind during --steady seconds with nothing changing (expect 0).
 4. pool deletion (cleanup Restore) timed until the finalizer is gone.
@@ -22,6 +28,7 @@ nodes carry ``bench-half=a|b`` so that two pools can split them), in one run:
 7. peak resident memory of the operator process (VmHWM).
 
 Usage: ``python bench/bench_operator.py --nodes 1000,3000 [--steady 60] [--json out.json]``
+or ``python bench/bench_operator.py --nodes 1000 --labels-only --rounds 3``
 (``make bench``). Prints Markdown tables. Nothing is asserted: these are measurements. The load
 average at the start and end of each size is printed (the machine may be shared).
 """
@@ -34,6 +41,7 @@ import contextlib
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -193,18 +201,25 @@ LISTED = "Listed Nodes and Pods"
 
 class LabelWatch:
     """Counts nodes whose ``gpushare.io/pool`` label has a given value, from a raw node watch
-    (JSON only, no client models: the bench shares the CPUs with what it measures)."""
+    (JSON only, no client models: the bench shares the CPUs with what it measures).
+
+    Entering it lists the nodes once and returns when the watch from that list's version is
+    open, so that a write made right after is seen as soon as the apiserver sends it (before,
+    it listed the nodes twice as client models and only then watched: at 1000 nodes on the
+    loaded machine the first label written was seen seconds after it was written)."""
 
     def __init__(self, api: client.ApiClient, selector: str) -> None:
         self.core = client.CoreV1Api(api)
         self.selector = selector
         self.values: dict[str, str | None] = {}
         self.changed = asyncio.Event()
+        self.watching = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> LabelWatch:
-        await self._list()
-        self._task = asyncio.create_task(self._run())
+        rv = await self._list()
+        self._task = asyncio.create_task(self._run(rv))
+        await asyncio.wait_for(self.watching.wait(), timeout=60)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -214,15 +229,19 @@ class LabelWatch:
                 await self._task
 
     async def _list(self) -> str:
-        listed = await self.core.list_node(label_selector=self.selector)
+        resp: Any = await self.core.list_node(label_selector=self.selector, _preload_content=False)
+        try:
+            listed = json.loads(await resp.read())
+        finally:
+            resp.release()
         self.values = {
-            node.metadata.name: (node.metadata.labels or {}).get(c.LABEL_POOL) for node in listed.items
+            str(node["metadata"]["name"]): (node["metadata"].get("labels") or {}).get(c.LABEL_POOL)
+            for node in listed.get("items") or ()
         }
         self.changed.set()
-        return str(listed.metadata.resource_version)
+        return str(listed["metadata"]["resourceVersion"])
 
-    async def _run(self) -> None:
-        rv = ""
+    async def _run(self, rv: str = "") -> None:
         while True:  # the apiserver drops a watch that falls behind: list and watch again
             try:
                 rv = rv or await self._list()
@@ -242,6 +261,7 @@ class LabelWatch:
             allow_watch_bookmarks=True,
             _preload_content=False,
         )
+        self.watching.set()
         async with resp:
             buf = b""
             async for chunk in resp.content.iter_any():
@@ -313,7 +333,14 @@ def loadavg() -> str:
 
 
 async def run_size(
-    n: int, steady: float, log: Any, loop_concurrency: int, *, rollout: bool = True
+    n: int,
+    steady: float,
+    log: Any,
+    loop_concurrency: int,
+    *,
+    rollout: bool = True,
+    labels_only: bool = False,
+    extra_rounds: int = 0,
 ) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix=f"gpushare-bench-{n}-"))
     result: dict[str, Any] = {"nodes": n, "load_start": loadavg()}
@@ -347,47 +374,29 @@ async def run_size(
 
             # 1a. the floors, with no operator process alive (it would watch every write they make);
             # the benchmark's own label watch runs, as it does while the operator is timed.
-            async with LabelWatch(api, selector):
+            async with LabelWatch(api, selector) as watch:
                 result["kubectl_label_s"] = await kubectl(
                     kubeconfig, "label", "nodes", "-l", selector, *label_args(), "--overwrite"
                 )
                 await unlabel()
-                result["loop_label_s"] = await plain_loop(api, names, loop_concurrency)
+                result.update(await loop_floor(api, watch, names, loop_concurrency, limit))
                 await unlabel()
             log(
-                f"[{n}] labels, no operator running: kubectl {result['kubectl_label_s']:.2f}s, loop {result['loop_label_s']:.2f}s"
+                f"[{n}] labels, no operator running: kubectl {result['kubectl_label_s']:.2f}s, loop "
+                f"{result['loop_label_s']:.2f}s (seen by the watch: {result['loop_seen_s']:.2f}s)"
             )
 
-            port = free_port()
-            op_log = workdir / "operator.log"
-            with op_log.open("wb") as out:
-                proc = subprocess.Popen(  # noqa: ASYNC220 - started once, never waited on here
-                    [sys.executable, "-m", "gpushare", "run", "--kubeconfig", str(kubeconfig),
-                     "--metrics-port", str(port), "--log-format", "json"],
-                    stdout=out, stderr=subprocess.STDOUT,
-                )  # fmt: skip
+            proc, port, listed_s = await start_operator(workdir / "operator.log", kubeconfig, limit)
             try:
-                started = time.monotonic()
-                await wait(lambda: _serving(port), 60, "operator metrics")
-
-                async def listed() -> bool:  # the operator's Node and Pod watches have listed once
-                    return LISTED in op_log.read_text(errors="replace")
-
-                await wait(listed, limit, "the operator's first list of Nodes and Pods", interval=0.2)
-                result["operator_listed_s"] = time.monotonic() - started
-                log(f"[{n}] operator started and listed {n} nodes in {result['operator_listed_s']:.1f}s")
+                result["operator_listed_s"] = listed_s
+                log(f"[{n}] operator started and listed {n} nodes in {listed_s:.1f}s")
 
                 async with LabelWatch(api, selector) as watch:
                     # 1b. the operator: a pool over the same nodes
                     before = metrics(port)
                     pool = Pool(api, "bench-labels")
-                    t = time.monotonic()
-                    await pool.create(devicePlugin={"restart": "Never"})
-                    first, labelled = await watch.times(pool.name, n, t, limit)
-                    result["operator_first_write_s"] = first
-                    result["operator_labelled_s"] = labelled
-                    await wait(pool.ready, limit, "pool Ready (labels only)", interval=0.05)
-                    result["operator_ready_s"] = time.monotonic() - t
+                    result.update(await operator_labels(pool, watch, n, limit))
+                    first, labelled = result["operator_first_write_s"], result["operator_labelled_s"]
                     after = metrics(port)
                     result["label_patches_per_node"] = (
                         total(after, "gpushare_label_patches_total")
@@ -402,104 +411,243 @@ async def run_size(
                         f"Ready {result['operator_ready_s']:.2f}s"
                     )
 
-                    # 3. steady state
-                    await asyncio.sleep(5)  # let the last status write land
-                    quiet = metrics(port)
-                    await asyncio.sleep(steady)
-                    later = metrics(port)
-                    result["steady_s"] = steady
-                    result["steady_writes"] = total(later, "gpushare_api_writes_total") - total(
-                        quiet, "gpushare_api_writes_total"
-                    )
-                    log(f"[{n}] steady state: {result['steady_writes']:.0f} writes in {steady:.0f}s")
-                    result["operator_peak_rss_labels_mib"] = peak_rss_mib(proc.pid)
-
-                    # 4. cleanup
-                    t = time.monotonic()
-                    await pool.delete()
-                    await wait(pool.gone, limit, "pool deleted", interval=0.05)
-                    result["operator_restore_s"] = time.monotonic() - t
-                    await kubectl(kubeconfig, "label", "nodes", "-l", selector, f"{c.LABEL_SCHEDULE}-")
-                    await asyncio.sleep(2)
-
-                    # 5. two pools of n/2, created together
-                    halves = [Pool(api, "bench-half-a"), Pool(api, "bench-half-b")]
-                    t = time.monotonic()
-                    await asyncio.gather(
-                        *(
-                            p.create(
-                                nodeSelector={"matchLabels": {HALF: x}}, devicePlugin={"restart": "Never"}
-                            )
-                            for p, x in zip(halves, "ab", strict=True)
-                        )
-                    )
-                    _, labelled = await watch.times({p.name for p in halves}, n, t, limit)
-                    result["two_pools_labelled_s"] = labelled
-
-                    async def both_ready() -> bool:
-                        return all([await p.ready() for p in halves])
-
-                    await wait(both_ready, limit, "both pools Ready", interval=0.05)
-                    result["two_pools_ready_s"] = time.monotonic() - t
-                    log(
-                        f"[{n}] two pools of {n // 2}: labelled {labelled:.2f}s, "
-                        f"Ready {result['two_pools_ready_s']:.2f}s"
-                    )
-                    for p in halves:
-                        await p.delete()
-                    for p in halves:
-                        await wait(p.gone, limit, "pool deleted", interval=0.1)
-                    await kubectl(kubeconfig, "label", "nodes", "-l", selector, f"{c.LABEL_SCHEDULE}-")
-
+                    result["rounds"] = [_round(result)]
+                    if labels_only:
+                        result["operator_peak_rss_labels_mib"] = peak_rss_mib(proc.pid)
+                        await pool.delete()
+                        await wait(pool.gone, limit, "pool deleted", interval=0.05)
                 result["operator_peak_rss_mib"] = peak_rss_mib(proc.pid)
-                if not rollout:
-                    result["load_end"] = loadavg()
-                    return result
-                # 6. full rollout
-                t = time.monotonic()
-                start_wall = time.time()
-                await kubectl(kubeconfig, "label", "nodes", "-l", selector, *label_args(), "--overwrite")
-                await kubectl(
-                    kubeconfig,
-                    "delete",
-                    "pods",
-                    "-n",
-                    c.DEFAULT_PLUGIN_NAMESPACE,
-                    "-l",
-                    PLUGIN_SELECTOR,
-                    "--wait=false",
-                )
-                await wait(
-                    lambda: plugin_pods_ready(api, n, after=int(start_wall)),
-                    limit,
-                    "plugin pods replaced",
-                    interval=0.25 + n / 4000,
-                )
-                result["kubectl_rollout_s"] = time.monotonic() - t
-                await unlabel()
-                pool = Pool(api, "bench-rollout")
-                t = time.monotonic()
-                await pool.create(rollout={"maxUnavailable": "100%"})
-
-                async def ready_kicking() -> bool:
-                    await plugin_pods_ready(api, 0)  # only to unstick kwok, see STUCK_AFTER_S
-                    return await pool.ready()
-
-                await wait(ready_kicking, limit, "pool Ready (rollout)", interval=0.25 + n / 4000)
-                result["operator_rollout_s"] = time.monotonic() - t
-                k_s, o_s = result["kubectl_rollout_s"], result["operator_rollout_s"]
-                log(f"[{n}] rollout: kubectl {k_s:.2f}s, operator {o_s:.2f}s")
-                result["operator_peak_rss_mib"] = peak_rss_mib(proc.pid)
-                await pool.delete()
-                await wait(pool.gone, limit, "pool deleted", interval=0.1)
+                if not labels_only:
+                    await other_steps(
+                        result, api, kubeconfig, proc, port, pool, n, steady, limit, log, rollout
+                    )
             finally:
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+                stop_operator(proc)
+            for i in range(2, extra_rounds + 2):
+                await asyncio.sleep(2)
+                more = await labels_round(workdir, kubeconfig, api, names, i, loop_concurrency, limit, log)
+                result["rounds"].append(more)
+                result["operator_peak_rss_mib"] = max(
+                    result["operator_peak_rss_mib"], more["operator_peak_rss_mib"]
+                )
     result["load_end"] = loadavg()
     return result
+
+
+async def other_steps(
+    result: dict[str, Any],
+    api: client.ApiClient,
+    kubeconfig: Path,
+    proc: subprocess.Popen[bytes],
+    port: int,
+    pool: Pool,
+    n: int,
+    steady: float,
+    limit: float,
+    log: Any,
+    rollout: bool,
+) -> None:
+    """Steps 3-6 with the operator of step 1 (its pool ``pool`` is Ready)."""
+    selector = f"{POOL_LABEL}={NODEPOOL}"
+
+    async def unlabel() -> None:
+        await kubectl(kubeconfig, "label", "nodes", "-l", selector, *unlabel_args())
+        await asyncio.sleep(2)
+
+    async with LabelWatch(api, selector) as watch:
+        # 3. steady state
+        await asyncio.sleep(5)  # let the last status write land
+        quiet = metrics(port)
+        await asyncio.sleep(steady)
+        later = metrics(port)
+        result["steady_s"] = steady
+        result["steady_writes"] = total(later, "gpushare_api_writes_total") - total(
+            quiet, "gpushare_api_writes_total"
+        )
+        log(f"[{n}] steady state: {result['steady_writes']:.0f} writes in {steady:.0f}s")
+        result["operator_peak_rss_labels_mib"] = peak_rss_mib(proc.pid)
+
+        # 4. cleanup
+        t = time.monotonic()
+        await pool.delete()
+        await wait(pool.gone, limit, "pool deleted", interval=0.05)
+        result["operator_restore_s"] = time.monotonic() - t
+        await kubectl(kubeconfig, "label", "nodes", "-l", selector, f"{c.LABEL_SCHEDULE}-")
+        await asyncio.sleep(2)
+
+        # 5. two pools of n/2, created together
+        halves = [Pool(api, "bench-half-a"), Pool(api, "bench-half-b")]
+        t = time.monotonic()
+        await asyncio.gather(
+            *(
+                p.create(nodeSelector={"matchLabels": {HALF: x}}, devicePlugin={"restart": "Never"})
+                for p, x in zip(halves, "ab", strict=True)
+            )
+        )
+        _, labelled = await watch.times({p.name for p in halves}, n, t, limit)
+        result["two_pools_labelled_s"] = labelled
+
+        async def both_ready() -> bool:
+            return all([await p.ready() for p in halves])
+
+        await wait(both_ready, limit, "both pools Ready", interval=0.05)
+        result["two_pools_ready_s"] = time.monotonic() - t
+        log(
+            f"[{n}] two pools of {n // 2}: labelled {labelled:.2f}s, Ready {result['two_pools_ready_s']:.2f}s"
+        )
+        for p in halves:
+            await p.delete()
+        for p in halves:
+            await wait(p.gone, limit, "pool deleted", interval=0.1)
+        await kubectl(kubeconfig, "label", "nodes", "-l", selector, f"{c.LABEL_SCHEDULE}-")
+
+    result["operator_peak_rss_mib"] = peak_rss_mib(proc.pid)
+    if not rollout:
+        return
+    # 6. full rollout
+    t = time.monotonic()
+    start_wall = time.time()
+    await kubectl(kubeconfig, "label", "nodes", "-l", selector, *label_args(), "--overwrite")
+    await kubectl(
+        kubeconfig,
+        "delete",
+        "pods",
+        "-n",
+        c.DEFAULT_PLUGIN_NAMESPACE,
+        "-l",
+        PLUGIN_SELECTOR,
+        "--wait=false",
+    )
+    await wait(
+        lambda: plugin_pods_ready(api, n, after=int(start_wall)),
+        limit,
+        "plugin pods replaced",
+        interval=0.25 + n / 4000,
+    )
+    result["kubectl_rollout_s"] = time.monotonic() - t
+    await unlabel()
+    pool = Pool(api, "bench-rollout")
+    t = time.monotonic()
+    await pool.create(rollout={"maxUnavailable": "100%"})
+
+    async def ready_kicking() -> bool:
+        await plugin_pods_ready(api, 0)  # only to unstick kwok, see STUCK_AFTER_S
+        return await pool.ready()
+
+    await wait(ready_kicking, limit, "pool Ready (rollout)", interval=0.25 + n / 4000)
+    result["operator_rollout_s"] = time.monotonic() - t
+    k_s, o_s = result["kubectl_rollout_s"], result["operator_rollout_s"]
+    log(f"[{n}] rollout: kubectl {k_s:.2f}s, operator {o_s:.2f}s")
+    result["operator_peak_rss_mib"] = peak_rss_mib(proc.pid)
+    await pool.delete()
+    await wait(pool.gone, limit, "pool deleted", interval=0.1)
+
+
+async def loop_floor(
+    api: client.ApiClient, watch: LabelWatch, names: list[str], concurrency: int, limit: float
+) -> dict[str, float]:
+    """The plain loop, timed until its last patch returned and until ``watch`` saw every node
+    labelled (as the operator is timed: the same observer for both)."""
+    t = time.monotonic()
+    seen = asyncio.create_task(watch.times("loop", len(names), t, limit))
+    returned = await plain_loop(api, names, concurrency)
+    _, seen_s = await seen
+    return {"loop_label_s": returned, "loop_seen_s": seen_s}
+
+
+async def operator_labels(pool: Pool, watch: LabelWatch, n: int, limit: float) -> dict[str, float]:
+    """Create ``pool`` (labels only); seconds to its first node labelled, to all ``n``, to Ready."""
+    t = time.monotonic()
+    await pool.create(devicePlugin={"restart": "Never"})
+    created = time.monotonic() - t
+    first, labelled = await watch.times(pool.name, n, t, limit)
+    await wait(pool.ready, limit, "pool Ready (labels only)", interval=0.05)
+    return {
+        "pool_create_call_s": created,
+        "operator_first_write_s": first,
+        "operator_labelled_s": labelled,
+        "operator_ready_s": time.monotonic() - t,
+    }
+
+
+async def start_operator(
+    op_log: Path, kubeconfig: Path, limit: float
+) -> tuple[subprocess.Popen[bytes], int, float]:
+    """Start ``gpushare run``; returns once its Node and Pod watches have listed everything
+    (the process, its metrics port, seconds from start to listed)."""
+    port = free_port()
+    with op_log.open("wb") as out:
+        proc = subprocess.Popen(  # noqa: ASYNC220 - started once, never waited on here
+            [sys.executable, "-m", "gpushare", "run", "--kubeconfig", str(kubeconfig),
+             "--metrics-port", str(port), "--log-format", "json"],
+            stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    started = time.monotonic()
+    try:
+        await wait(lambda: _serving(port), 60, "operator metrics")
+
+        async def listed() -> bool:  # the operator's Node and Pod watches have listed once
+            return LISTED in op_log.read_text(errors="replace")  # noqa: ASYNC240 - a small local file
+
+        await wait(listed, limit, "the operator's first list of Nodes and Pods", interval=0.2)
+    except BaseException:
+        stop_operator(proc)
+        raise
+    return proc, port, time.monotonic() - started
+
+
+def stop_operator(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def _round(r: dict[str, Any]) -> dict[str, Any]:
+    keys = ("loop_label_s", "loop_seen_s", "operator_first_write_s", "operator_labelled_s")
+    out = {k: r[k] for k in keys}
+    out["ratio"] = r["operator_labelled_s"] / r["loop_seen_s"]
+    return out
+
+
+async def labels_round(
+    workdir: Path,
+    kubeconfig: Path,
+    api: client.ApiClient,
+    names: list[str],
+    i: int,
+    concurrency: int,
+    limit: float,
+    log: Any,
+) -> dict[str, Any]:
+    """One more labels-only comparison on the same cluster: the loop with no operator alive, then
+    a fresh operator and a pool (deleted again, so the nodes are as before)."""
+    n = len(names)
+    selector = f"{POOL_LABEL}={NODEPOOL}"
+    async with LabelWatch(api, selector) as watch:
+        r: dict[str, Any] = await loop_floor(api, watch, names, concurrency, limit)
+    await kubectl(kubeconfig, "label", "nodes", "-l", selector, *unlabel_args())
+    await asyncio.sleep(2)
+    proc, _, _ = await start_operator(workdir / f"operator-{i}.log", kubeconfig, limit)
+    try:
+        async with LabelWatch(api, selector) as watch:
+            pool = Pool(api, f"bench-labels-{i}")
+            r.update(await operator_labels(pool, watch, n, limit))
+            r["operator_peak_rss_mib"] = peak_rss_mib(proc.pid)
+            await pool.delete()
+            await wait(pool.gone, limit, "pool deleted", interval=0.05)
+    finally:
+        stop_operator(proc)
+    out = {**_round(r), "operator_peak_rss_mib": r["operator_peak_rss_mib"]}
+    log(
+        f"[{n}] round {i}: loop {r['loop_label_s']:.2f}s (seen {r['loop_seen_s']:.2f}s), operator first "
+        f"write {r['operator_first_write_s']:.2f}s, all labelled {r['operator_labelled_s']:.2f}s "
+        f"({out['ratio']:.2f}x the loop) (load {loadavg()})"
+    )
+    return out
 
 
 async def _serving(port: int) -> bool:
@@ -513,10 +661,11 @@ async def _serving(port: int) -> bool:
 LABEL_COLUMNS = (
     ("nodes", "{nodes}"),
     ("kubectl label", "{kubectl_label_s:.2f} s"),
-    ("plain loop (64 in flight)", "{loop_label_s:.2f} s"),
+    ("plain loop (64 in flight): returned / seen", "{loop_label_s:.2f} / {loop_seen_s:.2f} s"),
     ("operator: first write", "{operator_first_write_s:.2f} s"),
     ("operator: all labelled", "{operator_labelled_s:.2f} s"),
     ("÷ loop", "{labels_ratio:.2f}x"),
+    ("÷ loop, every round (median)", "{rounds_ratios}"),
     ("operator: Ready", "{operator_ready_s:.2f} s"),
     ("label patches / node", "{label_patches_per_node:.2f}"),
     ("node writes / node", "{node_writes_per_node:.2f}"),
@@ -525,6 +674,15 @@ LABEL_COLUMNS = (
         "peak RSS: labels only / whole run",
         "{operator_peak_rss_labels_mib:.0f} / {operator_peak_rss_mib:.0f} MiB",
     ),
+    ("load avg start → end", "{load_start} → {load_end}"),
+)
+ROUND_COLUMNS = (
+    ("nodes", "{nodes}"),
+    ("round", "{round}"),
+    ("plain loop: returned / seen", "{loop_label_s:.2f} / {loop_seen_s:.2f} s"),
+    ("operator: first write", "{operator_first_write_s:.2f} s"),
+    ("operator: all labelled", "{operator_labelled_s:.2f} s"),
+    ("÷ loop", "{ratio:.2f}x"),
 )
 OTHER_COLUMNS = (
     ("nodes", "{nodes}"),
@@ -542,11 +700,16 @@ OTHER_COLUMNS = (
 def table(results: list[dict[str, Any]], columns: tuple[tuple[str, str], ...]) -> str:
     rows = ["| " + " | ".join(name for name, _ in columns) + " |", "|" + "---:|" * len(columns)]
     for r in results:
-        values = {
-            **r,
-            "labels_ratio": r["operator_labelled_s"] / r["loop_label_s"],
-            "two_pools_ratio": r["two_pools_ready_s"] / r["operator_ready_s"],
-        }
+        values = {**r}
+        if "operator_labelled_s" in r and "loop_seen_s" in r:
+            values["labels_ratio"] = r["operator_labelled_s"] / r["loop_seen_s"]
+        if "two_pools_ready_s" in r:
+            values["two_pools_ratio"] = r["two_pools_ready_s"] / r["operator_ready_s"]
+        ratios = [x["ratio"] for x in r.get("rounds") or ()]
+        if ratios:
+            values["rounds_ratios"] = (
+                ", ".join(f"{x:.2f}" for x in ratios) + f" ({statistics.median(ratios):.2f}x)"
+            )
         if "operator_rollout_s" in r:
             values["rollout_ratio"] = r["operator_rollout_s"] / r["kubectl_rollout_s"]
         cells = []
@@ -574,7 +737,19 @@ def main() -> int:
     parser.add_argument(
         "--skip-rollout", action="store_true", help="skip the full rollout (6.), e.g. for large N on 2 CPUs"
     )
+    parser.add_argument(
+        "--labels-only", action="store_true", help="only the labels comparison (1., 2. and peak RSS)"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="repeat the labels comparison (the loop with no operator alive, then a fresh operator) "
+        "this many times on the same cluster; each round's ratio is printed",
+    )
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"--rounds {args.rounds}: must be 1 or more")
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
@@ -583,7 +758,15 @@ def main() -> int:
     for n in args.nodes.split(","):
         results.append(
             asyncio.run(
-                run_size(int(n), args.steady, log, args.loop_concurrency, rollout=not args.skip_rollout)
+                run_size(
+                    int(n),
+                    args.steady,
+                    log,
+                    args.loop_concurrency,
+                    rollout=not args.skip_rollout,
+                    labels_only=args.labels_only,
+                    extra_rounds=args.rounds - 1,
+                )
             )
         )
         if args.json:
@@ -593,7 +776,12 @@ def main() -> int:
     print(f"cpus: {os.cpu_count()}; kwok nodes, local kube-apiserver/etcd/kcm/scheduler")
     print(table(results, LABEL_COLUMNS))
     print()
-    print(table(results, OTHER_COLUMNS))
+    if any(len(r.get("rounds") or ()) > 1 for r in results):
+        rows = [{"nodes": r["nodes"], "round": i, **x} for r in results for i, x in enumerate(r["rounds"], 1)]
+        print(table(rows, ROUND_COLUMNS))
+        print()
+    if not args.labels_only:
+        print(table(results, OTHER_COLUMNS))
     return 0
 
 

@@ -21,6 +21,7 @@ from gpushare.k8s import rest
 from gpushare.k8s.client import (
     TLS_READ_BUFFER,
     KubeConfigError,
+    env_lookups_find_nothing,
     load_configuration,
     make_api_client,
     new_api_client,
@@ -263,3 +264,38 @@ def test_one_readiness_rule_for_plugin_pods_listed_or_watched(
     )
     gone = plugin_pod(PodView.from_obj({**obj, "metadata": {"deletionTimestamp": "x"}}))
     assert (gone.deleting, gone.created) == (True, None)
+
+
+def test_env_lookups_find_nothing_only_without_proxy_and_netrc(tmp_path: Path) -> None:
+    home = {"HOME": str(tmp_path)}
+    assert env_lookups_find_nothing(home)
+    assert env_lookups_find_nothing({**home, "no_proxy": "10.0.0.0/8", "HTTPS_PROXY": ""})
+    assert not env_lookups_find_nothing({**home, "HTTPS_PROXY": "http://proxy:3128"})
+    assert not env_lookups_find_nothing({**home, "http_proxy": "http://proxy:3128"})
+    netrc = tmp_path / "netrc"
+    assert env_lookups_find_nothing({**home, "NETRC": str(netrc)})
+    netrc.write_text("machine x login u password p\n")
+    assert not env_lookups_find_nothing({**home, "NETRC": str(netrc)})
+
+
+@pytest.mark.parametrize(
+    ("env", "trusted"),
+    [({}, False), ({"HTTPS_PROXY": "http://proxy:3128"}, True), ({"NETRC": "netrc"}, True)],
+)
+async def test_clients_look_up_proxies_and_netrc_only_where_they_exist(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], trusted: bool
+) -> None:
+    """aiohttp's per-request proxy and netrc lookups (each a thread hop) stay on only where
+    the environment has something for them to find."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in ("NETRC", "http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ws_proxy", "wss_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "netrc").write_text("machine x login u password p\n")
+    for name, value in env.items():
+        monkeypatch.setenv(name, str(tmp_path / value) if name == "NETRC" else value)
+    api = await make_api_client(str(write_kubeconfig(tmp_path / "kc", "https://127.0.0.1:6443", "t")))
+    try:
+        assert api.rest_client.pool_manager.trust_env is trusted
+    finally:
+        await api.close()
