@@ -23,10 +23,10 @@ from typing import Any, Protocol
 
 import structlog
 
-from gpushare import constants as c
 from gpushare.k8s.client import ApiClient
 from gpushare.k8s.watch import ListWatch, object_key, run_all
 from gpushare.policy import NodeView, PodView
+from gpushare.policy.restart import is_plugin_pod
 from gpushare.policy.views import pod_requests
 from gpushare.reconcile import Reconciler
 
@@ -42,10 +42,6 @@ SERVER_TIMEOUT = 300
 
 def is_gpu_pod(spec: Mapping[str, Any]) -> bool:
     return bool(pod_requests(spec))
-
-
-def is_plugin_pod(labels: Mapping[str, str]) -> bool:
-    return all(labels.get(k) == v for k, v in c.DEFAULT_PLUGIN_LABELS.items())
 
 
 def relevant(obj: Mapping[str, Any]) -> bool:

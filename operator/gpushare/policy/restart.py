@@ -8,7 +8,7 @@ record the new state) and keeps the little the step needs to remember between pa
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -42,11 +42,15 @@ class RestartStep:
     forget: tuple[str, ...] = ()
 
 
+def is_plugin_pod(labels: Mapping[str, str]) -> bool:
+    """Whether a pod (or a selector's matchLabels) carries the default device-plugin labels: the
+    pods the operator's pod watch keeps besides GPU pods."""
+    return all(labels.get(k) == v for k, v in c.DEFAULT_PLUGIN_LABELS.items())
+
+
 def watched(dp: DevicePlugin) -> bool:
     """Whether the pod watch sees every pod of this device plugin (it watches the default labels)."""
-    return dp.namespace == c.DEFAULT_PLUGIN_NAMESPACE and all(
-        dp.pod_selector.match_labels.get(k) == v for k, v in c.DEFAULT_PLUGIN_LABELS.items()
-    )
+    return dp.namespace == c.DEFAULT_PLUGIN_NAMESPACE and is_plugin_pod(dp.pod_selector.match_labels)
 
 
 def restart_step(
