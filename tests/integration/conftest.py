@@ -11,13 +11,15 @@ run ``make control-plane``.
 - ``namespace``: a fresh namespace, deleted afterwards.
 - ``fake_nodes``: ``await fake_nodes.create(n, ...)`` makes kwok GPU nodes; every fake node
   created during the test is deleted afterwards.
+- ``start_operator``: ``start_operator(*flags)`` launches ``gpushare run`` against the cluster and
+  waits until it serves; every operator started is stopped afterwards. ``operator``: one, started.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -38,6 +40,7 @@ from gpushare.devcluster.crds import install_crd_files
 from gpushare.devcluster.fakes import FakeNodeSet
 from gpushare.k8s.client import make_api_client
 from support.cluster import serve
+from support.operator_proc import OperatorProc, launch_operator
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_FILES = sorted((REPO / "crds").glob("*.yaml"))
@@ -97,3 +100,23 @@ async def fake_nodes(api: client.ApiClient) -> AsyncIterator[FakeNodeSet]:
     yield helper
     leftover = set(await list_fake_nodes(api)) - before
     await delete_nodes(api, sorted(leftover))
+
+
+@pytest.fixture
+def start_operator(cluster: ClusterInfo, tmp_path: Path) -> Iterator[Callable[..., OperatorProc]]:
+    started: list[OperatorProc] = []
+
+    def start(*extra: str) -> OperatorProc:
+        op = launch_operator(cluster.kubeconfig, tmp_path / f"operator-{len(started)}.log", *extra)
+        started.append(op)
+        op.wait_serving()
+        return op
+
+    yield start
+    for op in started:
+        op.stop()
+
+
+@pytest.fixture
+def operator(start_operator: Callable[..., OperatorProc]) -> OperatorProc:
+    return start_operator()

@@ -13,8 +13,7 @@ import json
 import secrets
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator, Callable
 from typing import Any, cast
 
 import pytest
@@ -27,30 +26,10 @@ from gpushare import constants as c
 from gpushare.devcluster import ClusterInfo, wait_for
 from gpushare.devcluster.fakes import POOL_LABEL, FakeNodeSet
 from gpushare.k8s.client import make_api_client
-from support.operator_proc import OperatorProc, launch_operator
+from support.operator_proc import OperatorProc
 from support.pools import MERGE, PoolApi
 
 LENDING = {"to": [], "keepIdle": 1, "returnAfterSeconds": 30}
-
-
-@pytest.fixture
-def start_operator(cluster: ClusterInfo, tmp_path: Path) -> Iterator[Callable[..., OperatorProc]]:
-    started: list[OperatorProc] = []
-
-    def start(*extra: str) -> OperatorProc:
-        op = launch_operator(cluster.kubeconfig, tmp_path / f"operator-{len(started)}.log", *extra)
-        started.append(op)
-        op.wait_serving()
-        return op
-
-    yield start
-    for op in started:
-        op.stop()
-
-
-@pytest.fixture
-def operator(start_operator: Callable[..., OperatorProc]) -> OperatorProc:
-    return start_operator()
 
 
 class Pools(PoolApi):

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import json
 import secrets
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
@@ -31,31 +31,11 @@ from gpushare.devcluster import ClusterInfo, DevCluster, wait_for
 from gpushare.devcluster.crds import install_crd_files
 from gpushare.devcluster.fakes import POOL_LABEL, FakeNodeSet, plugin_pods_on, wait_plugin_registered
 from gpushare.devcluster.pluginsim import ANNOTATION_HANG, ANNOTATION_STATE
-from support.operator_proc import OperatorProc, launch_operator
+from support.operator_proc import OperatorProc
 from support.pools import MERGE, PoolApi
 
 #: The generated stubs do not list ``_content_type``; the client accepts it.
 JSON_PATCH: dict[str, Any] = {"_content_type": "application/json-patch+json"}
-
-
-@pytest.fixture
-def start_operator(cluster: ClusterInfo, tmp_path: Path) -> Iterator[Callable[..., OperatorProc]]:
-    started: list[OperatorProc] = []
-
-    def start(*extra: str) -> OperatorProc:
-        op = launch_operator(cluster.kubeconfig, tmp_path / f"operator-{len(started)}.log", *extra)
-        started.append(op)
-        op.wait_serving()
-        return op
-
-    yield start
-    for op in started:
-        op.stop()
-
-
-@pytest.fixture
-def operator(start_operator: Callable[..., OperatorProc]) -> OperatorProc:
-    return start_operator()
 
 
 def np_id() -> str:

@@ -28,6 +28,19 @@ class CLIError(Exception):
         self.code = code
 
 
+def add_cluster_sources(p: argparse.ArgumentParser) -> None:
+    """The live/offline choice of the read-only commands (``inspect``, ``advise``): the cluster
+    through a kubeconfig, or Nodes, Pods and GPUSharePools from files."""
+    p.add_argument(
+        "--kubeconfig", help="kubeconfig file (default: in-cluster, else KUBECONFIG, ~/.kube/config)"
+    )
+    p.add_argument("--nodes", action="append", default=[], metavar="FILE", help="offline: Nodes (repeatable)")
+    p.add_argument("--pods", action="append", default=[], metavar="FILE", help="offline: Pods (repeatable)")
+    p.add_argument(
+        "--pools", action="append", default=[], metavar="FILE", help="offline: GPUSharePools (repeatable)"
+    )
+
+
 def build_parser(prog: str = "gpushare") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpushare import constants as c
-from gpushare.cli import CLIError
+from gpushare.cli import CLIError, add_cluster_sources
 from gpushare.cli.inspect import _from_files, _live
 from gpushare.policy.advise import Advice, advise
 from gpushare.policy.demand import PoolDemand, Snapshot, snapshot
@@ -34,14 +34,7 @@ def register(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "--kubeconfig", help="kubeconfig file (default: in-cluster, else KUBECONFIG, ~/.kube/config)"
-    )
-    p.add_argument("--nodes", action="append", default=[], metavar="FILE", help="offline: Nodes (repeatable)")
-    p.add_argument("--pods", action="append", default=[], metavar="FILE", help="offline: Pods (repeatable)")
-    p.add_argument(
-        "--pools", action="append", default=[], metavar="FILE", help="offline: GPUSharePools (repeatable)"
-    )
+    add_cluster_sources(p)
     p.add_argument(
         "--keep-idle", type=int, default=None, metavar="N",
         help="idle nodes every pool keeps (default: its spec.lending.keepIdle, else 0)",

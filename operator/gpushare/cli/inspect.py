@@ -17,7 +17,7 @@ import aiohttp
 
 from gpushare import constants as c
 from gpushare.api.v1alpha1 import PoolValidationError, parse_pool
-from gpushare.cli import CLIError
+from gpushare.cli import CLIError, add_cluster_sources
 from gpushare.inspection import Report, build_report, render_text
 from gpushare.k8s import KubeConfigError, make_api_client
 from gpushare.k8s.inspect_read import InspectReadError, read_cluster
@@ -99,12 +99,5 @@ def register(subparsers: Any) -> None:
     p.add_argument("pool", nargs="*", help="only these pools (default: all, plus GPU nodes in no pool)")
     p.add_argument("-d", "--details", action="store_true", help="list the GPU pods on each node")
     p.add_argument("-o", "--output", choices=("text", "json"), default="text")
-    p.add_argument(
-        "--kubeconfig", help="kubeconfig file (default: in-cluster, else KUBECONFIG, ~/.kube/config)"
-    )
-    p.add_argument("--nodes", action="append", default=[], metavar="FILE", help="offline: Nodes (repeatable)")
-    p.add_argument("--pods", action="append", default=[], metavar="FILE", help="offline: Pods (repeatable)")
-    p.add_argument(
-        "--pools", action="append", default=[], metavar="FILE", help="offline: GPUSharePools (repeatable)"
-    )
+    add_cluster_sources(p)
     p.set_defaults(func=cmd_inspect)
