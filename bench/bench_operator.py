@@ -197,6 +197,9 @@ def unlabel_args() -> list[str]:
 HALF = "bench-half"
 #: The operator's log line once its Node and Pod watches have listed everything (handlers/watch.py).
 LISTED = "Listed Nodes and Pods"
+#: ``--operator-src``: the operator runs from this source root (e.g. an older commit's
+#: ``git archive`` ``operator/``), put first on its PYTHONPATH; the benchmark itself does not.
+OPERATOR_SRC: Path | None = None
 
 
 class LabelWatch:
@@ -570,6 +573,13 @@ async def operator_labels(pool: Pool, watch: LabelWatch, n: int, limit: float) -
     }
 
 
+def _operator_env() -> dict[str, str]:
+    env = dict(os.environ)
+    if OPERATOR_SRC is not None:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(OPERATOR_SRC), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
 async def start_operator(
     op_log: Path, kubeconfig: Path, limit: float
 ) -> tuple[subprocess.Popen[bytes], int, float]:
@@ -580,7 +590,7 @@ async def start_operator(
         proc = subprocess.Popen(  # noqa: ASYNC220 - started once, never waited on here
             [sys.executable, "-m", "gpushare", "run", "--kubeconfig", str(kubeconfig),
              "--metrics-port", str(port), "--log-format", "json"],
-            stdout=out, stderr=subprocess.STDOUT,
+            stdout=out, stderr=subprocess.STDOUT, env=_operator_env(),
         )  # fmt: skip
     started = time.monotonic()
     try:
@@ -747,7 +757,14 @@ def main() -> int:
         help="repeat the labels comparison (the loop with no operator alive, then a fresh operator) "
         "this many times on the same cluster; each round's ratio is printed",
     )
+    parser.add_argument(
+        "--operator-src", type=Path, default=None, metavar="DIR",
+        help="run the operator from this source root (A/B against another commit: "
+        "git archive COMMIT operator | tar -x -C DIR, then DIR/operator)",
+    )  # fmt: skip
     args = parser.parse_args()
+    global OPERATOR_SRC
+    OPERATOR_SRC = args.operator_src.resolve() if args.operator_src else None
     if args.rounds < 1:
         parser.error(f"--rounds {args.rounds}: must be 1 or more")
 
