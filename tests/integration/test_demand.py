@@ -174,11 +174,10 @@ async def test_status_and_advise_name_an_idle_cgpu_node_and_lending_runs_the_job
     api: client.ApiClient,
     cluster: ClusterInfo,
     fake_nodes: FakeNodeSet,
-    start_operator: Callable[..., OperatorProc],
+    operator: OperatorProc,
     pools: Pools,
     namespace: str,
 ) -> None:
-    start_operator()
     cg, core, a_nodes, _ = await two_pools(api, fake_nodes, pools, namespace)
     await create_job(api, namespace, "train", gpu_pod_spec(core, 4, 50))
     pod = await wait_unschedulable(api, namespace, "train")
@@ -238,11 +237,10 @@ async def test_status_and_advise_name_an_idle_cgpu_node_and_lending_runs_the_job
 async def test_a_busy_node_is_never_lent_and_a_pool_keeps_its_idle_nodes(
     api: client.ApiClient,
     fake_nodes: FakeNodeSet,
-    start_operator: Callable[..., OperatorProc],
+    operator: OperatorProc,
     pools: Pools,
     namespace: str,
 ) -> None:
-    start_operator()
     cg, core, a_nodes, _ = await two_pools(api, fake_nodes, pools, namespace)
     await create_pod(api, namespace, "cg-run", gpu_pod_spec(cg, 2))
     busy = await wait_running(api, namespace, "cg-run")
