@@ -398,7 +398,7 @@ async def run_size(
                     # 1b. the operator: a pool over the same nodes
                     before = metrics(port)
                     pool = Pool(api, "bench-labels")
-                    result.update(await operator_labels(pool, watch, n, limit))
+                    result.update(await operator_labels(pool, watch, n, limit, proc.pid))
                     first, labelled = result["operator_first_write_s"], result["operator_labelled_s"]
                     after = metrics(port)
                     result["label_patches_per_node"] = (
@@ -551,25 +551,39 @@ async def loop_floor(
 ) -> dict[str, float]:
     """The plain loop, timed until its last patch returned and until ``watch`` saw every node
     labelled (as the operator is timed: the same observer for both)."""
-    t = time.monotonic()
+    t, cpu = time.monotonic(), time.process_time()
     seen = asyncio.create_task(watch.times("loop", len(names), t, limit))
     returned = await plain_loop(api, names, concurrency)
     _, seen_s = await seen
-    return {"loop_label_s": returned, "loop_seen_s": seen_s}
+    # This process's CPU: the loop's patches and replies, and the observer's watch events.
+    return {"loop_label_s": returned, "loop_seen_s": seen_s, "loop_cpu_s": time.process_time() - cpu}
 
 
-async def operator_labels(pool: Pool, watch: LabelWatch, n: int, limit: float) -> dict[str, float]:
-    """Create ``pool`` (labels only); seconds to its first node labelled, to all ``n``, to Ready."""
-    t = time.monotonic()
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def operator_labels(
+    pool: Pool, watch: LabelWatch, n: int, limit: float, pid: int
+) -> dict[str, float]:
+    """Create ``pool`` (labels only); seconds to its first node labelled, to all ``n``, to Ready;
+    the CPU seconds the operator process ``pid`` and this process (the observer) spent until all
+    were labelled."""
+    t, cpu, op_cpu = time.monotonic(), time.process_time(), process_cpu_s(pid)
     await pool.create(devicePlugin={"restart": "Never"})
     created = time.monotonic() - t
     first, labelled = await watch.times(pool.name, n, t, limit)
+    op_cpu, cpu = process_cpu_s(pid) - op_cpu, time.process_time() - cpu
     await wait(pool.ready, limit, "pool Ready (labels only)", interval=0.05)
     return {
         "pool_create_call_s": created,
         "operator_first_write_s": first,
         "operator_labelled_s": labelled,
         "operator_ready_s": time.monotonic() - t,
+        "operator_cpu_s": op_cpu,
+        "observer_cpu_s": cpu,
     }
 
 
@@ -620,6 +634,11 @@ def _round(r: dict[str, Any]) -> dict[str, Any]:
     keys = ("loop_label_s", "loop_seen_s", "operator_first_write_s", "operator_labelled_s")
     out = {k: r[k] for k in keys}
     out["ratio"] = r["operator_labelled_s"] / r["loop_seen_s"]
+    # CPU, which a busy machine does not stretch as it stretches time: the loop's process (its
+    # patches and the observer's watch) against the operator's process plus the observer's.
+    out["loop_cpu_s"] = r["loop_cpu_s"]
+    out["operator_cpu_s"] = r["operator_cpu_s"] + r["observer_cpu_s"]
+    out["cpu_ratio"] = out["operator_cpu_s"] / r["loop_cpu_s"]
     return out
 
 
@@ -645,7 +664,7 @@ async def labels_round(
     try:
         async with LabelWatch(api, selector) as watch:
             pool = Pool(api, f"bench-labels-{i}")
-            r.update(await operator_labels(pool, watch, n, limit))
+            r.update(await operator_labels(pool, watch, n, limit, proc.pid))
             r["operator_peak_rss_mib"] = peak_rss_mib(proc.pid)
             await pool.delete()
             await wait(pool.gone, limit, "pool deleted", interval=0.05)
@@ -655,7 +674,8 @@ async def labels_round(
     log(
         f"[{n}] round {i}: loop {r['loop_label_s']:.2f}s (seen {r['loop_seen_s']:.2f}s), operator first "
         f"write {r['operator_first_write_s']:.2f}s, all labelled {r['operator_labelled_s']:.2f}s "
-        f"({out['ratio']:.2f}x the loop) (load {loadavg()})"
+        f"({out['ratio']:.2f}x the loop; CPU {out['loop_cpu_s']:.2f} / {out['operator_cpu_s']:.2f} s, "
+        f"{out['cpu_ratio']:.2f}x) (load {loadavg()})"
     )
     return out
 
@@ -676,6 +696,7 @@ LABEL_COLUMNS = (
     ("operator: all labelled", "{operator_labelled_s:.2f} s"),
     ("÷ loop", "{labels_ratio:.2f}x"),
     ("÷ loop, every round (median)", "{rounds_ratios}"),
+    ("CPU ÷ loop, every round (median)", "{rounds_cpu_ratios}"),
     ("operator: Ready", "{operator_ready_s:.2f} s"),
     ("label patches / node", "{label_patches_per_node:.2f}"),
     ("node writes / node", "{node_writes_per_node:.2f}"),
@@ -693,6 +714,8 @@ ROUND_COLUMNS = (
     ("operator: first write", "{operator_first_write_s:.2f} s"),
     ("operator: all labelled", "{operator_labelled_s:.2f} s"),
     ("÷ loop", "{ratio:.2f}x"),
+    ("CPU: loop / operator + observer", "{loop_cpu_s:.2f} / {operator_cpu_s:.2f} s"),
+    ("CPU ÷ loop", "{cpu_ratio:.2f}x"),
 )
 OTHER_COLUMNS = (
     ("nodes", "{nodes}"),
@@ -715,11 +738,10 @@ def table(results: list[dict[str, Any]], columns: tuple[tuple[str, str], ...]) -
             values["labels_ratio"] = r["operator_labelled_s"] / r["loop_seen_s"]
         if "two_pools_ready_s" in r:
             values["two_pools_ratio"] = r["two_pools_ready_s"] / r["operator_ready_s"]
-        ratios = [x["ratio"] for x in r.get("rounds") or ()]
-        if ratios:
-            values["rounds_ratios"] = (
-                ", ".join(f"{x:.2f}" for x in ratios) + f" ({statistics.median(ratios):.2f}x)"
-            )
+        for key, out in (("ratio", "rounds_ratios"), ("cpu_ratio", "rounds_cpu_ratios")):
+            ratios = [x[key] for x in r.get("rounds") or () if key in x]
+            if ratios:
+                values[out] = ", ".join(f"{x:.2f}" for x in ratios) + f" ({statistics.median(ratios):.2f}x)"
         if "operator_rollout_s" in r:
             values["rollout_ratio"] = r["operator_rollout_s"] / r["kubectl_rollout_s"]
         cells = []

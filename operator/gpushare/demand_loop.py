@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -35,7 +36,7 @@ from gpushare.k8s.cluster import node_ref, pool_ref
 from gpushare.k8s.rest import ApiError
 from gpushare.k8s.retry import ApiUnavailable
 from gpushare.k8s.watch import object_key
-from gpushare.policy import NodeView, PodView, plan
+from gpushare.policy import ClusterPlan, NodePlan, NodeView, PodView, plan
 from gpushare.policy import lending as lend
 from gpushare.policy.demand import PoolDemand, WaitingPod, busy_nodes, compute, waiting_pod
 from gpushare.policy.views import pod_requests
@@ -46,6 +47,9 @@ log = structlog.stdlib.get_logger("gpushare.demand")
 RESYNC = 60.0
 #: After a change, wait this long so that a burst of pod events becomes one computation.
 DEBOUNCE = 0.5
+#: And at least this many times as long as the last computation took: the loop's share of a CPU
+#: stays under about 1 / (1 + DUTY) while a rollout changes a node every few milliseconds.
+DUTY = 9.0
 
 
 class DemandAPI(Protocol):
@@ -102,12 +106,26 @@ class DemandTracker:
         self._lock = asyncio.Lock()
         #: Nodes written by this loop: the view it wrote (until the watch shows it).
         self.writes = 0
+        # Each node's last plan: only the nodes that changed since (``_dirty``) are planned again,
+        # every node when a pool changed (``_planned_for``, the pools' signature).
+        self._plans: dict[str, NodePlan] = {}
+        self._dirty: set[str] = set()
+        self._planned_for: str | None = None
+        self._invalid_pools: Mapping[str, str] = {}
+        #: Seconds the last computation took (``debounce``).
+        self.last_cost = 0.0
 
     # --- fed by the watches ------------------------------------------------------------------
 
-    def _changed(self) -> None:
+    def _changed(self, *nodes: str) -> None:
         self.version += 1
+        self._dirty.update(n for n in nodes if n)
         self.wake_all()
+
+    def debounce(self) -> float:
+        """How long to wait after a wake-up before the next step (``DEBOUNCE``, longer after a
+        costly computation)."""
+        return max(DEBOUNCE, DUTY * self.last_cost)
 
     def wake_all(self) -> None:
         for event in self.wakeups.values():
@@ -122,23 +140,28 @@ class DemandTracker:
         metrics.forget_pool_demand(pool)
 
     def node_event(self, type_: str, obj: Mapping[str, Any]) -> None:
-        name = object_key(obj)
-        if type_ == "DELETED":
+        """A Node watch event (or the node as this loop's own write returned it)."""
+        self.node_view(type_, object_key(obj), None if type_ == "DELETED" else NodeView.project(obj))
+
+    def node_view(self, type_: str, name: str, view: NodeView | None) -> None:
+        """A Node watch event, projected once for every listener (``handlers.watch.Feeds``)."""
+        if type_ == "DELETED" or view is None:
+            self._plans.pop(name, None)
             if self.nodes.pop(name, None) is not None:
                 self._changed()
             return
-        view = NodeView.project(obj)
         old = self.nodes.get(name)
         if old is not None and _rv(view.resource_version) < _rv(old.resource_version):
             return  # older than our own write
         self.nodes[name] = view
         if old != view:
-            self._changed()
+            self._changed(name)
 
     def nodes_listed(self, names: set[str]) -> None:
         gone = set(self.nodes) - names
         for name in gone:
             del self.nodes[name]
+            self._plans.pop(name, None)
         if gone:
             self._changed()
 
@@ -162,10 +185,14 @@ class DemandTracker:
                 bound = None
         old_bound = self.bound.get(key)
         if bound is None:
-            changed |= self.bound.pop(key, None) is not None
+            if self.bound.pop(key, None) is not None:
+                changed = True
+                self._dirty.add(old_bound.node_name if old_bound else "")
         elif old_bound != bound:
             self.bound[key] = bound
+            self._dirty.update((bound.node_name, old_bound.node_name if old_bound else ""))
             changed = changed or old_bound is None or old_bound.node_name != bound.node_name
+        self._dirty.discard("")
         if changed:
             self._changed()
 
@@ -173,7 +200,9 @@ class DemandTracker:
         changed = False
         for store in (self.waiting, self.bound):
             for key in set(store) - keys:
-                del store[key]
+                pod = store.pop(key)
+                if isinstance(pod, PodView):
+                    self._dirty.add(pod.node_name)
                 changed = True
         if changed:
             self._changed()
@@ -210,7 +239,8 @@ class DemandTracker:
             if meta.get("deletionTimestamp"):
                 deleting.add(model.name)
         bound = list(self.bound.values())
-        cp = plan(pools, self.nodes.values(), bound, now=now, deleting=deleting, invalid=invalid)
+        started = time.monotonic()
+        cp = self._plan(pools, bound, signature, now, deleting, invalid)
         live = [p for p in pools if p.name not in deleting]
         planned = cp.by_node()
         loans = {
@@ -221,7 +251,36 @@ class DemandTracker:
         demand = compute(live, cp, self.nodes, bound, self.waiting.values(), loans)
         result = _Computed(tuple(live), demand, frozenset(busy_nodes(bound)))
         self._cache = (self.version, signature, result)
+        self.last_cost = time.monotonic() - started
         return result
+
+    def _plan(
+        self,
+        pools: list[GPUSharePool],
+        bound: list[PodView],
+        signature: str,
+        now: datetime,
+        deleting: set[str],
+        invalid: dict[str, str],
+    ) -> ClusterPlan:
+        """Every node's plan: the nodes that changed planned again (all of them after a pool
+        change), the others as last planned (the planner is pure and per node)."""
+        every = signature != self._planned_for
+        if every:
+            self._planned_for, self._plans = signature, {}
+            todo = set(self.nodes)
+        else:
+            todo = (self._dirty & self.nodes.keys()) | (self.nodes.keys() - self._plans.keys())
+        self._dirty = set()
+        if todo or every:
+            pods = [p for p in bound if p.node_name in todo]
+            views = [self.nodes[n] for n in todo]
+            cp = plan(pools, views, pods, now=now, deleting=deleting, invalid=invalid)
+            self._plans.update(cp.by_node())
+            self._invalid_pools = cp.invalid_pools
+        return ClusterPlan(
+            nodes=tuple(self._plans[n] for n in sorted(self._plans)), invalid_pools=self._invalid_pools
+        )
 
     async def run(self, name: str, bodies: Iterable[Mapping[str, Any]]) -> float:
         """One step for pool ``name``; returns when to look again at the latest."""

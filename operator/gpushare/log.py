@@ -30,6 +30,9 @@ def configure_logging(fmt: LogFormat = "json", level: int | str = logging.INFO) 
     )
     structlog.configure(
         processors=[
+            # First: a call below the level (the reconciler's per-node debug lines) stops here,
+            # before the time stamp and the rest (about 20 µs each otherwise).
+            structlog.stdlib.filter_by_level,
             *shared,
             structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
         ],

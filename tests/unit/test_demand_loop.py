@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import constants as c
@@ -155,3 +157,77 @@ def test_a_node_that_changed_since_the_decision_is_not_lent() -> None:
     api.nodes["a1"]["metadata"]["resourceVersion"] = "11"  # changed; the tracker has not seen it yet
     asyncio.run(tracker.run("core", bodies))
     assert [n for n, _ in api.node_patches] == [], "409: decided again once the watch shows the node"
+
+
+def _pod(name: str, node: str, mem: int, phase: str = "Running") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "ns", "uid": f"u-{name}"},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "c", "resources": {"limits": {c.RES_GPU_MEM: str(mem)}}}],
+        },
+        "status": {"phase": phase},
+    }
+
+
+_NODES = ("a1", "a2", "b1", "b2")
+_EVENT = st.one_of(
+    st.tuples(st.just("node"), st.sampled_from(_NODES), st.sampled_from(("cgpu", "core", "none", "gone"))),
+    st.tuples(st.just("pod"), st.sampled_from(("p1", "p2", "p3")), st.sampled_from((*_NODES, "deleted"))),
+    st.tuples(st.just("pools"), st.sampled_from(("both", "cgpu-only")), st.just("")),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(events=st.lists(_EVENT, max_size=25))
+def test_demand_planned_incrementally_equals_a_fresh_plan_of_everything(
+    events: list[tuple[str, str, str]],
+) -> None:
+    """Only the nodes an event touched are planned again (the others keep their plan); after any
+    sequence of node, pod and pool changes the demand is what a tracker fed the end state alone,
+    planning every node, computes."""
+    cg = pool("cgpu", "np-a")
+    core = pool("core", "np-b", computeAllocation=True)
+    specs = {"cgpu": cg, "core": core}
+    tracker = DemandTracker(FakeAPI(), clock=lambda: NOW)
+    nodes: dict[str, dict[str, Any]] = {}
+    pods: dict[str, dict[str, Any]] = {}
+    chosen: tuple[str, ...] = ("cgpu", "core")
+    rv = 10
+
+    def bodies(names: tuple[str, ...]) -> list[dict[str, Any]]:
+        return [{"metadata": {"name": n, "uid": f"u-{n}"}, "spec": specs[n].spec.dump()} for n in names]
+
+    for kind, name, value in events:
+        rv += 1
+        if kind == "node" and value == "gone":
+            if nodes.pop(name, None) is not None:
+                tracker.node_event("DELETED", {"metadata": {"name": name}})
+        elif kind == "node":
+            np = "np-a" if name.startswith("a") else "np-b"
+            obj = node_obj(name, specs["cgpu" if value == "none" else value], np, value)
+            if value == "none":
+                obj["metadata"]["labels"] = {NP: np}
+                obj["metadata"]["annotations"] = {}
+            obj["metadata"]["resourceVersion"] = str(rv)
+            nodes[name] = obj
+            tracker.node_event("MODIFIED", obj)
+        elif kind == "pod" and value == "deleted":
+            if (gone := pods.pop(name, None)) is not None:
+                tracker.pod_event("DELETED", gone)
+        elif kind == "pod":
+            pods[name] = _pod(name, value, mem=2 + len(name))
+            tracker.pod_event("MODIFIED", pods[name])
+        else:
+            chosen = ("cgpu", "core") if name == "both" else ("cgpu",)
+        tracker._compute(bodies(chosen), NOW)  # plans what changed, keeps the rest
+
+    fresh = DemandTracker(FakeAPI(), clock=lambda: NOW)
+    for obj in nodes.values():
+        fresh.node_event("ADDED", obj)
+    for obj in pods.values():
+        fresh.pod_event("ADDED", obj)
+    tracker.version += 1  # look again now (the cache keys on the version)
+    got, want = tracker._compute(bodies(chosen), NOW), fresh._compute(bodies(chosen), NOW)
+    assert {k: v.status() for k, v in got.demand.items()} == {k: v.status() for k, v in want.demand.items()}
+    assert tracker._plans == fresh._plans

@@ -14,7 +14,7 @@ import kopf
 import structlog
 
 from gpushare import constants as c
-from gpushare.demand_loop import DEBOUNCE, RESYNC
+from gpushare.demand_loop import RESYNC
 from gpushare.handlers.pools import PoolIndex, _values
 from gpushare.handlers.state import OperatorState
 
@@ -49,7 +49,7 @@ async def demand_loop(
                 woken.cancel()
                 stopping.cancel()
             if woken in done and not stopped:
-                await asyncio.sleep(DEBOUNCE)
+                await asyncio.sleep(tracker.debounce())
     finally:
         if stopped:
             tracker.forget(name)

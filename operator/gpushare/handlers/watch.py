@@ -65,6 +65,15 @@ class NodeListener(Protocol):
     def nodes_listed(self, names: set[str]) -> None: ...
 
 
+class NodeViewListener(Protocol):
+    """A consumer of the Node watch that reads the reconciler's projection (``NodeView``, made
+    once per event for all of them; None for a deleted node) and ``nodes_listed``."""
+
+    def node_view(self, type_: str, name: str, view: NodeView | None) -> None: ...
+
+    def nodes_listed(self, names: set[str]) -> None: ...
+
+
 class PodListener(Protocol):
     """Another consumer of the Pod watch (the demand loop, ``gpushare.demand_loop``)."""
 
@@ -81,23 +90,34 @@ class Feeds:
         reconciler: Reconciler,
         node_listeners: Sequence[NodeListener] = (),
         pod_listeners: Sequence[PodListener] = (),
+        view_listeners: Sequence[NodeViewListener] = (),
     ) -> None:
         self.reconciler = reconciler
         self.node_listeners = tuple(node_listeners)
         self.pod_listeners = tuple(pod_listeners)
+        self.view_listeners = tuple(view_listeners)
 
     def node(self, type_: str, obj: Mapping[str, Any]) -> None:
+        view = None
+        name = object_key(obj)
         if type_ == "DELETED":
-            self.reconciler.forget_node(object_key(obj))
+            self.reconciler.forget_node(name)
         else:
-            self.reconciler.observe_node(NodeView.project(obj))
+            # The echo of the operator's own write is the object it already projected.
+            rv = (obj.get("metadata") or {}).get("resourceVersion")
+            view = self.reconciler.echo(name, rv) or NodeView.project(obj)
+            self.reconciler.observe_node(view)
         for listener in self.node_listeners:
             listener.node_event(type_, obj)
+        for viewer in self.view_listeners:
+            viewer.node_view(type_, name, view)
 
     def nodes_listed(self, names: set[str]) -> None:
         self.reconciler.nodes_listed(names)
         for listener in self.node_listeners:
             listener.nodes_listed(names)
+        for viewer in self.view_listeners:
+            viewer.nodes_listed(names)
 
     def pod(self, type_: str, obj: Mapping[str, Any]) -> None:
         if type_ != "DELETED" and relevant(obj):
@@ -137,10 +157,11 @@ def start(
     api: ApiClient,
     node_listeners: Sequence[NodeListener] = (),
     pod_listeners: Sequence[PodListener] = (),
+    view_listeners: Sequence[NodeViewListener] = (),
 ) -> Watches:
     """Start the Node and Pod watches on ``api`` (their own client: a long write burst never delays
-    an event), feeding ``reconciler``, ``node_listeners`` and ``pod_listeners``."""
-    feeds = Feeds(reconciler, node_listeners, pod_listeners)
+    an event), feeding ``reconciler``, ``node_listeners``, ``pod_listeners`` and ``view_listeners``."""
+    feeds = Feeds(reconciler, node_listeners, pod_listeners, view_listeners)
     watches = [
         ListWatch(api, "nodes", feeds.node, feeds.nodes_listed, page=PAGE, server_timeout=SERVER_TIMEOUT),
         ListWatch(api, "pods", feeds.pod, feeds.pods_listed, page=PAGE, server_timeout=SERVER_TIMEOUT),

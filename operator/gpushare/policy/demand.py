@@ -143,8 +143,11 @@ def targets(
     pods: Iterable[WaitingPod], pools: Sequence[GPUSharePool], nodes: Sequence[NodeView]
 ) -> dict[str, list[WaitingPod]]:
     """Pool name → the waiting pods that target it (oldest first)."""
-    ctx = Context.build(pools, [node_info(n) for n in nodes])
     out: dict[str, list[WaitingPod]] = {p.name: [] for p in pools}
+    pods = list(pods)
+    if not pods:  # no context to build (one NodeInfo per node) for no pod
+        return out
+    ctx = Context.build(pools, [node_info(n) for n in nodes])
     for pod in pods:
         for name in resolve(pod.constraints, ctx).pools:
             if name in out:

@@ -18,6 +18,7 @@ Rules (docs/planner.md has the table and examples):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -61,6 +62,7 @@ def _iso(now: datetime) -> str:
     return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+@functools.lru_cache(maxsize=16)
 def restart_since(now: datetime) -> str:
     """``since`` for a restart owed from ``now``: the next full second.
 
@@ -91,8 +93,10 @@ class Ownership:
     @classmethod
     def parse(cls, raw: str | None) -> Ownership | None:
         """None when absent; an unreadable annotation still means "ours", with no known prior."""
-        if raw is None:
-            return None
+        return None if raw is None else _parse_owned(raw)
+
+    @classmethod
+    def _parse(cls, raw: str) -> Ownership:
         try:
             data = json.loads(raw)
             pool = data["pool"]
@@ -108,7 +112,20 @@ class Ownership:
         return cls(pool=pool, prior=prior)
 
     def dump(self) -> str:
-        return _dump({"pool": self.pool, "prior": {key: self.prior.get(key) for key in c.MANAGED_LABELS}})
+        return _dump_owned(self.pool, tuple(self.prior.get(key) for key in c.MANAGED_LABELS))
+
+
+# The planner reads each node's annotations on every plan; a fleet's nodes share a handful of
+# values (one per pool and prior labels), so each is parsed and written once, not once per plan.
+# The results are frozen dataclasses and read-only by convention.
+@functools.lru_cache(maxsize=4096)
+def _parse_owned(raw: str) -> Ownership:
+    return Ownership._parse(raw)
+
+
+@functools.lru_cache(maxsize=4096)
+def _dump_owned(pool: str, prior: tuple[str | None, ...]) -> str:
+    return _dump({"pool": pool, "prior": dict(zip(c.MANAGED_LABELS, prior, strict=True))})
 
 
 @dataclass(frozen=True)
@@ -129,8 +146,10 @@ class RestartRecord:
 
     @classmethod
     def parse(cls, raw: str | None) -> RestartRecord | None:
-        if raw is None:
-            return None
+        return None if raw is None else _parse_restart(raw)
+
+    @classmethod
+    def _parse(cls, raw: str) -> RestartRecord | None:
         try:
             data = json.loads(raw)
             state = data["state"]
@@ -160,6 +179,11 @@ class RestartRecord:
     @property
     def pending(self) -> bool:
         return self.state == "Pending"
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_restart(raw: str) -> RestartRecord | None:
+    return RestartRecord._parse(raw)
 
 
 @dataclass(frozen=True)
@@ -209,8 +233,13 @@ class LoanRecord:
 
 def plugin_labels_hash(labels: Mapping[str, str | None]) -> str:
     """A short stable hash of the 4 label values the device plugin reads."""
-    values = [labels.get(key) for key in PLUGIN_LABELS]
-    return hashlib.sha256(_dump(values).encode()).hexdigest()[:16]
+    return _values_hash(tuple(labels.get(key) for key in PLUGIN_LABELS))
+
+
+@functools.lru_cache(maxsize=1024)
+def _values_hash(values: tuple[str | None, ...]) -> str:
+    # A fleet has a handful of label combinations: hashed once each, not once per node and plan.
+    return hashlib.sha256(_dump(list(values)).encode()).hexdigest()[:16]
 
 
 def desired_labels(spec: GPUSharePoolSpec, pool_name: str) -> dict[str, str]:

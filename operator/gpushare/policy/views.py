@@ -63,9 +63,15 @@ def pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
 
 def _interned(items: Mapping[str, Any] | None, keep: str | tuple[str, ...] = "") -> dict[str, str]:
     """A str→str copy with shared (interned) keys and values, only the keys starting with ``keep``."""
-    return {
-        sys.intern(str(k)): sys.intern(str(v)) for k, v in (items or {}).items() if str(k).startswith(keep)
-    }
+    if not items:
+        return {}
+    intern = sys.intern
+    out: dict[str, str] = {}
+    for k, v in items.items():
+        key = k if type(k) is str else str(k)  # JSON gives str; a node written by hand may not
+        if not keep or key.startswith(keep):
+            out[intern(key)] = intern(v if type(v) is str else str(v))
+    return out
 
 
 #: The allocatable the operator keeps: GPU sharing's resources, and the exclusive ``nvidia.com/gpu``

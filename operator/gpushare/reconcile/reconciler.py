@@ -90,6 +90,11 @@ class Reconciler:
         if self.state.observe_node(view):
             self._marked([view.name])
 
+    def echo(self, name: str, resource_version: str | None) -> NodeView | None:
+        """Our own write of node ``name`` if ``resource_version`` is its version (the watch's echo
+        of it: the same object, so its projection need not be made again)."""
+        return self.state.echo(name, resource_version)
+
     def forget_node(self, name: str) -> None:
         view = self.state.forget_node(name)
         self.wake(self.cache.concerned(name, view, self.state.pools.models))

@@ -121,6 +121,13 @@ class ClusterState:
         fresh = self.fresh.get(name)
         return fresh if fresh is not None else self.nodes.get(name)
 
+    def echo(self, name: str, resource_version: str | None) -> NodeView | None:
+        """Our own written node if ``resource_version`` is exactly its version, else None."""
+        fresh = self.fresh.get(name)
+        if fresh is not None and resource_version and fresh.resource_version == resource_version:
+            return fresh
+        return None
+
     def observe_node(self, view: NodeView) -> bool:
         """A node as the watch shows it (added or modified); True if it is now dirty."""
         old = self.nodes.get(view.name)
