@@ -14,7 +14,10 @@ nodes carry ``bench-half=a|b`` so that two pools can split them), in one run:
    twice: until its last patch returned, and until the benchmark's node watch saw every node
    labelled, as the operator is timed (÷ loop uses the latter: the same observer for both).
    Then the operator is started, and the pool is created once its log says it has listed every
-   Node and Pod. ``--rounds K`` repeats this comparison K times on the same cluster (the loop
+   Node and Pod. Each round also prints CPU seconds until all were labelled: this process's
+   during the loop (its patches and replies, and the observer's watch) against the operator
+   process's plus this process's (the observer) during the operator's run: on a shared machine
+   the time ratio moves with the load, the CPU ratio much less. ``--rounds K`` repeats this comparison K times on the same cluster (the loop
    with no operator alive, then a fresh operator and a pool, deleted again), so that a run on a
    shared machine gives a range of ratios measured side by side; ``--labels-only`` stops after
    it (steps 1, 2 and 7).
