@@ -46,7 +46,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import constants as c
-from gpushare.admission.policy import POLICY_NAME, build_binding, build_policy
+from gpushare.admission.policy import POLICY_NAME, build_binding, build_policies, pod_policy_name
 from gpushare.devcluster import DevCluster
 from gpushare.devcluster.cluster import free_port
 from gpushare.devcluster.crds import install_crd_files
@@ -426,7 +426,9 @@ APISERVER_FIGURES = (
     ("noop_call", "apiserver_admission_webhook_admission_duration_seconds", 'name="validate-pods.noop.gpushare.io"'),
     ("webhook_plugin", ADMISSION, 'name="ValidatingAdmissionWebhook",operation="CREATE"'),
     ("policy_plugin", ADMISSION, 'name="ValidatingAdmissionPolicy",operation="CREATE"'),
-    ("policy_check", "apiserver_validating_admission_policy_check_duration_seconds", f'policy="{POLICY_NAME}"'),
+    # the Pods policy: the one a pod meets (the workload kinds' policy does not match pods)
+    ("policy_check", "apiserver_validating_admission_policy_check_duration_seconds",
+     f'policy="{pod_policy_name(POLICY_NAME)}"'),
 )  # fmt: skip
 
 
@@ -474,9 +476,15 @@ async def install(
     objects: tuple[tuple[bool, Any, Any, dict[str, Any]], ...] = (
         (want_webhook, adm.create_validating_webhook_configuration, adm.delete_validating_webhook_configuration, vwc),
         (want_noop, adm.create_validating_webhook_configuration, adm.delete_validating_webhook_configuration, noop),
-        (want_policy, adm.create_validating_admission_policy, adm.delete_validating_admission_policy, build_policy()),
-        (want_policy, adm.create_validating_admission_policy_binding, adm.delete_validating_admission_policy_binding,
-         build_binding()),
+        *(
+            item
+            for policy in build_policies()
+            for item in (
+                (want_policy, adm.create_validating_admission_policy, adm.delete_validating_admission_policy, policy),
+                (want_policy, adm.create_validating_admission_policy_binding,
+                 adm.delete_validating_admission_policy_binding, build_binding(policy["metadata"]["name"])),
+            )
+        ),
     )  # fmt: skip
     for wanted, create, delete, body in objects:
         if wanted:
@@ -593,8 +601,14 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 for delete, name in (
                     (adm.delete_validating_webhook_configuration, CONFIGURATION),
                     (adm.delete_validating_webhook_configuration, NOOP_NAME),
-                    (adm.delete_validating_admission_policy_binding, POLICY_NAME),
-                    (adm.delete_validating_admission_policy, POLICY_NAME),
+                    *(
+                        (delete, name)
+                        for name in (pod_policy_name(POLICY_NAME), POLICY_NAME)
+                        for delete in (
+                            adm.delete_validating_admission_policy_binding,
+                            adm.delete_validating_admission_policy,
+                        )
+                    ),
                 ):
                     with contextlib.suppress(ApiException):
                         await delete(name)

@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 from gpushare.admission import EMPTY_CONTEXT, evaluate
 from gpushare.admission.cel import kind_paths
 from gpushare.admission.kinds import PodSource, WorkloadKind, table_with
-from gpushare.admission.policy import POLICY_RULES, build_binding, build_policy
+from gpushare.admission.policy import POLICY_RULES, build_binding, build_policies, pod_policy_name
 from gpushare.admission.webhook_config import WebhookSettings, build_configuration
 from gpushare.api.quantity import parse_quantity
 from gpushare.devcluster import ClusterInfo
@@ -50,6 +50,8 @@ SUFFIX = secrets.token_hex(3)
 OPERATOR_NS = f"gpushare-system-vap-{SUFFIX}"
 USER_NS = f"vap-{SUFFIX}"
 POLICY = f"gpushare-stateless-rules-{SUFFIX}.gpushare.io"
+#: The shipped pair: the Pods policy and the workload kinds' (``build_policies``).
+POLICIES = (pod_policy_name(POLICY), POLICY)
 WEBHOOKS = f"gpushare-webhook-down-{SUFFIX}"
 RULE_ID = re.compile(r"\(rule (G[SP]\d{3}-[a-z0-9-]+)\)")
 DID_YOU_MEAN = re.compile(r'did you mean "[^"]*"\? ')
@@ -147,7 +149,9 @@ class Env:
 
 
 def _denied_by_policy(r: Response) -> bool:
-    return r.status in (400, 403, 422) and f"ValidatingAdmissionPolicy '{POLICY}'" in r.message
+    return r.status in (400, 403, 422) and any(
+        f"ValidatingAdmissionPolicy '{p}'" in r.message for p in POLICIES
+    )
 
 
 @pytest.fixture(scope="module")
@@ -165,26 +169,30 @@ def env(cluster: ClusterInfo) -> Iterator[Env]:
     settings_ = WebhookSettings(
         name=WEBHOOKS, namespace=OPERATOR_NS, url_base=f"https://127.0.0.1:{closed_port()}"
     )
-    for obj in (build_policy(settings_, name=POLICY, extra_kinds=(TRAIN_KIND,)), build_binding(POLICY)):
-        r = kube.create(obj, dry_run=False)
-        assert r.status == 201, r.body
+    for policy in build_policies(settings_, name=POLICY, extra_kinds=(TRAIN_KIND,)):
+        for obj in (policy, build_binding(policy["metadata"]["name"])):
+            r = kube.create(obj, dry_run=False)
+            assert r.status == 201, r.body
+    probe = pod("probe", [container("c", {MEM: "2", CORE: "33"})])
+    probes = (probe, wrap("Deployment", probe))
     try:
         deadline = time.monotonic() + 60
-        probe = pod("probe", [container("c", {MEM: "2", CORE: "33"})])
-        while True:  # until the apiserver has loaded the policy and its binding
-            r = kube.create(probe)
-            if _denied_by_policy(r):
-                break
-            assert time.monotonic() < deadline, f"the policy never denied: {r.status} {r.message}"
-            time.sleep(0.5)
+        for obj in probes:  # until the apiserver has loaded both policies and their bindings
+            while True:
+                r = kube.create(obj)
+                if _denied_by_policy(r):
+                    break
+                assert time.monotonic() < deadline, f"the policy never denied: {r.status} {r.message}"
+                time.sleep(0.5)
         yield Env(kube, settings_)
     finally:
-        kube.request("DELETE", f"{ADM}/validatingadmissionpolicybindings/{POLICY}")
-        kube.request("DELETE", f"{ADM}/validatingadmissionpolicies/{POLICY}")
+        for name in POLICIES:
+            kube.request("DELETE", f"{ADM}/validatingadmissionpolicybindings/{name}")
+            kube.request("DELETE", f"{ADM}/validatingadmissionpolicies/{name}")
         deadline = time.monotonic() + 60
-        probe = pod("probe", [container("c", {MEM: "2", CORE: "33"})])
-        while _denied_by_policy(kube.create(probe)) and time.monotonic() < deadline:
-            time.sleep(0.5)  # the apiserver has forgotten the policy: later modules start clean
+        for obj in probes:
+            while _denied_by_policy(kube.create(obj)) and time.monotonic() < deadline:
+                time.sleep(0.5)  # the apiserver has forgotten the policies: later modules start clean
         for ns in (OPERATOR_NS, USER_NS):
             kube.request("DELETE", f"/api/v1/namespaces/{ns}")
         kube.request(
