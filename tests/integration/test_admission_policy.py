@@ -298,6 +298,34 @@ def test_gpu_objects_needing_the_stateful_rules_follow_the_failure_policy(
     assert _denied_by_policy(env.kube.create(pod("still-33", [container("c", {MEM: "2", CORE: "33"})])))
 
 
+def test_as_shipped_for_fail_a_gpu_pod_is_judged_by_the_webhook_alone_and_refused_while_it_is_down(
+    env: Env, dead_webhook: WebhookSettings
+) -> None:
+    """manifests/webhook/ and the chart's default (failurePolicy Fail) ship no Pods policy: each GPU
+    pod is judged once, by the webhook. While no webhook answers, a 33 % pod is still refused (by
+    the apiserver, fail closed), and the workload kinds' policy still judges pod templates."""
+    name = pod_policy_name(POLICY)
+    path = f"{ADM}/validatingadmissionpolicybindings/{name}"
+    assert env.kube.request("DELETE", path).status == 200
+    bad = pod("fail-33", [container("c", {MEM: "2", CORE: "33"})])
+    try:
+        deadline = time.monotonic() + 60
+        while _denied_by_policy(r := env.kube.create(bad)):  # until the apiserver drops the binding
+            assert time.monotonic() < deadline, "the Pods policy's binding was never dropped"
+            time.sleep(0.5)
+        assert r.status >= 500, (r.status, r.message)
+        assert 'failed calling webhook "validate-pods.gpushare.io"' in r.message, r.message
+        template = env.kube.create(wrap("Deployment", bad))
+        assert _denied_by_policy(template), template.message
+        assert "rule GS001-core-percentage-step" in template.message, template.message
+    finally:
+        assert env.kube.create(build_binding(name), dry_run=False).status == 201
+        deadline = time.monotonic() + 60
+        while not _denied_by_policy(env.kube.create(bad)):  # the other tests meet both policies
+            assert time.monotonic() < deadline, "the Pods policy's binding never came back"
+            time.sleep(0.5)
+
+
 # --- one source of truth: the policy agrees with the Python rules ---------------------------------
 
 # aliyun.com/gpu-count and aliyun.com/gpu exist on nodes: the engine only warns, the policy allows.

@@ -23,7 +23,7 @@ from gpushare.admission.cel import (
 )
 from gpushare.admission.kinds import DEFAULT_TABLE, PodSource, WorkloadKind, table_with
 from gpushare.admission.podspecs import pod_specs
-from gpushare.admission.policy import POLICY_RULES, build_policies, build_policy, render_manifest
+from gpushare.admission.policy import MANIFESTS, POLICY_RULES, build_policies, build_policy, render_manifest
 from gpushare.admission.webhook_config import TARGETS, WebhookSettings, build_configuration, targets_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -203,17 +203,26 @@ def test_policy_covers_the_webhook_kinds_and_the_stateless_rules() -> None:
     ]
 
 
-def test_committed_policy_manifest_matches_builder() -> None:
-    path = REPO / "manifests" / "webhook" / "policy.yaml"
-    assert path.read_text() == render_manifest(), "run: make manifests"
-    docs = list(yaml.safe_load_all(path.read_text()))
-    assert [d["kind"] for d in docs] == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 2
-    for policy, binding in (docs[0:2], docs[2:4]):
-        assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
-    assert [d["metadata"]["name"] for d in docs[::2]] == [
-        "gpushare-stateless-rules-pods.gpushare.io",
-        "gpushare-stateless-rules.gpushare.io",
+def test_committed_policy_manifests_match_the_builder() -> None:
+    """policy.yaml (the workload kinds) and policy-pods.yaml (Pods), one policy and its binding each;
+    kustomize installs only the first: the shipped webhook fails closed (docs/webhook.md)."""
+    names = {"policy.yaml": "gpushare-stateless-rules.gpushare.io",
+             "policy-pods.yaml": "gpushare-stateless-rules-pods.gpushare.io"}  # fmt: skip
+    for (part, file), want in zip(MANIFESTS.items(), names.values(), strict=True):
+        assert file in names
+        path = REPO / "manifests" / "webhook" / file
+        assert path.read_text() == render_manifest(part=part), "run: make manifests"
+        docs = list(yaml.safe_load_all(path.read_text()))
+        assert [d["kind"] for d in docs] == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+        assert docs[0]["metadata"]["name"] == names[file] == want
+        assert docs[1]["spec"] == {"policyName": docs[0]["metadata"]["name"], "validationActions": ["Deny"]}
+    kustomization = yaml.safe_load((REPO / "manifests" / "webhook" / "kustomization.yaml").read_text())
+    assert kustomization["resources"] == ["webhook.yaml", "policy.yaml"]
+    configs = yaml.safe_load_all((REPO / "manifests" / "webhook" / "webhook.yaml").read_text())
+    webhooks = [
+        w for d in configs if d and d["kind"] == "ValidatingWebhookConfiguration" for w in d["webhooks"]
     ]
+    assert next(w for w in webhooks if w["name"] == "validate-pods.gpushare.io")["failurePolicy"] == "Fail"
 
 
 def test_the_shipped_policies_split_the_kinds_and_a_pod_reads_only_its_own_paths() -> None:
@@ -241,8 +250,6 @@ def test_the_shipped_policies_split_the_kinds_and_a_pod_reads_only_its_own_paths
     # evaluates every messageExpression for every matched request, passing ones too)
     for v in pods["spec"]["validations"]:
         assert not v["messageExpression"].startswith("variables.objectName")
-    kustomization = yaml.safe_load((REPO / "manifests" / "webhook" / "kustomization.yaml").read_text())
-    assert "policy.yaml" in kustomization["resources"]
 
 
 def test_a_kind_without_known_pod_specs_is_sent_whole() -> None:
