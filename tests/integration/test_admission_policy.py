@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 from gpushare.admission import EMPTY_CONTEXT, evaluate
 from gpushare.admission.cel import kind_paths
 from gpushare.admission.kinds import PodSource, WorkloadKind, table_with
-from gpushare.admission.policy import POLICY_RULES, build_binding, build_policy
+from gpushare.admission.policy import POLICY_RULES, build_binding, build_policies, pod_policy_name
 from gpushare.admission.webhook_config import WebhookSettings, build_configuration
 from gpushare.api.quantity import parse_quantity
 from gpushare.devcluster import ClusterInfo
@@ -50,6 +50,8 @@ SUFFIX = secrets.token_hex(3)
 OPERATOR_NS = f"gpushare-system-vap-{SUFFIX}"
 USER_NS = f"vap-{SUFFIX}"
 POLICY = f"gpushare-stateless-rules-{SUFFIX}.gpushare.io"
+#: The shipped pair: the Pods policy and the workload kinds' (``build_policies``).
+POLICIES = (pod_policy_name(POLICY), POLICY)
 WEBHOOKS = f"gpushare-webhook-down-{SUFFIX}"
 RULE_ID = re.compile(r"\(rule (G[SP]\d{3}-[a-z0-9-]+)\)")
 DID_YOU_MEAN = re.compile(r'did you mean "[^"]*"\? ')
@@ -147,7 +149,9 @@ class Env:
 
 
 def _denied_by_policy(r: Response) -> bool:
-    return r.status in (400, 403, 422) and f"ValidatingAdmissionPolicy '{POLICY}'" in r.message
+    return r.status in (400, 403, 422) and any(
+        f"ValidatingAdmissionPolicy '{p}'" in r.message for p in POLICIES
+    )
 
 
 @pytest.fixture(scope="module")
@@ -165,26 +169,30 @@ def env(cluster: ClusterInfo) -> Iterator[Env]:
     settings_ = WebhookSettings(
         name=WEBHOOKS, namespace=OPERATOR_NS, url_base=f"https://127.0.0.1:{closed_port()}"
     )
-    for obj in (build_policy(settings_, name=POLICY, extra_kinds=(TRAIN_KIND,)), build_binding(POLICY)):
-        r = kube.create(obj, dry_run=False)
-        assert r.status == 201, r.body
+    for policy in build_policies(settings_, name=POLICY, extra_kinds=(TRAIN_KIND,)):
+        for obj in (policy, build_binding(policy["metadata"]["name"])):
+            r = kube.create(obj, dry_run=False)
+            assert r.status == 201, r.body
+    probe = pod("probe", [container("c", {MEM: "2", CORE: "33"})])
+    probes = (probe, wrap("Deployment", probe))
     try:
         deadline = time.monotonic() + 60
-        probe = pod("probe", [container("c", {MEM: "2", CORE: "33"})])
-        while True:  # until the apiserver has loaded the policy and its binding
-            r = kube.create(probe)
-            if _denied_by_policy(r):
-                break
-            assert time.monotonic() < deadline, f"the policy never denied: {r.status} {r.message}"
-            time.sleep(0.5)
+        for obj in probes:  # until the apiserver has loaded both policies and their bindings
+            while True:
+                r = kube.create(obj)
+                if _denied_by_policy(r):
+                    break
+                assert time.monotonic() < deadline, f"the policy never denied: {r.status} {r.message}"
+                time.sleep(0.5)
         yield Env(kube, settings_)
     finally:
-        kube.request("DELETE", f"{ADM}/validatingadmissionpolicybindings/{POLICY}")
-        kube.request("DELETE", f"{ADM}/validatingadmissionpolicies/{POLICY}")
+        for name in POLICIES:
+            kube.request("DELETE", f"{ADM}/validatingadmissionpolicybindings/{name}")
+            kube.request("DELETE", f"{ADM}/validatingadmissionpolicies/{name}")
         deadline = time.monotonic() + 60
-        probe = pod("probe", [container("c", {MEM: "2", CORE: "33"})])
-        while _denied_by_policy(kube.create(probe)) and time.monotonic() < deadline:
-            time.sleep(0.5)  # the apiserver has forgotten the policy: later modules start clean
+        for obj in probes:
+            while _denied_by_policy(kube.create(obj)) and time.monotonic() < deadline:
+                time.sleep(0.5)  # the apiserver has forgotten the policies: later modules start clean
         for ns in (OPERATOR_NS, USER_NS):
             kube.request("DELETE", f"/api/v1/namespaces/{ns}")
         kube.request(
@@ -288,6 +296,34 @@ def test_gpu_objects_needing_the_stateful_rules_follow_the_failure_policy(
         assert time.monotonic() < deadline, (r.status, r.message)
         time.sleep(0.5)
     assert _denied_by_policy(env.kube.create(pod("still-33", [container("c", {MEM: "2", CORE: "33"})])))
+
+
+def test_as_shipped_for_fail_a_gpu_pod_is_judged_by_the_webhook_alone_and_refused_while_it_is_down(
+    env: Env, dead_webhook: WebhookSettings
+) -> None:
+    """manifests/webhook/ and the chart's default (failurePolicy Fail) ship no Pods policy: each GPU
+    pod is judged once, by the webhook. While no webhook answers, a 33 % pod is still refused (by
+    the apiserver, fail closed), and the workload kinds' policy still judges pod templates."""
+    name = pod_policy_name(POLICY)
+    path = f"{ADM}/validatingadmissionpolicybindings/{name}"
+    assert env.kube.request("DELETE", path).status == 200
+    bad = pod("fail-33", [container("c", {MEM: "2", CORE: "33"})])
+    try:
+        deadline = time.monotonic() + 60
+        while _denied_by_policy(r := env.kube.create(bad)):  # until the apiserver drops the binding
+            assert time.monotonic() < deadline, "the Pods policy's binding was never dropped"
+            time.sleep(0.5)
+        assert r.status >= 500, (r.status, r.message)
+        assert 'failed calling webhook "validate-pods.gpushare.io"' in r.message, r.message
+        template = env.kube.create(wrap("Deployment", bad))
+        assert _denied_by_policy(template), template.message
+        assert "rule GS001-core-percentage-step" in template.message, template.message
+    finally:
+        assert env.kube.create(build_binding(name), dry_run=False).status == 201
+        deadline = time.monotonic() + 60
+        while not _denied_by_policy(env.kube.create(bad)):  # the other tests meet both policies
+            assert time.monotonic() < deadline, "the Pods policy's binding never came back"
+            time.sleep(0.5)
 
 
 # --- one source of truth: the policy agrees with the Python rules ---------------------------------

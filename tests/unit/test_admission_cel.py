@@ -23,7 +23,7 @@ from gpushare.admission.cel import (
 )
 from gpushare.admission.kinds import DEFAULT_TABLE, PodSource, WorkloadKind, table_with
 from gpushare.admission.podspecs import pod_specs
-from gpushare.admission.policy import POLICY_RULES, build_policy, render_manifest
+from gpushare.admission.policy import MANIFESTS, POLICY_RULES, build_policies, build_policy, render_manifest
 from gpushare.admission.webhook_config import TARGETS, WebhookSettings, build_configuration, targets_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -203,14 +203,53 @@ def test_policy_covers_the_webhook_kinds_and_the_stateless_rules() -> None:
     ]
 
 
-def test_committed_policy_manifest_matches_builder() -> None:
-    path = REPO / "manifests" / "webhook" / "policy.yaml"
-    assert path.read_text() == render_manifest(), "run: make manifests"
-    docs = list(yaml.safe_load_all(path.read_text()))
-    assert [d["kind"] for d in docs] == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
-    assert docs[1]["spec"] == {"policyName": docs[0]["metadata"]["name"], "validationActions": ["Deny"]}
+def test_committed_policy_manifests_match_the_builder() -> None:
+    """policy.yaml (the workload kinds) and policy-pods.yaml (Pods), one policy and its binding each;
+    kustomize installs only the first: the shipped webhook fails closed (docs/webhook.md)."""
+    names = {"policy.yaml": "gpushare-stateless-rules.gpushare.io",
+             "policy-pods.yaml": "gpushare-stateless-rules-pods.gpushare.io"}  # fmt: skip
+    for (part, file), want in zip(MANIFESTS.items(), names.values(), strict=True):
+        assert file in names
+        path = REPO / "manifests" / "webhook" / file
+        assert path.read_text() == render_manifest(part=part), "run: make manifests"
+        docs = list(yaml.safe_load_all(path.read_text()))
+        assert [d["kind"] for d in docs] == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+        assert docs[0]["metadata"]["name"] == names[file] == want
+        assert docs[1]["spec"] == {"policyName": docs[0]["metadata"]["name"], "validationActions": ["Deny"]}
     kustomization = yaml.safe_load((REPO / "manifests" / "webhook" / "kustomization.yaml").read_text())
-    assert "policy.yaml" in kustomization["resources"]
+    assert kustomization["resources"] == ["webhook.yaml", "policy.yaml"]
+    configs = yaml.safe_load_all((REPO / "manifests" / "webhook" / "webhook.yaml").read_text())
+    webhooks = [
+        w for d in configs if d and d["kind"] == "ValidatingWebhookConfiguration" for w in d["webhooks"]
+    ]
+    assert next(w for w in webhooks if w["name"] == "validate-pods.gpushare.io")["failurePolicy"] == "Fail"
+
+
+def test_the_shipped_policies_split_the_kinds_and_a_pod_reads_only_its_own_paths() -> None:
+    """Pods have a policy of their own: no test of the request's kind, no grouped containers; the
+    workload kinds keep theirs. Together they are the one policy over every kind."""
+    pods, workloads = build_policies()
+    whole = build_policy()["spec"]
+
+    def kinds(spec: dict[str, Any]) -> list[tuple[str, str]]:
+        return [(r["apiGroups"][0], r["resources"][0]) for r in spec["matchConstraints"]["resourceRules"]]
+
+    assert kinds(pods["spec"]) == [("", "pods")]
+    assert kinds(pods["spec"]) + kinds(workloads["spec"]) == kinds(whole)
+    assert [v["name"] for v in pods["spec"]["variables"]] == ["objectName", "containers", "gpu"]
+    assert "gpuGroups" in [v["name"] for v in workloads["spec"]["variables"]]
+    text = yaml.safe_dump(pods)
+    assert "request.resource" not in text and "variables.resource" not in text
+    assert "template" not in text and "gpuGroups" not in text
+    # the same rules, in the same order, with the same fallback messages
+    assert [v["message"] for v in pods["spec"]["validations"]] == [v["message"] for v in whole["validations"]]
+    assert [v["message"] for v in workloads["spec"]["validations"]] == [
+        v["message"] for v in whole["validations"]
+    ]
+    # a messageExpression reads the object's name only for a broken container (the apiserver
+    # evaluates every messageExpression for every matched request, passing ones too)
+    for v in pods["spec"]["validations"]:
+        assert not v["messageExpression"].startswith("variables.objectName")
 
 
 def test_a_kind_without_known_pod_specs_is_sent_whole() -> None:

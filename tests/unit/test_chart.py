@@ -603,3 +603,24 @@ def test_network_policy_opens_only_the_three_ports_and_takes_the_peers_given(hel
     webhook = next(r for r in narrowed["spec"]["ingress"] if r["ports"][0]["port"] == "webhook")
     assert webhook["from"] == [{"ipBlock": {"cidr": "10.0.0.0/24"}}]
     assert key not in template(helm_bin, "networkPolicy.enabled=false")
+
+
+def test_the_pods_policy_is_rendered_only_when_the_webhook_does_not_fail_closed(helm_bin: str) -> None:
+    """Under failurePolicy Fail (the default) a GPU pod is refused while no webhook answers, so
+    the chart leaves the Pods policy out and each GPU pod is judged once, by the webhook; with
+    Ignore the Pods policy holds the stateless rules during an outage. The workload kinds' policy
+    is always there."""
+    pods, workloads = "gpushare-stateless-rules-pods.gpushare.io", "gpushare-stateless-rules.gpushare.io"
+
+    def policies(*sets: str) -> set[str]:
+        return {
+            name
+            for kind, _, name in template(helm_bin, *sets)
+            if kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+            and "stateless" in name
+        }
+
+    assert policies() == {workloads}
+    assert policies("webhook.failurePolicy=Ignore") == {pods, workloads}
+    objs = template(helm_bin, "webhook.failurePolicy=Ignore")
+    assert objs[("ValidatingAdmissionPolicyBinding", "", pods)]["spec"]["policyName"] == pods

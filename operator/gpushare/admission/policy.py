@@ -1,13 +1,20 @@
-"""The ValidatingAdmissionPolicy that holds the stateless rules inside the apiserver (pure builder).
+"""The ValidatingAdmissionPolicies that hold the stateless rules inside the apiserver (pure builder).
 
 The rules that need no cluster state (``catalog.STATELESS``: the records with a CEL form) become
 one validation each, for the same kinds, namespaces and object-selector opt-out as the webhook,
 so they keep denying while no webhook replica answers. Their messages are the records' cases, the
 same text the Python engine writes. The work is done once per request in the policy's variables:
 the request's containers, then its GPU containers with their values read (``cel.gpu_entries``),
-so each validation is a few comparisons per GPU container. The Python rules engine stays the
-reference; an integration test drives generated objects through the real apiserver with only
-this policy installed and compares.
+so each validation is a few comparisons per GPU container.
+
+Two policies are shipped (:func:`build_policies`): one for Pods, the hot path, which reads only a
+Pod's own container lists (no chain on the request's kind, no grouped containers), and one for
+the workload kinds. What a policy costs the apiserver per request is mostly fixed work (one
+conversion of the object per evaluation stage, every messageExpression evaluated, the variables
+computed again for the messages: docs/webhook.md, "What the policy costs"); the split keeps a
+Pod's share of the CEL to what a Pod has. The Python rules engine stays the reference; an
+integration test drives generated objects through the real apiserver with only these policies
+installed and compares.
 
 ``python -m gpushare.admission.policy`` prints ``manifests/webhook/policy.yaml``.
 """
@@ -17,7 +24,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
@@ -70,31 +77,47 @@ def rule_validation(
     kinds: Sequence[KindPaths],
     *,
     gpu_var: str = "variables.gpu",
-    groups_var: str = "variables.gpuGroups",
+    groups_var: str | None = "variables.gpuGroups",
     name_var: str = "variables.objectName",
     resource_var: str = "variables.resource",
 ) -> dict[str, str]:
-    """The VAP validation of one stateless rule: expression, messageExpression, message, reason."""
+    """The VAP validation of one stateless rule: expression, messageExpression, message, reason.
+
+    ``groups_var`` None: the kinds have no grouped containers (no ``gpuGroups`` to read). The
+    apiserver evaluates every messageExpression for every request the policy matches, passing
+    ones too (validating/validator.go), in a context of its own where the variables are computed
+    again; so the object's name is read only in the branches of a broken container."""
     assert rule.cel is not None
     broken = f"({rule.cel.broken})"
-    checks = [f"!{gpu_var}.exists(e, {broken})", f"!{groups_var}.exists(g, g.exists(e, {broken}))"]
-    for path, (label, resources) in uncovered(kinds).items():
+    checks = [f"!{gpu_var}.exists(e, {broken})"]
+    if groups_var is not None:
+        checks.append(f"!{groups_var}.exists(g, g.exists(e, {broken}))")
+    walks = uncovered(kinds)
+    for path, (label, resources) in walks.items():
         known = ", ".join(string_literal(r) for r in resources)
         walked = all_at(path, functools.partial(_walked_ok, rule, label))
         checks.append(f"(!({resource_var} in [{known}]) || {walked})")
-    fallback = string_literal(f"a container {rule.cel.summary} {rule.tag}")
+    summary = f"a container {rule.cel.summary} {rule.tag}"
+    # Without walked paths the last branch is reached only when the rule holds (the message is
+    # then not shown): the summary alone.
+    text = f"{name_var} + ': ' + {string_literal(summary)}" if walks else string_literal(summary)
     detail = _detail(rule)
+    if groups_var is not None:
+        text = (
+            f"({groups_var}.exists(g, g.exists(e, {broken}))"
+            f" ? {name_var} + ': ' + {groups_var}.filter(g, g.exists(e, {broken}))[0]"
+            f".filter(e, {broken}).map(e, {detail})[0]"
+            f" : {text})"
+        )
     message = (
-        f"{name_var} + ': ' + ({gpu_var}.exists(e, {broken})"
-        f" ? {gpu_var}.filter(e, {broken}).map(e, {detail})[0]"
-        f" : ({groups_var}.exists(g, g.exists(e, {broken}))"
-        f" ? {groups_var}.filter(g, g.exists(e, {broken}))[0].filter(e, {broken}).map(e, {detail})[0]"
-        f" : {fallback}))"
+        f"({gpu_var}.exists(e, {broken})"
+        f" ? {name_var} + ': ' + {gpu_var}.filter(e, {broken}).map(e, {detail})[0]"
+        f" : {text})"
     )
     return {
         "expression": " && ".join(checks),
         "messageExpression": message,
-        "message": f"a container {rule.cel.summary} {rule.tag}",
+        "message": summary,
         "reason": "Invalid",
     }
 
@@ -115,15 +138,56 @@ def policy_kinds(targets: tuple[WebhookTarget, ...] = TARGETS) -> list[PolicyKin
     return out
 
 
+#: Which kinds a policy holds: Pods alone, every other kind (the workload templates), or all.
+Part = Literal["pods", "workloads", "all"]
+
+
+def _is_pod(kind: PolicyKind) -> bool:
+    return (kind[0].group, kind[0].plural) == ("", "pods")
+
+
+def pod_policy_name(name: str = POLICY_NAME) -> str:
+    """The Pods policy's name beside the workload policy ``name`` (``a.b`` -> ``a-pods.b``)."""
+    head, dot, tail = name.partition(".")
+    return f"{head}-pods{dot}{tail}"
+
+
 def build_policy(
     settings: WebhookSettings | None = None,
     name: str = POLICY_NAME,
     extra_kinds: tuple[PolicyKind, ...] = (),
+    part: Part = "all",
 ) -> dict[str, Any]:
-    """The policy over the webhook's kinds (and ``extra_kinds``: custom resources, tests)."""
+    """The policy over the webhook's kinds (and ``extra_kinds``: custom resources, tests), or the
+    ``part`` of them: ``pods`` (only the Pod's own paths: no test of the request's kind, no grouped
+    containers) or ``workloads`` (every kind but Pods). What a request pays for is what its
+    policy holds; :func:`build_policies` is the shipped pair."""
     settings = settings or WebhookSettings()
     kinds = [*policy_kinds(settings.targets or TARGETS), *extra_kinds]
+    if part != "all":
+        kinds = [k for k in kinds if _is_pod(k) == (part == "pods")]
+    if not kinds:
+        raise ValueError(f"no kinds for the {part} policy")
     paths = [k for k, _, _ in kinds]
+    groups = container_groups_variable(paths)
+    variables = [
+        {"name": "resource", "expression": RESOURCE},
+        {"name": "objectName", "expression": OBJECT_NAME},
+        {"name": "containers", "expression": containers_variable(paths)},
+        {"name": "containerGroups", "expression": groups},
+        {"name": "gpu", "expression": gpu_entries("variables.containers")},
+        {"name": "gpuGroups", "expression": f"variables.containerGroups.map(g, {gpu_entries('g')})"},
+    ]
+    grouped = groups != "[]"
+    if not grouped:
+        variables = [v for v in variables if v["name"] not in ("containerGroups", "gpuGroups")]
+    validations = [
+        rule_validation(rule, paths, groups_var="variables.gpuGroups" if grouped else None)
+        for rule in STATELESS
+    ]
+    condition = gpu_sharing_anywhere(paths)
+    if not any("variables.resource" in text for v in [*variables, *validations] for text in v.values()):
+        variables = [v for v in variables if v["name"] != "resource"]
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
@@ -164,18 +228,26 @@ def build_policy(
                     for k, ops, versions in kinds
                 ],
             },
-            "matchConditions": [{"name": "asks-for-gpu-sharing", "expression": gpu_sharing_anywhere(paths)}],
-            "variables": [
-                {"name": "resource", "expression": RESOURCE},
-                {"name": "objectName", "expression": OBJECT_NAME},
-                {"name": "containers", "expression": containers_variable(paths)},
-                {"name": "containerGroups", "expression": container_groups_variable(paths)},
-                {"name": "gpu", "expression": gpu_entries("variables.containers")},
-                {"name": "gpuGroups", "expression": f"variables.containerGroups.map(g, {gpu_entries('g')})"},
-            ],
-            "validations": [rule_validation(rule, paths) for rule in STATELESS],
+            "matchConditions": [{"name": "asks-for-gpu-sharing", "expression": condition}],
+            "variables": variables,
+            "validations": validations,
         },
     }
+
+
+def build_policies(
+    settings: WebhookSettings | None = None,
+    name: str = POLICY_NAME,
+    extra_kinds: tuple[PolicyKind, ...] = (),
+) -> list[dict[str, Any]]:
+    """The shipped policies: Pods (:func:`pod_policy_name`) and the workload kinds (``name``).
+
+    A Pod is the hot path (every pod a controller creates): its policy reads only the Pod's
+    containers. The workload kinds' policy keeps the chains on the request's kind."""
+    return [
+        build_policy(settings, pod_policy_name(name), extra_kinds, "pods"),
+        build_policy(settings, name, extra_kinds, "workloads"),
+    ]
 
 
 def build_binding(policy_name: str = POLICY_NAME, name: str | None = None) -> dict[str, Any]:
@@ -193,15 +265,38 @@ def build_binding(policy_name: str = POLICY_NAME, name: str | None = None) -> di
     }
 
 
-def render_manifest(settings: WebhookSettings | None = None) -> str:
+#: The file of each part under manifests/webhook/ (``render_manifest``).
+MANIFESTS: dict[Part, str] = {"workloads": "policy.yaml", "pods": "policy-pods.yaml"}
+
+_HEADERS: dict[Part, str] = {
+    "workloads": (
+        "# The stateless GPU-sharing rules for the workload kinds' pod templates (Deployments, Jobs,\n"
+        "# Kubeflow, ...) as a ValidatingAdmissionPolicy: they hold inside the kube-apiserver even\n"
+        "# while the gpushare webhook is down (docs/webhook.md). Pods: policy-pods.yaml.\n"
+    ),
+    "pods": (
+        "# The stateless GPU-sharing rules for Pods as a ValidatingAdmissionPolicy. Apply it when the\n"
+        "# validate-pods webhook has failurePolicy: Ignore (then these rules still hold while the\n"
+        "# webhook is down). With the shipped failurePolicy: Fail a GPU pod is refused while no\n"
+        "# webhook answers, so it is left out: each GPU pod is judged once, by the webhook\n"
+        '# (docs/webhook.md, "Each GPU pod judged once"). The chart follows webhook.failurePolicy.\n'
+    ),
+}
+
+
+def render_manifest(settings: WebhookSettings | None = None, part: Part = "workloads") -> str:
+    """One policy and its binding as YAML: ``part`` "workloads" (manifests/webhook/policy.yaml) or
+    "pods" (policy-pods.yaml)."""
     header = (
         "# Generated by `python -m gpushare.admission.policy` (make manifests); do not edit by hand.\n"
-        "# The stateless GPU-sharing rules as a ValidatingAdmissionPolicy: they hold inside the\n"
-        "# kube-apiserver even while the gpushare webhook is down (docs/webhook.md).\n"
+        + _HEADERS[part]
     )
-    docs = [build_policy(settings), build_binding()]
+    policy = next(
+        p for p, which in zip(build_policies(settings), ("pods", "workloads"), strict=True) if which == part
+    )
+    docs = [policy, build_binding(policy["metadata"]["name"])]
     return header + yaml.safe_dump_all(docs, sort_keys=False, width=100000)
 
 
 if __name__ == "__main__":
-    sys.stdout.write(render_manifest())
+    sys.stdout.write(render_manifest(part="pods" if sys.argv[1:] == ["--pods"] else "workloads"))
