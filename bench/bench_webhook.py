@@ -413,10 +413,27 @@ def established(port: int) -> int:
 
 async def dry_run(api: client.ApiClient, body: dict[str, Any]) -> str:
     try:
-        await client.CoreV1Api(api).create_namespaced_pod(BENCH_NS, body, dry_run="All")  # type: ignore[arg-type]
+        if body.get("kind") == "Deployment":
+            await client.AppsV1Api(api).create_namespaced_deployment(BENCH_NS, body, dry_run="All")  # type: ignore[arg-type]
+        else:
+            await client.CoreV1Api(api).create_namespaced_pod(BENCH_NS, body, dry_run="All")  # type: ignore[arg-type]
     except ApiException as exc:
         return str(exc.body)
     return "admitted"
+
+
+def deployment_of(pod: dict[str, Any]) -> dict[str, Any]:
+    """A Deployment whose template is ``pod`` (what the workload kinds' policy judges)."""
+    labels = {"app": pod["metadata"]["name"]}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": pod["metadata"]["name"], "namespace": BENCH_NS},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": pod["spec"]},
+        },
+    }
 
 
 #: ``(label, metric, label filter)`` of the apiserver's figures read around each phase. The
@@ -472,8 +489,10 @@ async def install(
     cafile: Path,
 ) -> None:
     """Install exactly what ``column`` names (and remove the rest), and wait until the apiserver
-    acts on it: the policy denies 33 %, gpushare's webhook denies a pod without a pool target, the
-    no-op webhook answers a GPU pod's dry run."""
+    acts on it: the Pods policy denies a 33 % pod and the workload kinds' policy a 33 % Deployment
+    (a new policy is compiled first, which takes the apiserver's CPU: the creates must not share
+    it), gpushare's webhook denies a pod without a pool target, the no-op webhook answers a GPU
+    pod's dry run."""
     adm = client.AdmissionregistrationV1Api(api)
     want_policy = column in ("policy", "all")  # the Pods policy
     want_workloads = column in ("policy", "shipped", "all")
@@ -509,11 +528,13 @@ async def install(
     deadline = time.monotonic() + 120
     while True:
         policy = "ValidatingAdmissionPolicy" in await dry_run(api, bad)
+        workloads = f"ValidatingAdmissionPolicy '{POLICY_NAME}'" in await dry_run(api, deployment_of(bad))
         webhook = "GS007" in await dry_run(api, stateful)
         before = await noop_count(noop_port, cafile)
         await dry_run(api, gpu_pod("probe-noop"))
         noop_called = await noop_count(noop_port, cafile) > before
-        if (policy, webhook, noop_called) == (want_policy, want_webhook, want_noop):
+        if (policy, workloads, webhook, noop_called) == (want_policy, want_workloads, want_webhook, want_noop):
+            await asyncio.sleep(1.0)  # what the apiserver still does after a change settles first
             return
         if time.monotonic() > deadline:
             raise TimeoutError(f"the apiserver never acted on installing {column!r}")

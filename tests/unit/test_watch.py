@@ -66,8 +66,8 @@ class FakeApiserver:
                 return web.Response(status=script, text="{}")
             resp = web.StreamResponse()
             await resp.prepare(request)
-            for event in script:
-                await resp.write(json.dumps(event).encode() + b"\n")
+            for event in script:  # bytes: a line as it is (the apiserver's own format)
+                await resp.write(event if isinstance(event, bytes) else json.dumps(event).encode() + b"\n")
             await resp.write_eof()
             return resp
         items = self.objects[resource]
@@ -242,3 +242,67 @@ async def test_a_pod_no_longer_relevant_is_forgotten(apiserver: tuple[FakeApiser
     finally:
         task.cancel()
     assert reconciler.pods == {}
+
+
+def _apiserver_line(name: str, rv: str, type_: str = "MODIFIED", kind: str = "Node") -> bytes:
+    """A watch event as the kube-apiserver writes it (Go's field order, compact)."""
+    meta = {"name": name, "uid": "6f0c-11", "resourceVersion": rv, "creationTimestamp": "2026-12-02T00:00:00Z",
+            "labels": {NP: "a", "x": '"resourceVersion":"1"'}}  # fmt: skip
+    obj = {"kind": kind, "apiVersion": "v1", "metadata": meta, "status": {"allocatable": {c.RES_GPU_MEM: "16"}}}
+    return json.dumps({"type": type_, "object": obj}, separators=(",", ":")).encode() + b"\n"
+
+
+def test_peek_reads_a_node_events_name_and_version_without_parsing_it() -> None:
+    from gpushare.k8s.watch import peek_node_event
+
+    assert peek_node_event(_apiserver_line("gpu-7", "4711")) == ("gpu-7", "4711")
+    # only a Node's MODIFIED event, only as the apiserver writes it
+    assert peek_node_event(_apiserver_line("gpu-7", "4711", type_="ADDED")) is None
+    assert peek_node_event(_apiserver_line("gpu-7", "4711", kind="Pod")) is None
+    assert peek_node_event(json.dumps(json.loads(_apiserver_line("gpu-7", "4711"))).encode()) is None
+    # nothing nested is crossed: a version only inside the labels is not the node's
+    line = _apiserver_line("gpu-7", "4711").replace(b'"resourceVersion":"4711",', b"")
+    assert peek_node_event(line) is None
+
+
+async def test_the_echo_of_the_operators_own_write_is_not_parsed(apiserver: tuple[FakeApiserver, Any]) -> None:
+    fake, api = apiserver
+    reconciler = Reconciler(cluster=None)  # type: ignore[arg-type]
+
+    class Viewer:
+        def __init__(self) -> None:
+            self.views: list[tuple[str, str]] = []
+
+        def node_view(self, type_: str, name: str, view: Any) -> None:
+            self.views.append((name, view.resource_version if view else ""))
+
+        def nodes_listed(self, names: set[str]) -> None:
+            pass
+
+    viewer = Viewer()
+    feeds = Feeds(reconciler, view_listeners=[viewer])
+    fake.objects["nodes"] = [node("n0", 1), node("n1", 2)]
+    watch = ListWatch(api, "nodes", feeds.node, feeds.nodes_listed, reconnect=0.01, known=feeds.known)
+    task = asyncio.create_task(watch.run())
+    try:
+        await asyncio.wait_for(watch.listed.wait(), 30)
+        # the operator wrote n0 (the patch returned version 20): believed until the watch has it
+        written = node("n0", 20, **{c.LABEL_POOL: "p"})
+        reconciler.state.believe(written)
+        assert "n0" in reconciler.state.fresh
+        # the echo of that write, and someone else's write of n1, as the apiserver writes them
+        echo = _apiserver_line("n0", "20").replace(b'"x":', b'"' + c.LABEL_POOL.encode() + b'":"p","x":')
+        fake.script("nodes", [_apiserver_line("n1", "21")], [echo])
+        await _until(lambda: watch.known_events == 1)
+    finally:
+        task.cancel()
+    assert watch.events == 1, "n1's event was parsed and delivered; the echo was not"
+    assert "n0" not in reconciler.state.fresh, "the echo moved the write into the watched state"
+    assert reconciler.nodes["n0"].resource_version == "20" and "n0" not in reconciler.dirty
+    assert reconciler.nodes["n1"].resource_version == "21"
+    assert viewer.views[-2:] == [("n1", "21"), ("n0", "20")]
+    # a listener that needs the raw objects (a webhook fed the objects) gets the echo parsed
+    raw = Feeds(reconciler, [ContextCache()])
+    reconciler.state.believe(node("n0", 30))
+    assert not raw.known("n0", "30")
+    assert not feeds.known("n0", "31"), "another version is not the echo"

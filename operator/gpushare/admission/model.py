@@ -42,6 +42,22 @@ class NodeInfo:
     #: Per-GPU memory in MiB from the agent's inventory annotation, when published.
     gpu_memory_mib: tuple[int, ...] = ()
 
+    @classmethod
+    def of(
+        cls,
+        name: str,
+        labels: Mapping[str, Any],
+        allocatable: Mapping[str, Any],
+        annotations: Mapping[str, Any],
+    ) -> NodeInfo:
+        """From a Node's parts (its object, or the operator's projection of it)."""
+        return cls(
+            name=str(name or "<unnamed>"),
+            labels={str(k): str(v) for k, v in labels.items()},
+            allocatable={str(k): str(v) for k, v in allocatable.items()},
+            gpu_memory_mib=_inventory_mib(annotations),
+        )
+
     @property
     def per_gpu_gib(self) -> int | None:
         """Memory of the smallest GPU in whole GiB (floored, like the device plugin), if known."""
@@ -90,13 +106,11 @@ def _map(value: object) -> Mapping[str, Any]:
 def node_info(obj: Mapping[str, Any]) -> NodeInfo:
     """A NodeInfo from a Node object (Kubernetes JSON); tolerant of missing parts."""
     meta = _map(obj.get("metadata"))
-    labels = _map(meta.get("labels"))
-    alloc = _map(_map(obj.get("status")).get("allocatable"))
-    return NodeInfo(
-        name=str(meta.get("name") or "<unnamed>"),
-        labels={str(k): str(v) for k, v in labels.items()},
-        allocatable={str(k): str(v) for k, v in alloc.items()},
-        gpu_memory_mib=_inventory_mib(_map(meta.get("annotations"))),
+    return NodeInfo.of(
+        str(meta.get("name") or ""),
+        _map(meta.get("labels")),
+        _map(_map(obj.get("status")).get("allocatable")),
+        _map(meta.get("annotations")),
     )
 
 

@@ -184,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
 
     from gpushare.handlers.options import RunOptions
     from gpushare.handlers.state import OperatorState
-    from gpushare.handlers.watch import NodeListener
+    from gpushare.handlers.watch import NodeViewListener
     from gpushare.k8s.client import KubeConfigError, load_configuration
     from gpushare.k8s.cluster import parse_plugin_namespaces
 
@@ -209,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
 
     import gpushare.handlers  # noqa: F401 - registers the handlers
 
-    node_listeners: list[NodeListener] = []
+    view_listeners: list[NodeViewListener] = []
     if args.webhook:  # the admission webhook's handlers, server and certificates (docs/webhook.md)
         from gpushare.webhook.registration import register as register_webhook
 
@@ -217,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
             webhook = register_webhook(kopf.get_default_registry(), webhook_options(args), watch_nodes=False)
         except ValueError as exc:
             raise CLIError(str(exc)) from None
-        node_listeners.append(webhook.cache)
+        view_listeners.append(webhook.cache)
 
     options = RunOptions(
         kubeconfig=args.kubeconfig,
@@ -237,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
                 peering_name=args.peering,
                 priority=priority,
                 liveness_endpoint=args.liveness,
-                memo=OperatorState(options=options, node_listeners=node_listeners),
+                memo=OperatorState(options=options, view_listeners=view_listeners),
             )
         )
     except KeyboardInterrupt:

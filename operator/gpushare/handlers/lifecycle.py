@@ -62,7 +62,11 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **_: A
     # The demand loop (status.demand, lending) listens to the same watches (handlers.demand).
     memo.demand = DemandTracker(cluster)
     memo.watches = watch.start(
-        reconciler, new_api_client(cfg), memo.node_listeners, [memo.demand], [memo.demand]
+        reconciler,
+        new_api_client(cfg),
+        memo.node_listeners,
+        [memo.demand],
+        [*memo.view_listeners, memo.demand],
     )
     await _check_plugin_namespaces(cluster)
     metrics.serve(options.metrics_port, options.metrics_addr)

@@ -18,7 +18,7 @@ from gpushare.k8s.cluster import Cluster
 from gpushare.reconcile import Reconciler
 
 if TYPE_CHECKING:
-    from gpushare.handlers.watch import NodeListener, Watches
+    from gpushare.handlers.watch import NodeListener, NodeViewListener, Watches
 
 
 @dataclass(frozen=True)
@@ -39,8 +39,10 @@ class OperatorState:
     watches: Watches | None = None
     #: Pool UID -> the device-plugin namespace already reported as not allowed (one Event each).
     plugin_namespace_reports: dict[str, str] = field(default_factory=dict)
-    #: Fed by the operator's Node watch too (the webhook's context cache with ``--webhook``).
+    #: Fed by the operator's Node watch too: with the raw objects, or with its projections (the
+    #: webhook's context cache with ``--webhook``).
     node_listeners: list[NodeListener] = field(default_factory=list)
+    view_listeners: list[NodeViewListener] = field(default_factory=list)
     #: The demand loop (status.demand, lending; set by the startup handler with ``started``).
     demand: DemandTracker | None = None
 

@@ -8,6 +8,10 @@ annotations, GPU allocatable) and each GPU or default device-plugin Pod event a 
 (labels kept only for plugin pods), handed to ``Reconciler.observe_node``/``observe_pod``, which
 marks the node dirty and wakes only the pools it concerns; the raw object is dropped at once.
 
+The echo of the operator's own write (a MODIFIED Node event at exactly the version the write
+returned) is recognised from the event's first bytes and not parsed (``Feeds.known``): the
+reconciler and the view listeners get the projection already made from the write's answer.
+
 Pool passes wait for the first complete list of both (``wait_listed``), as Kopf's indexes made them
 wait before; after that, never. The watches keep running in a replica paused by peering (its
 indexes stay current for a takeover). Nothing is written to Nodes or Pods by the watches.
@@ -112,6 +116,20 @@ class Feeds:
         for viewer in self.view_listeners:
             viewer.node_view(type_, name, view)
 
+    def known(self, name: str, resource_version: str) -> bool:
+        """The watch's echo of the operator's own write (``ListWatch``'s ``known``): delivered as
+        the projection already made, without parsing the event; only when no listener needs the
+        raw object."""
+        if self.node_listeners:
+            return False
+        view = self.reconciler.echo(name, resource_version)
+        if view is None:
+            return False
+        self.reconciler.observe_node(view)
+        for viewer in self.view_listeners:
+            viewer.node_view("MODIFIED", name, view)
+        return True
+
     def nodes_listed(self, names: set[str]) -> None:
         self.reconciler.nodes_listed(names)
         for listener in self.node_listeners:
@@ -163,7 +181,15 @@ def start(
     an event), feeding ``reconciler``, ``node_listeners``, ``pod_listeners`` and ``view_listeners``."""
     feeds = Feeds(reconciler, node_listeners, pod_listeners, view_listeners)
     watches = [
-        ListWatch(api, "nodes", feeds.node, feeds.nodes_listed, page=PAGE, server_timeout=SERVER_TIMEOUT),
+        ListWatch(
+            api,
+            "nodes",
+            feeds.node,
+            feeds.nodes_listed,
+            page=PAGE,
+            server_timeout=SERVER_TIMEOUT,
+            known=feeds.known,
+        ),
         ListWatch(api, "pods", feeds.pod, feeds.pods_listed, page=PAGE, server_timeout=SERVER_TIMEOUT),
     ]
     task = asyncio.create_task(_run(watches), name="gpushare node and pod watches")

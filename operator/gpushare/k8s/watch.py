@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -51,6 +52,29 @@ def object_key(obj: Mapping[str, Any]) -> str:
     return str(meta.get("name") or "")
 
 
+#: How the apiserver writes the start of a Node's MODIFIED event: the type, the kind, then the
+#: metadata's name and its other plain string fields (ObjectMeta's order: generateName, namespace,
+#: selfLink, uid) up to its resourceVersion. Nothing nested can be crossed on the way.
+_NODE_EVENT_HEAD = re.compile(
+    rb'\{"type":"MODIFIED","object":\{"kind":"Node","apiVersion":"v1","metadata":\{"name":"([^"\\]+)",'
+    rb'(?:"[A-Za-z]+":"[^"\\]*",)*?"resourceVersion":"([0-9]+)"'
+)
+#: Bytes of a line ``peek_node_event`` looks at.
+_HEAD_BYTES = 1024
+
+
+def peek_node_event(line: bytes) -> tuple[str, str] | None:
+    """(name, resourceVersion) of a Node's MODIFIED watch event, read from the line's first bytes
+    without parsing it; None when the line does not begin as the apiserver writes one."""
+    m = _NODE_EVENT_HEAD.match(line, 0, _HEAD_BYTES)
+    return None if m is None else (m.group(1).decode(), m.group(2).decode())
+
+
+#: ``known(name, resourceVersion)``: whether the consumer already has exactly this version of the
+#: node (its own write): the event is then neither parsed nor delivered.
+Known = Callable[[str, str], bool]
+
+
 class ListWatch:
     """One resource kind (``"nodes"`` or ``"pods"``, all namespaces), listed then watched."""
 
@@ -64,9 +88,15 @@ class ListWatch:
         page: int = 500,
         server_timeout: int = 300,
         reconnect: float = 1.0,
+        known: Known | None = None,
     ) -> None:
         if resource not in ("nodes", "pods"):
             raise ValueError(f"unsupported resource {resource!r}")
+        if known is not None and resource != "nodes":
+            raise ValueError("known is for nodes only")
+        self.known = known
+        #: MODIFIED events ``known`` already had (not parsed).
+        self.known_events = 0
         self.resource = resource
         self.rest = Rest(api)
         self.url = f"/api/v1/{resource}"
@@ -126,6 +156,11 @@ class ListWatch:
                 if not line:
                     return rv
                 if not line.strip():
+                    continue
+                head = peek_node_event(line) if self.known is not None else None
+                if head is not None and self.known is not None and self.known(*head):
+                    rv = head[1]  # the echo of the consumer's own write: not parsed
+                    self.known_events += 1
                     continue
                 event = json.loads(line)
                 kind = event.get("type")

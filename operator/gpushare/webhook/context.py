@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from gpushare.admission import EMPTY_CONTEXT, Context, NodeInfo
 from gpushare.admission.model import node_info
 from gpushare.api.v1alpha1 import GPUSharePool
+from gpushare.policy import NodeView
 
 T = TypeVar("T")
 
@@ -45,6 +46,15 @@ class ContextCache:
             self.fed.pop(name, None)
         else:
             self.fed[name] = [self.node(node_info(obj))]
+
+    def node_view(self, type_: str, name: str, view: NodeView | None) -> None:
+        """A Node watch event as the operator's projection (``handlers.watch.NodeViewListener``:
+        in ``gpushare run --webhook`` the operator's Node watch feeds this cache)."""
+        if type_ == "DELETED" or view is None:
+            self.fed.pop(name, None)
+        else:
+            info = NodeInfo.of(view.name, view.labels, view.allocatable, view.annotations)
+            self.fed[name] = [self.node(info)]
 
     def nodes_listed(self, names: set[str]) -> None:
         """After a complete list (``gpushare.k8s.watch.OnListed``): forget the nodes not in it."""
