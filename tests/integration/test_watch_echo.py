@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+from collections.abc import Mapping
+from typing import Any
 
 from kubernetes_asyncio import client
 
@@ -37,9 +39,8 @@ async def test_the_echo_of_a_known_write_is_recognised_unparsed_and_other_writes
         peeked.append((name, rv))
         return known_versions.get(name) == rv
 
-    def on_event(type_: str, obj: dict[str, object]) -> None:
+    def on_event(type_: str, obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}
-        assert isinstance(meta, dict)
         delivered.append((type_, str(meta.get("name")), str(meta.get("resourceVersion"))))
 
     watch = ListWatch(api, "nodes", on_event, lambda _keys: None, known=known, reconnect=0.1)

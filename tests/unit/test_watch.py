@@ -246,9 +246,19 @@ async def test_a_pod_no_longer_relevant_is_forgotten(apiserver: tuple[FakeApiser
 
 def _apiserver_line(name: str, rv: str, type_: str = "MODIFIED", kind: str = "Node") -> bytes:
     """A watch event as the kube-apiserver writes it (Go's field order, compact)."""
-    meta = {"name": name, "uid": "6f0c-11", "resourceVersion": rv, "creationTimestamp": "2026-12-02T00:00:00Z",
-            "labels": {NP: "a", "x": '"resourceVersion":"1"'}}  # fmt: skip
-    obj = {"kind": kind, "apiVersion": "v1", "metadata": meta, "status": {"allocatable": {c.RES_GPU_MEM: "16"}}}
+    meta = {
+        "name": name,
+        "uid": "6f0c-11",
+        "resourceVersion": rv,
+        "creationTimestamp": "2026-12-02T00:00:00Z",
+        "labels": {NP: "a", "x": '"resourceVersion":"1"'},
+    }
+    obj = {
+        "kind": kind,
+        "apiVersion": "v1",
+        "metadata": meta,
+        "status": {"allocatable": {c.RES_GPU_MEM: "16"}},
+    }
     return json.dumps({"type": type_, "object": obj}, separators=(",", ":")).encode() + b"\n"
 
 
@@ -265,7 +275,9 @@ def test_peek_reads_a_node_events_name_and_version_without_parsing_it() -> None:
     assert peek_node_event(line) is None
 
 
-async def test_the_echo_of_the_operators_own_write_is_not_parsed(apiserver: tuple[FakeApiserver, Any]) -> None:
+async def test_the_echo_of_the_operators_own_write_is_not_parsed(
+    apiserver: tuple[FakeApiserver, Any],
+) -> None:
     fake, api = apiserver
     reconciler = Reconciler(cluster=None)  # type: ignore[arg-type]
 
