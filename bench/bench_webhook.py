@@ -425,13 +425,14 @@ async def dry_run(api: client.ApiClient, body: dict[str, Any]) -> str:
 def deployment_of(pod: dict[str, Any]) -> dict[str, Any]:
     """A Deployment whose template is ``pod`` (what the workload kinds' policy judges)."""
     labels = {"app": pod["metadata"]["name"]}
+    spec = {k: v for k, v in pod["spec"].items() if k != "restartPolicy"}  # a Deployment's is Always
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": pod["metadata"]["name"], "namespace": BENCH_NS},
         "spec": {
             "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": pod["spec"]},
+            "template": {"metadata": {"labels": labels}, "spec": spec},
         },
     }
 
