@@ -184,15 +184,14 @@ class DemandTracker:
             if bound.terminated:
                 bound = None
         old_bound = self.bound.get(key)
+        if old_bound is not None and old_bound != bound:
+            self._dirty.add(old_bound.node_name)  # its node's plan reads its pods
         if bound is None:
-            if self.bound.pop(key, None) is not None:
-                changed = True
-                self._dirty.add(old_bound.node_name if old_bound else "")
+            changed |= self.bound.pop(key, None) is not None
         elif old_bound != bound:
             self.bound[key] = bound
-            self._dirty.update((bound.node_name, old_bound.node_name if old_bound else ""))
+            self._dirty.add(bound.node_name)
             changed = changed or old_bound is None or old_bound.node_name != bound.node_name
-        self._dirty.discard("")
         if changed:
             self._changed()
 

@@ -110,9 +110,14 @@ class Feeds:
             # The echo of the operator's own write is the object it already projected.
             rv = (obj.get("metadata") or {}).get("resourceVersion")
             view = self.reconciler.echo(name, rv) or NodeView.project(obj)
-            self.reconciler.observe_node(view)
         for listener in self.node_listeners:
             listener.node_event(type_, obj)
+        self._viewed(type_, name, view)
+
+    def _viewed(self, type_: str, name: str, view: NodeView | None) -> None:
+        """Hand a node's projection (None: deleted) to the reconciler and the view listeners."""
+        if view is not None:
+            self.reconciler.observe_node(view)
         for viewer in self.view_listeners:
             viewer.node_view(type_, name, view)
 
@@ -125,9 +130,7 @@ class Feeds:
         view = self.reconciler.echo(name, resource_version)
         if view is None:
             return False
-        self.reconciler.observe_node(view)
-        for viewer in self.view_listeners:
-            viewer.node_view("MODIFIED", name, view)
+        self._viewed("MODIFIED", name, view)
         return True
 
     def nodes_listed(self, names: set[str]) -> None:
