@@ -39,6 +39,7 @@ from gpushare.k8s.watch import object_key
 from gpushare.policy import ClusterPlan, NodePlan, NodeView, PodView, plan
 from gpushare.policy import lending as lend
 from gpushare.policy.demand import PoolDemand, WaitingPod, busy_nodes, compute, waiting_pod
+from gpushare.policy.planner import PlanMemo
 from gpushare.policy.views import pod_requests
 
 log = structlog.stdlib.get_logger("gpushare.demand")
@@ -112,6 +113,7 @@ class DemandTracker:
         self._dirty: set[str] = set()
         self._planned_for: str | None = None
         self._invalid_pools: Mapping[str, str] = {}
+        self._memo = PlanMemo()
         #: Seconds the last computation took (``debounce``).
         self.last_cost = 0.0
 
@@ -274,7 +276,7 @@ class DemandTracker:
         if todo or every:
             pods = [p for p in bound if p.node_name in todo]
             views = [self.nodes[n] for n in todo]
-            cp = plan(pools, views, pods, now=now, deleting=deleting, invalid=invalid)
+            cp = plan(pools, views, pods, now=now, deleting=deleting, invalid=invalid, memo=self._memo)
             self._plans.update(cp.by_node())
             self._invalid_pools = cp.invalid_pools
         return ClusterPlan(

@@ -5,12 +5,14 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpushare import constants as c
 from gpushare.api.v1alpha1 import GPUSharePool, parse_pool
-from gpushare.policy import Action, NodeView, PodView, RestartRecord, apply_node_patch, plan
+from gpushare.policy import Action, NodeView, PodView, RestartRecord, apply_node_patch, plan, planner
+from gpushare.policy.planner import PlanMemo
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 NP = "alibabacloud.com/nodepool-id"
@@ -211,3 +213,84 @@ def test_restart_only_with_plugin_label_change(
         if p.restart_plugin:
             assert set(p.label_patch) - {c.LABEL_POOL}
             assert p.plugin_restart_pending
+
+
+HOST = "kubernetes.io/hostname"
+
+
+@st.composite
+def fleets(draw: st.DrawFn) -> tuple[list[GPUSharePool], list[NodeView], list[PodView]]:
+    """Clusters whose nodes come in kinds (the same labels but for their hostname), some pools
+    selecting by hostname: what lets :class:`PlanMemo` hand one kind's plan to many nodes."""
+    pools, nodes, pods = draw(clusters())
+    twins = [
+        NodeView(f"t{i}", dict(draw(st.sampled_from(nodes)).labels), unschedulable=draw(st.booleans()))
+        for i in range(draw(st.integers(0, 6)))
+    ]
+    nodes = [
+        NodeView(n.name, {**n.labels, HOST: n.name}, n.annotations, n.unschedulable) for n in nodes + twins
+    ]
+    if draw(st.booleans()):
+        names = draw(st.lists(st.sampled_from([n.name for n in nodes]), min_size=1, max_size=3))
+        operator = draw(st.sampled_from(["In", "NotIn"]))
+        expr = {"key": HOST, "operator": operator, "values": sorted(set(names))}
+        pools.append(
+            parse_pool(
+                {
+                    "metadata": {"name": "by-host"},
+                    "spec": {"nodeSelector": {"matchExpressions": [expr]}, "memoryIsolation": False},
+                }
+            )
+        )
+    return pools, nodes, pods
+
+
+@common
+@given(fleets(), st.data())
+def test_a_memo_kept_from_call_to_call_plans_as_without_it(
+    cluster: tuple[list[GPUSharePool], list[NodeView], list[PodView]], data: st.DataObject
+) -> None:
+    """One memo through a rollout (apply, restarts done, a pool deleted, the clock moving on):
+    every call plans each node exactly as a call without the memo."""
+    pools, nodes, pods = cluster
+    memo = PlanMemo()
+    deleting: frozenset[str] = frozenset()
+    now = NOW
+    for _ in range(4):
+        subset = data.draw(st.lists(st.sampled_from(nodes), unique_by=lambda n: n.name, min_size=1))
+        for views in (nodes, subset):
+            with_memo = plan(pools, views, pods, now=now, deleting=deleting, memo=memo)
+            assert with_memo == plan(pools, views, pods, now=now, deleting=deleting)
+        step = data.draw(st.sampled_from(["apply", "restarts", "delete", "clock"]))
+        if step == "apply":
+            by_node = with_memo.by_node()
+            nodes = [apply_node_patch(n, by_node[n.name]) if n.name in by_node else n for n in nodes]
+        elif step == "restarts":
+            nodes = _finish_restarts(nodes)
+        elif step == "delete" and pools:
+            deleting = frozenset({data.draw(st.sampled_from(pools)).name})
+        else:
+            now += timedelta(seconds=data.draw(st.sampled_from([0, 1, 90])))
+
+
+def test_a_memo_plans_each_kind_of_node_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """500 nodes alike but for their names and hostnames: one plan made, 500 handed out, each
+    with its own node name."""
+    spec = {"nodeSelector": {"matchLabels": {NP: "a"}}, "memoryIsolation": False}
+    pool = parse_pool({"metadata": {"name": "p0"}, "spec": spec})
+    nodes = [NodeView(f"n{i}", {NP: "a", HOST: f"n{i}"}) for i in range(500)]
+    memo = PlanMemo()
+    calls = 0
+    real = planner._plan_node
+
+    def counting(*args: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return real(*args)
+
+    monkeypatch.setattr(planner, "_plan_node", counting)
+    cp = plan([pool], nodes, now=NOW, memo=memo)
+    monkeypatch.undo()
+    assert calls == 1
+    assert [p.node for p in cp.nodes] == sorted(n.name for n in nodes)
+    assert cp == plan([pool], nodes, now=NOW)

@@ -696,6 +696,76 @@ def _plan_node(
     )
 
 
+#: Labels that name a single node. The planner reads them only through a pool's selector, so
+#: :class:`PlanMemo` leaves them out of a node's key unless a selector names them.
+IDENTITY_LABELS: frozenset[str] = frozenset({"kubernetes.io/hostname"})
+
+
+class PlanMemo:
+    """The plans of nodes alike in everything the planner reads but their name.
+
+    A fleet is made of a few kinds of node. Each kind is planned once, and every node of that kind
+    gets a copy named after it, until the inputs change. The inputs are the pools, those being
+    deleted, the invalid ones, and the restart clock. A node's key holds its labels, except
+    :data:`IDENTITY_LABELS` that no selector names. It also holds its annotations, its cordon,
+    readiness, allocatable and capacity. A node with pods is always planned: its pods block mode
+    switches by name. Pass one memo to :func:`plan` call after call; the result is the same as without
+    it (a property test checks this).
+    """
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._inputs: tuple[tuple[GPUSharePool, ...], frozenset[str], dict[str, str], str] | None = None
+        self._ignored: frozenset[str] = frozenset()
+        self._plans: dict[tuple[object, ...], NodePlan] = {}
+
+    def bind(
+        self, pools: Sequence[GPUSharePool], deleting: Collection[str], bad: Mapping[str, str], stamp: str
+    ) -> None:
+        """Keep the plans made for these inputs; forget them for any other."""
+        models, gone = tuple(pools), frozenset(deleting)
+        last = self._inputs
+        if (
+            last is not None
+            and len(last[0]) == len(models)
+            and all(a is b or a == b for a, b in zip(last[0], models, strict=True))
+            and last[1] == gone
+            and last[2] == bad
+            and last[3] == stamp
+        ):
+            return
+        self._inputs = (models, gone, dict(bad), stamp)
+        self._plans = {}
+        named = {k for p in models for k in p.spec.node_selector.match_labels}
+        named |= {r.key for p in models for r in p.spec.node_selector.match_expressions}
+        self._ignored = IDENTITY_LABELS - named
+
+    def key(self, node: NodeView) -> tuple[object, ...]:
+        ignored = self._ignored
+        labels = node.labels
+        return (
+            frozenset(kv for kv in labels.items() if kv[0] not in ignored)
+            if ignored and not ignored.isdisjoint(labels)
+            else frozenset(labels.items()),
+            frozenset(node.annotations.items()),
+            node.unschedulable,
+            node.ready,
+            frozenset(node.allocatable.items()),
+            frozenset(node.capacity.items()),
+        )
+
+    def get(self, key: tuple[object, ...], node: str) -> NodePlan | None:
+        found = self._plans.get(key)
+        if found is None:
+            return None
+        return found if found.node == node else replace(found, node=node)
+
+    def put(self, key: tuple[object, ...], p: NodePlan) -> None:
+        if len(self._plans) >= self.size:
+            self._plans.clear()
+        self._plans[key] = p
+
+
 def plan(
     pools: Sequence[GPUSharePool],
     nodes: Iterable[NodeView],
@@ -704,9 +774,11 @@ def plan(
     now: datetime,
     deleting: Collection[str] = frozenset(),
     invalid: Mapping[str, str] | None = None,
+    memo: PlanMemo | None = None,
 ) -> ClusterPlan:
     """Plan every node. ``deleting``: pools being deleted (their nodes are restored or retained);
-    ``invalid``: pools that failed validation (name → why; the nodes they own stay as they are).
+    ``invalid``: pools that failed validation (name → why; the nodes they own stay as they are);
+    ``memo``: plans of nodes alike but for their name, kept from call to call (:class:`PlanMemo`).
     """
     bad = dict(invalid or {})
     for pool in pools:
@@ -717,11 +789,26 @@ def plan(
     active = [p for p in pools if p.name not in deleting and p.name not in bad]
     on_node = pods_by_node(pods)
     stamp = restart_since(now)
-    plans = tuple(
-        _plan_node(node, active, by_name, deleting, bad, on_node.get(node.name, ()), stamp)
-        for node in sorted(nodes, key=lambda n: n.name)
-    )
-    return ClusterPlan(nodes=plans, invalid_pools=bad)
+    if memo is None:
+        plans = tuple(
+            _plan_node(node, active, by_name, deleting, bad, on_node.get(node.name, ()), stamp)
+            for node in sorted(nodes, key=lambda n: n.name)
+        )
+        return ClusterPlan(nodes=plans, invalid_pools=bad)
+    memo.bind(pools, deleting, bad, stamp)
+    out = []
+    for node in sorted(nodes, key=lambda n: n.name):
+        on = on_node.get(node.name, ())
+        if on:
+            out.append(_plan_node(node, active, by_name, deleting, bad, on, stamp))
+            continue
+        key = memo.key(node)
+        p = memo.get(key, node.name)
+        if p is None:
+            p = _plan_node(node, active, by_name, deleting, bad, (), stamp)
+            memo.put(key, p)
+        out.append(p)
+    return ClusterPlan(nodes=tuple(out), invalid_pools=bad)
 
 
 def restart_outcome_patch(node: NodeView | None, updated: RestartRecord) -> dict[str, Any]:

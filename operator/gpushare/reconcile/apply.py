@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -109,16 +110,17 @@ async def _patch(s: PassScope, p: NodePlan, written: Written) -> NodePlan | None
     s.remember(out.obj)
     if p.label_patch:
         metrics.LABEL_PATCHES.labels(pool=s.name, action=p.action.value).inc()
-    s.log.debug(
-        "Patched Node",
-        node=p.node,
-        action=p.action.value,
-        reason=p.reason,
-        labels=dict(p.label_patch),
-        restart_plugin=p.restart_plugin,
-        cordon=p.cordon,
-        uncordon=p.uncordon,
-    )
+    if s.log.is_enabled_for(logging.DEBUG):  # a line per node: not even built unless asked for
+        s.log.debug(
+            "Patched Node",
+            node=p.node,
+            action=p.action.value,
+            reason=p.reason,
+            labels=dict(p.label_patch),
+            restart_plugin=p.restart_plugin,
+            cordon=p.cordon,
+            uncordon=p.uncordon,
+        )
     return p
 
 

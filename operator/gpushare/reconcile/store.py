@@ -24,6 +24,7 @@ from gpushare.api.v1alpha1 import (
     parse_pool,
 )
 from gpushare.policy import ClusterPlan, NodeView, PodView, plan
+from gpushare.policy.planner import PlanMemo
 
 
 def rv(value: str) -> int:
@@ -113,6 +114,8 @@ class ClusterState:
         self.dirty: set[str] = set()
         #: Plan every node in the next pass (after a pool change, at start, on a resync).
         self.plan_all = True
+        #: Plans of nodes alike but for their name (the nodes of a rollout: planned once a kind).
+        self.memo = PlanMemo()
 
     # --- nodes -----------------------------------------------------------------------------------
 
@@ -253,4 +256,5 @@ class ClusterState:
             now=now,
             deleting=pools.deleting,
             invalid=self.invalid(),
+            memo=self.memo,
         )
