@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -228,7 +230,13 @@ def fleets(draw: st.DrawFn) -> tuple[list[GPUSharePool], list[NodeView], list[Po
         for i in range(draw(st.integers(0, 6)))
     ]
     nodes = [
-        NodeView(n.name, {**n.labels, HOST: n.name}, n.annotations, n.unschedulable) for n in nodes + twins
+        NodeView(
+            n.name,
+            {**n.labels, HOST: n.name},
+            {**n.annotations, c.ANNOTATION_INVENTORY: f'{{"gpus": ["GPU-{n.name}"]}}'},
+            n.unschedulable,
+        )
+        for n in nodes + twins
     ]
     if draw(st.booleans()):
         names = draw(st.lists(st.sampled_from([n.name for n in nodes]), min_size=1, max_size=3))
@@ -274,11 +282,13 @@ def test_a_memo_kept_from_call_to_call_plans_as_without_it(
 
 
 def test_a_memo_plans_each_kind_of_node_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """500 nodes alike but for their names and hostnames: one plan made, 500 handed out, each
-    with its own node name."""
+    """500 nodes alike but for their names, hostnames and GPU inventories: one plan made, 500
+    handed out, each with its own node name."""
     spec = {"nodeSelector": {"matchLabels": {NP: "a"}}, "memoryIsolation": False}
     pool = parse_pool({"metadata": {"name": "p0"}, "spec": spec})
-    nodes = [NodeView(f"n{i}", {NP: "a", HOST: f"n{i}"}) for i in range(500)]
+    nodes = [
+        NodeView(f"n{i}", {NP: "a", HOST: f"n{i}"}, {c.ANNOTATION_INVENTORY: f"GPU-{i}"}) for i in range(500)
+    ]
     memo = PlanMemo()
     calls = 0
     real = planner._plan_node
@@ -294,3 +304,10 @@ def test_a_memo_plans_each_kind_of_node_once(monkeypatch: pytest.MonkeyPatch) ->
     assert calls == 1
     assert [p.node for p in cp.nodes] == sorted(n.name for n in nodes)
     assert cp == plan([pool], nodes, now=NOW)
+
+
+def test_the_memo_keys_every_annotation_the_planner_reads() -> None:
+    """PlanMemo keys a node on PLANNED_ANNOTATIONS only: the planner must read no other."""
+    source = Path(planner.__file__).read_text()
+    read = {getattr(c, name) for name in re.findall(r"\bc\.(ANNOTATION_\w+)", source)}
+    assert read == set(planner.PLANNED_ANNOTATIONS)

@@ -699,6 +699,14 @@ def _plan_node(
 #: Labels that name a single node. The planner reads them only through a pool's selector, so
 #: :class:`PlanMemo` leaves them out of a node's key unless a selector names them.
 IDENTITY_LABELS: frozenset[str] = frozenset({"kubernetes.io/hostname"})
+#: The annotations the planner reads (a test holds this list against the code). Others, such as
+#: the agent's per-node GPU inventory, stay out of :class:`PlanMemo`'s key.
+PLANNED_ANNOTATIONS: tuple[str, ...] = (
+    c.ANNOTATION_OWNED,
+    c.ANNOTATION_PLUGIN_RESTART,
+    c.ANNOTATION_CORDONED_BY,
+    c.ANNOTATION_LOAN,
+)
 
 
 class PlanMemo:
@@ -706,22 +714,21 @@ class PlanMemo:
 
     A fleet is made of a few kinds of node. Each kind is planned once, and every node of that kind
     gets a copy named after it, until the inputs change. The inputs are the pools, those being
-    deleted, the invalid ones, and the restart clock. A node's key holds its labels, except
-    :data:`IDENTITY_LABELS` that no selector names. It also holds its annotations, its cordon,
-    readiness, allocatable and capacity. A node with pods is always planned: its pods block mode
-    switches by name. Pass one memo to :func:`plan` call after call; the result is the same as without
-    it (a property test checks this).
+    deleted and the invalid ones. A node's key holds the restart clock, its labels (but for
+    :data:`IDENTITY_LABELS` that no selector names), :data:`PLANNED_ANNOTATIONS`, its cordon,
+    readiness, allocatable and capacity. Pods matter to a plan only as pods that block a mode
+    switch (``_blocking``), named in it: a node with such pods is always planned. Pass one memo to
+    :func:`plan` call after call; the result is the same as without it (a property test checks
+    this).
     """
 
     def __init__(self, size: int = 4096) -> None:
         self.size = size
-        self._inputs: tuple[tuple[GPUSharePool, ...], frozenset[str], dict[str, str], str] | None = None
+        self._inputs: tuple[tuple[GPUSharePool, ...], frozenset[str], dict[str, str]] | None = None
         self._ignored: frozenset[str] = frozenset()
         self._plans: dict[tuple[object, ...], NodePlan] = {}
 
-    def bind(
-        self, pools: Sequence[GPUSharePool], deleting: Collection[str], bad: Mapping[str, str], stamp: str
-    ) -> None:
+    def bind(self, pools: Sequence[GPUSharePool], deleting: Collection[str], bad: Mapping[str, str]) -> None:
         """Keep the plans made for these inputs; forget them for any other."""
         models, gone = tuple(pools), frozenset(deleting)
         last = self._inputs
@@ -731,23 +738,25 @@ class PlanMemo:
             and all(a is b or a == b for a, b in zip(last[0], models, strict=True))
             and last[1] == gone
             and last[2] == bad
-            and last[3] == stamp
         ):
             return
-        self._inputs = (models, gone, dict(bad), stamp)
+        self._inputs = (models, gone, dict(bad))
         self._plans = {}
         named = {k for p in models for k in p.spec.node_selector.match_labels}
         named |= {r.key for p in models for r in p.spec.node_selector.match_expressions}
         self._ignored = IDENTITY_LABELS - named
 
-    def key(self, node: NodeView) -> tuple[object, ...]:
+    def key(self, node: NodeView, stamp: str) -> tuple[object, ...]:
+        """What the planner reads of ``node``, and the restart clock (passes that began in another
+        second plan with theirs, side by side)."""
         ignored = self._ignored
         labels = node.labels
         return (
+            stamp,
             frozenset(kv for kv in labels.items() if kv[0] not in ignored)
             if ignored and not ignored.isdisjoint(labels)
             else frozenset(labels.items()),
-            frozenset(node.annotations.items()),
+            tuple(map(node.annotations.get, PLANNED_ANNOTATIONS)),
             node.unschedulable,
             node.ready,
             frozenset(node.allocatable.items()),
@@ -795,14 +804,14 @@ def plan(
             for node in sorted(nodes, key=lambda n: n.name)
         )
         return ClusterPlan(nodes=plans, invalid_pools=bad)
-    memo.bind(pools, deleting, bad, stamp)
+    memo.bind(pools, deleting, bad)
     out = []
     for node in sorted(nodes, key=lambda n: n.name):
         on = on_node.get(node.name, ())
-        if on:
+        if on and _blocking(on):  # pods that may hold a mode switch: planned by name, always
             out.append(_plan_node(node, active, by_name, deleting, bad, on, stamp))
             continue
-        key = memo.key(node)
+        key = memo.key(node, stamp)
         p = memo.get(key, node.name)
         if p is None:
             p = _plan_node(node, active, by_name, deleting, bad, (), stamp)
