@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -51,6 +51,10 @@ DEBOUNCE = 0.5
 #: And at least this many times as long as the last computation took: the loop's share of a CPU
 #: stays under about 1 / (1 + DUTY) while a rollout changes a node every few milliseconds.
 DUTY = 9.0
+#: While what the loop reads keeps changing (a rollout writes a node every few milliseconds), it
+#: waits on for a quiet ``debounce``, but never longer than this many seconds after the wake-up:
+#: a rollout's burst becomes one computation every ``SETTLE_MAX`` seconds, not one every debounce.
+SETTLE_MAX = 5.0
 
 
 class DemandAPI(Protocol):
@@ -128,6 +132,23 @@ class DemandTracker:
         """How long to wait after a wake-up before the next step (``DEBOUNCE``, longer after a
         costly computation)."""
         return max(DEBOUNCE, DUTY * self.last_cost)
+
+    async def settle(
+        self,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> int:
+        """After a wake-up: wait ``debounce()``, and again while changes came in meanwhile, until a
+        quiet one or ``SETTLE_MAX`` seconds; returns how many waits it took."""
+        until = monotonic() + SETTLE_MAX
+        waits = 0
+        while True:
+            seen = self.version
+            left = until - monotonic()
+            await sleep(min(self.debounce(), max(left, 0.0)))
+            waits += 1
+            if self.version == seen or monotonic() >= until:
+                return waits
 
     def wake_all(self) -> None:
         for event in self.wakeups.values():

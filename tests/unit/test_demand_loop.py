@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import constants as c
-from gpushare.demand_loop import DemandTracker
+from gpushare.demand_loop import SETTLE_MAX, DemandTracker
 from gpushare.policy.planner import desired_labels
 from unit.test_demand import NP, pending_obj, pool
 
@@ -231,3 +232,36 @@ def test_demand_planned_incrementally_equals_a_fresh_plan_of_everything(
     got, want = tracker._compute(bodies(chosen), NOW), fresh._compute(bodies(chosen), NOW)
     assert {k: v.status() for k, v in got.demand.items()} == {k: v.status() for k, v in want.demand.items()}
     assert tracker._plans == fresh._plans
+
+
+class _FakeTime:
+    """A clock that ``sleep`` moves on; with ``busy``, each wait sees a node event arrive."""
+
+    def __init__(self, tracker: DemandTracker, busy: bool) -> None:
+        self.now = 0.0
+        self.tracker = tracker
+        self.busy = busy
+
+    def monotonic(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        if self.busy:
+            obj = node_obj(f"n{self.now}", pool("cgpu", "np-a"), "np-a", "cgpu")
+            self.tracker.node_event("ADDED", obj)
+
+
+def test_after_a_wake_up_a_quiet_moment_or_settle_max_ends_the_wait() -> None:
+    """A change alone: one debounce. A rollout changing nodes all the time: waits on until
+    SETTLE_MAX, so that the burst is one computation, not one per debounce."""
+    quiet = DemandTracker(FakeAPI(), clock=lambda: NOW)
+    t = _FakeTime(quiet, busy=False)
+    assert asyncio.run(quiet.settle(t.sleep, t.monotonic)) == 1
+    assert t.now == quiet.debounce()
+
+    busy = DemandTracker(FakeAPI(), clock=lambda: NOW)
+    t = _FakeTime(busy, busy=True)
+    waits = asyncio.run(busy.settle(t.sleep, t.monotonic))
+    assert t.now == SETTLE_MAX
+    assert waits == math.ceil(SETTLE_MAX / busy.debounce())

@@ -1,8 +1,9 @@
 """The demand daemon of each pool: ``status.demand``, its gauges, lending (``gpushare.demand_loop``).
 
 One Kopf daemon per pool (paused with the others under peering), woken when a Node or GPU pod the
-demand loop reads changed; every ``RESYNC`` seconds of quiet it looks again (a loan may be due
-back). It writes only when the demand or a loan changed.
+demand loop reads changed, once those changes pause (``DemandTracker.settle``: at most
+``SETTLE_MAX`` seconds into a rollout); every ``RESYNC`` seconds of quiet it looks again (a loan
+may be due back). It writes only when the demand or a loan changed.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ async def demand_loop(
                 woken.cancel()
                 stopping.cancel()
             if woken in done and not stopped:
-                await asyncio.sleep(tracker.debounce())
+                await tracker.settle()
     finally:
         if stopped:
             tracker.forget(name)
