@@ -53,7 +53,7 @@ from gpushare.admission.policy import POLICY_NAME, build_binding, build_policies
 from gpushare.devcluster import DevCluster
 from gpushare.devcluster.cluster import free_port
 from gpushare.devcluster.crds import install_crd_files
-from gpushare.devcluster.fakes import POOL_LABEL, create_gpu_nodes
+from gpushare.devcluster.fakes import POOL_LABEL, create_gpu_nodes, ensure_device_plugin_daemonset
 from gpushare.k8s.client import make_api_client
 
 REPO = Path(__file__).resolve().parents[1]
@@ -270,9 +270,13 @@ async def prepare(api: client.ApiClient, nodes: int) -> None:
         except ApiException as exc:
             if exc.status != 409:
                 raise
+    # The stand-in device plugin on every node, and the plugin simulator setting each node's GPU
+    # resources from its labels: without them the example pools' plugin restarts never finish, and
+    # the operator kept working beside the webhook while it was measured.
+    await ensure_device_plugin_daemonset(api)
     per_pool = max(1, nodes // 3)
     for np in ("np-cgpu", "np-cgpu-no-isolation", "np-gpu-core"):
-        await create_gpu_nodes(api, per_pool, prefix=np, pool_labels={POOL_LABEL: np})
+        await create_gpu_nodes(api, per_pool, prefix=np, pool_labels={POOL_LABEL: np}, simulate_plugin=True)
     co = client.CustomObjectsApi(api)
     for name in POOL_FILES:
         body = yaml.safe_load((EX / name).read_text())
