@@ -157,8 +157,8 @@ class ListWatch:
                     return rv
                 if not line.strip():
                     continue
-                head = peek_node_event(line) if self.known is not None else None
-                if head is not None and self.known is not None and self.known(*head):
+                known = self.known
+                if known is not None and (head := peek_node_event(line)) is not None and known(*head):
                     rv = head[1]  # the echo of the consumer's own write: not parsed
                     self.known_events += 1
                     continue

@@ -798,17 +798,13 @@ def plan(
     active = [p for p in pools if p.name not in deleting and p.name not in bad]
     on_node = pods_by_node(pods)
     stamp = restart_since(now)
-    if memo is None:
-        plans = tuple(
-            _plan_node(node, active, by_name, deleting, bad, on_node.get(node.name, ()), stamp)
-            for node in sorted(nodes, key=lambda n: n.name)
-        )
-        return ClusterPlan(nodes=plans, invalid_pools=bad)
-    memo.bind(pools, deleting, bad)
+    if memo is not None:
+        memo.bind(pools, deleting, bad)
     out = []
     for node in sorted(nodes, key=lambda n: n.name):
         on = on_node.get(node.name, ())
-        if on and _blocking(on):  # pods that may hold a mode switch: planned by name, always
+        # Without a memo, or with pods that may hold a mode switch (named in the plan): planned.
+        if memo is None or (on and _blocking(on)):
             out.append(_plan_node(node, active, by_name, deleting, bad, on, stamp))
             continue
         key = memo.key(node, stamp)
