@@ -228,6 +228,16 @@ policy_rejects_33() {
   grep -q "ValidatingAdmissionPolicy.*GS001-core-percentage-step" <<<"$out"
 }
 
+# A bare Pod asking for 33 % of a GPU (what a controller creates, or `kubectl run`).
+BARE_POD_33='{"spec":{"nodeSelector":{"gpushare.io/pool":"gpu-core"},"containers":[{"name":"cuda","image":"x","resources":{"limits":{"aliyun.com/gpu-mem":"2","aliyun.com/gpu-core.percentage":"33"}}}]}}'
+
+pod_policy_rejects_33() {
+  local out
+  out="$("$KUBECTL" run cuda-33 --dry-run=server --image=x --restart=Never --overrides="$BARE_POD_33" 2>&1)" \
+    && return 1
+  grep -q "ValidatingAdmissionPolicy.*GS001-core-percentage-step" <<<"$out"
+}
+
 webhook_answers() {  # a GPU pod that passes the stateless rules: only the webhook can deny it
   local out
   out="$("$KUBECTL" run probe --dry-run=server --image=x --restart=Never \
@@ -334,14 +344,16 @@ except RealNodeUnavailable as exc:
 
   switch_cgpu_to_core_mem
 
-  step "Install the ValidatingAdmissionPolicy: the stateless rules, evaluated inside the kube-apiserver itself" \
-    "$KUBECTL" apply -f manifests/webhook/policy.yaml
+  # The demo's local webhook fails open (it deletes its configuration when it stops), so the Pods
+  # policy goes in too, as the chart installs it for failurePolicy Ignore: a bare Pod stays guarded.
+  step "Install the ValidatingAdmissionPolicies: the stateless rules, evaluated inside the kube-apiserver itself" \
+    "$KUBECTL" apply -f manifests/webhook/policy.yaml -f manifests/webhook/policy-pods.yaml
   echo
   bold "# Stop the operator, and with it the webhook, as in an outage"
   stop_operator 2>&1
   local deadline=$((SECONDS + TIMEOUT))
-  until policy_rejects_33; do  # the apiserver loads a new policy within a second or so
-    ((SECONDS < deadline)) || die "timed out after ${TIMEOUT}s waiting for the policy to deny a 33 % job"
+  until policy_rejects_33 && pod_policy_rejects_33; do  # a new policy loads within a second or so
+    ((SECONDS < deadline)) || die "timed out after ${TIMEOUT}s waiting for the policies to deny 33 %"
     sleep 1
   done
   step "Webhook down: a Deployment without GPU requests is admitted (matchConditions never send it to the webhook)" \
@@ -353,6 +365,15 @@ except RealNodeUnavailable as exc:
   out="$("$KUBECTL" apply -f examples/invalid/cuda-sample-33.yaml 2>&1)" || rc=$?
   printf '%s\n' "$out"
   ((rc != 0)) || die "the 33 % job was admitted while the webhook was down; the policy should have denied it"
+  grep -q "ValidatingAdmissionPolicy" <<<"$out" || die "kubectl failed, but not with the policy's denial"
+  echo "(rejected as expected: kubectl exit code $rc)"
+  echo
+  bold "# Webhook down: a bare Pod asking for 33 % is denied too, by the Pods policy"
+  echo "\$ $KUBECTL run cuda-33 --image=x --restart=Never --overrides='$BARE_POD_33'"
+  rc=0
+  out="$("$KUBECTL" run cuda-33 --image=x --restart=Never --overrides="$BARE_POD_33" 2>&1)" || rc=$?
+  printf '%s\n' "$out"
+  ((rc != 0)) || die "the 33 % pod was admitted while the webhook was down; the Pods policy should have denied it"
   grep -q "ValidatingAdmissionPolicy" <<<"$out" || die "kubectl failed, but not with the policy's denial"
   echo "(rejected as expected: kubectl exit code $rc)"
 

@@ -157,6 +157,10 @@ def test_demo_up_shows_the_product_and_down_leaves_nothing(
     held = _section(out, "Webhook down: the 33 % job is still denied")
     assert "ValidatingAdmissionPolicy 'gpushare-stateless-rules.gpushare.io'" in held, held
     assert "is not a multiple of 5 (rule GS001-core-percentage-step); use 30 or 35" in held, held
+    # a bare Pod too: the local webhook fails open, so the demo installs the Pods policy as well
+    bare = _section(out, "Webhook down: a bare Pod asking for 33 % is denied too")
+    assert "ValidatingAdmissionPolicy 'gpushare-stateless-rules-pods.gpushare.io'" in bare, bare
+    assert "is not a multiple of 5 (rule GS001-core-percentage-step); use 30 or 35" in bare, bare
     assert "webhook answering again" in out
 
     inspect = _section(out, "gpushare inspect")
