@@ -44,6 +44,9 @@ ANNOTATION_LOAN: Final = f"{GROUP}/loan"
 #: JSON GPU inventory published by the node agent.
 ANNOTATION_INVENTORY: Final = f"{GROUP}/gpu-inventory"
 
+#: The well-known label naming a node (how a pod pins one node through its nodeSelector).
+LABEL_HOSTNAME: Final = "kubernetes.io/hostname"
+
 # Agent labels.
 LABEL_GPU_COUNT: Final = f"{GROUP}/gpu.count"
 LABEL_GPU_PRODUCT: Final = f"{GROUP}/gpu.product"
@@ -55,6 +58,8 @@ RES_GPU_MEM: Final = "aliyun.com/gpu-mem"
 RES_GPU_CORE: Final = "aliyun.com/gpu-core.percentage"
 RES_GPU_COUNT: Final = "aliyun.com/gpu-count"
 GPU_RESOURCE_PREFIX: Final = "aliyun.com/gpu"
+#: Whole GPUs (exclusive scheduling, ``ack.node.gpu.schedule=default``; NVIDIA's device plugin).
+RES_NVIDIA_GPU: Final = "nvidia.com/gpu"
 #: Every ``aliyun.com/gpu*`` resource name ACK's device plugins offer; others are misspellings.
 KNOWN_GPU_RESOURCES: Final = (
     RES_GPU_MEM,

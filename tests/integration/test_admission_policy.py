@@ -339,10 +339,11 @@ NAMES = [
     "aliyun.com/gpu-count",
     "aliyun.com/gpu",
     "cpu",
+    "nvidia.com/gpu",
 ]
 #: Names whose differing request the apiserver refuses on its own while the engine denies nothing
 #: (a request differing from its limit is GS006 only for the GPU-sharing names).
-WARNED_OR_PLAIN = ("cpu", "aliyun.com/gpu-count", "aliyun.com/gpu")
+WARNED_OR_PLAIN = ("cpu", "aliyun.com/gpu-count", "aliyun.com/gpu", "nvidia.com/gpu")
 #: Other spellings of whole amounts (the apiserver stores ``3e1`` as ``30``, ``4000`` as ``4k``,
 #: keeps ``2Gi``): the verdict is the stored value's. (A fraction never reaches the policy: the
 #: apiserver refuses a non-integer extended resource of a built-in kind itself.)
@@ -358,6 +359,7 @@ VALUES = {
     "aliyun.com/gpu-count": ["1"],
     "aliyun.com/gpu": ["1"],
     "cpu": ["1"],
+    "nvidia.com/gpu": ["1", "2"],
 }
 
 
@@ -384,6 +386,8 @@ def workloads(draw: st.DrawFn) -> dict[str, Any]:
     spec: dict[str, Any] = {}
     if draw(st.integers(0, 3)) == 0:
         spec["initContainers"] = draw(containers("init"))
+    if draw(st.integers(0, 4)) == 0:  # bound by hand (GS017), to a name short or clipped in messages
+        spec["nodeName"] = draw(st.sampled_from(["gpu-node-1", "gpu-node-" + "x" * 50]))
     p = pod("hyp", draw(containers("c")), **spec)
     return wrap(draw(st.sampled_from(["Pod", "Pod", "Deployment", "Job", "CronJob"])), p)
 
@@ -580,6 +584,40 @@ def _train(limits: dict[str, Any], requests: dict[str, Any] | None = None) -> di
             wrap("CronJob", pod("p", [container("c", {MEM: "2"}), container("d", {MEM: "2", CORE: "7"})])),
             "GS001-core-percentage-step",
             id="GS001-cronjob-second-container",
+        ),
+        pytest.param(
+            pod("p", [container("c", {MEM: "2", "nvidia.com/gpu": "1"})]),
+            "GS018-shared-and-whole-gpu",
+            id="GS018",
+        ),
+        pytest.param(
+            pod("p", [container("c", {MEM: "2"})], nodeName="gpu-node-1"), "GS017-node-name-set", id="GS017"
+        ),
+        pytest.param(
+            wrap("Job", pod("p", [container("c", {MEM: "2"})], nodeName="gpu-node-1")),
+            "GS017-node-name-set",
+            id="GS017-job-template",
+        ),
+        pytest.param(
+            {
+                **_train({MEM: 2}),
+                "spec": {
+                    "replicaSpecs": {
+                        "Worker": {
+                            "template": {
+                                "spec": {
+                                    "nodeName": "gpu-node-1",
+                                    "containers": [
+                                        {"name": "c", "image": "x", "resources": {"limits": {MEM: 2}}}
+                                    ],
+                                }
+                            }
+                        }
+                    }
+                },
+            },
+            "GS017-node-name-set",
+            id="GS017-custom-wildcard",
         ),
         pytest.param(_train({MEM: "2Gi"}), "GS004-mem-positive-integer", id="GS004-suffix-custom"),
         pytest.param(_train({MEM: 2, CORE: "1.5"}), "GS001-core-percentage-step", id="GS001-fraction-custom"),

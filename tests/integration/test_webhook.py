@@ -326,6 +326,47 @@ def test_gpu_pod_without_node_selector_is_denied(webhook: Webhook) -> None:
     assert r.status == 403 and "GS007-pool-target-missing" in r.message
 
 
+def _pod_in(
+    ns: str, limits: dict[str, str], labels: dict[str, str] | None = None, **spec: Any
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": f"never-{secrets.token_hex(3)}", "namespace": ns, "labels": labels or {}}
+    containers = [{"name": "c", "image": "x", "resources": {"limits": limits}}]
+    body = {"nodeSelector": {"gpushare.io/pool": "cgpu"}, "containers": containers, **spec}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": body}
+
+
+def test_requests_that_can_never_run_are_denied_naming_the_rule_and_the_fix(webhook: Webhook) -> None:
+    """More GPUs than any node of the pool has (GS016, once the node advertises its count), a pod
+    bound by hand (GS017), GPU sharing and whole GPUs in one container (GS018)."""
+    ns = webhook.namespace
+    node = next(n["metadata"]["name"] for n in webhook.nodes if n["metadata"]["name"].endswith("np-cgpu"))
+    eight = _pod_in(ns, {MEM: "16"}, {"aliyun.com/gpu-count": "8"})
+    status = {"status": {"allocatable": {"aliyun.com/gpu-count": "4", MEM: "60"}}}
+    r = webhook.kube.request(
+        "PATCH", f"/api/v1/nodes/{node}/status", status, content_type="application/merge-patch+json"
+    )
+    assert r.status == 200, r.message
+    try:
+        deadline = time.monotonic() + 30
+        while (r := webhook.kube.create(eight)).status == 201:  # until the webhook's context has the node
+            assert time.monotonic() < deadline, "the webhook never saw the node's GPU count"
+            time.sleep(0.2)
+        assert r.status == 403 and "GS016-gpu-count-exceeds-node" in r.message, r.message
+        assert "asks for 8 GPUs of one node, but no node of pool cgpu has more than 4 GPUs" in r.message
+        four = _pod_in(ns, {MEM: "16"}, {"aliyun.com/gpu-count": "4"})
+        assert webhook.kube.create(four).status == 201
+    finally:
+        gone = {"status": {"allocatable": {"aliyun.com/gpu-count": None, MEM: None}}}
+        webhook.kube.request(
+            "PATCH", f"/api/v1/nodes/{node}/status", gone, content_type="application/merge-patch+json"
+        )
+    r = webhook.kube.create(_pod_in(ns, {MEM: "2"}, nodeName=node))
+    assert r.status == 422 and "GS017-node-name-set" in r.message, r.message
+    assert f"kubernetes.io/hostname: {node} to the nodeSelector" in r.message
+    r = webhook.kube.create(_pod_in(ns, {MEM: "2", "nvidia.com/gpu": "1"}))
+    assert r.status == 422 and "GS018-shared-and-whole-gpu" in r.message, r.message
+
+
 def test_no_isolation_pod_is_admitted_with_a_warning_the_client_sees(webhook: Webhook) -> None:
     (job,) = load("job-cgpu-test-no-isolation.yaml")
     r = webhook.kube.create(job, webhook.namespace)
@@ -503,12 +544,19 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
             limits[MEM] = str(draw(st.integers(0, 40)))
         if draw(st.booleans()):
             limits[CORE] = str(draw(st.sampled_from([0, 5, 30, 33, 100, 105, 7])))
+        if draw(st.integers(0, 5)) == 0:
+            limits["nvidia.com/gpu"] = "1"
         containers.append({"name": f"c{i}", "image": "x", "resources": {"limits": limits}})
     spec: dict[str, Any] = {"containers": containers}
     selector = {k: draw(st.sampled_from(v)) for k, v in LABELS.items() if draw(st.booleans())}
     if selector:
         spec["nodeSelector"] = selector
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hyp", "namespace": "x"}, "spec": spec}
+    if draw(st.integers(0, 5)) == 0:
+        spec["nodeName"] = f"wh-{SUFFIX}-np-cgpu"
+    meta: dict[str, Any] = {"name": "hyp", "namespace": "x"}
+    if draw(st.integers(0, 4)) == 0:
+        meta["labels"] = {"aliyun.com/gpu-count": draw(st.sampled_from(["1", "2", "8"]))}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
 def _live_context(kube: Kube) -> tuple[list[Any], list[dict[str, Any]]]:

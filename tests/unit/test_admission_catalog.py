@@ -75,6 +75,7 @@ CASES: list[tuple[AdmissionRule, str, dict[str, Any], dict[str, Any] | None, dic
     (cat.REQUEST_LIMIT, "differs", {MEM: "2"}, {MEM: "3"}, {"limit": "2"}),
     (cat.REQUEST_LIMIT, "no-limit", {}, {MEM: "3"}, {"resource": MEM}),
     (cat.UNKNOWN_RESOURCE, "unknown", {MEM: "2", "aliyun.com/gpu-xyz": "1"}, None, {"suggestion": ""}),
+    (cat.SHARED_WITH_WHOLE_GPU, "both", {MEM: "2", "nvidia.com/gpu": "1"}, None, {"shared": MEM}),
 ]
 
 
@@ -98,12 +99,29 @@ def test_every_case_the_policy_denies_is_tested_here() -> None:
     assert in_policy <= tested
 
 
+def test_the_engine_writes_the_records_message_for_a_pod_field() -> None:
+    pod = _pod({MEM: "2"})
+    pod["spec"]["nodeName"] = "node-1"
+    problem, fix = cat.NODE_NAME_SET.text("set", node="node-1")
+    (f,) = [f for f in evaluate(pod, EMPTY_CONTEXT) if f.rule_id == cat.NODE_NAME_SET.id]
+    assert f.message == f"Pod/ns/p: spec.nodeName=node-1 {problem} {cat.NODE_NAME_SET.tag}; {fix}"
+
+
 @pytest.mark.parametrize("rule", STATELESS, ids=lambda r: r.id)
 def test_the_policy_writes_the_records_messages(rule: AdmissionRule) -> None:
     """Each case of the record, as a CEL concatenation of the same text, is in the rule's
     messageExpression; and no other rule's text is."""
     (validation,) = [v for v in build_policy()["spec"]["validations"] if rule.tag in v["messageExpression"]]
     expression = validation["messageExpression"]
+    others = {r.tag for r in cat.ALL_RULES} - {rule.tag}
+    if rule.pod_cel is not None:
+        form = rule.pod_cel
+        case = rule.cases[form.case]
+        assert cel_text(f"{case.problem} {rule.tag}; {case.fix}", form.values) in expression
+        assert f"'spec.template.spec.{form.field}'" in expression and form.value in expression
+        assert f"a pod {form.summary} {rule.tag}" == validation["message"]
+        assert not [tag for tag in others if tag in expression]
+        return
     assert rule.cel is not None
     for message in rule.cel.messages:
         case = rule.cases[message.case]
@@ -111,7 +129,6 @@ def test_the_policy_writes_the_records_messages(rule: AdmissionRule) -> None:
         assert message.field in expression
         assert message.value is None or message.value in expression
     assert f"a container {rule.cel.summary} {rule.tag}" == validation["message"]
-    others = {r.tag for r in cat.ALL_RULES} - {rule.tag}
     assert not [tag for tag in others if tag in expression]
 
 
@@ -130,7 +147,7 @@ def test_the_http_code_is_the_records() -> None:
 
 
 def test_the_stateless_list_is_the_records_with_a_cel_form() -> None:
-    assert {r.id for r in STATELESS} == {r.id for r in cat.ALL_RULES if r.cel is not None}
+    assert {r.id for r in STATELESS} == {r.id for r in cat.ALL_RULES if r.cel or r.pod_cel}
     assert all(not r.pool_mode and r.code == CODE_INVALID for r in STATELESS)
 
 

@@ -195,6 +195,8 @@ def test_policy_covers_the_webhook_kinds_and_the_stateless_rules() -> None:
         "GS004-mem-positive-integer",
         "GS006-request-limit-mismatch",
         "GS012-unknown-gpu-resource",
+        "GS017-node-name-set",
+        "GS018-shared-and-whole-gpu",
     }
     assert all(v["reason"] == "Invalid" for v in spec["validations"])
     assert spec["matchConstraints"]["namespaceSelector"]["matchExpressions"][0]["values"] == [

@@ -643,6 +643,52 @@ RULE_CASES = [
         [("GS005-mem-exceeds-gpu", "deny")],
         id="24-on-one-card-too-big",
     ),
+    # GS016: a pod spread over more GPUs than a node of its pool has (seed nodes: 2 GPUs each)
+    pytest.param(labelled(pod({MEM: 8}, selector=CGPU_SEL), "2"), seed_nodes(), [], id="count-2-of-2-fits"),
+    pytest.param(
+        labelled(pod({MEM: 8}, selector=CGPU_SEL), "8"),
+        seed_nodes(),
+        [("GS016-gpu-count-exceeds-node", "deny")],
+        id="count-8-of-2",
+    ),
+    pytest.param(
+        labelled(pod({MEM: 8}, selector=CGPU_SEL), "8"), SEED_CTX, [], id="count-8-pool-count-unknown"
+    ),
+    pytest.param(
+        labelled(pod({MEM: 8}), "4"),
+        seed_nodes(),
+        [("GS007-pool-target-missing", "deny"), ("GS016-gpu-count-exceeds-node", "deny")],
+        id="count-4-no-target-no-pool-has-4",
+    ),
+    # GS017: spec.nodeName on a GPU-sharing pod (bypasses GPU-sharing scheduling)
+    pytest.param(
+        {
+            **pod({MEM: 2}, selector=CGPU_SEL),
+            "spec": {**pod({MEM: 2}, selector=CGPU_SEL)["spec"], "nodeName": "n"},
+        },
+        SEED_CTX,
+        [("GS017-node-name-set", "deny")],
+        id="node-name",
+    ),
+    pytest.param(
+        {**pod({"cpu": 1}), "spec": {**pod({"cpu": 1})["spec"], "nodeName": "n"}},
+        SEED_CTX,
+        [],
+        id="node-name-no-gpu",
+    ),
+    # GS018: GPU sharing and whole GPUs in one container (no node offers both)
+    pytest.param(
+        pod({MEM: 2, "nvidia.com/gpu": 1}, selector=CGPU_SEL),
+        SEED_CTX,
+        [("GS018-shared-and-whole-gpu", "deny")],
+        id="mem-and-nvidia-gpu",
+    ),
+    pytest.param(
+        pod(containers=[container("a", {MEM: 2}), container("b", {"nvidia.com/gpu": 1})], selector=CGPU_SEL),
+        SEED_CTX,
+        [],
+        id="mem-and-nvidia-gpu-in-two-containers",
+    ),
     # GS014: CGPU_DISABLE in the env
     pytest.param(
         pod(
@@ -1067,20 +1113,68 @@ def test_node_of_a_pool_not_yet_switched_counts_by_its_current_labels() -> None:
     assert found == [("GS008-pool-target-ambiguous", "deny")]
 
 
-def test_node_name_counts_as_targeting() -> None:
+def test_node_name_is_denied_and_still_counts_as_targeting() -> None:
+    """A GPU-sharing pod bound by hand is denied (GS017) whatever its node; the targeting rules
+    still resolve the node it names, so their findings come with it."""
     bound = pod({MEM: 3})
     bound["spec"]["nodeName"] = "cgpu-n1"
+    node_name = ("GS017-node-name-set", "deny")
     # Without nodes the named node's kind is unknown: no targeting finding.
-    assert evaluate(bound, SEED_CTX) == []
-    assert evaluate(bound, Context()) == []
+    assert ids(evaluate(bound, SEED_CTX)) == [node_name]
+    assert ids(evaluate(bound, Context())) == [node_name]
     # With nodes it is resolved by that node's pool.
     ctx = seed_nodes()
-    assert evaluate(bound, ctx) == []
+    assert ids(evaluate(bound, ctx)) == [node_name]
     bound["spec"]["nodeName"] = "gpu-core-n1"
-    (f,) = evaluate(bound, ctx)
-    assert f.rule_id == "GS009-pool-kind-mismatch" and f.field == "spec.nodeName"
+    first, second = evaluate(bound, ctx)
+    assert (first.rule_id, first.field) == ("GS017-node-name-set", "spec.nodeName")
+    assert second.rule_id == "GS009-pool-kind-mismatch" and second.field == "spec.nodeName"
+    assert "kubernetes.io/hostname: gpu-core-n1" in first.message
     bound["spec"]["nodeName"] = "no-such-node"
-    assert ids(evaluate(bound, ctx)) == [("GS011-pool-target-unknown", "deny")]
+    assert ids(evaluate(bound, ctx)) == [node_name, ("GS011-pool-target-unknown", "deny")]
+
+
+def test_a_workload_template_with_node_name_is_denied() -> None:
+    job = wrap(pod({MEM: 2}, selector=CGPU_SEL), "Job", "pinned")
+    job["spec"]["template"]["spec"]["nodeName"] = "cgpu-n1"
+    (f,) = evaluate(job, seed_nodes())
+    assert (f.rule_id, f.verdict, f.field, f.value) == (
+        "GS017-node-name-set",
+        "deny",
+        "spec.template.spec.nodeName",
+        "cgpu-n1",
+    )
+    assert f.message.startswith(
+        "Job/default/pinned: spec.template.spec.nodeName=cgpu-n1 bypasses the scheduler"
+    )
+
+
+def test_gpu_count_above_every_node_names_the_pool_the_ask_and_the_most() -> None:
+    """GS016 reads a node's GPUs as GS005 reads its memory: the agent's inventory, else the device
+    plugin's allocatable ``aliyun.com/gpu-count``; a pool with a node of unknown count is skipped
+    only when no node of it is known."""
+    nodes = [
+        node_info(node_obj("a", {"alibabacloud.com/nodepool-id": "np-cgpu"}, gpu_mem=60, gpus=4)),
+        node_info(node_obj("b", {"alibabacloud.com/nodepool-id": "np-cgpu"}, inventory_mib=[15360] * 2)),
+        node_info(node_obj("c", {"alibabacloud.com/nodepool-id": "np-cgpu"})),
+    ]
+    ctx = Context.build(SEED_POOLS, nodes)
+    job = wrap(labelled(pod({MEM: 16}, selector=CGPU_SEL), "8"), "Job", "eight")
+    job["spec"]["template"]["metadata"]["labels"] = {"aliyun.com/gpu-count": "8"}
+    (f,) = evaluate(job, ctx)
+    assert (f.rule_id, f.field, f.value) == (
+        "GS016-gpu-count-exceeds-node",
+        'spec.template.metadata.labels["aliyun.com/gpu-count"]',
+        "8",
+    )
+    assert "asks for 8 GPUs of one node, but no node of pool cgpu has more than 4 GPUs" in f.message
+    assert 'at most 4 GPUs (aliyun.com/gpu-count: "4")' in f.message
+    job["spec"]["template"]["metadata"]["labels"] = {"aliyun.com/gpu-count": "4"}
+    assert evaluate(job, ctx) == []
+    # The pool's admission.mode decides (a pool rule).
+    warn = Context.build([pool("cgpu", mode="Warn"), *SEED_POOLS[1:]], nodes)
+    job["spec"]["template"]["metadata"]["labels"] = {"aliyun.com/gpu-count": "8"}
+    assert ids(evaluate(job, warn)) == [("GS016-gpu-count-exceeds-node", "warn")]
 
 
 def test_daemonset_pods_are_resolved_by_their_node() -> None:

@@ -10,6 +10,7 @@ temporary cache: the real cache and the real toolchain are never touched.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -42,14 +43,16 @@ def test_progress_counts_packages_against_the_total() -> None:
     r = _filter("runtime\nnet/http\nk8s.io/apiserver/pkg/server\n", total=4)
     assert r.returncode == 0, r.stderr
     lines = r.stderr.splitlines()
-    assert lines[0].startswith("[test] kube: 1/4 packages compiled, 0s so far"), lines
+    # The seconds are the machine's (a loaded one takes a second or more): only their form is checked.
+    assert re.match(r"\[test\] kube: 1/4 packages compiled, \d+s so far", lines[0]), lines
     assert lines[2].endswith("(now k8s.io/apiserver/pkg/server)"), lines
-    assert lines[-1] == "[test] kube: 3 package(s) compiled in 0s"
+    assert re.fullmatch(r"\[test\] kube: 3 package\(s\) compiled in \d+s", lines[-1]), lines
 
 
 def test_progress_is_quiet_between_ticks() -> None:
     r = _filter("".join(f"pkg/{i}\n" for i in range(50)), total=50, every=3600)
-    assert r.stderr.splitlines() == ["[test] kube: 50 package(s) compiled in 0s"]
+    (line,) = r.stderr.splitlines()
+    assert re.fullmatch(r"\[test\] kube: 50 package\(s\) compiled in \d+s", line), line
 
 
 def test_compiler_errors_pass_through_and_the_build_still_fails() -> None:

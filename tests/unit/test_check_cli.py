@@ -87,6 +87,11 @@ EXPECTED: dict[str, tuple[int, list[tuple[str, str, str]]]] = {
             ("CronJob/default/memory-only-cronjob", "GS009-pool-kind-mismatch", "deny"),
         ],
     ),
+    "invalid/job-gpu-count-8.yaml": (
+        1,
+        [("Job/default/gpu-count-8", "GS016-gpu-count-exceeds-node", "deny")],
+    ),
+    "invalid/pod-node-name.yaml": (1, [("Pod/default/pinned", "GS017-node-name-set", "deny")]),
     "invalid/pool-compute-without-isolation.yaml": (
         1,
         [("GPUSharePool/gpu-core-no-isolation", "GP002-pool-compute-without-isolation", "deny")],
@@ -255,6 +260,8 @@ def test_overlap_message_names_nodes_and_pools(capsys: pytest.CaptureFixture[str
     [
         # Without nodes, the per-GPU memory and overlaps are unknown: those rules do not fire.
         pytest.param("invalid/cuda-sample-20gib.yaml", [], id="20gib"),
+        pytest.param("invalid/job-gpu-count-8.yaml", [], id="gpu-count-8"),
+        pytest.param("invalid/pod-node-name.yaml", ["GS017-node-name-set"], id="node-name"),
         pytest.param("invalid/pool-overlap.yaml", [], id="overlap"),
         pytest.param("invalid/cuda-sample-33.yaml", ["GS001-core-percentage-step"], id="33"),
     ],

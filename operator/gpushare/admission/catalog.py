@@ -73,6 +73,21 @@ class CelForm:
 
 
 @dataclass(frozen=True)
+class PodCelForm:
+    """A stateless rule on a field of a GPU-sharing pod's spec, in CEL: ``broken`` over the pod
+    spec ``p`` (the policy adds "and a container asks for GPU sharing"); the message is the case's,
+    after ``<pod spec path>.<field>=<value>``, with ``value`` and ``values`` CEL strings over ``p``."""
+
+    broken: str
+    case: str
+    field: str
+    value: str
+    values: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: The message for a pod template the policy can only walk (paths with wildcards).
+    summary: str = ""
+
+
+@dataclass(frozen=True)
 class AdmissionRule:
     id: str
     verdict: Verdict
@@ -85,8 +100,10 @@ class AdmissionRule:
     code: int = CODE_FORBIDDEN
     #: The messages both engines write, by case.
     cases: Mapping[str, Case] = dataclasses.field(default_factory=dict)
-    #: The rule in the ValidatingAdmissionPolicy, when it needs no cluster state.
+    #: The rule in the ValidatingAdmissionPolicy, when it needs no cluster state: over each GPU
+    #: container (``cel``) or over each GPU-sharing pod spec (``pod_cel``).
     cel: CelForm | None = None
+    pod_cel: PodCelForm | None = None
     #: Where the policy must answer differently from the Python engine, and why.
     differs: str = ""
     #: The rules table's "Pool mode" cell when it is not plain yes/no.
@@ -410,6 +427,84 @@ KIND_UNKNOWN = AdmissionRule(
     " `gpushare run --workload-kinds FILE`)",
 )
 
+GPU_COUNT_EXCEEDS_NODE = AdmissionRule(
+    id="GS016-gpu-count-exceeds-node",
+    verdict="deny",
+    pool_mode=True,
+    what=f'a pod labelled `{c.RES_GPU_COUNT}: "M"` asks for at most as many GPUs as one node of its'
+    " target pool has (the most any node of the pool offers, from its allocatable"
+    f" `{c.RES_GPU_COUNT}` or the agent's inventory); without a target, of some known pool; admitted"
+    " when a pool's GPU count is unknown",
+    fix="spread the memory over at most as many GPUs as a node of the pool has, or target a pool"
+    " with larger nodes",
+)
+
+NODE_NAME_SET = AdmissionRule(
+    id="GS017-node-name-set",
+    verdict="deny",
+    pool_mode=False,
+    code=CODE_INVALID,
+    what="a pod asking for GPU sharing (or a workload template) has no `spec.nodeName`: it bypasses"
+    " the scheduler, and with it the GPU-sharing scheduling that picks the GPU and writes the pod's"
+    " assume annotations (the device plugin then fails the pod at Allocate with"
+    " UnexpectedAdmissionError)",
+    fix=f"remove nodeName and target the pool with nodeSelector; to pin one node add"
+    f" `{c.LABEL_HOSTNAME}: <node>` to the nodeSelector",
+    cases={
+        "set": Case(
+            "bypasses the scheduler and with it GPU-sharing scheduling, which picks the GPU and writes"
+            " the pod's assume annotations: the device plugin may refuse the pod at Allocate"
+            " (UnexpectedAdmissionError), and the scheduler's GPU ledger does not count it",
+            f"remove nodeName and select the pool with nodeSelector ({c.LABEL_POOL}: <pool>);"
+            f" to pin one node, add {c.LABEL_HOSTNAME}: {{node}} to the nodeSelector",
+        ),
+    },
+    pod_cel=PodCelForm(
+        broken="has(p.nodeName) && type(p.nodeName) == string && p.nodeName != ''",
+        case="set",
+        field="nodeName",
+        value=cel.clipped("p.nodeName"),
+        values={"node": cel.clipped("p.nodeName")},
+        summary="is bound to a node by spec.nodeName, bypassing GPU-sharing scheduling",
+    ),
+    differs="for a kind whose pod templates sit under a wildcard (a map of replica specs, a list of"
+    " groups) the policy's message is the rule's summary, without the template's path",
+)
+
+SHARED_WITH_WHOLE_GPU = AdmissionRule(
+    id="GS018-shared-and-whole-gpu",
+    verdict="deny",
+    pool_mode=False,
+    code=CODE_INVALID,
+    what=f"a container asking for `{MEM}` or `{CORE}` does not also ask for `{c.RES_NVIDIA_GPU}`: a node"
+    " runs one GPU scheduling mode, and enabling one sets the other modes' resources to 0, so no node"
+    " offers both",
+    fix=f"ask for either GPU sharing ({MEM}) or whole GPUs ({c.RES_NVIDIA_GPU}) in one container",
+    cases={
+        "both": Case(
+            'asks for whole GPUs in a container that also asks for GPU sharing ("{shared}"); a node'
+            " runs one GPU scheduling mode, so no node offers both and the pod would stay Pending",
+            f'drop "{c.RES_NVIDIA_GPU}" to share a GPU, or drop the {c.GPU_RESOURCE_PREFIX}* resources'
+            " for whole GPUs",
+        ),
+    },
+    cel=CelForm(
+        broken=f"(e.mn != -2 || e.cn != -2) && ({cel.string_literal(c.RES_NVIDIA_GPU)} in e.l"
+        f" || {cel.string_literal(c.RES_NVIDIA_GPU)} in e.q)",
+        messages=tuple(
+            CelMessage(
+                f"{cel.string_literal(c.RES_NVIDIA_GPU)} in e.{m}" if m == "l" else "true",
+                "both",
+                cel.res_field(f"'{where}'", c.RES_NVIDIA_GPU),
+                cel.shown(f"e.{m}[{cel.string_literal(c.RES_NVIDIA_GPU)}]"),
+                {"shared": f"e.mn != -2 ? {cel.string_literal(MEM)} : {cel.string_literal(CORE)}"},
+            )
+            for m, where in (("l", "limits"), ("q", "requests"))
+        ),
+        summary=f"asks for both GPU sharing and whole GPUs ({c.RES_NVIDIA_GPU})",
+    ),
+)
+
 # --- the pool rules (their CRD/pydantic record is gpushare.api.rules) ------------------------------
 
 POOL_SCHEMA = AdmissionRule(
@@ -462,6 +557,9 @@ ALL_RULES: tuple[AdmissionRule, ...] = (
     GPU_COUNT_SPLIT,
     CGPU_DISABLE_ENV,
     KIND_UNKNOWN,
+    GPU_COUNT_EXCEEDS_NODE,
+    NODE_NAME_SET,
+    SHARED_WITH_WHOLE_GPU,
     POOL_SCHEMA,
     POOL_COMPUTE_WITHOUT_ISOLATION,
     POOL_EMPTY_SELECTOR,
@@ -477,8 +575,10 @@ STATELESS: tuple[AdmissionRule, ...] = (
     CORE_STEP,
     CORE_RANGE,
     CORE_WITHOUT_MEM,
+    SHARED_WITH_WHOLE_GPU,
+    NODE_NAME_SET,
 )
-assert {r.id for r in STATELESS} == {r.id for r in ALL_RULES if r.cel is not None}
+assert {r.id for r in STATELESS} == {r.id for r in ALL_RULES if r.cel is not None or r.pod_cel is not None}
 
 
 # --- the docs tables -------------------------------------------------------------------------------

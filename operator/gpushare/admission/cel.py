@@ -42,6 +42,7 @@ from gpushare.admission.quantity import (
     IS_BOOLEAN,
     IS_EMPTY,
     IS_NEGATIVE,
+    MAX_SHOWN,
     MAX_TEXT,
     NOT_A_NUMBER,
     NOT_WHOLE,
@@ -132,6 +133,7 @@ class KindPaths:
     plural: str
     containers: tuple[tuple[str, str], ...] = ()  # (container path, label)
     labels: tuple[str, ...] = ()  # paths of pod label maps
+    pods: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (pod spec path, its relative container paths)
 
     def all_containers(self) -> list[tuple[str, str]]:
         return list(self.containers)
@@ -148,7 +150,8 @@ def kind_paths(kind: WorkloadKind) -> KindPaths | None:
             parse_path(path)
     except PathError:
         return None
-    return KindPaths(kind.group, kind.plural, containers, labels)
+    pods = tuple((source.path, source.containers) for source in kind.sources)
+    return KindPaths(kind.group, kind.plural, containers, labels, pods)
 
 
 # --- expression building blocks --------------------------------------------------------------------
@@ -165,8 +168,8 @@ _str = string_literal
 class _Vars:
     """Fresh comprehension variable names (nested macros must not shadow each other)."""
 
-    def __init__(self) -> None:
-        self.n = 0
+    def __init__(self, start: int = 0) -> None:
+        self.n = start
 
     def __call__(self, prefix: str) -> str:
         self.n += 1
@@ -217,6 +220,41 @@ def _gpu_key(var: str) -> str:
 def container_asks_gpu(container: str) -> str:
     """Any ``aliyun.com/gpu*`` name in the container's requests or limits."""
     return f"({_any_key(container, 'requests', _gpu_key)} || {_any_key(container, 'limits', _gpu_key)})"
+
+
+def asks_sharing(container: str) -> str:
+    """The container asks for GPU sharing: ``aliyun.com/gpu-mem`` or ``gpu-core.percentage`` among
+    its limits or requests (the rules engine's GPU containers)."""
+
+    def named(where: str) -> str:
+        m = f"{container}.resources.{where}"
+        return f"(has({m}) && ({_str(MEM)} in {m} || {_str(CORE)} in {m}))"
+
+    return f"(has({container}.resources) && ({named('limits')} || {named('requests')}))"
+
+
+def sharing_pods_where(path: str, containers: Sequence[str], test: str, var: str = "p") -> str:
+    """Some pod spec at ``path`` (a table path) has a container asking for GPU sharing (at the
+    relative ``containers`` paths) and ``test`` (CEL over ``var``, the pod spec)."""
+
+    def leaf(node: str) -> str:
+        asks = " || ".join(
+            _walk(var, parse_path(rel), asks_sharing, "exists", _Vars(100)) for rel in containers
+        )
+        return f"[{node}].exists({var}, ({test}) && ({asks}))"
+
+    return _walk("object", parse_path(path), leaf, "exists", _Vars())
+
+
+def is_flat(path: str) -> bool:
+    """A table path without wildcards (one place, which a message can name)."""
+    return not any(s.field is None or s.items for s in parse_path(path))
+
+
+def clipped(v: str) -> str:
+    """A string value clipped as :func:`gpushare.admission.quantity.clip` clips it."""
+    cut = f"{v}.substring(0, {MAX_SHOWN}) + '... (' + string(size({v})) + ' characters)'"
+    return f"(size({v}) <= {MAX_SHOWN} ? {v} : {cut})"
 
 
 def gpu_sharing_condition(kind: KindPaths) -> str:

@@ -13,7 +13,7 @@ from gpushare import constants as c
 from gpushare.admission.catalog import Verdict
 from gpushare.api.quantity import integer_or_none
 from gpushare.api.v1alpha1 import GPUSharePool
-from gpushare.gpu.inventory import inventory_from_annotations
+from gpushare.gpu.inventory import Inventory, inventory_from_annotations
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,8 @@ class NodeInfo:
     allocatable: Mapping[str, str] = field(default_factory=dict)
     #: Per-GPU memory in MiB from the agent's inventory annotation, when published.
     gpu_memory_mib: tuple[int, ...] = ()
+    #: GPUs in the agent's inventory annotation (0 when none is published).
+    inventory_gpus: int = 0
 
     @classmethod
     def of(
@@ -51,12 +53,27 @@ class NodeInfo:
         annotations: Mapping[str, Any],
     ) -> NodeInfo:
         """From a Node's parts (its object, or the operator's projection of it)."""
+        inventory = _inventory(annotations)
+        gpus = inventory.gpus if inventory else []
         return cls(
             name=str(name or "<unnamed>"),
             labels={str(k): str(v) for k, v in labels.items()},
             allocatable={str(k): str(v) for k, v in allocatable.items()},
-            gpu_memory_mib=_inventory_mib(annotations),
+            gpu_memory_mib=tuple(g.memory_mib for g in gpus if g.memory_mib > 0),
+            inventory_gpus=len(gpus),
         )
+
+    @property
+    def gpu_count(self) -> int | None:
+        """The node's GPUs, if known: the agent's inventory, else the device plugin's allocatable
+        ``aliyun.com/gpu-count``, else the agent's count label (0 or unreadable: unknown)."""
+        if self.inventory_gpus:
+            return self.inventory_gpus
+        for value in (self.allocatable.get(c.RES_GPU_COUNT), self.labels.get(c.LABEL_GPU_COUNT)):
+            count = _int_or_none(value)
+            if count:
+                return count
+        return None
 
     @property
     def per_gpu_gib(self) -> int | None:
@@ -88,15 +105,12 @@ def _int_or_none(value: object) -> int | None:
     return number if number is not None and number >= 0 else None
 
 
-def _inventory_mib(annotations: Mapping[str, Any]) -> tuple[int, ...]:
-    """Per-GPU MiB from the agent's inventory annotation (``{"gpus": [{"memoryMiB": N}, ...]}``)."""
+def _inventory(annotations: Mapping[str, Any]) -> Inventory | None:
+    """The agent's inventory annotation (``{"gpus": [{"memoryMiB": N}, ...]}``), if readable."""
     try:
-        inventory = inventory_from_annotations({k: str(v) for k, v in annotations.items()})
+        return inventory_from_annotations({k: str(v) for k, v in annotations.items()})
     except ValueError:
-        return ()
-    if inventory is None:
-        return ()
-    return tuple(g.memory_mib for g in inventory.gpus if g.memory_mib > 0)
+        return None
 
 
 def _map(value: object) -> Mapping[str, Any]:
@@ -165,6 +179,17 @@ class Context:
             if size is None:
                 continue
             out[pool] = max(out.get(pool, 0), size)
+        return out
+
+    @cached_property
+    def pool_gpus(self) -> dict[str, int]:
+        """pool name -> the most GPUs any of its nodes has (nodes whose count is unknown left out)."""
+        out: dict[str, int] = {}
+        for node in self.nodes:
+            pool = self.node_pool.get(node.name)
+            count = node.gpu_count
+            if pool is not None and count is not None:
+                out[pool] = max(out.get(pool, 0), count)
         return out
 
     @property

@@ -29,7 +29,7 @@ from typing import Any, Literal
 import yaml
 
 from gpushare import constants as c
-from gpushare.admission.catalog import STATELESS, AdmissionRule, cel_message
+from gpushare.admission.catalog import STATELESS, AdmissionRule, CelMessage, cel_message
 from gpushare.admission.cel import (
     OBJECT_NAME,
     RESOURCE,
@@ -40,6 +40,8 @@ from gpushare.admission.cel import (
     entry,
     gpu_entries,
     gpu_sharing_anywhere,
+    is_flat,
+    sharing_pods_where,
     string_literal,
     uncovered,
 )
@@ -122,6 +124,48 @@ def rule_validation(
     }
 
 
+def pod_rule_validation(
+    rule: AdmissionRule,
+    kinds: Sequence[KindPaths],
+    *,
+    name_var: str = "variables.objectName",
+    resource_var: str = "variables.resource",
+) -> dict[str, str]:
+    """The VAP validation of a stateless rule on a GPU-sharing pod's spec (``rule.pod_cel``): each
+    pod spec path of the kinds, tested only for the kinds that have it. A path without wildcards
+    gets the engine's message (the value read from its one pod spec), others the rule's summary."""
+    form = rule.pod_cel
+    assert form is not None
+    per: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    for kind in kinds:
+        for path, rels in kind.pods:
+            per.setdefault((path, rels), []).append(f"{kind.group}/{kind.plural}")
+    everywhere = len(per) == 1 and len(next(iter(per.values()))) == len(kinds)
+    summary = f"a pod {form.summary} {rule.tag}"
+    checks: list[str] = []
+    message = f"{name_var} + ': ' + {string_literal(summary)}"
+    for (path, rels), resources in reversed(list(per.items())):
+        broken = sharing_pods_where(path, rels, form.broken)
+        if not everywhere:
+            known = ", ".join(string_literal(r) for r in resources)
+            broken = f"({resource_var} in [{known}] && {broken})"
+        checks.insert(0, f"!{broken}")
+        if is_flat(path):
+            text = cel_message(
+                rule,
+                CelMessage(
+                    "true", form.case, string_literal(f"{path}.{form.field}"), form.value, form.values
+                ),
+            )
+            message = f"({broken} ? {name_var} + ': ' + [object.{path}].map(p, {text})[0] : {message})"
+    return {
+        "expression": " && ".join(checks),
+        "messageExpression": message,
+        "message": summary,
+        "reason": "Invalid",
+    }
+
+
 #: ``(paths, operations, versions)`` of one kind.
 PolicyKind = tuple[KindPaths, tuple[str, ...], tuple[str, ...]]
 
@@ -183,6 +227,8 @@ def build_policy(
         variables = [v for v in variables if v["name"] not in ("containerGroups", "gpuGroups")]
     validations = [
         rule_validation(rule, paths, groups_var="variables.gpuGroups" if grouped else None)
+        if rule.cel is not None
+        else pod_rule_validation(rule, paths)
         for rule in STATELESS
     ]
     condition = gpu_sharing_anywhere(paths)

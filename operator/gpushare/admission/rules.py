@@ -19,16 +19,19 @@ from gpushare.admission.catalog import (
     CORE_RANGE,
     CORE_STEP,
     CORE_WITHOUT_MEM,
+    GPU_COUNT_EXCEEDS_NODE,
     GPU_COUNT_SPLIT,
     KIND_MISMATCH,
     KIND_UNKNOWN,
     MEM_EXCEEDS_GPU,
     MEM_POSITIVE,
     NO_ISOLATION,
+    NODE_NAME_SET,
     POOL_OVERLAP,
     POOL_SCHEMA,
     REQUEST_LIMIT,
     RULES,
+    SHARED_WITH_WHOLE_GPU,
     TARGET_AMBIGUOUS,
     TARGET_MISSING,
     TARGET_UNKNOWN,
@@ -320,7 +323,20 @@ def _check_container(em: _Emitter, ref: ContainerRef, unit: str) -> _ContainerGP
                 core=core.shown,
                 unit=unit,
             )
+    if mem is not None or core is not None:
+        _check_whole_gpus(em, ref, c.RES_GPU_MEM if mem is not None else c.RES_GPU_CORE)
     return _ContainerGPU(ref, mem, mem_where, core, core_where)
+
+
+def _check_whole_gpus(em: _Emitter, ref: ContainerRef, shared: str) -> None:
+    """``SHARED_WITH_WHOLE_GPU``: a sharing container that also asks for whole GPUs (``nvidia.com/gpu``):
+    a node runs one GPU scheduling mode, whose resources are the only ones it offers."""
+    for where, resources in (("limits", ref.limits), ("requests", ref.requests)):
+        if c.RES_NVIDIA_GPU in resources:
+            shown = parse_amount(resources[c.RES_NVIDIA_GPU]).shown
+            field = f"{ref.path}.{_res_field(where, c.RES_NVIDIA_GPU)}"
+            em.case(SHARED_WITH_WHOLE_GPU, "both", container=ref, field=field, value=shown, shared=shared)
+            return
 
 
 # --- pods -----------------------------------------------------------------------------------------
@@ -447,6 +463,14 @@ def _gpu_count(em: _Emitter, pod: PodLike) -> _Split:
     return _Split(q.value, field, q.shown)
 
 
+def _check_node_name(em: _Emitter, pod: PodLike) -> None:
+    """``NODE_NAME_SET``: a GPU-sharing pod bound by hand (``spec.nodeName``) skips the scheduler."""
+    name = pod.spec.get("nodeName")
+    if isinstance(name, str) and name:
+        shown = clip(name)
+        em.case(NODE_NAME_SET, "set", container=None, field=f"{pod.path}.nodeName", value=shown, node=shown)
+
+
 def _evaluate_pod(obj_name: str, pod: PodLike, ctx: Context, several: bool = False) -> list[Finding]:
     em = _Emitter(obj_name, pod.path if several else None)
     constraints = node_constraints(pod.constraints_path, pod.spec)
@@ -457,6 +481,7 @@ def _evaluate_pod(obj_name: str, pod: PodLike, ctx: Context, several: bool = Fal
     gpu = [g for g in containers if g.mem is not None or g.core is not None]
     if not gpu:
         return em.out
+    _check_node_name(em, pod)
     compute = any(g.core is not None for g in gpu)
     split = _gpu_count(em, pod)
     multi = split.count > 1
@@ -481,7 +506,7 @@ def _evaluate_pod(obj_name: str, pod: PodLike, ctx: Context, several: bool = Fal
                 verdict=verdict,
                 note=note,
             )
-        _check_memory_fits(em, ctx, all_pools, gpu, pod.path, split, total, anywhere=True)
+        _check_fits(em, ctx, all_pools, gpu, pod.path, split, total, anywhere=True)
         return em.out
     if res.source == "unknown":
         return em.out  # names a pool we cannot resolve offline; nothing more to check
@@ -514,7 +539,7 @@ def _evaluate_pod(obj_name: str, pod: PodLike, ctx: Context, several: bool = Fal
         target_unknown(
             f"matches no GPU-sharing pool or node (known pools: {known})", _suggest(ctx, compute, multi)
         )
-        _check_memory_fits(em, ctx, all_pools, gpu, pod.path, split, total, anywhere=True)
+        _check_fits(em, ctx, all_pools, gpu, pod.path, split, total, anywhere=True)
         return em.out
     if len(res.kinds) > 1:
         verdict, note = _pool_verdict(TARGET_AMBIGUOUS, ctx, res.pools, res.unpooled)
@@ -530,7 +555,7 @@ def _evaluate_pod(obj_name: str, pod: PodLike, ctx: Context, several: bool = Fal
                 note=note,
             )
         if not res.unpooled:
-            _check_memory_fits(em, ctx, res.pools, gpu, pod.path, split, total, anywhere=True)
+            _check_fits(em, ctx, res.pools, gpu, pod.path, split, total, anywhere=True)
         return em.out
     (kind,) = res.kinds
     pools = res.kinds[kind]
@@ -587,7 +612,7 @@ def _evaluate_pod(obj_name: str, pod: PodLike, ctx: Context, several: bool = Fal
                 verdict=verdict,
             )
     if not res.unpooled:
-        _check_memory_fits(em, ctx, res.pools, gpu, pod.path, split, total)
+        _check_fits(em, ctx, res.pools, gpu, pod.path, split, total)
     return em.out
 
 
@@ -624,6 +649,54 @@ def _check_split(em: _Emitter, split: _Split, gpu: list[_ContainerGPU], total: i
             fix=f"ask for a multiple of {split.count} in total"
             f" (e.g. {low or split.count} or {low + split.count})",
         )
+
+
+def _check_fits(
+    em: _Emitter,
+    ctx: Context,
+    pools: set[str],
+    gpu: list[_ContainerGPU],
+    path: str,
+    split: _Split,
+    total: int,
+    *,
+    anywhere: bool = False,
+) -> None:
+    """What a node of the target pools (of every known pool when ``anywhere``) must offer: as
+    many GPUs as the pod spreads over, each with its share of memory."""
+    _check_count_fits(em, ctx, pools, split, anywhere=anywhere)
+    _check_memory_fits(em, ctx, pools, gpu, path, split, total, anywhere=anywhere)
+
+
+def _check_count_fits(em: _Emitter, ctx: Context, pools: set[str], split: _Split, *, anywhere: bool) -> None:
+    """``GPU_COUNT_EXCEEDS_NODE``: a pod spread over more GPUs than any node of the pools has."""
+    if split.count <= 1 or not pools:
+        return
+    counts = {p: ctx.pool_gpus.get(p) for p in pools}
+    known = {p: n for p, n in counts.items() if n is not None}
+    if len(known) < len(counts):
+        return  # some pool's GPU count is unknown: it might fit there
+    most = max(known.values())
+    if split.count <= most:
+        return
+    verdict, note = _pool_verdict(GPU_COUNT_EXCEEDS_NODE, ctx, pools, False)
+    if verdict is None:
+        return
+    names = ", ".join(sorted(known))
+    where = f"any known pool ({names})" if anywhere else f"pool{'s' if len(known) > 1 else ''} {names}"
+    each = f" ({', '.join(f'{p} {known[p]}' for p in sorted(known))})" if len(known) > 1 else ""
+    em.add(
+        GPU_COUNT_EXCEEDS_NODE,
+        container=None,
+        field=split.field,
+        value=split.shown,
+        problem=f"asks for {split.count} GPUs of one node, but no node of {where} has more than {most}"
+        f" GPUs{each}; the pod would stay Pending",
+        fix=f'spread the memory over at most {most} GPUs ({c.RES_GPU_COUNT}: "{most}"), or target a pool'
+        f" whose nodes have {split.count} GPUs or more",
+        verdict=verdict,
+        note=note,
+    )
 
 
 def _check_memory_fits(

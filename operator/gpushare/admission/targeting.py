@@ -129,7 +129,7 @@ def node_constraints(spec_path: str, spec: Mapping[str, Any]) -> Constraints:
 # --- matching -------------------------------------------------------------------------------------
 
 #: Labels that name one node; with nodes known, a term pinning them is resolved by those nodes alone.
-IDENTITY_LABELS: tuple[str, ...] = ("kubernetes.io/hostname",)
+IDENTITY_LABELS: tuple[str, ...] = (c.LABEL_HOSTNAME,)
 
 
 def names_nodes(term: Term) -> bool:

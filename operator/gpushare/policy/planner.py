@@ -698,7 +698,7 @@ def _plan_node(
 
 #: Labels that name a single node. The planner reads them only through a pool's selector, so
 #: :class:`PlanMemo` leaves them out of a node's key unless a selector names them.
-IDENTITY_LABELS: frozenset[str] = frozenset({"kubernetes.io/hostname"})
+IDENTITY_LABELS: frozenset[str] = frozenset({c.LABEL_HOSTNAME})
 #: The annotations the planner reads (a test holds this list against the code). Others, such as
 #: the agent's per-node GPU inventory, stay out of :class:`PlanMemo`'s key.
 PLANNED_ANNOTATIONS: tuple[str, ...] = (

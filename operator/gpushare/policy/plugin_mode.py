@@ -25,7 +25,7 @@ from typing import Final
 from gpushare import constants as c
 from gpushare.policy.views import quantity_int
 
-RES_NVIDIA_GPU: Final = "nvidia.com/gpu"
+RES_NVIDIA_GPU: Final = c.RES_NVIDIA_GPU
 RES_ALIYUN_GPU: Final = "aliyun.com/gpu"
 
 EFFECTIVE_CORE_MEM: Final = "core_mem"

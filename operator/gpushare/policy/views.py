@@ -76,7 +76,7 @@ def _interned(items: Mapping[str, Any] | None, keep: str | tuple[str, ...] = "")
 
 #: The allocatable the operator keeps: GPU sharing's resources, and the exclusive ``nvidia.com/gpu``
 #: that tells a node whose plugin runs in the default mode (policy.plugin_mode).
-_KEPT_ALLOCATABLE: tuple[str, ...] = (c.GPU_RESOURCE_PREFIX, "nvidia.com/gpu")
+_KEPT_ALLOCATABLE: tuple[str, ...] = (c.GPU_RESOURCE_PREFIX, c.RES_NVIDIA_GPU)
 
 
 def _node_ready(status: Mapping[str, Any]) -> bool:
