@@ -339,7 +339,6 @@ NAMES = [
     "aliyun.com/gpu-count",
     "aliyun.com/gpu",
     "cpu",
-    "nvidia.com/gpu",
 ]
 #: Names whose differing request the apiserver refuses on its own while the engine denies nothing
 #: (a request differing from its limit is GS006 only for the GPU-sharing names).
@@ -377,6 +376,10 @@ def containers(draw: st.DrawFn, prefix: str) -> list[dict[str, Any]]:
                 requests[name] = value
             elif how == "request-differs" and name not in WARNED_OR_PLAIN:
                 requests[name] = str(int(parse_quantity(value).amount) + 5)
+        # Whole GPUs beside GPU sharing in the same container (GS018; in another container of the
+        # pod only the webhook and check deny it: the policy judges one container at a time).
+        if {MEM, CORE} & set(limits) and draw(st.integers(0, 4)) == 0:
+            limits["nvidia.com/gpu"] = draw(st.sampled_from(VALUES["nvidia.com/gpu"]))
         out.append(container(f"{prefix}{i}", limits, requests))
     return out
 

@@ -99,6 +99,19 @@ def test_every_case_the_policy_denies_is_tested_here() -> None:
     assert in_policy <= tested
 
 
+def test_whole_gpus_in_another_container_name_the_sharing_one() -> None:
+    pod = _pod({MEM: "2"})
+    pod["spec"]["initContainers"] = [
+        {"name": "i", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+    ]
+    problem, fix = cat.SHARED_WITH_WHOLE_GPU.text("pod", sharing='container "c"')
+    (f,) = [f for f in evaluate(pod, EMPTY_CONTEXT) if f.rule_id == cat.SHARED_WITH_WHOLE_GPU.id]
+    assert f.message == (
+        f'Pod/ns/p: init container "i": resources.limits["nvidia.com/gpu"]=1 {problem}'
+        f" {cat.SHARED_WITH_WHOLE_GPU.tag}; {fix}"
+    )
+
+
 def test_the_engine_writes_the_records_message_for_a_pod_field() -> None:
     pod = _pod({MEM: "2"})
     pod["spec"]["nodeName"] = "node-1"

@@ -686,8 +686,14 @@ RULE_CASES = [
     pytest.param(
         pod(containers=[container("a", {MEM: 2}), container("b", {"nvidia.com/gpu": 1})], selector=CGPU_SEL),
         SEED_CTX,
-        [],
+        [("GS018-shared-and-whole-gpu", "deny")],
         id="mem-and-nvidia-gpu-in-two-containers",
+    ),
+    pytest.param(
+        pod(containers=[container("a", {"cpu": 1}), container("b", {"nvidia.com/gpu": 1})]),
+        SEED_CTX,
+        [],
+        id="nvidia-gpu-alone",
     ),
     # GS014: CGPU_DISABLE in the env
     pytest.param(

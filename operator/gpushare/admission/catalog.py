@@ -476,9 +476,9 @@ SHARED_WITH_WHOLE_GPU = AdmissionRule(
     verdict="deny",
     pool_mode=False,
     code=CODE_INVALID,
-    what=f"a container asking for `{MEM}` or `{CORE}` does not also ask for `{c.RES_NVIDIA_GPU}`: a node"
-    " runs one GPU scheduling mode, and enabling one sets the other modes' resources to 0, so no node"
-    " offers both",
+    what=f"a pod asking for `{MEM}` or `{CORE}` does not also ask for `{c.RES_NVIDIA_GPU}` (in the same"
+    " container or another): a node runs one GPU scheduling mode, and enabling one sets the other"
+    " modes' resources to 0, so no node offers both",
     fix=f"ask for either GPU sharing ({MEM}) or whole GPUs ({c.RES_NVIDIA_GPU}) in one container",
     cases={
         "both": Case(
@@ -486,6 +486,11 @@ SHARED_WITH_WHOLE_GPU = AdmissionRule(
             " runs one GPU scheduling mode, so no node offers both and the pod would stay Pending",
             f'drop "{c.RES_NVIDIA_GPU}" to share a GPU, or drop the {c.GPU_RESOURCE_PREFIX}* resources'
             " for whole GPUs",
+        ),
+        "pod": Case(
+            "asks for whole GPUs in a pod whose {sharing} asks for GPU sharing; a node runs one GPU"
+            " scheduling mode, so no node offers both and the pod would stay Pending",
+            f'drop "{c.RES_NVIDIA_GPU}" to share a GPU, or run the two in separate pods',
         ),
     },
     cel=CelForm(
@@ -503,6 +508,8 @@ SHARED_WITH_WHOLE_GPU = AdmissionRule(
         ),
         summary=f"asks for both GPU sharing and whole GPUs ({c.RES_NVIDIA_GPU})",
     ),
+    differs="the policy judges one container at a time: whole GPUs in one container and GPU sharing"
+    " in another of the same pod are denied by the webhook and `check` only",
 )
 
 # --- the pool rules (their CRD/pydantic record is gpushare.api.rules) ------------------------------

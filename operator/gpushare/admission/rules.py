@@ -324,19 +324,21 @@ def _check_container(em: _Emitter, ref: ContainerRef, unit: str) -> _ContainerGP
                 unit=unit,
             )
     if mem is not None or core is not None:
-        _check_whole_gpus(em, ref, c.RES_GPU_MEM if mem is not None else c.RES_GPU_CORE)
+        _check_whole_gpus(em, ref, "both", shared=c.RES_GPU_MEM if mem is not None else c.RES_GPU_CORE)
     return _ContainerGPU(ref, mem, mem_where, core, core_where)
 
 
-def _check_whole_gpus(em: _Emitter, ref: ContainerRef, shared: str) -> None:
-    """``SHARED_WITH_WHOLE_GPU``: a sharing container that also asks for whole GPUs (``nvidia.com/gpu``):
-    a node runs one GPU scheduling mode, whose resources are the only ones it offers."""
+def _check_whole_gpus(em: _Emitter, ref: ContainerRef, case: str, **values: object) -> bool:
+    """``SHARED_WITH_WHOLE_GPU``: whole GPUs (``nvidia.com/gpu``) asked for by a container of a pod
+    that asks for GPU sharing (``case`` "both": in the same container; "pod": in another one): a
+    node runs one GPU scheduling mode, whose resources are the only ones it offers."""
     for where, resources in (("limits", ref.limits), ("requests", ref.requests)):
         if c.RES_NVIDIA_GPU in resources:
             shown = parse_amount(resources[c.RES_NVIDIA_GPU]).shown
             field = f"{ref.path}.{_res_field(where, c.RES_NVIDIA_GPU)}"
-            em.case(SHARED_WITH_WHOLE_GPU, "both", container=ref, field=field, value=shown, shared=shared)
-            return
+            em.case(SHARED_WITH_WHOLE_GPU, case, container=ref, field=field, value=shown, **values)
+            return True
+    return False
 
 
 # --- pods -----------------------------------------------------------------------------------------
@@ -481,6 +483,11 @@ def _evaluate_pod(obj_name: str, pod: PodLike, ctx: Context, several: bool = Fal
     gpu = [g for g in containers if g.mem is not None or g.core is not None]
     if not gpu:
         return em.out
+    if len(gpu) < len(containers):  # whole GPUs in a container of its own (its own are checked above)
+        sharing = gpu[0].ref.display
+        for g in containers:
+            if g not in gpu and _check_whole_gpus(em, g.ref, "pod", sharing=sharing):
+                break
     _check_node_name(em, pod)
     compute = any(g.core is not None for g in gpu)
     split = _gpu_count(em, pod)
