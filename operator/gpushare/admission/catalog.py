@@ -9,7 +9,7 @@ An :class:`AdmissionRule` is projected several ways, so that no id, message or l
 * the ValidatingAdmissionPolicy (:mod:`gpushare.admission.policy`) writes one validation per
   record with a :class:`CelForm`, whose messages are the same :class:`Case` texts rendered as CEL
   string concatenations (:func:`cel_text`); the stateless list is :data:`STATELESS`;
-* the rules tables of docs/admission-rules.md and docs/webhook.md are :func:`rules_table` and
+* the tables of docs/reference/admission-rules.md (gpushare.docsgen) are :func:`rules_table` and
   :func:`policy_table` (a unit test compares them with the docs).
 
 Where the two engines must differ, :attr:`AdmissionRule.differs` says how and why. The pool rules
@@ -485,7 +485,7 @@ assert {r.id for r in STATELESS} == {r.id for r in ALL_RULES if r.cel is not Non
 
 
 def rules_table() -> str:
-    """The rules table of docs/admission-rules.md."""
+    """The rules table of docs/reference/admission-rules.md."""
     rows = ["| Rule | Verdict | Pool mode | What must hold | Fix |", "|---|---|---|---|---|"]
     for rule in ALL_RULES:
         mode = rule.pool_mode_text or ("yes" if rule.pool_mode else "no")
@@ -494,7 +494,8 @@ def rules_table() -> str:
 
 
 def policy_table() -> str:
-    """The table of docs/webhook.md: the rules the policy holds, and where it differs."""
+    """The second table of docs/reference/admission-rules.md: the rules the policy holds, and where
+    it differs."""
     rows = ["| rule | policy differs from the webhook |", "|---|---|"]
     rows.extend(f"| `{rule.id}` | {rule.differs or 'no'} |" for rule in STATELESS)
     return "\n".join(rows) + "\n"
