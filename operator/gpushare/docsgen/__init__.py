@@ -57,25 +57,42 @@ def _type(schema: Mapping[str, Any]) -> str:
     return kind
 
 
-def _fields(schema: Mapping[str, Any], prefix: str) -> Iterator[tuple[str, Mapping[str, Any], bool]]:
-    required = set(schema.get("required") or [])
+def _objects(schema: Mapping[str, Any], path: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """Every object of the schema that has fields, as (its path, its schema), parents first."""
+    if schema.get("properties"):
+        yield path, schema
     for name, sub in (schema.get("properties") or {}).items():
-        path = f"{prefix}.{name}"
-        yield path, sub, name in required
         inner = sub.get("items") if sub.get("type") == "array" else sub
         if isinstance(inner, Mapping):
-            yield from _fields(inner, path + ("[]" if sub.get("type") == "array" else ""))
+            yield from _objects(inner, f"{path}.{name}" + ("[]" if sub.get("type") == "array" else ""))
 
 
-def _field_table(schema: Mapping[str, Any], prefix: str) -> str:
-    rows = ["| Field | Type | Default | Description |", "|---|---|---|---|"]
-    for path, sub, required in _fields(schema, prefix):
-        if "default" in sub:
-            default = f"`{_cell(json.dumps(sub['default']))}`"
-        else:
-            default = "required" if required else ""
-        rows.append(f"| `{path}` | {_cell(_type(sub))} | {default} | {_cell(sub.get('description', ''))} |")
-    return "\n".join(rows) + "\n"
+def _field_tables(schema: Mapping[str, Any], prefix: str) -> str:
+    """One table per object (``spec``, ``spec.rollout``, ...): each field's name, type, default and
+    description; a field that is itself an object links to its own table."""
+    out = []
+    for path, obj in _objects(schema, prefix):
+        required = set(obj.get("required") or [])
+        rows = ["| Field | Type | Default | Description |", "|---|---|---|---|"]
+        for name, sub in (obj.get("properties") or {}).items():
+            if "default" in sub:
+                default = f"`{_cell(json.dumps(sub['default']))}`"
+            else:
+                default = "required" if name in required else ""
+            inner = sub.get("items") if sub.get("type") == "array" else sub
+            child = f"{path}.{name}" + ("[]" if sub.get("type") == "array" else "")
+            kind = _cell(_type(sub))
+            if isinstance(inner, Mapping) and inner.get("properties"):
+                kind = f"[{kind}](#{_anchor(child)})"
+            rows.append(f"| `{name}` | {kind} | {default} | {_cell(sub.get('description', ''))} |")
+        heading = "##" if path == prefix else "###"
+        lead = f"{_cell(obj['description'])}\n\n" if path == prefix and obj.get("description") else ""
+        out.append(f"{heading} `{path}` {{#{_anchor(path)}}}\n\n{lead}" + "\n".join(rows) + "\n")
+    return "\n".join(out)
+
+
+def _anchor(path: str) -> str:
+    return path.replace(".", "-").replace("[]", "").lower()
 
 
 def crd_page() -> str:
@@ -94,14 +111,9 @@ def crd_page() -> str:
         f"{crd['spec']['scope'].lower()}-scoped, short name `{names['shortNames'][0]}`. "
         "The CRD is `crds/gpushare.io_gpusharepools.yaml` (`make crds`); every description below is "
         "also what `kubectl explain gsp.<field>` answers on a cluster.\n\n"
-        "## spec\n\n"
-        + _cell(schema["spec"]["description"])
-        + "\n\n"
-        + _field_table(schema["spec"], "spec")
-        + "\n## status\n\n"
-        + _cell(schema["status"]["description"])
-        + "\n\n"
-        + _field_table(schema["status"], "status")
+        + _field_tables(schema["spec"], "spec")
+        + "\n"
+        + _field_tables(schema["status"], "status")
         + "\n## `kubectl get gsp` columns\n\n| Column | From | Meaning |\n|---|---|---|\n"
         + columns
         + "\n"
