@@ -9,7 +9,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 
 .PHONY: manifests help setup test test-unit test-integration lint fmt crds crds-check control-plane cluster cluster-down \
         bench bench-webhook demo demo-down gpu-check e2e-kind image image-check image-local helm lock clean \
-        promtool monitoring-check realnode realnode-prereqs kubelet realnode-bins
+        promtool monitoring-check realnode realnode-prereqs kubelet realnode-bins docs docs-serve
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -80,7 +80,7 @@ promtool: ## Find promtool, or install it (Debian's prometheus package) to check
 monitoring-check: setup promtool ## Alerts, ServiceMonitor, dashboard: promtool check/test rules, every dashboard query, metric names
 	$(BIN)/pytest -q tests/unit/test_monitoring.py
 
-lint: setup ## ruff, mypy --strict (the package and tests/), the import contracts (layers), and the CRD drift check
+lint: setup ## ruff, mypy --strict (the package and tests/), the import contracts (layers), the CRD and docs drift checks, the strict site build
 	$(BIN)/ruff check operator tests
 	$(BIN)/ruff format --check operator tests
 	$(BIN)/mypy  # operator/gpushare and tests: pyproject.toml [tool.mypy] files
@@ -94,6 +94,16 @@ lint: setup ## ruff, mypy --strict (the package and tests/), the import contract
 	  || { echo "manifests/webhook/policy.yaml is stale: run 'make manifests'"; exit 1; }
 	$(BIN)/python -m gpushare.admission.policy --pods | diff -u manifests/webhook/policy-pods.yaml - \
 	  || { echo "manifests/webhook/policy-pods.yaml is stale: run 'make manifests'"; exit 1; }
+	$(BIN)/python -m gpushare.docsgen --check
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+docs: setup ## Regenerate docs/reference/ from the code and build the site into site/ (mkdocs build --strict, offline)
+	$(BIN)/python -m gpushare.docsgen
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+docs-serve: setup ## Serve the site on http://127.0.0.1:8000 (regenerates docs/reference/ first)
+	$(BIN)/python -m gpushare.docsgen
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
 
 fmt: setup ## Format the code
 	$(BIN)/ruff format operator tests
@@ -135,7 +145,7 @@ bench: setup control-plane ## All benchmarks: operator vs kubectl on kwok nodes 
 	$(BIN)/python bench/bench_webhook.py --requests 2000 --creates 200 --nodes 30
 	$(if $(filter-out 0,$(REAL_NODES)),$(MAKE) realnode && )$(BIN)/python bench/bench_realnode.py --runs 3
 
-bench-webhook: setup control-plane ## Admission webhook benchmark: direct HTTPS load, pod create latency with/without; see docs/webhook.md
+bench-webhook: setup control-plane ## Admission webhook benchmark: direct HTTPS load, pod create latency with/without; see docs/benchmarks.md
 	$(BIN)/python bench/bench_webhook.py --requests 2000 --creates 200 --nodes 30
 
 gpu-check: setup ## On an NVIDIA GPU machine: agent inventory via real NVML + quota helper with PyTorch (fails clearly without a GPU)
@@ -143,7 +153,7 @@ gpu-check: setup ## On an NVIDIA GPU machine: agent inventory via real NVML + qu
 
 DEMO_DIR ?= .demo
 DEMO_REAL_NODES ?= 1
-demo: setup control-plane ## The whole product on one machine: control plane, fake GPU nodes and a real kubelet node where the host allows it, operator + webhook, example pools and jobs (docs/demo.md; DEMO_REAL_NODES=0: kwok only)
+demo: setup control-plane ## The whole product on one machine: control plane, fake GPU nodes and a real kubelet node where the host allows it, operator + webhook, example pools and jobs (docs/getting-started/demo.md; DEMO_REAL_NODES=0: kwok only)
 	@real=$(DEMO_REAL_NODES); \
 	if [ "$$real" != 0 ] && ! $(MAKE) realnode; then \
 	  echo "demo: the real node's prerequisites could not be built (above); kwok nodes only"; real=0; \

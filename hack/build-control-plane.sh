@@ -32,7 +32,7 @@ build() {
   go build -v -tags="$tags" -ldflags="$ld" -o "$out" "$@" 2>&1 >/dev/null | go_progress "$what" "$total"
 }
 
-# What a cold build takes on the 2-core development machine (docs/control-plane.md: all five in
+# What a cold build takes on the 2-core development machine (docs/development.md: all five in
 # 12 min 45 s, most of it the three Kubernetes binaries).
 estimate() {
   case $1 in

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make demo / make demo-down: the whole product on one machine (docs/demo.md).
+# make demo / make demo-down: the whole product on one machine (docs/getting-started/demo.md).
 #
 #   hack/demo.sh up     start a local control plane with fake GPU nodes, the operator with its
 #                       webhook, apply the example pools and jobs, show each step; leave it running

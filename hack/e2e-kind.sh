@@ -3,7 +3,7 @@
 #
 # Needs a running Docker engine and kind on PATH. Without them it prints
 #   e2e-kind: SKIPPED — ... ; nothing was tested
-# and exits 0: that is NOT a pass, nothing ran (see docs/demo.md).
+# and exits 0: that is NOT a pass, nothing ran (see docs/getting-started/demo.md).
 #
 # Environment: E2E_CLUSTER (kind cluster name, default gpushare-e2e), E2E_KEEP=1 (keep the cluster
 # afterwards), IMAGE (default gpushare-operator:<version in pyproject.toml>, the tag manifests/kustomization.yaml uses),
@@ -81,7 +81,7 @@ say "Install the stand-in gpushare device plugin DaemonSet"
 "$KUBECTL" apply -f hack/e2e-kind/device-plugin.yaml
 "$KUBECTL" -n kube-system rollout status ds/gpushare-device-plugin-ds --timeout="${TIMEOUT}s"
 
-say "Deploy manifests/ (CRDs first, then everything else), as docs/install.md says"
+say "Deploy manifests/ (CRDs first, then everything else), as docs/getting-started/install.md says"
 [[ -f manifests/kustomization.yaml ]] || die "manifests/kustomization.yaml is missing: the manifests are not ready"
 "$KUBECTL" apply --server-side -k manifests/crd
 "$KUBECTL" wait --for=condition=Established --timeout=60s \

@@ -5,7 +5,7 @@
 # as hack/promtool.sh does for promtool. Anything else: one line saying what and how, and exit 1.
 #
 # Pinned by what works on a cgroup v1 host without CAP_SYS_RESOURCE: Debian bookworm's
-# containerd 1.6 and runc 1.1 (docs/real-node.md).
+# containerd 1.6 and runc 1.1 (docs/development.md).
 set -euo pipefail
 
 missing=()

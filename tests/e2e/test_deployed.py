@@ -96,7 +96,7 @@ def pools(kubectl: Kubectl) -> Iterator[list[str]]:
 
 NS = "gpushare-system"
 PLUGIN = ["-n", "kube-system", "get", "pods", "-l", "name=gpushare-device-plugin-ds"]
-# nodepool -> labels the example pools put on its nodes (docs/planner.md)
+# nodepool -> labels the example pools put on its nodes (docs/concepts/ack-labels.md)
 EXPECTED = {
     "np-cgpu": {
         "cgpu": "true",
@@ -181,7 +181,7 @@ def test_pools_label_nodes_and_restart_device_plugins_then_restore(
 
     kubectl.run("delete", "gsp", *pools, "--wait=true", "--timeout=180s")
     # Restore: the labels the nodes had before, except that a schedule label the node never had
-    # becomes "default" (docs/planner.md: deleting it would not bring back exclusive mode).
+    # becomes "default" (docs/concepts/ack-labels.md: deleting it would not bring back exclusive mode).
     wanted = {
         name: {k: labels.get(k, "default" if k == "ack.node.gpu.schedule" else None) for k in MANAGED}
         for name, labels in nodes.items()

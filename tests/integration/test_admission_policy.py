@@ -243,7 +243,7 @@ def test_objects_without_gpu_sharing_are_admitted_while_the_webhook_is_down(
 def test_pool_writes_are_admitted_and_still_checked_by_the_crd_while_the_webhook_is_down(
     env: Env, dead_webhook: WebhookSettings
 ) -> None:
-    """The pools' webhook fails open (docs/webhook.md, "Pools and the failure policy"): a pool is
+    """The pools' webhook fails open (docs/concepts/admission.md, "Pools and the failure policy"): a pool is
     admitted while no webhook answers, and the CRD's CEL rules still refuse an invalid one."""
     hooks = {h["name"]: h for h in build_configuration(dead_webhook)["webhooks"]}
     assert hooks["validate-gpusharepools.gpushare.io"]["failurePolicy"] == "Ignore"

@@ -85,7 +85,8 @@ def release(helm_bin: str) -> Iterator[Release]:
     try:
         asyncio.run(_prepare(info))
         rel = Release(info, helm_bin)
-        # As docs/install.md: the namespace first, with its Pod Security labels, then the chart.
+        # As docs/getting-started/install.md: the namespace first, with its Pod Security labels,
+        # then the chart.
         rel.kubectl("create", "namespace", NS)
         rel.kubectl(
             "label", "namespace", NS, "pod-security.kubernetes.io/enforce=restricted",

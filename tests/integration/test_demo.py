@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "hack" / "demo.sh"
 VENV_BIN = Path(sys.executable).parent
 
-# The example pools' label mapping (docs/planner.md):
+# The example pools' label mapping (docs/concepts/ack-labels.md):
 # nodepool -> cgpu, cgpu.disable.isolation, ack.node.gpu.schedule, ack.node.gpu.placement, gpushare.io/pool
 EXPECTED_LABELS = {
     "np-cgpu": ("true", "false", "cgpu", "binpack", "cgpu"),

@@ -1,6 +1,7 @@
 """Install, first use and uninstall as a new user does them, on real control planes.
 
-* README's kustomize install and uninstall blocks, run as written: `kubectl delete -k manifests/`
+* README's kustomize install and uninstall blocks (the same, written the same, wherever the
+  site's getting-started pages show them), run as written: `kubectl delete -k manifests/`
   exits 0, leaves nothing Terminating, and keeps the CRDs and every pool (the CRDs are
   manifests/crd alone); pool writes while no webhook answers are admitted (the pools' webhook
   fails open) and still checked by the CRD's CEL rules, GPU workloads still fail closed.
@@ -8,8 +9,9 @@
   namespace is missing; stopped, it leaves nothing that refuses a GPU job or fails a later
   `helm install`; killed with SIGKILL, its leftover configuration refuses nothing (local mode
   fails open).
-* README's first-use transcript on `make cluster` (python -m gpushare.devcluster up): the
-  examples' pools match its nodes, and every command prints what README shows.
+* The first-use transcript of the site's getting-started pages (a first pool, then a first job) on
+  `make cluster` (python -m gpushare.devcluster up): the examples' pools match its nodes, and every
+  command prints what the pages show.
 
 Each test starts its own cluster: the shipped webhook configuration fails closed for GPU pods
 and must not leak into the shared session cluster.
@@ -40,20 +42,32 @@ from gpushare.k8s.client import make_api_client
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
+GETTING_STARTED = REPO / "docs" / "getting-started"
+#: The pages whose `text` blocks starting with `$ ` are the first use, run in this order.
+FIRST_USE = [GETTING_STARTED / "first-pool.md", GETTING_STARTED / "first-job.md"]
 NS = "gpushare-system"
 VWC = "gpushare-webhook"
 SECRET = "gpushare-webhook-tls"
 BIN = str(Path(sys.executable).parent)  # gpushare (the venv's) on PATH, as README assumes
 
 
-def _console_blocks() -> list[str]:
-    return re.findall(r"^```console\n(.*?)^```", README, flags=re.S | re.M)
+def _console_blocks(page: str) -> list[str]:
+    return re.findall(r"^```console\n(.*?)^```", page, flags=re.S | re.M)
+
+
+def _commands(block: str) -> list[str]:
+    return [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
 
 
 def _block_with(text: str) -> list[str]:
-    """The commands (comments stripped) of README's console block that contains ``text``."""
-    (block,) = [b for b in _console_blocks() if text in b]
-    return [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
+    """The commands (comments stripped) of README's console block that contains ``text``; a
+    getting-started page that shows a block with ``text`` must show the same commands."""
+    (block,) = [b for b in _console_blocks(README) if text in b]
+    for page in sorted(GETTING_STARTED.glob("*.md")):
+        for other in _console_blocks(page.read_text()):
+            if text in other:
+                assert _commands(other) == _commands(block), f"{page.name} and README differ on {text!r}"
+    return _commands(block)
 
 
 class Shell:
@@ -299,7 +313,7 @@ def test_a_stopped_development_run_leaves_nothing_that_blocks(
     ]
     assert {h["failurePolicy"] for h in hooks} == {"Ignore"}
     _wait_admitted(sh, "after-kill")
-    # docs/webhook.md's removal of what a killed run leaves, then a later helm install works.
+    # docs/concepts/admission.md's removal of what a killed run leaves, then a later helm install works.
     sh.kubectl("delete", "validatingwebhookconfiguration", VWC)
     sh.kubectl("-n", NS, "delete", "secret", SECRET)
     chart = REPO / "charts" / "gpushare-operator"
@@ -314,7 +328,7 @@ def test_a_stopped_development_run_leaves_nothing_that_blocks(
     ) in second.stderr, second.stderr
 
 
-# --- README's first use on `make cluster` ----------------------------------------------------------
+# --- the getting-started first use on `make cluster` -----------------------------------------------
 
 #: What differs from one cluster to the next: the apiserver's port, the plugin pods' names.
 _VOLATILE = [
@@ -330,12 +344,17 @@ def _stable(text: str) -> str:
 
 
 def _first_use_transcript() -> list[tuple[str, list[str]]]:
-    """README's ``text`` block of `$ ...` commands captured on make cluster: (command, output)."""
-    (block,) = [
-        b for b in re.findall(r"^```text\n(.*?)^```", README, flags=re.S | re.M) if "$ gpushare plan -f" in b
+    """The getting-started pages' ``text`` blocks of `$ ...` commands captured on make cluster,
+    in order: (command, output)."""
+    blocks = [
+        b
+        for page in FIRST_USE
+        for b in re.findall(r"^```text\n(.*?)^```", page.read_text(), flags=re.S | re.M)
+        if b.startswith("$ ")
     ]
+    assert any("$ gpushare plan -f" in b for b in blocks), "the first-pool page lost its plan transcript"
     out: list[tuple[str, list[str]]] = []
-    for line in block.splitlines():
+    for line in "".join(blocks).splitlines():
         if line.startswith("$ "):
             out.append((line[2:], []))
         else:

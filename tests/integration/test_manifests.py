@@ -72,7 +72,7 @@ def installed(cluster: ClusterInfo) -> Iterator[ClusterInfo]:
 
 @pytest.fixture(scope="module")
 def installed_chart(cluster: ClusterInfo, helm_bin: str) -> Iterator[ClusterInfo]:
-    """The chart with default values, installed as docs/install.md says."""
+    """The chart with default values, installed as docs/getting-started/install.md says."""
     dev = DevCluster()
     info = dev.start()
     try:

@@ -3,7 +3,7 @@
 The module's own control plane has one real node, ``realnode-0`` (``DevCluster(real_nodes=1)``).
 The product's image is built without a Docker engine by ``hack/build-image-local.sh`` (cached in
 ~/.cache/gpushare/image; what the Dockerfile builds, on a debootstrapped Debian) and imported into
-the node's containerd; ``charts/gpushare-operator`` is installed with helm, as docs/install.md
+the node's containerd; ``charts/gpushare-operator`` is installed with helm, as docs/getting-started/install.md
 says. Every pod of the release is a real container on the real node: the operator (2 replicas,
 Kopf peering), which serves the webhook that the apiserver reaches through its Service (routed to
 the pods' IPs), and the agent DaemonSet, whose pod-bound token the kubelet projected. Pods reach
@@ -157,7 +157,7 @@ def release(helm_bin: str) -> Iterator[Release]:
     rel = Release(info, dev, helm_bin, timings={"image": image_s})
     ok = False
     try:
-        # As docs/install.md: the namespace with its Pod Security labels, then the chart.
+        # As docs/getting-started/install.md: the namespace with its Pod Security labels, then the chart.
         rel.kubectl("create", "namespace", NS)
         rel.kubectl(
             "label", "namespace", NS, "pod-security.kubernetes.io/enforce=restricted",

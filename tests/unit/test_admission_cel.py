@@ -207,7 +207,7 @@ def test_policy_covers_the_webhook_kinds_and_the_stateless_rules() -> None:
 
 def test_committed_policy_manifests_match_the_builder() -> None:
     """policy.yaml (the workload kinds) and policy-pods.yaml (Pods), one policy and its binding each;
-    kustomize installs only the first: the shipped webhook fails closed (docs/webhook.md)."""
+    kustomize installs only the first: the shipped webhook fails closed (docs/concepts/admission.md)."""
     names = {"policy.yaml": "gpushare-stateless-rules.gpushare.io",
              "policy-pods.yaml": "gpushare-stateless-rules-pods.gpushare.io"}  # fmt: skip
     for (part, file), want in zip(MANIFESTS.items(), names.values(), strict=True):

@@ -568,7 +568,7 @@ def test_operator_takes_a_workload_kinds_file(tmp_path: Path) -> None:
 
 
 def test_pods_aimed_at_ack_mps_nodes_get_only_the_container_rules() -> None:
-    """gpushare has no mps pools (README: Limits): such pods are not denied as "no pool"."""
+    """gpushare has no mps pools (docs/security.md: Limits): such pods are not denied as "no pool"."""
     mps = {"ack.node.gpu.schedule": "mps"}
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": gpu_spec({MEM: 2}, mps)}
     assert evaluate(pod, CTX) == []
@@ -578,17 +578,17 @@ def test_pods_aimed_at_ack_mps_nodes_get_only_the_container_rules() -> None:
     assert [f.rule_id for f in evaluate(pod, CTX)] == ["GS011-pool-target-unknown"]
 
 
-def test_readme_lists_every_kind_and_its_kinds_file_example_loads() -> None:
+def test_the_docs_list_every_kind_and_their_kinds_file_example_loads() -> None:
     import re
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("### Workload kinds", 1)[1].split("\n## ", 1)[0]
+    page = Path(__file__).resolve().parents[2] / "docs" / "reference" / "workload-kinds.md"
+    section = page.read_text()
     for kind in BUILTIN_KINDS:
         assert kind.kind in section, kind.kind
         for api in kind.api_versions:
             assert f"`{api}`" in section or f"`{api.rsplit('/', 1)[0]}" in section, api
     (block,) = re.findall(r"^```\n(- kind:.*?)^```", section, flags=re.S | re.M)
-    (entry,) = load_kinds(block, "README.md")
+    (entry,) = load_kinds(block, "docs/reference/workload-kinds.md")
     assert [s.path for s in entry.sources] == ["spec.runners[*].pod.spec", "spec.steps.*"]
     assert entry.sources[1].inherit == "spec" and entry.sources[1].containers == ("step",)
 

@@ -1,7 +1,8 @@
 """hack/image-check.sh (make image-check) without a Docker engine: it says "skipped, no engine" and
 that nothing was built or run, exits 0, never says PASSED, and does nothing else.
 
-The real run (build and run the image) needs an engine; its transcript is in docs/install.md."""
+The real run (build and run the image) needs an engine; its transcript is in
+docs/getting-started/install.md."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The wheel the image installs holds the `gpushare` package at top level, never an `operator` package,
-and not the development harness (``gpushare.devcluster``, ``gpushare.gpu.fake``), which only the
-editable install of ``make setup`` (tests, ``make cluster``, ``make demo``) provides."""
+and not the development harness (``gpushare.devcluster``, ``gpushare.gpu.fake``) or the docs generator
+(``gpushare.docsgen``), which only the editable install of ``make setup`` (tests, ``make cluster``,
+``make demo``, ``make docs``) provides."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def test_wheel_has_gpushare_package_and_no_operator_package(wheel: Path) -> None
 
 
 #: The development harness: in the source tree, never in the wheel.
-DEV_ONLY = ("gpushare/devcluster/", "gpushare/gpu/fake.py")
+DEV_ONLY = ("gpushare/devcluster/", "gpushare/gpu/fake.py", "gpushare/docsgen/")
 
 
 def test_wheel_leaves_out_the_development_harness(wheel: Path) -> None:
@@ -73,7 +74,7 @@ names = [m.name for m in pkgutil.walk_packages(gpushare.__path__, "gpushare.")]
 names = [n for n in names if not n.endswith(".__main__")]
 for name in names:
     importlib.import_module(name)
-for name in ("gpushare.devcluster", "gpushare.gpu.fake"):
+for name in ("gpushare.devcluster", "gpushare.gpu.fake", "gpushare.docsgen"):
     try:
         importlib.import_module(name)
     except ModuleNotFoundError:

@@ -1,4 +1,4 @@
-"""The planner's rules, one table row per case (issue 2 "Label mapping", docs/planner.md)."""
+"""The planner's rules, one table row per case (issue 2 "Label mapping", docs/concepts/ack-labels.md)."""
 
 from __future__ import annotations
 

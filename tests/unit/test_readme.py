@@ -1,4 +1,5 @@
-"""Every YAML block in README.md is valid, and every `$ gpushare ...` transcript in it is what runs."""
+"""Every YAML block in README.md and the getting-started pages of the site is valid, and every
+`$ gpushare ...` transcript in them is what runs."""
 
 from __future__ import annotations
 
@@ -18,20 +19,33 @@ from gpushare.manifests import load_text
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
+#: The pages a newcomer copies commands from: README and the site's getting-started path.
+PAGES = [
+    "README.md",
+    *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs" / "getting-started").glob("*.md")),
+]
+TEXTS = {page: (ROOT / page).read_text() for page in PAGES}
 
 
-def _blocks(lang: str) -> list[str]:
-    return re.findall(rf"^```{lang}\n(.*?)^```", README, flags=re.S | re.M)
+def _blocks(lang: str, page: str | None = None) -> list[str]:
+    """The ``lang`` blocks of one page, or of every page in PAGES."""
+    pages = [page] if page else PAGES
+    return [b for p in pages for b in re.findall(rf"^```{lang}\n(.*?)^```", TEXTS[p], flags=re.S | re.M)]
+
+
+def _yaml_blocks() -> list[tuple[str, int]]:
+    return [(page, i) for page in PAGES for i in range(len(_blocks("yaml", page)))]
 
 
 def test_readme_has_yaml_and_console_blocks() -> None:
-    assert _blocks("yaml"), "README lost its API example"
-    assert any("$ gpushare" in b for b in _blocks("console"))
+    assert _blocks("yaml", "README.md"), "README lost its API example"
+    assert any("$ gpushare" in b for b in _blocks("console", "README.md"))
+    assert "docs/getting-started/first-pool.md" in PAGES and "docs/getting-started/install.md" in PAGES
 
 
-@pytest.mark.parametrize("index", range(len(_blocks("yaml"))))
-def test_yaml_block_is_valid(index: int) -> None:
-    objects = load_text(_blocks("yaml")[index], f"README.md yaml block {index + 1}")
+@pytest.mark.parametrize(("page", "index"), _yaml_blocks(), ids=lambda v: str(v))
+def test_yaml_block_is_valid(page: str, index: int) -> None:
+    objects = load_text(_blocks("yaml", page)[index], f"{page} yaml block {index + 1}")
     assert objects
     pools = [parse_pool(o) for o in objects if o["kind"] == "GPUSharePool"]
     ctx = Context.build(pools=pools)
@@ -73,16 +87,16 @@ def test_console_transcript_is_current(command: str, expected: str, monkeypatch:
     assert stdout.getvalue().rstrip("\n").splitlines() == lines
 
 
-#: Repository paths as README writes them (in commands, links and prose).
+#: Repository paths as the pages write them (in commands, links and prose).
 _PATH = re.compile(
     r"(?<![\w/.-])((?:examples|manifests|charts|docs|hack|crds|tests|operator|bench|requirements)/[\w./-]*)"
 )
 
 
 def test_every_file_readme_shows_exists() -> None:
-    """A newcomer copies README's commands: every repository path in it must be there (it once
-    showed a `pool-a.yaml` of its transcript that the repository did not have)."""
-    paths = {p.rstrip(".,:;)") for p in _PATH.findall(README)}
+    """A newcomer copies the pages' commands: every repository path in them must be there (README
+    once showed a `pool-a.yaml` of its transcript that the repository did not have)."""
+    paths = {p.rstrip(".,:;)") for text in TEXTS.values() for p in _PATH.findall(text)}
     assert "examples/first-use/pool-cgpu-spread.yaml" in paths
     # and every file a command in a block reads with -f
     for block in _blocks("console") + _blocks("text"):
@@ -99,7 +113,7 @@ def test_every_file_readme_shows_exists() -> None:
 def test_readme_uninstall_deletes_pools_before_the_operator_and_never_the_crds_first() -> None:
     """The documented uninstall blocks (run as written by tests/integration/test_install_uninstall.py):
     pools first, while the operator runs; the CRDs last, and never through `-k manifests/`."""
-    blocks = [b for b in _blocks("console") if "kubectl delete" in b or "helm uninstall" in b]
+    blocks = [b for b in _blocks("console", "README.md") if "kubectl delete" in b or "helm uninstall" in b]
     commands = [[line.split("  #")[0].strip() for line in b.splitlines() if line.strip()] for b in blocks]
     helm = next(c for c in commands if any(x.startswith("helm uninstall") for x in c))
     kustomize = next(c for c in commands if "kubectl delete -k manifests/" in c)
@@ -114,9 +128,9 @@ def test_readme_uninstall_deletes_pools_before_the_operator_and_never_the_crds_f
 
 
 def test_readme_development_section_shows_the_development_run() -> None:
-    """The namespace step and the command (once only in docs/webhook.md), in that order."""
+    """The namespace step and the command (once only in docs/concepts/admission.md), in that order."""
     dev = README[README.index("## Development") :]
-    block = next(b for b in _blocks("console") if "--webhook-local" in b and b in dev)
+    block = next(b for b in _blocks("console", "README.md") if "--webhook-local" in b and b in dev)
     lines = [line.split("  #")[0].strip() for line in block.splitlines()]
     ns = lines.index("kubectl create namespace gpushare-system")
     run = next(i for i, x in enumerate(lines) if x.endswith("gpushare run --webhook --webhook-local"))

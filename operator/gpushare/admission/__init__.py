@@ -1,7 +1,7 @@
 """The admission rules engine (pure): the webhook and ``gpushare check`` both call :func:`evaluate`.
 
 Rule ids are stable (``GSnnn-*`` for pods and workloads, ``GPnnn-*`` for GPUSharePools); the
-table is :data:`RULES` (:mod:`gpushare.admission.catalog`) and docs/admission-rules.md.
+table is :data:`RULES` (:mod:`gpushare.admission.catalog`) and docs/reference/admission-rules.md.
 """
 
 from gpushare.admission.catalog import RULES, AdmissionRule, Verdict

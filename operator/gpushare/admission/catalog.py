@@ -9,7 +9,7 @@ An :class:`AdmissionRule` is projected several ways, so that no id, message or l
 * the ValidatingAdmissionPolicy (:mod:`gpushare.admission.policy`) writes one validation per
   record with a :class:`CelForm`, whose messages are the same :class:`Case` texts rendered as CEL
   string concatenations (:func:`cel_text`); the stateless list is :data:`STATELESS`;
-* the rules tables of docs/admission-rules.md and docs/webhook.md are :func:`rules_table` and
+* the tables of docs/reference/admission-rules.md (gpushare.docsgen) are :func:`rules_table` and
   :func:`policy_table` (a unit test compares them with the docs).
 
 Where the two engines must differ, :attr:`AdmissionRule.differs` says how and why. The pool rules
@@ -479,7 +479,7 @@ SHARED_WITH_WHOLE_GPU = AdmissionRule(
     what=f"a pod asking for `{MEM}` or `{CORE}` does not also ask for `{c.RES_NVIDIA_GPU}` (in the same"
     " container or another): a node runs one GPU scheduling mode, and enabling one sets the other"
     " modes' resources to 0, so no node offers both",
-    fix=f"ask for either GPU sharing ({MEM}) or whole GPUs ({c.RES_NVIDIA_GPU}) in one container",
+    fix=f"ask for either GPU sharing ({MEM}) or whole GPUs ({c.RES_NVIDIA_GPU}), not both in one pod",
     cases={
         "both": Case(
             'asks for whole GPUs in a container that also asks for GPU sharing ("{shared}"); a node'
@@ -592,7 +592,7 @@ assert {r.id for r in STATELESS} == {r.id for r in ALL_RULES if r.cel is not Non
 
 
 def rules_table() -> str:
-    """The rules table of docs/admission-rules.md."""
+    """The rules table of docs/reference/admission-rules.md."""
     rows = ["| Rule | Verdict | Pool mode | What must hold | Fix |", "|---|---|---|---|---|"]
     for rule in ALL_RULES:
         mode = rule.pool_mode_text or ("yes" if rule.pool_mode else "no")
@@ -601,7 +601,8 @@ def rules_table() -> str:
 
 
 def policy_table() -> str:
-    """The table of docs/webhook.md: the rules the policy holds, and where it differs."""
+    """The second table of docs/reference/admission-rules.md: the rules the policy holds, and where
+    it differs."""
     rows = ["| rule | policy differs from the webhook |", "|---|---|"]
     rows.extend(f"| `{rule.id}` | {rule.differs or 'no'} |" for rule in STATELESS)
     return "\n".join(rows) + "\n"

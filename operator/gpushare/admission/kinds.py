@@ -461,7 +461,7 @@ def _source(raw: Any, where: str) -> PodSource:
 
 
 def parse_kind(raw: Any, where: str, origin: str = "config") -> WorkloadKind:
-    """One configured kind (the YAML entry format documented in README.md)."""
+    """One configured kind (the YAML entry format documented in docs/reference/workload-kinds.md)."""
     if not isinstance(raw, Mapping):
         raise KindsError(f"{where}: must be an object")
     _known_fields(raw, _ENTRY_KEYS, where)

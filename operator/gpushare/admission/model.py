@@ -153,7 +153,7 @@ class Context:
         """node name -> the one pool that selects it (nodes selected by two or more pools are left out).
 
         A node lent by its pool (``spec.lending``) belongs to the borrower once it carries the
-        borrower's ``gpushare.io/pool`` label (policy.lending; README "Demand and lending").
+        borrower's ``gpushare.io/pool`` label (policy.lending; docs/concepts/demand-lending.md).
         """
         out: dict[str, str] = {}
         for node in self.nodes:

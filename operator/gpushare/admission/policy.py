@@ -11,7 +11,7 @@ Two policies are shipped (:func:`build_policies`): one for Pods, the hot path, w
 Pod's own container lists (no chain on the request's kind, no grouped containers), and one for
 the workload kinds. What a policy costs the apiserver per request is mostly fixed work (one
 conversion of the object per evaluation stage, every messageExpression evaluated, the variables
-computed again for the messages: docs/webhook.md, "What the policy costs"); the split keeps a
+computed again for the messages: docs/benchmarks.md, "Admission"); the split keeps a
 Pod's share of the CEL to what a Pod has. The Python rules engine stays the reference; an
 integration test drives generated objects through the real apiserver with only these policies
 installed and compares.
@@ -318,14 +318,15 @@ _HEADERS: dict[Part, str] = {
     "workloads": (
         "# The stateless GPU-sharing rules for the workload kinds' pod templates (Deployments, Jobs,\n"
         "# Kubeflow, ...) as a ValidatingAdmissionPolicy: they hold inside the kube-apiserver even\n"
-        "# while the gpushare webhook is down (docs/webhook.md). Pods: policy-pods.yaml.\n"
+        "# while the gpushare webhook is down (docs/concepts/admission.md). Pods: policy-pods.yaml.\n"
     ),
     "pods": (
         "# The stateless GPU-sharing rules for Pods as a ValidatingAdmissionPolicy. Apply it when the\n"
         "# validate-pods webhook has failurePolicy: Ignore (then these rules still hold while the\n"
         "# webhook is down). With the shipped failurePolicy: Fail a GPU pod is refused while no\n"
         "# webhook answers, so it is left out: each GPU pod is judged once, by the webhook\n"
-        '# (docs/webhook.md, "Each GPU pod judged once"). The chart follows webhook.failurePolicy.\n'
+        '# (docs/concepts/admission.md, "Each GPU pod judged once").\n'
+        "# The chart follows webhook.failurePolicy.\n"
     ),
 }
 

@@ -118,7 +118,8 @@ def _unknown_kind(obj: Mapping[str, Any], table: KindTable) -> list[Finding]:
         problem=f"asks for {c.GPU_RESOURCE_PREFIX}* but gpushare does not know where {kind} keeps its pod"
         " templates, so its GPU requests are not checked",
         fix="register the kind with its podSpecs paths in a workload-kinds file"
-        " (`gpushare check --kinds FILE`, `gpushare run --workload-kinds FILE`; see README)",
+        " (`gpushare check --kinds FILE`, `gpushare run --workload-kinds FILE`;"
+        " see docs/reference/workload-kinds.md)",
     )
     return em.out
 

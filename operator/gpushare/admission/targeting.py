@@ -190,7 +190,9 @@ def label_kinds(term: Term) -> set[str] | None:
         by_isolation = set()
     pinned = sel.pinned(term, c.LABEL_SCHEDULE)
     if pinned is not None and pinned & set(UNMANAGED_SHARING_MODES):
-        return None  # ACK's mps nodes: GPU sharing gpushare does not manage or judge (README: Limits)
+        return (
+            None  # ACK's mps nodes: GPU sharing gpushare does not manage or judge (docs/security.md: Limits)
+        )
     if sel.constrains(term, c.LABEL_SCHEDULE):
         allowed_sched = sel.allowed(term, c.LABEL_SCHEDULE, (*KINDS, None))
         kinds = {k for k in allowed_sched if k is not None}

@@ -9,7 +9,7 @@ sharing (GPUSharePools always go),
 workload kinds; the GPUSharePool entry is always ``Ignore`` (:data:`POOLS_FAILURE_POLICY`: while no
 webhook answers, pools are guarded by the CRD's schema and CEL rules and by the operator's conflict
 detection, and a fail-closed pools webhook would block the first pool of an install and the
-operator's own finalizer removal; docs/webhook.md, "Pools and the failure policy").
+operator's own finalizer removal; docs/concepts/admission.md, "Pools and the failure policy").
 
 ``python -m gpushare.admission.webhook_config`` prints the in-cluster manifest (a Service
 reference, no caBundle: the operator keeps ``caBundle`` current). Local runs use a URL on

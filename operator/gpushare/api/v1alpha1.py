@@ -237,8 +237,8 @@ class Admission(_Model):
 
 
 class Lending(_Model):
-    """Opt-in: lend this pool's idle nodes to other pools whose GPU pods wait (docs/operator.md,
-    "Lending")."""
+    """Opt-in: lend this pool's idle nodes to other pools whose GPU pods wait
+    (docs/concepts/demand-lending.md)."""
 
     to: list[str] = Field(
         min_length=1,
@@ -440,7 +440,7 @@ class Loan(_Model):
 
 
 class Demand(_Model):
-    """What the pool is short of and what it has to spare (docs/operator.md, "Demand")."""
+    """What the pool is short of and what it has to spare (docs/concepts/demand-lending.md, "Demand")."""
 
     pending_pods: int = Field(
         default=0,

@@ -74,7 +74,8 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--kinds", action="append", default=[], metavar="FILE",
-        help="extra workload kinds and where their pod templates are (YAML; README: workload kinds)",
+        help="extra workload kinds and where their pod templates are"
+        " (YAML; docs/reference/workload-kinds.md)",
     )  # fmt: skip
     parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
     parser.set_defaults(func=run)

@@ -1,7 +1,7 @@
 """``gpushare run``: the operator (Kopf, all namespaces, embedded so gpushare owns logging).
 
 Reconciles every GPUSharePool to node labels, restarts device plugins, guards mode switches and
-reports status (see docs/operator.md). Exit 0 on SIGINT/SIGTERM; 2 on bad options or no usable
+reports status (see docs/concepts/pools.md). Exit 0 on SIGINT/SIGTERM; 2 on bad options or no usable
 kubeconfig.
 """
 
@@ -62,7 +62,7 @@ def register(subparsers: Any) -> None:
         "pod deletes there); a pool naming another is reported, not a 403. "
         f"Default: ${PLUGIN_NAMESPACES_ENV}, else any namespace (RBAC alone decides)",
     )  # fmt: skip
-    add_webhook_arguments(parser)  # --webhook* (docs/webhook.md)
+    add_webhook_arguments(parser)  # --webhook* (docs/concepts/admission.md)
     parser.set_defaults(func=run)
 
 
@@ -119,7 +119,8 @@ def add_webhook_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     g.add_argument(
         "--workload-kinds", type=Path, metavar="FILE",
-        help="YAML list of extra workload kinds and where their pod templates are (README: workload kinds)",
+        help="YAML list of extra workload kinds and where their pod templates are"
+        " (docs/reference/workload-kinds.md)",
     )  # fmt: skip
 
 
@@ -210,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
     import gpushare.handlers  # noqa: F401 - registers the handlers
 
     view_listeners: list[NodeViewListener] = []
-    if args.webhook:  # the admission webhook's handlers, server and certificates (docs/webhook.md)
+    if args.webhook:  # the admission webhook's handlers, server and certificates (docs/concepts/admission.md)
         from gpushare.webhook.registration import register as register_webhook
 
         try:  # the operator's Node watch feeds the webhook's context (one Node watch per process)

@@ -1,6 +1,6 @@
 """A real local Kubernetes control plane (etcd, kube-apiserver, kcm, scheduler, kwok) on loopback.
 
-Used by the integration tests, the benchmarks and the demo. See docs/control-plane.md.
+Used by the integration tests, the benchmarks and the demo. See docs/development.md.
 Development harness only: left out of the wheel (pyproject.toml), so it is importable from the
 editable install of ``make setup``, never from the installed package or the image.
 """

@@ -1,6 +1,6 @@
 """The planner: from pools, nodes and pods to the label patch and actions for every node.
 
-Rules (docs/planner.md has the table and examples):
+Rules (docs/concepts/ack-labels.md has the table and examples):
 
 * A node in exactly one pool gets ``desired_labels(pool)``; the patch holds only keys that change.
 * The first write to a node also writes ``ANNOTATION_OWNED`` = ``{"pool", "prior"}``: the value of

@@ -21,7 +21,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 #: Node writes (patches, plugin pod deletes) in flight at once, per pool (so that pools never
-#: queue behind each other). 64, as the plain loop of bench/bench_operator.py (docs/operator.md).
+#: queue behind each other). 64, as the plain loop of bench/bench_operator.py (docs/benchmarks.md).
 WRITE_CONCURRENCY = 64
 
 
