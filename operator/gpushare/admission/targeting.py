@@ -92,7 +92,8 @@ def node_constraints(spec_path: str, spec: Mapping[str, Any]) -> Constraints:
     selector = spec.get("nodeSelector")
     base: list[Requirement] = []
     if isinstance(selector, Mapping):
-        base = [Requirement(str(k), "In", (_label_value(v),)) for k, v in selector.items()]
+        # In key order, as the apiserver stores a map: check and the webhook name them alike.
+        base = [Requirement(str(k), "In", (_label_value(selector[k]),)) for k in sorted(selector, key=str)]
     node_name = spec.get("nodeName")
     if isinstance(node_name, str) and node_name:
         base.append(Requirement(NAME_FIELD, "In", (node_name,), is_field=True))
