@@ -47,3 +47,35 @@ def test_help_lists_the_options(capsys: pytest.CaptureFixture[str]) -> None:
         "--workload-kinds",
     ):
         assert option in out
+
+
+@pytest.mark.parametrize("command", ["run", "webhook"])
+def test_a_bad_metrics_port_is_one_line(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([command, "--metrics-port", "70000"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"gpushare {command}: error: --metrics-port 70000: not a port number"
+
+
+def test_the_webhook_process_fails_like_run_on_a_missing_kubeconfig(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nope.yaml"
+    assert main(["webhook", "--kubeconfig", str(missing)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"gpushare webhook: error: kubeconfig {str(missing)!r} does not exist "
+        "(pass --kubeconfig or set KUBECONFIG)"
+    )
+
+
+def test_the_webhook_process_takes_the_webhook_options_but_not_the_operators(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["webhook", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    for option in ("--kubeconfig", "--metrics-port", "--liveness", "--webhook-port", "--webhook-local"):
+        assert option in out
+    for option in ("--peering", "--plugin-namespaces", "--namespace-for-events", "--webhook "):
+        assert option not in out

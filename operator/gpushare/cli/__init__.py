@@ -17,7 +17,7 @@ from gpushare import __version__, lazy_client
 from gpushare.manifests import ManifestError
 
 #: Sub-command modules, in the order `gpushare --help` lists them. Missing ones are skipped.
-SUBCOMMANDS = ("check", "plan", "inspect", "advise", "run", "agent", "quota")
+SUBCOMMANDS = ("check", "plan", "inspect", "advise", "run", "webhook", "agent", "quota")
 
 
 class CLIError(Exception):

@@ -66,8 +66,9 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def add_webhook_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ``--webhook*`` options of ``gpushare run``."""
+def add_webhook_arguments(parser: argparse.ArgumentParser, *, serve_flag: bool = True) -> None:
+    """The ``--webhook*`` options of ``gpushare run`` (``serve_flag``: with ``--webhook`` itself) and
+    of ``gpushare webhook``."""
     from gpushare.admission.review import MAX_REVIEW_BYTES
     from gpushare.admission.webhook_config import (
         DEFAULT_CONFIGURATION_NAME,
@@ -79,7 +80,12 @@ def add_webhook_arguments(parser: argparse.ArgumentParser) -> None:
     from gpushare.webhook.options import DEFAULT_SECRET
 
     g = parser.add_argument_group("admission webhook")
-    g.add_argument("--webhook", action="store_true", help="serve the validating admission webhook")
+    if serve_flag:
+        g.add_argument(
+            "--webhook", action="store_true",
+            help="serve the validating admission webhook in this process too (`gpushare webhook` serves it"
+            " in a process of its own, as the chart and manifests do)",
+        )  # fmt: skip
     g.add_argument("--webhook-port", type=int, default=DEFAULT_PORT, help="HTTPS port (default 9443)")
     g.add_argument("--webhook-addr", default="127.0.0.1", help="listen address (0.0.0.0 in a pod)")
     g.add_argument(
@@ -180,14 +186,10 @@ async def _namespace_exists(args: argparse.Namespace, namespace: str) -> bool:
         return await namespace_exists(api, namespace)
 
 
-def run(args: argparse.Namespace) -> int:
-    import kopf
-
-    from gpushare.handlers.options import RunOptions
-    from gpushare.handlers.state import OperatorState
-    from gpushare.handlers.watch import NodeViewListener
+def prepare(args: argparse.Namespace, webhook: bool) -> None:
+    """What ``gpushare run`` and ``gpushare webhook`` check before starting (one line, exit 2, on a
+    bad port, an unusable kubeconfig or a missing webhook namespace), then logging."""
     from gpushare.k8s.client import KubeConfigError, load_configuration
-    from gpushare.k8s.cluster import parse_plugin_namespaces
 
     if args.metrics_port < 0 or args.metrics_port > 65535:
         raise CLIError(f"--metrics-port {args.metrics_port}: not a port number")
@@ -195,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
         asyncio.run(load_configuration(args.kubeconfig, context=args.context))
     except KubeConfigError as exc:
         raise CLIError(str(exc)) from None
-    if args.webhook and args.webhook_local and args.webhook_cert_files is None:
+    if webhook and args.webhook_local and args.webhook_cert_files is None:
         namespace = args.webhook_namespace
         if not asyncio.run(_namespace_exists(args, namespace)):
             raise CLIError(
@@ -207,6 +209,17 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger("aiohttp.access").propagate = False
     if not args.verbose:
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+
+
+def run(args: argparse.Namespace) -> int:
+    import kopf
+
+    from gpushare.handlers.options import RunOptions
+    from gpushare.handlers.state import OperatorState
+    from gpushare.handlers.watch import NodeViewListener
+    from gpushare.k8s.cluster import parse_plugin_namespaces
+
+    prepare(args, args.webhook)
 
     import gpushare.handlers  # noqa: F401 - registers the handlers
 

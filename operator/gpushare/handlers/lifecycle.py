@@ -13,7 +13,7 @@ from gpushare import lazy_client, metrics
 from gpushare.demand_loop import DemandTracker
 from gpushare.handlers import watch
 from gpushare.handlers.state import OperatorState, Started
-from gpushare.k8s.client import load_configuration, new_api_client
+from gpushare.k8s.client import kopf_connection, load_configuration, new_api_client
 from gpushare.k8s.cluster import Cluster
 from gpushare.k8s.rest import ApiError
 from gpushare.k8s.retry import ApiUnavailable
@@ -104,23 +104,7 @@ async def close(memo: OperatorState, **_: Any) -> None:
 async def login(memo: OperatorState, **_: Any) -> kopf.ConnectionInfo:
     """Kopf's own watches use the same credentials as gpushare (``--kubeconfig`` or in-cluster)."""
     options = memo.options
-    cfg = await load_configuration(options.kubeconfig, context=options.context)
-    keys = cfg.api_key or {}
-    token = keys.get("BearerToken") or keys.get("authorization")
-    prefix = (cfg.api_key_prefix or {}).get("BearerToken")
-    if token and not prefix:
-        token = token.removeprefix("Bearer ").removeprefix("bearer ")
-    return kopf.ConnectionInfo(
-        server=str(cfg.host),
-        ca_path=cfg.ssl_ca_cert,
-        insecure=not cfg.verify_ssl,
-        token=token or None,
-        certificate_path=cfg.cert_file,
-        private_key_path=cfg.key_file,
-        username=cfg.username or None,
-        password=cfg.password or None,
-        default_namespace=options.events_namespace,
-    )
+    return await kopf_connection(options.kubeconfig, options.context, options.events_namespace)
 
 
 @kopf.on.probe(id="pools")

@@ -23,11 +23,15 @@ import os
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import aiohttp
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio.config import incluster_config, kube_config
 from kubernetes_asyncio.config.config_exception import ConfigException
+
+if TYPE_CHECKING:
+    import kopf
 
 #: What the layers above ``gpushare.k8s`` name the transport by (they never import kubernetes_asyncio).
 ApiClient = k8s_client.ApiClient
@@ -139,6 +143,32 @@ def trust_env(environ: Mapping[str, str] | None = None) -> bool:
     half the client's CPU per node patch, 0.5 of 1.0 ms, measured with bench/bench_operator.py's
     loop)."""
     return not env_lookups_find_nothing(environ)
+
+
+async def kopf_connection(
+    kubeconfig: str | None, context: str | None = None, default_namespace: str | None = None
+) -> kopf.ConnectionInfo:
+    """What a ``@kopf.on.login`` handler returns: Kopf's own watches use the same credentials as
+    gpushare (``--kubeconfig`` or in-cluster)."""
+    import kopf
+
+    cfg = await load_configuration(kubeconfig, context=context)
+    keys = cfg.api_key or {}
+    token = keys.get("BearerToken") or keys.get("authorization")
+    prefix = (cfg.api_key_prefix or {}).get("BearerToken")
+    if token and not prefix:
+        token = token.removeprefix("Bearer ").removeprefix("bearer ")
+    return kopf.ConnectionInfo(
+        server=str(cfg.host),
+        ca_path=cfg.ssl_ca_cert,
+        insecure=not cfg.verify_ssl,
+        token=token or None,
+        certificate_path=cfg.cert_file,
+        private_key_path=cfg.key_file,
+        username=cfg.username or None,
+        password=cfg.password or None,
+        default_namespace=default_namespace,
+    )
 
 
 def new_api_client(cfg: Configuration, *, environ: Mapping[str, str] | None = None) -> ApiClient:

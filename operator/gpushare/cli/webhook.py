@@ -1,0 +1,88 @@
+"""``gpushare webhook``: the validating admission webhook in a process of its own.
+
+The chart and the manifests run it as the ``webhook`` container of each operator pod, beside the
+``operator`` container (``gpushare run``): its own process, so its own event loop, its own GIL and
+its own CPU time. Admission latency then does not wait behind the reconciler's passes, the demand
+loop or the operator's pod and node watches (issue 40; docs/concepts/admission.md). It keeps one
+model of what the rules need: the webhook's context (``gpushare.webhook.context.ContextCache``),
+fed by its own paged Node list-watch and a Kopf index of the GPUSharePools; it reconciles
+nothing and writes nothing but its certificate Secret and the configuration's caBundle.
+
+``gpushare run --webhook`` still serves both in one process (development, ``make demo``).
+Exit 0 on SIGINT/SIGTERM; 2 on bad options or no usable kubeconfig.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import Any
+
+from gpushare.cli import CLIError
+from gpushare.cli.run import add_webhook_arguments, prepare, webhook_options
+from gpushare.log import LOG_FORMATS
+
+#: The webhook process's /metrics and liveness ports by default (the operator's are 8080 and 8081).
+DEFAULT_METRICS_PORT = 8082
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "webhook",
+        help="serve the validating admission webhook in a process of its own (no reconciling)",
+        description="Serve the gpushare admission webhook (and only it) against the cluster of"
+        " --kubeconfig (or in-cluster): its own Node watch and GPUSharePool index, its own event loop.",
+    )
+    parser.add_argument(
+        "--kubeconfig", help="kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)"
+    )
+    parser.add_argument("--context", help="kubeconfig context")
+    parser.add_argument(
+        "--metrics-port", type=int, default=DEFAULT_METRICS_PORT,
+        help=f"Prometheus /metrics port (0 = off; default {DEFAULT_METRICS_PORT})",
+    )  # fmt: skip
+    parser.add_argument("--metrics-addr", default="127.0.0.1", help="address for /metrics (0.0.0.0 in a pod)")
+    parser.add_argument(
+        "--liveness",
+        metavar="URL",
+        help="Kopf liveness endpoint, e.g. http://0.0.0.0:8083/healthz (off by default)",
+    )
+    parser.add_argument("--log-format", choices=LOG_FORMATS, default="console")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    add_webhook_arguments(parser, serve_flag=False)
+    parser.set_defaults(func=serve)
+
+
+def serve(args: argparse.Namespace) -> int:
+    import kopf
+
+    from gpushare import metrics
+    from gpushare.k8s.client import kopf_connection
+    from gpushare.webhook.registration import register as register_webhook
+
+    prepare(args, webhook=True)
+    registry = kopf.OperatorRegistry()
+    try:  # its own Node list-watch feeds its context (``watch_nodes``)
+        register_webhook(registry, webhook_options(args), watch_nodes=True)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+
+    @kopf.on.login(registry=registry)
+    async def login(**_: Any) -> kopf.ConnectionInfo:
+        return await kopf_connection(args.kubeconfig, args.context)
+
+    @kopf.on.startup(id="gpushare-webhook-process", registry=registry)
+    def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.posting.enabled = False  # it posts no Events: decisions are in its log and metrics
+        settings.watching.server_timeout = 300
+        metrics.serve(args.metrics_port, args.metrics_addr)
+
+    try:
+        asyncio.run(
+            kopf.operator(
+                registry=registry, clusterwide=True, standalone=True, liveness_endpoint=args.liveness
+            )
+        )
+    except KeyboardInterrupt:
+        return 0
+    return 0
