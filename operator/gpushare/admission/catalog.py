@@ -74,9 +74,9 @@ class CelForm:
 
 @dataclass(frozen=True)
 class PodCelForm:
-    """A stateless rule on a field of a GPU-sharing pod's spec, in CEL: ``broken`` over the pod
-    spec ``p`` (the policy adds "and a container asks for GPU sharing"); the message is the case's,
-    after ``<pod spec path>.<field>=<value>``, with ``value`` and ``values`` CEL strings over ``p``."""
+    """A stateless rule on a field of a GPU-sharing pod's spec, in CEL: ``broken`` over a pod spec
+    ``p`` (the policy adds "and the object asks for GPU sharing"); the message is the case's, after
+    ``<pod spec path>.<field>=<value>``, with ``value`` and ``values`` CEL strings over ``p``."""
 
     broken: str
     case: str
@@ -467,8 +467,10 @@ NODE_NAME_SET = AdmissionRule(
         values={"node": cel.clipped("p.nodeName")},
         summary="is bound to a node by spec.nodeName, bypassing GPU-sharing scheduling",
     ),
-    differs="for a kind whose pod templates sit under a wildcard (a map of replica specs, a list of"
-    " groups) the policy's message is the rule's summary, without the template's path",
+    differs="the policy judges the object: in a kind with several pod templates it denies nodeName on"
+    " one template when another asks for GPU sharing (the webhook and `check` judge each template);"
+    " for templates under a wildcard (a map of replica specs, a list of groups) its message is the"
+    " rule's summary, without the template's path",
 )
 
 SHARED_WITH_WHOLE_GPU = AdmissionRule(

@@ -133,7 +133,7 @@ class KindPaths:
     plural: str
     containers: tuple[tuple[str, str], ...] = ()  # (container path, label)
     labels: tuple[str, ...] = ()  # paths of pod label maps
-    pods: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (pod spec path, its relative container paths)
+    pod_specs: tuple[str, ...] = ()  # paths of the pod specs
 
     def all_containers(self) -> list[tuple[str, str]]:
         return list(self.containers)
@@ -150,8 +150,7 @@ def kind_paths(kind: WorkloadKind) -> KindPaths | None:
             parse_path(path)
     except PathError:
         return None
-    pods = tuple((source.path, source.containers) for source in kind.sources)
-    return KindPaths(kind.group, kind.plural, containers, labels, pods)
+    return KindPaths(kind.group, kind.plural, containers, labels, tuple(s.path for s in kind.sources))
 
 
 # --- expression building blocks --------------------------------------------------------------------
@@ -168,8 +167,8 @@ _str = string_literal
 class _Vars:
     """Fresh comprehension variable names (nested macros must not shadow each other)."""
 
-    def __init__(self, start: int = 0) -> None:
-        self.n = start
+    def __init__(self) -> None:
+        self.n = 0
 
     def __call__(self, prefix: str) -> str:
         self.n += 1
@@ -220,30 +219,6 @@ def _gpu_key(var: str) -> str:
 def container_asks_gpu(container: str) -> str:
     """Any ``aliyun.com/gpu*`` name in the container's requests or limits."""
     return f"({_any_key(container, 'requests', _gpu_key)} || {_any_key(container, 'limits', _gpu_key)})"
-
-
-def asks_sharing(container: str) -> str:
-    """The container asks for GPU sharing: ``aliyun.com/gpu-mem`` or ``gpu-core.percentage`` among
-    its limits or requests (the rules engine's GPU containers)."""
-
-    def named(where: str) -> str:
-        m = f"{container}.resources.{where}"
-        return f"(has({m}) && ({_str(MEM)} in {m} || {_str(CORE)} in {m}))"
-
-    return f"(has({container}.resources) && ({named('limits')} || {named('requests')}))"
-
-
-def sharing_pods_where(path: str, containers: Sequence[str], test: str, var: str = "p") -> str:
-    """Some pod spec at ``path`` (a table path) has a container asking for GPU sharing (at the
-    relative ``containers`` paths) and ``test`` (CEL over ``var``, the pod spec)."""
-
-    def leaf(node: str) -> str:
-        asks = " || ".join(
-            _walk(var, parse_path(rel), asks_sharing, "exists", _Vars(100)) for rel in containers
-        )
-        return f"[{node}].exists({var}, ({test}) && ({asks}))"
-
-    return _walk("object", parse_path(path), leaf, "exists", _Vars())
 
 
 def is_flat(path: str) -> bool:

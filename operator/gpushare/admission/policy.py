@@ -38,10 +38,10 @@ from gpushare.admission.cel import (
     container_groups_variable,
     containers_variable,
     entry,
+    exists_at,
     gpu_entries,
     gpu_sharing_anywhere,
     is_flat,
-    sharing_pods_where,
     string_literal,
     uncovered,
 )
@@ -128,38 +128,31 @@ def pod_rule_validation(
     rule: AdmissionRule,
     kinds: Sequence[KindPaths],
     *,
+    gpu_var: str = "variables.gpu",
+    groups_var: str | None = "variables.gpuGroups",
     name_var: str = "variables.objectName",
-    resource_var: str = "variables.resource",
 ) -> dict[str, str]:
-    """The VAP validation of a stateless rule on a GPU-sharing pod's spec (``rule.pod_cel``): each
-    pod spec path of the kinds, tested only for the kinds that have it. A path without wildcards
+    """The VAP validation of a stateless rule on a pod spec's field (``rule.pod_cel``): broken
+    when the object asks for GPU sharing (a GPU entry with gpu-mem or gpu-core.percentage) and a
+    pod spec of it, at any of the kinds' pod spec paths, breaks the form. A path without wildcards
     gets the engine's message (the value read from its one pod spec), others the rule's summary."""
     form = rule.pod_cel
     assert form is not None
-    per: dict[tuple[str, tuple[str, ...]], list[str]] = {}
-    for kind in kinds:
-        for path, rels in kind.pods:
-            per.setdefault((path, rels), []).append(f"{kind.group}/{kind.plural}")
-    everywhere = len(per) == 1 and len(next(iter(per.values()))) == len(kinds)
+    sharing = "e.mn != -2 || e.cn != -2"
+    asks = f"{gpu_var}.exists(e, {sharing})"
+    if groups_var is not None:
+        asks = f"({asks} || {groups_var}.exists(g, g.exists(e, {sharing})))"
+    paths = list(dict.fromkeys(path for kind in kinds for path in kind.pod_specs))
+    at = {path: exists_at(path, lambda node: f"[{node}].exists(p, {form.broken})") for path in paths}
     summary = f"a pod {form.summary} {rule.tag}"
-    checks: list[str] = []
     message = f"{name_var} + ': ' + {string_literal(summary)}"
-    for (path, rels), resources in reversed(list(per.items())):
-        broken = sharing_pods_where(path, rels, form.broken)
-        if not everywhere:
-            known = ", ".join(string_literal(r) for r in resources)
-            broken = f"({resource_var} in [{known}] && {broken})"
-        checks.insert(0, f"!{broken}")
+    for path in reversed(paths):
         if is_flat(path):
-            text = cel_message(
-                rule,
-                CelMessage(
-                    "true", form.case, string_literal(f"{path}.{form.field}"), form.value, form.values
-                ),
-            )
-            message = f"({broken} ? {name_var} + ': ' + [object.{path}].map(p, {text})[0] : {message})"
+            field = string_literal(f"{path}.{form.field}")
+            text = cel_message(rule, CelMessage("true", form.case, field, form.value, form.values))
+            message = f"({at[path]} ? {name_var} + ': ' + [object.{path}].map(p, {text})[0] : {message})"
     return {
-        "expression": " && ".join(checks),
+        "expression": f"!{asks} || !({' || '.join(at.values())})",
         "messageExpression": message,
         "message": summary,
         "reason": "Invalid",
@@ -228,7 +221,7 @@ def build_policy(
     validations = [
         rule_validation(rule, paths, groups_var="variables.gpuGroups" if grouped else None)
         if rule.cel is not None
-        else pod_rule_validation(rule, paths)
+        else pod_rule_validation(rule, paths, groups_var="variables.gpuGroups" if grouped else None)
         for rule in STATELESS
     ]
     condition = gpu_sharing_anywhere(paths)
