@@ -5,6 +5,7 @@ Whether the CEL *means* what the rules engine means is tested against the real a
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -276,3 +277,12 @@ def test_chart_policy_spec_is_current() -> None:
     spec.loader.exec_module(module)
     path = REPO / "charts" / "gpushare-operator" / "files" / "policy-spec.yaml"
     assert path.read_text() == module.render_policy(), "stale: run 'make manifests'"
+
+
+def test_each_shipped_policy_fits_kubectls_last_applied_annotation() -> None:
+    """A client-side ``kubectl apply`` keeps the whole object, as JSON, in its
+    last-applied-configuration annotation, and the apiserver refuses annotations over 256 KiB
+    (the manifests test applies them that way)."""
+    for policy in build_policies():
+        size = len(json.dumps(policy, separators=(",", ":")))
+        assert size < 256 * 1024 - 16 * 1024, (policy["metadata"]["name"], size)
