@@ -139,9 +139,12 @@ async def test_operator_and_agent_pods_run_and_pdb_allows_one_disruption(install
 
         dep = await wait_for(deployment_available, what="gpushare-operator 2/2 available", timeout_s=60)
         tmpl = dep.spec.template.spec
-        assert tmpl.containers[0].command == ["gpushare", "run"]
-        assert "--peering=gpushare-operator" in tmpl.containers[0].args
-        assert {p.container_port for p in tmpl.containers[0].ports} == {8080, 8081, 9443}
+        operator, webhook = tmpl.containers  # the reconciler and the webhook, a process each
+        assert operator.command == ["gpushare", "run"]
+        assert "--peering=gpushare-operator" in operator.args
+        assert {p.container_port for p in operator.ports} == {8080, 8081}
+        assert webhook.command == ["gpushare", "webhook"]
+        assert {p.container_port for p in webhook.ports} == {9443, 8082, 8083}
 
         async def agents_ready() -> bool:
             ds = await apps.read_namespaced_daemon_set("gpushare-agent", NS)

@@ -101,7 +101,7 @@ class Release:
         for prev in ("--previous", ""):
             res = subprocess.run(
                 ["kubectl", "logs", "-n", NS, "-l", "app.kubernetes.io/component=operator", "--prefix",
-                 "--tail=15", *([prev] if prev else [])],
+                 "--all-containers", "--tail=15", *([prev] if prev else [])],
                 env=self.env, capture_output=True, text=True, timeout=60, check=False,
             )  # fmt: skip
             logs += f"--- operator logs {prev} ---\n{res.stdout[-4000:]}{res.stderr[-500:]}\n"
@@ -205,7 +205,7 @@ def test_operator_and_webhook_pods_ready_with_leader_election(release: Release) 
     # Mandatory peering: each replica starts paused, and Kopf resumes the one that sees no live peer
     # of a higher priority; a replica that sees one later pauses again.
     def active(name: str) -> bool:
-        log = release.kubectl("logs", "-n", NS, name, check=False).stdout
+        log = release.kubectl("logs", "-n", NS, name, "-c", "operator", check=False).stdout
         return log.rfind("Resuming operations") > log.rfind("Pausing operations")
 
     def one_leader() -> bool:
@@ -220,7 +220,9 @@ def test_operator_and_webhook_pods_ready_with_leader_election(release: Release) 
         lines = {
             n: [
                 ln[:300]
-                for ln in release.kubectl("logs", "-n", NS, n, check=False).stdout.splitlines()
+                for ln in release.kubectl(
+                    "logs", "-n", NS, n, "-c", "operator", check=False
+                ).stdout.splitlines()
                 if "operations" in ln or "peer" in ln.lower() or "priority" in ln
             ]
             for n in names

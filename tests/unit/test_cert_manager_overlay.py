@@ -43,8 +43,10 @@ def test_serving_certificate_matches_the_webhook_service_and_the_mounted_secret(
     assert cert["spec"]["issuerRef"]["name"] in {k[2] for k in objs if k[0] == "Issuer"}
 
     pod = objs[("Deployment", "gpushare-system", "gpushare-operator")]["spec"]["template"]["spec"]
-    container = pod["containers"][0]
+    container = next(c for c in pod["containers"] if c["name"] == "webhook")  # gpushare webhook
     assert "--webhook-cert-files=/certs" in container["args"]
+    (operator,) = [c for c in pod["containers"] if c["name"] == "operator"]
+    assert not any(a.startswith("--webhook") for a in operator["args"])
     mount = next(m for m in container["volumeMounts"] if m["mountPath"] == "/certs")
     volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
     assert volume["secret"]["secretName"] == cert["spec"]["secretName"]

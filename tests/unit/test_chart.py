@@ -108,9 +108,18 @@ def leaf_diff(a: Any, b: Any, path: str = "") -> list[tuple[str, str, str]]:
     return [] if a == b else [(path or ".", json.dumps(a), json.dumps(b))]
 
 
-def container(objs: dict[Key, dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
-    ctr: dict[str, Any] = objs[(kind, NS, name)]["spec"]["template"]["spec"]["containers"][0]
+def container(
+    objs: dict[Key, dict[str, Any]], kind: str, name: str, ctr_name: str | None = None
+) -> dict[str, Any]:
+    """The first container of a workload, or the one named ``ctr_name``."""
+    containers = objs[(kind, NS, name)]["spec"]["template"]["spec"]["containers"]
+    ctr: dict[str, Any] = next(c for c in containers if ctr_name in (None, c["name"]))
     return ctr
+
+
+def webhook_container(objs: dict[Key, dict[str, Any]]) -> dict[str, Any]:
+    """The operator pod's ``webhook`` container (``gpushare webhook``)."""
+    return container(objs, "Deployment", "gpushare-operator", "webhook")
 
 
 # --- lint and the single source of truth -------------------------------------------------------
@@ -203,9 +212,9 @@ def test_webhooks_equal_the_generated_configuration(
     objs = template(helm_bin, *sets)
     vwc = objs[("ValidatingWebhookConfiguration", "", "gpushare-webhook")]
     assert vwc["webhooks"] == build_configuration(settings)["webhooks"]
-    args = container(objs, "Deployment", "gpushare-operator")["args"]
-    # The operator gets the same policy (it only writes caBundle in-cluster, but its local mode
-    # and its logs use these).
+    args = webhook_container(objs)["args"]
+    # The webhook process gets the same policy (it only writes caBundle in-cluster, but its local
+    # mode and its logs use these).
     if settings.failure_policy != "Fail":
         assert f"--webhook-failure-policy={settings.failure_policy}" in args
     if settings.timeout_seconds != 5:
@@ -259,8 +268,12 @@ def test_image_replicas_resources(helm_bin: str) -> None:
     )  # fmt: skip
     dep = objs[("Deployment", NS, "gpushare-operator")]
     assert dep["spec"]["replicas"] == 3
-    for kind, name in (("Deployment", "gpushare-operator"), ("DaemonSet", "gpushare-agent")):
-        ctr = container(objs, kind, name)
+    for kind, name, ctr_name in (
+        ("Deployment", "gpushare-operator", "operator"),
+        ("Deployment", "gpushare-operator", "webhook"),
+        ("DaemonSet", "gpushare-agent", None),
+    ):
+        ctr = container(objs, kind, name, ctr_name)
         assert ctr["image"] == "registry.example/gpushare:1.2.3"
         assert ctr["imagePullPolicy"] == "Always"
         assert objs[(kind, NS, name)]["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "pull"}]
@@ -340,7 +353,7 @@ def test_extra_workload_kinds_become_a_mounted_file_and_the_flag(helm_bin: str) 
     cm = objs[("ConfigMap", NS, "gpushare-workload-kinds")]
     assert yaml.safe_load(cm["data"]["workload-kinds.yaml"]) == kinds
     dep = objs[("Deployment", NS, "gpushare-operator")]
-    ctr = dep["spec"]["template"]["spec"]["containers"][0]
+    ctr = webhook_container(objs)  # only the webhook reads the kinds
     assert "--workload-kinds=/etc/gpushare/workload-kinds.yaml" in ctr["args"]
     mount = next(m for m in ctr["volumeMounts"] if m["name"] == "workload-kinds")
     assert mount == {"name": "workload-kinds", "mountPath": "/etc/gpushare", "readOnly": True}
@@ -359,7 +372,8 @@ def test_extra_workload_kinds_become_a_mounted_file_and_the_flag(helm_bin: str) 
     assert ("ConfigMap", NS, "gpushare-workload-kinds") not in default
     assert not any(
         a.startswith("--workload-kinds")
-        for a in container(default, "Deployment", "gpushare-operator")["args"]
+        for ctr in default[("Deployment", NS, "gpushare-operator")]["spec"]["template"]["spec"]["containers"]
+        for a in ctr["args"]
     )
 
 
@@ -589,15 +603,22 @@ def test_make_helm_says_how_to_put_helm_on_path(helm_bin: str) -> None:
     assert printed.stdout == f"{bin_dir / 'helm'}\n"
 
 
-def test_network_policy_opens_only_the_three_ports_and_takes_the_peers_given(helm_bin: str) -> None:
+def test_network_policy_opens_only_the_pods_ports_and_takes_the_peers_given(helm_bin: str) -> None:
     key = ("NetworkPolicy", NS, "gpushare-operator")
     policy = template(helm_bin)[key]
     assert policy["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "gpushare-operator"}}
-    rules = {r["ports"][0]["port"]: r.get("from") for r in policy["spec"]["ingress"]}
-    assert rules == {"webhook": None, "metrics": [{"namespaceSelector": {}}], "health": None}
-    # Every port the policy names is a port of the operator's container.
+    rules = {p["port"]: r.get("from") for r in policy["spec"]["ingress"] for p in r["ports"]}
+    assert rules == {
+        "webhook": None,
+        "metrics": [{"namespaceSelector": {}}],
+        "webhook-metrics": [{"namespaceSelector": {}}],
+        "health": None,
+        "webhook-health": None,
+    }
+    # Every port the policy names is a port of the pod's containers (operator and webhook), and
+    # every port of theirs is named.
     deployment = template(helm_bin)[("Deployment", NS, "gpushare-operator")]
-    ports = {p["name"] for p in deployment["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    ports = {p["name"] for c in deployment["spec"]["template"]["spec"]["containers"] for p in c["ports"]}
     assert set(rules) == ports
     narrowed = template(helm_bin, 'json:networkPolicy.webhookFrom=[{"ipBlock":{"cidr":"10.0.0.0/24"}}]')[key]
     webhook = next(r for r in narrowed["spec"]["ingress"] if r["ports"][0]["port"] == "webhook")

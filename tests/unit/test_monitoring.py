@@ -207,11 +207,14 @@ def test_service_monitor_scrapes_the_metrics_service() -> None:
     ]
     assert [s["metadata"]["name"] for s in services] == ["gpushare-operator-metrics"]
     (svc,) = services
-    (endpoint,) = sm["spec"]["endpoints"]
-    assert endpoint["port"] in {p["name"] for p in svc["spec"]["ports"]}
+    # One endpoint per container: the operator's metrics and the webhook's.
+    assert [e["port"] for e in sm["spec"]["endpoints"]] == ["metrics", "webhook-metrics"]
+    assert {e["port"] for e in sm["spec"]["endpoints"]} <= {p["name"] for p in svc["spec"]["ports"]}
     (deploy,) = [o for o in objs if o["kind"] == "Deployment"]
-    args = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert "--metrics-addr=0.0.0.0" in args, "the operator must listen beyond loopback to be scraped"
+    for ctr in deploy["spec"]["template"]["spec"]["containers"]:
+        assert "--metrics-addr=0.0.0.0" in ctr["args"], (
+            f"{ctr['name']} must listen beyond loopback to be scraped"
+        )
     # the alerts select job="<value of the Service's jobLabel label>"
     job = svc["metadata"]["labels"][sm["spec"]["jobLabel"]]
     assert all(f'job="{job}"' in r["expr"] for r in _alerts() if re.search(r"\bup\{", r["expr"])), (
