@@ -332,20 +332,35 @@ async def wait_webhook_answers(api: client.ApiClient, limit_s: float = 120.0) ->
         await asyncio.sleep(0.5)
 
 
-def start_webhook(
-    kubeconfig: Path, port: int, cert_dir: Path, metrics_port: int, via_kopf: bool
-) -> subprocess.Popen[bytes]:
-    """``gpushare run --webhook --webhook-local`` as its own process (its own CPU time and GIL)."""
-    log = (Path(tempfile.gettempdir()) / "gpushare-bench-webhook.log").open("w")
-    return subprocess.Popen(
-        [
-            sys.executable, "-m", "gpushare", "run", "--kubeconfig", str(kubeconfig),
-            "--metrics-port", str(metrics_port), "--webhook", "--webhook-local", "--webhook-port", str(port),
-            "--webhook-cert-dir", str(cert_dir), "--webhook-namespace", OPERATOR_NS,
-            *(["--webhook-via-kopf"] if via_kopf else []),
-        ],
+def start_gpushare(
+    kubeconfig: Path, port: int, cert_dir: Path, metrics_port: int, via_kopf: bool, shared: bool
+) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes] | None]:
+    """The operator and the webhook as shipped: ``gpushare run`` and ``gpushare webhook
+    --webhook-local``, a process each (the chart's two containers); with ``shared``, one
+    ``gpushare run --webhook --webhook-local`` process serving both (the design before issue 40).
+    Returns (the process serving the webhook, the operator's process when it is another)."""
+    tmp = Path(tempfile.gettempdir())
+    webhook_args = [
+        "--metrics-port", str(metrics_port), "--webhook-local", "--webhook-port", str(port),
+        "--webhook-cert-dir", str(cert_dir), "--webhook-namespace", OPERATOR_NS,
+        *(["--webhook-via-kopf"] if via_kopf else []),
+    ]  # fmt: skip
+    base = [sys.executable, "-m", "gpushare"]
+    if shared:
+        cmd = [*base, "run", "--kubeconfig", str(kubeconfig), "--webhook", *webhook_args]
+        log = (tmp / "gpushare-bench-webhook.log").open("w")
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True), None
+    op_log = (tmp / "gpushare-bench-operator.log").open("w")
+    operator = subprocess.Popen(
+        [*base, "run", "--kubeconfig", str(kubeconfig), "--metrics-port", "0"],
+        stdout=op_log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    log = (tmp / "gpushare-bench-webhook.log").open("w")
+    webhook = subprocess.Popen(
+        [*base, "webhook", "--kubeconfig", str(kubeconfig), *webhook_args],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
+    return webhook, operator
 
 
 def stop_webhook(proc: subprocess.Popen[bytes]) -> None:
@@ -538,7 +553,12 @@ async def install(
         before = await noop_count(noop_port, cafile)
         await dry_run(api, gpu_pod("probe-noop"))
         noop_called = await noop_count(noop_port, cafile) > before
-        if (policy, workloads, webhook, noop_called) == (want_policy, want_workloads, want_webhook, want_noop):
+        if (policy, workloads, webhook, noop_called) == (
+            want_policy,
+            want_workloads,
+            want_webhook,
+            want_noop,
+        ):
             await asyncio.sleep(1.0)  # what the apiserver still does after a change settles first
             return
         if time.monotonic() > deadline:
@@ -560,9 +580,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 
             port, metrics_port = free_port(), free_port()
             cert_dir = Path(tempfile.mkdtemp(prefix="gpushare-bench-certs-"))
-            proc = await asyncio.to_thread(
-                start_webhook, info.kubeconfig, port, cert_dir, metrics_port, args.via_kopf
+            shared = args.webhook_process == "shared"
+            proc, operator = await asyncio.to_thread(
+                start_gpushare, info.kubeconfig, port, cert_dir, metrics_port, args.via_kopf, shared
             )
+            results["webhook_process"] = args.webhook_process
             auth = {"Authorization": f"Bearer {info.token}"}
             apiserver_metrics = f"{info.server.rstrip('/')}/metrics"
             hook_metrics = f"http://127.0.0.1:{metrics_port}/metrics"
@@ -609,6 +631,10 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                                 if column in ("webhook", "shipped", "all") and gpu:
                                     connections.append(established(port))
                         print(f"# round {r + 1}/{args.rounds} done", file=sys.stderr)
+                    if args.burst:
+                        results["burst"] = await burst_scenario(
+                            api, args, vwc, noop, noop_port, cafile, proc.pid, (operator or proc).pid
+                        )
                 finally:
                     await asyncio.to_thread(stop_webhook, noop_proc)
                 results["creates"] = {k: summary(v) for k, v in phases.items()}
@@ -629,6 +655,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 results["load_average_end"] = os.getloadavg()
             finally:
                 await asyncio.to_thread(stop_webhook, proc)
+                if operator is not None:
+                    await asyncio.to_thread(stop_webhook, operator)
                 adm = client.AdmissionregistrationV1Api(api)
                 for delete, name in (
                     (adm.delete_validating_webhook_configuration, CONFIGURATION),
@@ -655,6 +683,68 @@ COLUMN_TEXT = {
     "shipped": "shipped default (failurePolicy Fail): webhook + workload kinds' policy",
     "all": "webhook + both policies (as shipped for failurePolicy Ignore)",
 }
+
+
+#: The burst scenario's columns: nothing, the no-op floor, what is shipped.
+BURST_COLUMNS = ("none", "noop", "shipped")
+
+
+def burst_pod(name: str) -> dict[str, Any]:
+    """A GPU pod asking for a whole GPU's compute on the core_mem pool: a few fill its nodes, the
+    rest stay Pending (pending pods, status.demand, the operator's pod watch)."""
+    pod = gpu_pod(name)
+    pod["spec"]["containers"][0]["resources"]["limits"][c.RES_GPU_CORE] = "100"
+    return pod
+
+
+async def burst_scenario(
+    api: client.ApiClient,
+    args: argparse.Namespace,
+    vwc: dict[str, Any],
+    noop: dict[str, Any],
+    noop_port: int,
+    cafile: Path,
+    webhook_pid: int,
+    operator_pid: int,
+) -> dict[str, Any]:
+    """GPU pods created in bursts into full pools while the operator works. Each round first
+    starts a rollout (the gpu-core pool's placement flips: every node relabelled, its plugin
+    restarted), then creates ``--burst`` pods per column, in alternating columns; no pod is
+    deleted until the end, so the pending pods pile up (``rounds x columns x burst``) and the
+    demand loop has more to compute each round. The operator's and the webhook's CPU seconds over
+    the whole scenario are read from /proc."""
+    co = client.CustomObjectsApi(api)
+    core = client.CoreV1Api(api)
+    latencies: dict[str, list[float]] = {}
+    cpu0 = {"operator": cpu_seconds(operator_pid), "webhook": cpu_seconds(webhook_pid)}
+    started = time.perf_counter()
+    for r in range(args.rounds):
+        placement = "spread" if r % 2 == 0 else "binpack"
+        await co.patch_cluster_custom_object(  # type: ignore[call-arg]
+            c.GROUP, c.VERSION, c.PLURAL, "gpu-core", {"spec": {"placement": placement}},
+            _content_type="application/merge-patch+json",
+        )  # fmt: skip
+        for column in BURST_COLUMNS:
+            await install(api, column, vwc, noop, noop_port, cafile)
+            out = latencies.setdefault(column, [])
+            for i in range(args.burst):
+                body = burst_pod(f"burst-r{r}-{column}-{i}")
+                start = time.perf_counter()
+                await core.create_namespaced_pod(BENCH_NS, body)  # type: ignore[arg-type]
+                out.append(time.perf_counter() - start)
+        print(f"# burst round {r + 1}/{args.rounds} done", file=sys.stderr)
+    elapsed = time.perf_counter() - started
+    cpu = {k: cpu_seconds(pid) - cpu0[k] for k, pid in (("operator", operator_pid), ("webhook", webhook_pid))}
+    pods = await core.list_namespaced_pod(BENCH_NS)
+    pending = sum(1 for p in pods.items if p.status.phase == "Pending")
+    await core.delete_collection_namespaced_pod(BENCH_NS, grace_period_seconds=0)
+    return {
+        "creates": {k: summary(v) for k, v in latencies.items()},
+        "seconds": elapsed,
+        "cpu_s": cpu,
+        "pods": len(pods.items),
+        "pending_at_end": pending,
+    }
 
 
 def _ratio(added: float, floor: float) -> str:
@@ -687,7 +777,9 @@ def render(results: dict[str, Any]) -> str:
             # Each percentile's ratio on its own: a p99 floor that is not above "nothing" (noise at a
             # few hundred creates) must not blank the p50 ratio too.
             ratio = (
-                f"{_ratio(add50, floor50)} | {_ratio(add99, floor99)}" if column not in ("none", "noop") else " | "
+                f"{_ratio(add50, floor50)} | {_ratio(add99, floor99)}"
+                if column not in ("none", "noop")
+                else " | "
             )
             lines.append(
                 f"| {label} | {COLUMN_TEXT[column]} | {r['creates']} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} |"
@@ -696,6 +788,30 @@ def render(results: dict[str, Any]) -> str:
         for column in ("shipped", "all"):
             ratio_all = cr[f"{column}/{pod}"]["p50_ms"] / base["p50_ms"]
             lines.append(f"| {label} | {column} ÷ nothing (p50) | | {ratio_all:.2f}x | | | | | |")
+    burst = results.get("burst")
+    if burst:
+        bc = burst["creates"]
+        base, floor = bc["none"], bc["noop"]
+        floor50, floor99 = floor["p50_ms"] - base["p50_ms"], floor["p99_ms"] - base["p99_ms"]
+        lines += [
+            "",
+            f"Burst into full pools while the operator works ({burst['pods']} GPU pods created,"
+            f" {burst['pending_at_end']} Pending at the end; a rollout started each round;"
+            f" {burst['seconds']:.0f} s; CPU seconds over the scenario: operator"
+            f" {burst['cpu_s']['operator']:.1f}, webhook {burst['cpu_s']['webhook']:.1f}"
+            f"{' (the same process)' if results.get('webhook_process') == 'shared' else ''}):",
+            "",
+            "| installed | creates | p50 ms | p99 ms | added p50 ms | added p99 ms | added ÷ no-op's p50 | p99 |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for column in BURST_COLUMNS:
+            r = bc[column]
+            add50, add99 = r["p50_ms"] - base["p50_ms"], r["p99_ms"] - base["p99_ms"]
+            ratio = f"{_ratio(add50, floor50)} | {_ratio(add99, floor99)}" if column == "shipped" else " | "
+            lines.append(
+                f"| {COLUMN_TEXT[column]} | {r['creates']} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} |"
+                f" {add50:+.2f} | {add99:+.2f} | {ratio} |"
+            )
     lines += [
         "",
         "The apiserver's own figures (GPU pods; milliseconds per created pod; the matchConditions are"
@@ -761,6 +877,14 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=500.0, help="open-loop direct requests per second")
     parser.add_argument("--via-kopf", action="store_true", help="run the webhook with --webhook-via-kopf")
     parser.add_argument("--nodes", type=int, default=30, help="kwok GPU nodes (split over 3 node pools)")
+    parser.add_argument(
+        "--burst", type=int, default=50,
+        help="GPU pods per column and round of the burst scenario (full pools, the operator working; 0 = off)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--webhook-process", choices=("own", "shared"), default="own",
+        help="own: the webhook in a process of its own, as shipped; shared: in the operator's process",
+    )  # fmt: skip
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     args = parser.parse_args()
     args.concurrency = [int(x) for x in args.concurrency.split(",")]
