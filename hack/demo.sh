@@ -68,7 +68,25 @@ stop_operator() {
   rm -f "$OP_PID_FILE"
 }
 
+PROM_DIR="$DEMO_DIR/prometheus"
+
+# A real Prometheus (Debian's package) with the shipped alert rules, scraping the operator's
+# /metrics and the kube-apiserver (docs/how-to/alerts.md); its URL is printed, demo-down stops it.
+start_prometheus() {
+  local port url
+  port="$(free_port)"
+  if ! url="$("$PY" -m gpushare.devcluster.prometheus up --dir "$PROM_DIR" --port "$port" \
+      --operator "127.0.0.1:$1" --cluster-dir "$DEMO_DIR" 2>&1)"; then
+    echo "demo: no Prometheus ($url); run 'make promtool' (Debian's prometheus package) for it"
+    return 0
+  fi
+  echo "Prometheus $url (alerts: $url/alerts, rules: $url/api/v1/rules, targets: $url/api/v1/targets)"
+}
+
+prometheus_url() { cat "$PROM_DIR/prometheus.url" 2>/dev/null; }
+
 down() {
+  "$PY" -m gpushare.devcluster.prometheus down --dir "$PROM_DIR" || true
   stop_operator
   "$PY" -m gpushare.devcluster down --dir "$DEMO_DIR"
   rm -rf "$DEMO_DIR/webhook-certs"
@@ -299,6 +317,9 @@ except RealNodeUnavailable as exc:
   echo "operator pid $(cat "$OP_PID_FILE"), metrics http://127.0.0.1:$metrics_port/metrics"
   wait_until "the webhook to answer (kubectl apply --dry-run=server of a 33 % job)" webhook_rejects_33
   echo "webhook registered and answering"
+  echo
+  bold "# Start Prometheus with the shipped alert rules, scraping the operator and the API server"
+  start_prometheus "$metrics_port"
 
   wait_until "the device plugin pods to be Ready" \
     "$KUBECTL" -n kube-system rollout status ds/gpushare-device-plugin-ds --timeout=5s
@@ -386,6 +407,14 @@ except RealNodeUnavailable as exc:
 
   if [[ "$REAL_NODES" != 0 ]]; then real_node_part; fi
 
+  local prom
+  if prom="$(prometheus_url)"; then
+    echo
+    bold "# The dashboard's queries over the demo so far, run by Prometheus ($prom)"
+    "$PY" -m gpushare.devcluster.prometheus panels --url "$prom" --since $((SECONDS - started + 60)) \
+      || die "the dashboard's queries failed against $prom"
+  fi
+
   echo
   bold "# Demo ready in $((SECONDS - started))s. The cluster and the operator keep running. Explore:"
   cat <<EOF
@@ -396,6 +425,7 @@ kubectl describe gsp cgpu
 kubectl delete gsp cgpu-no-isolation      # the operator restores those nodes' labels
 $GPUSHARE inspect -d
 tail -f $OP_LOG
+$(prometheus_url || echo "(no Prometheus: make promtool)")                   # Prometheus: alerts, rules, targets
 make demo-down                            # stop everything
 EOF
 }

@@ -13,10 +13,12 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "hack" / "demo.sh"
@@ -209,6 +211,29 @@ def test_demo_up_shows_the_product_and_down_leaves_nothing(
     ports += [int(webhook.group(1)), int(metrics.group(1))]
     assert all(_listening(p) for p in ports), ports
 
+    # the demo's Prometheus: the shipped rule groups, the operator and the API server scraped
+    prom = re.search(r"^Prometheus (http://127\.0\.0\.1:(\d+)) ", out, re.M)
+    assert prom, out
+    url = prom.group(1)
+    ports.append(int(prom.group(2)))
+    with urllib.request.urlopen(f"{url}/api/v1/rules", timeout=10) as resp:
+        groups = json.loads(resp.read())["data"]["groups"]
+    shipped = yaml.safe_load((REPO / "manifests" / "monitoring" / "prometheusrule.yaml").read_text())
+    assert {g["name"]: [r["name"] for r in g["rules"]] for g in groups} == {
+        g["name"]: [r["alert"] for r in g["rules"]] for g in shipped["spec"]["groups"]
+    }
+    deadline = time.monotonic() + 30  # the operator was restarted last: its next scrape, 5s apart
+    while True:
+        with urllib.request.urlopen(f"{url}/api/v1/targets", timeout=10) as resp:
+            targets = json.loads(resp.read())["data"]["activeTargets"]
+        health = sorted((t["labels"]["job"], t["health"]) for t in targets)
+        if health == [("apiserver", "up"), ("gpushare-operator", "up")] or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert health == [("apiserver", "up"), ("gpushare-operator", "up")], targets
+    panels = re.search(r"^dashboard panels: (\d+)/(\d+) return data", out, re.M)
+    assert panels and int(panels.group(2)) >= 19 and int(panels.group(1)) > 0, out
+
     down = subprocess.run(
         ["bash", str(SCRIPT), "down"],
         cwd=REPO,
@@ -219,6 +244,7 @@ def test_demo_up_shows_the_product_and_down_leaves_nothing(
     )
     assert down.returncode == 0, down.stderr
     assert "stopped the operator" in down.stderr and "stopped the cluster" in down.stderr, down.stderr
+    assert "stopped prometheus" in down.stderr, down.stderr
     # `down` returns once the operator and the supervisor are gone; their children die with them
     deadline = time.monotonic() + 10
     while (

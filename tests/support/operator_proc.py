@@ -96,9 +96,10 @@ class OperatorProc:
         self.stop(signal.SIGKILL)
 
 
-def launch_operator(kubeconfig: Path, log_path: Path, *extra: str) -> OperatorProc:
-    """Start ``gpushare run`` (JSON log to ``log_path``, metrics on a free port); does not wait."""
-    port = free_port()
+def launch_operator(kubeconfig: Path, log_path: Path, *extra: str, port: int | None = None) -> OperatorProc:
+    """Start ``gpushare run`` (JSON log to ``log_path``, metrics on ``port``, default a free one);
+    does not wait."""
+    port = port or free_port()
     cmd = [
         sys.executable, "-m", "gpushare", "run",
         "--kubeconfig", str(kubeconfig),
@@ -106,6 +107,6 @@ def launch_operator(kubeconfig: Path, log_path: Path, *extra: str) -> OperatorPr
         "--log-format", "json",
         *extra,
     ]  # fmt: skip
-    with log_path.open("wb") as out:
+    with log_path.open("ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     return OperatorProc(proc, log_path, port)

@@ -395,6 +395,27 @@ async def test_a_node_selected_by_two_pools_is_written_by_neither_and_reported_b
         assert conflict["status"] == "True"
 
 
+async def test_a_pool_gone_from_the_watch_loses_its_gauges_without_a_cleanup_pass() -> None:
+    """Seen live (tests/integration/test_alerts_prometheus.py): a pool deleted while it had no
+    finalizer kept exporting Conflict=1, so GPUSharePoolConflict stayed active for it."""
+    fake = FakeCluster(["n0"])
+    pools = [_pool("gone-a", "a"), _pool("gone-b", "a")]
+    rec = Reconciler(fake, clock=lambda: T0)
+    await _pass(rec, "gone-a", pools=pools, nodes=fake.views(), pods=[])
+    await rec.run_pass("gone-b")
+
+    def conflict(pool: str) -> float | None:
+        return metrics.REGISTRY.get_sample_value(
+            "gpushare_pool_condition", {"pool": pool, "condition": "Conflict"}
+        )
+
+    assert (conflict("gone-a"), conflict("gone-b")) == (1, 1)
+    rec.set_pools([pools[0]])
+    assert conflict("gone-b") is None
+    assert conflict("gone-a") == 1, "only the pool that left the watch is forgotten"
+    metrics.forget_pool("gone-a")
+
+
 async def test_an_invalid_pool_reports_all_four_conditions() -> None:
     fake = FakeCluster(["n0"])
     bad = _pool("bad", "a", mode="nonsense")

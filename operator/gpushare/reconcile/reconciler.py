@@ -117,9 +117,16 @@ class Reconciler:
             self.forget_pod(key)
 
     def set_pools(self, bodies: Iterable[Mapping[str, Any]]) -> None:
-        """The pools as the watch shows them; a spec or deletion change plans every node again."""
+        """The pools as the watch shows them; a spec or deletion change plans every node again.
+
+        A pool gone from the watch loses its gauges here too: one deleted without our finalizer
+        (never added, e.g. the finalizer patch was refused) has no cleanup pass to forget them, and
+        its last values (Conflict=1) would keep an alert active for a pool that no longer exists."""
+        before = set(self.state.bodies)
         if self.state.set_pools(bodies):
             self.wake_all()
+        for gone in sorted(before - set(self.state.bodies)):
+            metrics.forget_pool(gone)
 
     # --- passes ----------------------------------------------------------------------------------
 

@@ -1,0 +1,351 @@
+"""A real Prometheus server (Debian's ``prometheus`` package, the binary users run) for the tests
+and ``make demo``: the shipped alert rules, scraping the operator and the kube-apiserver.
+
+- ``rule_file()``: the groups of ``manifests/monitoring/prometheusrule.yaml`` (a PrometheusRule CR)
+  as the plain rule file a Prometheus without the Prometheus Operator loads.
+- ``config()``: job ``gpushare-operator`` scrapes each operator replica's ``/metrics`` and each
+  webhook's (the ports and path the ServiceMonitor selects, with its ``endpoint`` label; the job label
+  is the one the ServiceMonitor's ``jobLabel`` gives), job ``apiserver`` the kube-apiserver's
+  ``/metrics`` (the admission-webhook alerts read what it measures). Scrape and rule evaluation
+  every second here, so an alert's expression shows up as ``pending`` within seconds.
+- ``Prometheus``: start, wait ready, query (``/api/v1/query``, ``/alerts``, ``/rules``,
+  ``/targets``), stop.
+- ``panel_report()``: every dashboard panel query run against it: which return data.
+
+``python -m gpushare.devcluster.prometheus up|down|panels`` is what ``hack/demo.sh`` runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[3]
+RULES = REPO / "manifests" / "monitoring" / "prometheusrule.yaml"
+DASHBOARD = REPO / "manifests" / "monitoring" / "dashboards" / "gpushare-operator.json"
+#: The job label of the operator's targets: the ServiceMonitor's jobLabel (app.kubernetes.io/name).
+OPERATOR_JOB = "gpushare-operator"
+
+
+class PrometheusMissing(RuntimeError):
+    """No prometheus server binary: install Debian's ``prometheus`` package (``make promtool``)."""
+
+
+def find_prometheus() -> str:
+    """$PROMETHEUS, else ``prometheus`` on PATH (Debian's package: /usr/bin/prometheus)."""
+    exe = os.environ.get("PROMETHEUS") or shutil.which("prometheus")
+    if not exe:
+        for cand in ("/usr/bin/prometheus", "/usr/sbin/prometheus"):
+            if Path(cand).is_file():
+                return cand
+        raise PrometheusMissing(
+            "prometheus (the server) not found: run `make promtool` (installs Debian's prometheus "
+            "package, which ships it) or set PROMETHEUS=/path/to/prometheus"
+        )
+    return exe
+
+
+def rule_file(rules: Path = RULES) -> dict[str, Any]:
+    """The PrometheusRule CR's ``spec.groups`` as a plain Prometheus rule file."""
+    doc = yaml.safe_load(rules.read_text())
+    return {"groups": doc["spec"]["groups"]}
+
+
+@dataclass(frozen=True)
+class APIServerTarget:
+    """Where and how to scrape the kube-apiserver's /metrics (bearer token, cluster CA)."""
+
+    server: str
+    token_file: Path
+    ca_file: Path
+
+
+def config(
+    operators: Sequence[str],
+    rules_path: Path,
+    apiserver: APIServerTarget | None = None,
+    interval: str = "1s",
+    webhooks: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """The Prometheus configuration: ``operators`` are ``host:port`` of each replica's metrics,
+    ``webhooks`` of each webhook process's (``gpushare webhook``); None: the operators' own, where
+    ``gpushare run --webhook`` serves the webhook in the operator's process. Each target gets the
+    ``endpoint`` label the ServiceMonitor's endpoints give (the port's name), as the alerts read it."""
+    static = [{"targets": list(operators), "labels": {"endpoint": "metrics"}}]
+    hooks = list(operators if webhooks is None else webhooks)
+    if hooks:
+        static.append({"targets": hooks, "labels": {"endpoint": "webhook-metrics"}})
+    scrape: list[dict[str, Any]] = [
+        {
+            "job_name": OPERATOR_JOB,
+            "metrics_path": "/metrics",
+            "scrape_interval": interval,
+            "scrape_timeout": interval,
+            "static_configs": static,
+        }
+    ]
+    if apiserver is not None:
+        url = urllib.parse.urlsplit(apiserver.server)
+        scrape.append(
+            {
+                "job_name": "apiserver",
+                "scheme": url.scheme or "https",
+                "metrics_path": "/metrics",
+                "scrape_interval": interval,
+                "scrape_timeout": interval,
+                "authorization": {"credentials_file": str(apiserver.token_file)},
+                "tls_config": {"ca_file": str(apiserver.ca_file)},
+                "static_configs": [{"targets": [url.netloc]}],
+            }
+        )
+    return {
+        "global": {"scrape_interval": interval, "evaluation_interval": interval},
+        "rule_files": [str(rules_path)],
+        "scrape_configs": scrape,
+    }
+
+
+@dataclass
+class Prometheus:
+    """A prometheus process with its config, data and log under ``dir``."""
+
+    dir: Path
+    port: int
+    proc: subprocess.Popen[bytes] | None = None
+    pid: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.dir / "prometheus.log"
+
+    @classmethod
+    def start(
+        cls,
+        workdir: Path,
+        port: int,
+        operators: Sequence[str],
+        apiserver: APIServerTarget | None = None,
+        *,
+        interval: str = "1s",
+        detach: bool = False,
+    ) -> Prometheus:
+        exe = find_prometheus()
+        workdir.mkdir(parents=True, exist_ok=True)
+        rules = workdir / "gpushare-rules.yaml"
+        rules.write_text(yaml.safe_dump(rule_file(), sort_keys=False))
+        cfg = workdir / "prometheus.yml"
+        cfg.write_text(yaml.safe_dump(config(operators, rules, apiserver, interval), sort_keys=False))
+        cmd = [
+            exe,
+            f"--config.file={cfg}",
+            f"--storage.tsdb.path={workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--web.enable-lifecycle",
+            "--log.level=warn",
+        ]
+        with (workdir / "prometheus.log").open("ab") as log:
+            proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=detach
+            )
+        prom = cls(workdir, port, proc, proc.pid)
+        (workdir / "prometheus.pid").write_text(f"{proc.pid}\n")
+        (workdir / "prometheus.url").write_text(prom.url + "\n")
+        prom.wait_ready()
+        return prom
+
+    def wait_ready(self, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"prometheus exited with {self.proc.returncode}: {self.log_path.read_text()[-2000:]}"
+                )
+            try:
+                with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as resp:
+                    if resp.status == 200:
+                        return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"prometheus not ready in {timeout_s:g}s: {self.log_path.read_text()[-2000:]}"
+                )
+            time.sleep(0.2)
+
+    def get(self, path: str, **params: str) -> Any:
+        """``GET /api/v1/<path>``'s ``data`` (RuntimeError when the status is not success)."""
+        query = ("?" + urllib.parse.urlencode(params)) if params else ""
+        try:
+            with urllib.request.urlopen(f"{self.url}/api/v1/{path}{query}", timeout=10) as resp:
+                body = json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            body = json.loads(exc.read() or b"{}")
+        if body.get("status") != "success":
+            raise RuntimeError(f"prometheus /api/v1/{path} {params}: {body}")
+        return body["data"]
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        """The instant vector (or a scalar as one sample) ``expr`` evaluates to now."""
+        data = self.get("query", query=expr)
+        if data["resultType"] == "vector":
+            return list(data["result"])
+        if data["resultType"] == "scalar":
+            return [{"metric": {}, "value": data["result"]}]
+        raise RuntimeError(f"{expr}: a {data['resultType']}, not an instant vector")
+
+    def alerts(self) -> list[dict[str, Any]]:
+        """``/api/v1/alerts``: the pending and firing alerts, each with its labels and state."""
+        return list(self.get("alerts")["alerts"])
+
+    def alert_states(self, name: str) -> dict[str, str]:
+        """{pool or instance or name label (``-`` when none): state} of the alerts called ``name``."""
+        out = {}
+        for a in self.alerts():
+            labels = a["labels"]
+            if labels.get("alertname") == name:
+                key = labels.get("pool") or labels.get("instance") or labels.get("name") or "-"
+                out[key] = a["state"]
+        return out
+
+    def rule_groups(self) -> list[dict[str, Any]]:
+        return list(self.get("rules")["groups"])
+
+    def targets(self) -> list[dict[str, Any]]:
+        return list(self.get("targets")["activeTargets"])
+
+    def stop(self) -> None:
+        pid = self.proc.pid if self.proc is not None else self.pid
+        if pid is None:
+            return
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+            return
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
+        os.kill(pid, signal.SIGKILL)
+
+
+def dashboard_queries(dashboard: Path = DASHBOARD, rate_interval: str = "1m") -> list[tuple[str, str]]:
+    """(panel title, query) for every target of every panel, with Grafana's variables filled in:
+    ``$__rate_interval`` -> ``rate_interval``, ``$pool`` -> ``.*`` (the variable's All)."""
+    out = []
+    for panel in json.loads(dashboard.read_text())["panels"]:
+        for target in panel.get("targets") or []:
+            expr = str(target["expr"]).replace("$__rate_interval", rate_interval).replace("$pool", ".*")
+            out.append((str(panel["title"]), expr))
+    return out
+
+
+def panel_report(
+    prom: Prometheus, start: float, end: float, dashboard: Path = DASHBOARD, rate_interval: str = "1m"
+) -> dict[str, list[int]]:
+    """{panel title: [series each of its queries returned]}, each run as the dashboard runs it: a
+    range query over ``start``..``end`` (Unix seconds), a point every 5s."""
+    report: dict[str, list[int]] = {}
+    for title, expr in dashboard_queries(dashboard, rate_interval):
+        data = prom.get("query_range", query=expr, start=f"{start:.0f}", end=f"{end:.0f}", step="5")
+        report.setdefault(title, []).append(len(data["result"]))
+    return report
+
+
+def format_panel_report(report: dict[str, list[int]]) -> str:
+    with_data = [t for t, counts in report.items() if any(counts)]
+    empty = len(report) - len(with_data)
+    lines = [f"dashboard panels: {len(with_data)}/{len(report)} return data ({empty} empty)"]
+    for title, counts in report.items():
+        mark = "data " if any(counts) else "EMPTY"
+        lines.append(f"  {mark} {title}: series per query {counts}")
+    return "\n".join(lines)
+
+
+def _pid_of(workdir: Path) -> int | None:
+    try:
+        pid = int((workdir / "prometheus.pid").read_text().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return None
+    return pid
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpushare.devcluster.prometheus")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    up = sub.add_parser("up", help="start prometheus in the background (pid and URL files in --dir)")
+    up.add_argument("--dir", type=Path, required=True)
+    up.add_argument("--port", type=int, default=9090)
+    up.add_argument(
+        "--operator", action="append", default=[], metavar="HOST:PORT", help="a replica's metrics"
+    )
+    up.add_argument(
+        "--cluster-dir", type=Path, help="the devcluster's directory: also scrape its kube-apiserver"
+    )
+    up.add_argument("--interval", default="5s")
+    down = sub.add_parser("down", help="stop the prometheus started by up")
+    down.add_argument("--dir", type=Path, required=True)
+    panels = sub.add_parser("panels", help="run every dashboard query; print which return data")
+    panels.add_argument("--url", required=True)
+    panels.add_argument("--since", type=float, default=900, help="seconds back from now (default 900)")
+    args = parser.parse_args(argv)
+    if args.cmd == "up":
+        apiserver = None
+        if args.cluster_dir:
+            info = json.loads((args.cluster_dir / "cluster.json").read_text())
+            token = args.dir / "apiserver.token"
+            args.dir.mkdir(parents=True, exist_ok=True)
+            token.write_text(info["token"])
+            token.chmod(0o600)
+            apiserver = APIServerTarget(info["server"], token, Path(info["ca_path"]))
+        prom = Prometheus.start(
+            args.dir, args.port, args.operator, apiserver, interval=args.interval, detach=True
+        )
+        print(prom.url)
+        return 0
+    if args.cmd == "down":
+        pid = _pid_of(args.dir)
+        if pid is not None:
+            Prometheus(args.dir, 0, pid=pid).stop()
+            print(f"# stopped prometheus (pid {pid})", file=sys.stderr)
+        (args.dir / "prometheus.pid").unlink(missing_ok=True)
+        return 0
+    port = int(urllib.parse.urlsplit(args.url).port or 80)
+    now = time.time()
+    report = panel_report(Prometheus(Path(), port), now - args.since, now)
+    print(format_panel_report(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
