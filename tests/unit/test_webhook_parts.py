@@ -38,6 +38,7 @@ from gpushare.admission.webhook_config import (
     build_configuration,
     render_manifest,
 )
+from gpushare.api.v1alpha1 import parse_pool
 from gpushare.cli.run import add_webhook_arguments, webhook_options
 from gpushare.k8s.retry import Backoff
 from gpushare.k8s.webhook_api import WebhookCertError
@@ -700,3 +701,31 @@ def _run_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser()
     add_webhook_arguments(parser)
     return parser
+
+
+def test_a_pool_update_that_keeps_its_spec_is_allowed_even_while_it_overlaps() -> None:
+    """The operator adds its cleanup finalizer to a pool (an UPDATE of metadata only): the rules
+    judge the spec, so that update goes through even while the pool overlaps another (GP004);
+    otherwise the pool could never be cleaned up when deleted. A changed spec is judged."""
+    pools = TARGETS_BY_ID["validate-gpusharepools"]
+
+    def pool(name: str, nodepool: str, **meta: Any) -> dict[str, Any]:
+        return {
+            "apiVersion": "gpushare.io/v1alpha1",
+            "kind": "GPUSharePool",
+            "metadata": {"name": name, **meta},
+            "spec": {"nodeSelector": {"matchLabels": {"alibabacloud.com/nodepool-id": nodepool}}},
+        }
+
+    other = parse_pool(pool("a", "np-1"))
+    node = node_info({"metadata": {"name": "n1", "labels": {"alibabacloud.com/nodepool-id": "np-1"}}})
+    ctx = Context.build([other], [node])
+    overlapping = pool("b", "np-1")
+    assert not admit(pools, overlapping, "CREATE", lambda: ctx).allowed  # GP004
+    finalized = pool("b", "np-1", finalizers=["gpushare.io/cleanup"])
+    assert admit(pools, finalized, "UPDATE", lambda: ctx, old=overlapping) == Decision(True)
+    moved = pool("b", "np-1", labels={"x": "y"})
+    moved["spec"]["placement"] = "spread"
+    denied = admit(pools, moved, "UPDATE", lambda: ctx, old=overlapping)
+    assert not denied.allowed and "GP004-pool-overlap" in denied.message
+    assert not admit(pools, finalized, "UPDATE", lambda: ctx).allowed  # no old object: judged

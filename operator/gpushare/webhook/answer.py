@@ -37,13 +37,25 @@ def admit(
     ctx_fn: Callable[[], Context],
     table: KindTable = DEFAULT_TABLE,
     failure_policy: str = "Fail",
+    old: Mapping[str, Any] | None = None,
 ) -> Decision:
     """Decide one request (raises nothing; the handler turns a denial into ``kopf.AdmissionError``).
+
+    A pool's UPDATE that leaves its spec as it was (``old``: a finalizer, an annotation, labels,
+    status) is allowed: the rules judge the spec, and the operator's own bookkeeping on a pool
+    (its cleanup finalizer) must go through even while the pool overlaps another.
 
     A failure inside the rules is answered as the webhook's failure policy says (the target's own
     when it has one: pools are always ``Ignore``): ``Fail`` denies (code 400), ``Ignore`` allows
     with a warning; either way it is logged in one line."""
     if operation not in target.operations:
+        return Decision(True)
+    if (
+        target.kind == c.KIND
+        and operation == "UPDATE"
+        and old is not None
+        and old.get("spec") == body.get("spec")
+    ):
         return Decision(True)
     obj = dict(body)
     if target.kind != c.KIND and not requests_gpu_sharing(obj, table):
@@ -138,7 +150,16 @@ def respond(
     if not isinstance(obj, Mapping):
         return None
     started = time.perf_counter()
-    decision = admit(target, obj, request.get("operation"), lambda: context, table, failure_policy)
+    old = request.get("oldObject")
+    decision = admit(
+        target,
+        obj,
+        request.get("operation"),
+        lambda: context,
+        table,
+        failure_policy,
+        old if isinstance(old, Mapping) else None,
+    )
     record(target.kind, decision, time.perf_counter() - started)
     log_decision(obj, decision, table)
     answer: dict[str, Any] = {"uid": request["uid"], "allowed": decision.allowed}

@@ -94,6 +94,7 @@ def make_handler(
             lambda: cache.context(kwargs.get(POOLS_INDEX), cache.fed),
             table,
             failure_policy,
+            kwargs.get("old"),
         )
         warnings.extend(decision.warnings)
         record(target.kind, decision, time.perf_counter() - started)
