@@ -66,10 +66,10 @@ cluster-down: ## Stop the control plane started by `make cluster`
 	$(BIN)/python -m gpushare.devcluster down --dir $(CLUSTER_DIR)
 
 test: setup control-plane helm promtool $(REALNODE_DEPS) ## Run every test: unit, property, integration (real kube-apiserver) and the real-node tier (REAL_NODES=0: without it)
-	GPUSHARE_TEST_PROGRESS=1 GPUSHARE_REAL_NODES=$(REAL_NODES) $(BIN)/pytest tests
+	GPUSHARE_TEST_PROGRESS=1 GPUSHARE_REAL_NODES=$(REAL_NODES) GPUSHARE_REAL_NODES_ORIGIN="$(origin REAL_NODES)" $(BIN)/pytest tests
 
 test-integration: setup control-plane helm $(REALNODE_DEPS) ## Run only the tests against the local control plane (and the real node)
-	GPUSHARE_TEST_PROGRESS=1 GPUSHARE_REAL_NODES=$(REAL_NODES) $(BIN)/pytest tests -m integration
+	GPUSHARE_TEST_PROGRESS=1 GPUSHARE_REAL_NODES=$(REAL_NODES) GPUSHARE_REAL_NODES_ORIGIN="$(origin REAL_NODES)" $(BIN)/pytest tests -m integration
 
 test-unit: setup helm promtool ## Run the tests that need no control plane
 	GPUSHARE_TEST_PROGRESS=1 $(BIN)/pytest tests -m "not integration"

@@ -22,6 +22,7 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +35,12 @@ if str(REPO / "tests") not in sys.path:
 collect_ignore: list[str] = [] if os.environ.get("GPUSHARE_E2E") == "1" else ["e2e"]
 
 #: ``make test REAL_NODES=0`` (GPUSHARE_REAL_NODES=0): the real-node tier (tests marked ``realnode``)
-#: is deselected, never skipped, and the summary says it did not run.
+#: is deselected, never skipped, and the summary says it did not run and why (an exported
+#: REAL_NODES=0 is named). When it runs, the summary says how many of its tests passed.
 REAL_NODES_OFF = os.environ.get("GPUSHARE_REAL_NODES") == "0"
 _REALNODE_DESELECTED = pytest.StashKey[int]()
+#: nodeid -> outcome of each real-node test that ran (``support.progress.realnode_outcome``).
+_REALNODE_OUTCOMES: dict[str, str] = {}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -49,15 +53,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     config.stash[_REALNODE_DESELECTED] = len(drop)
 
 
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if "realnode" not in report.keywords:
+        return
+    from support.progress import realnode_outcome
+
+    new = realnode_outcome(report.when, report.outcome, _REALNODE_OUTCOMES.get(report.nodeid))
+    if new is not None:
+        _REALNODE_OUTCOMES[report.nodeid] = new
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
-    n = config.stash.get(_REALNODE_DESELECTED, None)
-    if n is not None:
-        terminalreporter.write_line(
-            f"real-node tier: NOT RUN (REAL_NODES=0): {n} real-node test(s) deselected; "
-            "run `make test` on a host with root and cgroups for the whole suite",
-            yellow=True,
-            bold=True,
-        )
+    from support.progress import realnode_line, realnode_off_reason
+
+    outcomes = Counter(_REALNODE_OUTCOMES.values())
+    off = realnode_off_reason(os.environ) if REAL_NODES_OFF else None
+    line = realnode_line(outcomes, deselected=config.stash.get(_REALNODE_DESELECTED, 0), off_reason=off)
+    clean = off is None and outcomes["passed"] and outcomes["passed"] == sum(outcomes.values())
+    terminalreporter.write_line(line, green=bool(clean), red=not clean, bold=True)
 
 
 @pytest.fixture(scope="session")

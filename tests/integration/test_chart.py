@@ -274,7 +274,8 @@ def test_operator_with_the_chart_service_account_brings_a_pool_to_ready(
         pool = asyncio.run(_pool_lifecycle(release.info.kubeconfig, webhook_port))
         assert pool["status"]["conditions"]
         # The webhook answers under the chart's RBAC: a GPU pod without a pool selector is refused
-        # by it (a stateless violation such as 33 % would be refused by the chart's policy first).
+        # by it (GS007, a stateful rule only the webhook has; as shipped, failurePolicy Fail, the
+        # chart has no Pods policy, so the webhook alone judges pods).
         limits = {"aliyun.com/gpu-mem": "4"}
         ctr = {"name": "bad-gpu", "image": "registry.invalid/x:1", "resources": {"limits": limits}}
         bad = release.kubectl(

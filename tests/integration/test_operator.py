@@ -321,26 +321,32 @@ class PendingTracker:
         self.ever_pending: set[str] = set()
         self._task: asyncio.Task[None] | None = None
 
-    async def _run(self) -> None:
+    def _seen(self, node: Any) -> None:
+        record = restart_record(node)
+        name = node.metadata.name
+        if record is not None and record["state"] == "Pending":
+            self.pending.add(name)
+            self.ever_pending.add(name)
+        else:
+            self.pending.discard(name)
+        self.max_pending = max(self.max_pending, len(self.pending))
+
+    async def _run(self, since: str) -> None:
         core = client.CoreV1Api(self.api)
         w = watch.Watch()
-        async with w.stream(core.list_node, label_selector=f"{POOL_LABEL}={self.nodepool}") as stream:
+        selector = f"{POOL_LABEL}={self.nodepool}"
+        async with w.stream(core.list_node, label_selector=selector, resource_version=since) as stream:
             async for event in stream:
-                node = event["object"]
-                record = restart_record(node)
-                name = node.metadata.name
-                if record is not None and record["state"] == "Pending":
-                    self.pending.add(name)
-                    self.ever_pending.add(name)
-                else:
-                    self.pending.discard(name)
-                self.max_pending = max(self.max_pending, len(self.pending))
+                self._seen(event["object"])
 
     async def __aenter__(self) -> PendingTracker:
-        self._task = asyncio.create_task(self._run())
-        await asyncio.sleep(0.5)  # the initial ADDED events
+        # The nodes as they are now, listed before this returns; the watch goes on from that list.
+        nodes = await client.CoreV1Api(self.api).list_node(label_selector=f"{POOL_LABEL}={self.nodepool}")
+        for node in nodes.items:
+            self._seen(node)
         self.max_pending = len(self.pending)
         self.ever_pending = set(self.pending)
+        self._task = asyncio.create_task(self._run(str(nodes.metadata.resource_version)))
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -1262,17 +1268,21 @@ class UnavailableTracker:
         if len(self.now) > len(self.most):
             self.most = set(self.now)
 
-    async def _run(self) -> None:
+    async def _run(self, since: str) -> None:
         core = client.CoreV1Api(self.api)
         w = watch.Watch()
-        async with w.stream(core.list_node, label_selector=f"{POOL_LABEL}={self.nodepool}") as stream:
+        selector = f"{POOL_LABEL}={self.nodepool}"
+        async with w.stream(core.list_node, label_selector=selector, resource_version=since) as stream:
             async for event in stream:
                 self._seen(event["object"])
 
     async def __aenter__(self) -> UnavailableTracker:
-        self._task = asyncio.create_task(self._run())
-        await asyncio.sleep(0.5)  # the initial ADDED events
+        # The nodes as they are now, listed before this returns; the watch goes on from that list.
+        nodes = await client.CoreV1Api(self.api).list_node(label_selector=f"{POOL_LABEL}={self.nodepool}")
+        for node in nodes.items:
+            self._seen(node)
         self.most, self.ever = set(self.now), set(self.now)
+        self._task = asyncio.create_task(self._run(str(nodes.metadata.resource_version)))
         return self
 
     async def __aexit__(self, *exc: object) -> None:

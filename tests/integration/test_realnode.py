@@ -7,12 +7,15 @@ device-plugin API, ACK's environment). Pods are real containers of the locally b
 image, which prints its environment. Everything here is marked ``realnode``:
 ``make test REAL_NODES=0`` deselects it and says so; without root or cgroups it FAILS, never skips.
 
-The tests share the node and run in order; each deletes its pool (cleanup Restore puts the node
-back into the default mode, restarting its plugin) and starts from that state.
+The tests share the node but not their fate: each one's setup (``pools``) resets the node to a
+known state, whatever an earlier test left (a failure half-way, a ``restart: Never`` pool): no
+pool, the default mode's labels, no test annotations, schedulable, and a Ready plugin pod that
+advertises the default mode (restarted when it does not). Each test deletes its pools at the end.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import sys
@@ -196,16 +199,51 @@ class _ignore_404:
         return isinstance(exc, ApiException) and exc.status == 404
 
 
+async def _in_default_mode(core: client.CoreV1Api) -> bool:
+    _, alloc = await node_status(core)
+    return alloc.get("nvidia.com/gpu") == "1" and alloc.get(c.RES_GPU_MEM, "0") == "0"
+
+
+async def reset_node(api: client.ApiClient) -> None:
+    """The real node as every test starts: no GPUSharePool, none of the operator's labels, no loan
+    or hang annotation, schedulable, and a Ready plugin pod advertising the default mode (the
+    plugin is restarted when it advertises anything else, e.g. after a ``restart: Never`` pool)."""
+    core = client.CoreV1Api(api)
+    helper = PoolApi(api)
+    left = await helper.custom.list_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL)
+    for item in left.get("items") or []:
+        name = item["metadata"]["name"]
+        helper.created.append(name)
+        with _ignore_404():
+            await helper.custom.delete_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL, name)
+    for name in helper.created:
+
+        async def gone(name: str = name) -> bool:
+            return await helper.get(name) is None
+
+        await wait_for(gone, what=f"pool {name}, left by an earlier test, deleted", timeout_s=WAIT)
+    patch: dict[str, Any] = {
+        "metadata": {
+            "labels": dict.fromkeys(c.MANAGED_LABELS) | {POOL_LABEL: NODEPOOL},
+            "annotations": {ANNOTATION_HANG: None, c.ANNOTATION_LOAN: None},
+        },
+        "spec": {"unschedulable": None},
+    }
+    await core.patch_node(NODE, patch)
+    if not await _in_default_mode(core):
+        for pod in await plugin_pods_on(api, NODE):
+            with _ignore_404():
+                await core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace)
+    await wait_for(lambda: _in_default_mode(core), what=f"{NODE} in default mode", timeout_s=WAIT)
+    await plugin_pod(api)
+
+
 @pytest.fixture
 async def pools(rapi: client.ApiClient) -> AsyncIterator[Pools]:
-    core = client.CoreV1Api(rapi)
-    # Every test starts from the node in default mode with a Ready plugin (the previous test's pool
-    # was deleted and its cleanup restarted the plugin).
-    await wait_for(
-        lambda: _advertised(core, "nvidia.com/gpu", "1"), what=f"{NODE} in default mode", timeout_s=WAIT
-    )
+    await reset_node(rapi)
     helper = Pools(rapi)
     yield helper
+    core = client.CoreV1Api(rapi)
     await core.patch_node(NODE, {"metadata": {"annotations": {ANNOTATION_HANG: None}}})
     await helper.delete_all()
 
@@ -319,21 +357,42 @@ async def test_rolling_switch_cgpu_to_core_mem_then_a_core_job_gets_acks_env(
     assert alloc[c.RES_GPU_CORE] == "0"
     old = (await plugin_pod(rapi)).metadata.uid
 
+    # Sampled from before the switch until the pool is Ready again: gpu-core.percentage, then every
+    # plugin pod on the node, terminating or not (read after the node, so a pod seen then existed
+    # when the node was read: a sample never blames an old pod that was already gone).
     samples: list[tuple[int, set[str]]] = []
+    stop = asyncio.Event()
 
-    async def core_advertised() -> int | None:
-        _, alloc = await node_status(core)
-        pods = await plugin_pods_on(rapi, NODE)
-        value = int(alloc.get(c.RES_GPU_CORE, "0"))
-        samples.append((value, {p.metadata.uid for p in pods if p.metadata.deletion_timestamp is None}))
-        return value or None
+    async def sample() -> None:
+        while not stop.is_set():
+            _, alloc = await node_status(core)
+            pods = await plugin_pods_on(rapi, NODE)
+            samples.append((int(alloc.get(c.RES_GPU_CORE, "0")), {p.metadata.uid for p in pods}))
+            await asyncio.sleep(0.2)
 
-    await pools.patch_spec("rn-switch", {"computeAllocation": True})
-    assert await wait_for(core_advertised, what="gpu-core.percentage advertised", timeout_s=WAIT) == 100
-    # The real kubelet advertises the new mode only once the old plugin pod was replaced.
-    assert all(old not in uids for value, uids in samples if value > 0), samples
+    async def more_than(n: int) -> bool:
+        return len(samples) > n
+
+    sampler = asyncio.create_task(sample())
+    try:
+        await wait_for(lambda: more_than(0), what="a first sample", timeout_s=WAIT)
+        await pools.patch_spec("rn-switch", {"computeAllocation": True})
+        await wait_for(
+            lambda: _advertised(core, c.RES_GPU_CORE, "100"), what="gpu-core advertised", timeout_s=WAIT
+        )
+        await pools.wait_ready("rn-switch")
+        n = len(samples)
+        await wait_for(lambda: more_than(n), what="a sample after Ready", timeout_s=WAIT)
+    finally:
+        stop.set()
+        await sampler
+    # The real kubelet advertises the new mode only once the old plugin pod is gone: no sample
+    # with gpu-core advertised lists it, terminating or not; the first samples do list it.
+    advertised = [uids for value, uids in samples if value > 0]
+    assert advertised and samples[0] == (0, samples[0][1]) and old in samples[0][1], samples[:3]
+    assert [uids for uids in advertised if old in uids] == [], samples
     assert (await plugin_pod(rapi)).metadata.uid != old
-    await pools.wait_ready("rn-switch")
+    print(f"rolling switch: {len(samples)} samples, {len(advertised)} with gpu-core advertised")
 
     log = await run_job(rapi, ns, "core-job", {c.RES_GPU_MEM: "4", c.RES_GPU_CORE: "50"}, quota=True)
     env = env_of(log)
@@ -465,28 +524,54 @@ async def test_plugin_pod_deleted_by_hand_the_node_leaves_ready_until_it_registe
     assert f"{ns}/bound-in-window on {NODE}" in ready["message"], ready
 
 
-async def test_kubelet_restart_the_plugin_registers_again_and_the_pool_is_ready(
+async def test_kubelet_restart_the_pool_reports_the_unregistered_plugin_then_is_ready_again(
     real_cluster: ClusterInfo, rapi: client.ApiClient, pools: Pools
 ) -> None:
+    """A kubelet restart unregisters the device plugin until it registers again. Left alone, the
+    plugin is back within a second, before the kubelet's next status sync may even show the gap;
+    here it is held unregistered across the restart (the hang annotation: it sees kubelet.sock
+    re-created, reads its node and does not register while annotated). So the window is seen,
+    the kubelet's allocatable gpu-mem 0 and the pool naming the node PluginNotRegistered, Ready
+    False; released, the same plugin pod registers again and the pool turns Ready again."""
     core = client.CoreV1Api(rapi)
-    await pools.create("rn-kubelet", memoryIsolation=True)
+    # readyTimeoutSeconds: the label change's grace ("restart in progress") ends soon after.
+    await pools.create("rn-kubelet", memoryIsolation=True, devicePlugin={"readyTimeoutSeconds": 15})
     await pools.wait_ready("rn-kubelet")
     pod = await plugin_pod(rapi)
+    await core.patch_node(NODE, {"metadata": {"annotations": {ANNOTATION_HANG: "true"}}})
     DevCluster.of(real_cluster).restart_kubelet(NODE)
 
-    async def reregistered() -> bool:
+    async def saw_the_restart() -> bool:
         log: str = await core.read_namespaced_pod_log(pod.metadata.name, pod.metadata.namespace)
         return "re-created (kubelet restart)" in log
 
-    # The same plugin pod (the kubelet restart does not restart it) notices and registers again.
-    await wait_for(
-        reregistered, what="the plugin to register again after the kubelet restart", timeout_s=WAIT
-    )
+    # The same plugin pod (the kubelet restart does not restart it) notices the restart.
+    await wait_for(saw_the_restart, what="the plugin to see the kubelet restart", timeout_s=WAIT)
+
+    async def unregistered() -> bool:
+        _, alloc = await node_status(core)
+        return alloc.get(c.RES_GPU_MEM, "0") == "0"
+
+    await wait_for(unregistered, what="allocatable gpu-mem 0 after the kubelet restart", timeout_s=WAIT)
+    # The operator sees the window: the node Degraded, PluginNotRegistered; the pool not Ready.
+    status = await pools.wait_node_reason("rn-kubelet", "PluginNotRegistered")
+    assert status["phase"] == "Degraded" and "not registered" in status["message"], status
+    down = await pools.wait_ready("rn-kubelet", "False")
+    down_ready = next(x for x in down["status"]["conditions"] if x["type"] == "Ready")
+    assert f"device plugin not registered on {NODE}" in down_ready["message"], down_ready
+    assert (await plugin_pod(rapi)).metadata.uid == pod.metadata.uid  # still running, unregistered
+
+    # Released: the same pod registers again, and the operator sees the recovery.
+    await core.patch_node(NODE, {"metadata": {"annotations": {ANNOTATION_HANG: None}}})
     await wait_for(lambda: _advertised(core, c.RES_GPU_MEM, str(GPU_MEM_GIB)), what="gpu-mem", timeout_s=WAIT)
     assert (await plugin_pod(rapi)).metadata.uid == pod.metadata.uid
     _, alloc = await node_status(core)
     assert alloc[c.RES_GPU_COUNT] == "1"
-    await pools.wait_ready("rn-kubelet")
+    up = await pools.wait_ready("rn-kubelet")
+    up_ready = next(x for x in up["status"]["conditions"] if x["type"] == "Ready")
+    assert up_ready["lastTransitionTime"] >= down_ready["lastTransitionTime"], (down_ready, up_ready)
+    statuses = {s["name"]: s for s in up["status"].get("nodeStatuses") or []}
+    assert statuses.get(NODE, {}).get("reason") != "PluginNotRegistered", statuses
 
 
 async def test_a_rolling_plugin_restart_leaves_running_gpu_work_running(

@@ -17,7 +17,7 @@ from kubernetes_asyncio import client
 
 from gpushare import constants as c
 from gpushare.devcluster import wait_for
-from gpushare.devcluster.fakes import POOL_LABEL, create_gpu_nodes, delete_nodes
+from gpushare.devcluster.fakes import POOL_LABEL, create_gpu_nodes, delete_nodes, plugin_pods_on
 from gpushare.devcluster.realnode import IMAGE_WORKLOAD
 from integration.test_realnode import (  # the real-node tier's module fixtures and helpers
     NODE,
@@ -92,6 +92,27 @@ async def test_the_real_node_is_lent_to_a_waiting_core_job_runs_it_and_goes_back
             "rn-lender", {"lending": {"to": ["rn-core"], "keepIdle": 0, "returnAfterSeconds": 30}}
         )
 
+        # The loan: recorded on the node before anything moves, kept until returnAfterSeconds after
+        # the Job (so it is there to be seen now, not only by luck after the Job).
+        async def lent() -> dict[str, Any] | None:
+            n = await core.read_node(NODE)
+            loan = (n.metadata.annotations or {}).get(c.ANNOTATION_LOAN)
+            return cast(dict[str, Any], json.loads(loan)) if loan else None
+
+        loan = await wait_for(lent, what=f"the loan annotation on {NODE}", timeout_s=WAIT)
+        assert (loan["from"], loan["to"]) == ("rn-lender", "rn-core"), loan
+
+        # Its real plugin pod restarts into core_mem: the old pod is gone (terminating or not)
+        # once the node advertises gpu-core.
+        async def core_mem() -> bool:
+            _, alloc = await node_status(core)
+            return alloc.get(c.RES_GPU_CORE) == "100"
+
+        await wait_for(core_mem, what=f"{NODE} advertising gpu-core", timeout_s=WAIT)
+        uids = {p.metadata.uid for p in await plugin_pods_on(rapi, NODE)}
+        assert plugin_before not in uids, (plugin_before, uids)
+        assert (await plugin_pod(rapi)).metadata.uid != plugin_before
+
         async def done() -> Any:
             j = await batch.read_namespaced_job("core-job", ns)
             if j.status.failed:
@@ -103,12 +124,6 @@ async def test_the_real_node_is_lent_to_a_waiting_core_job_runs_it_and_goes_back
         assert pod.spec.node_name == NODE
         env = env_of(await core.read_namespaced_pod_log(pod.metadata.name, ns))
         assert env.get("ALIYUN_COM_GPU_MEM_CONTAINER") == "4", env
-        node = await core.read_node(NODE)
-        # Still lent right after the Job (returnAfterSeconds not passed yet), or already going back.
-        loan = (node.metadata.annotations or {}).get(c.ANNOTATION_LOAN)
-        if loan is not None:
-            assert json.loads(loan)["to"] == "rn-core"
-        assert (await plugin_pod(rapi, other_than=plugin_before)).metadata.uid != plugin_before
 
         async def back() -> bool:
             n = await core.read_node(NODE)

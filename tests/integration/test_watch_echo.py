@@ -13,6 +13,7 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
 from kubernetes_asyncio import client
 
 from gpushare.devcluster.fakes import create_gpu_nodes
@@ -52,6 +53,7 @@ async def test_the_echo_of_a_known_write_is_recognised_unparsed_and_other_writes
             if (name, rv) in peeked:
                 return
             await asyncio.sleep(0.05)
+        pytest.fail(f"the watch never read {name}'s event at resourceVersion {rv}", pytrace=False)
 
     try:
         await asyncio.wait_for(watch.listed.wait(), 60)

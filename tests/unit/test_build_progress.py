@@ -161,3 +161,46 @@ def test_the_kubelet_build_reports_its_progress_too(tmp_path: Path) -> None:
     assert "[build-kubelet] compiling kubelet v1.34.4: 3 packages (about 5 minutes on 2 cores" in r.stderr
     assert "[build-kubelet] kubelet v1.34.4: 2/3 packages compiled" in r.stderr
     assert r.stderr.rstrip().endswith(f"kubelet ready in {env['GPUSHARE_KUBELET_BIN']}")
+
+
+def test_the_summary_counts_the_real_node_tier_and_never_a_skip_as_a_pass() -> None:
+    from support.progress import realnode_line, realnode_outcome
+
+    assert realnode_line({"passed": 7}) == "real-node tier: 7 passed"
+    assert realnode_line({"passed": 5, "failed": 1, "skipped": 1, "error": 1}) == (
+        "real-node tier: 5 passed, 1 failed, 1 error, 1 skipped"
+    )
+    assert realnode_line({"failed": 2}) == "real-node tier: 0 passed, 2 failed"
+    assert realnode_line({}) == "real-node tier: NOT RUN: no real-node test was selected (paths, -m or -k)"
+    # one test, by its phases: a teardown error after a passed call is an error, not a pass
+    state = None
+    for when, outcome in (("setup", "passed"), ("call", "passed"), ("teardown", "failed")):
+        state = realnode_outcome(when, outcome, state)
+    assert state == "error"
+    state = None
+    for when, outcome in (("setup", "passed"), ("call", "failed"), ("teardown", "failed")):
+        state = realnode_outcome(when, outcome, state)
+    assert state == "failed"
+    assert realnode_outcome("setup", "skipped", None) == "skipped"
+    assert realnode_outcome("setup", "passed", None) is None
+
+
+def test_the_summary_names_an_exported_real_nodes_0_as_the_reason() -> None:
+    from support.progress import realnode_line, realnode_off_reason
+
+    exported = realnode_off_reason({"GPUSHARE_REAL_NODES": "0", "GPUSHARE_REAL_NODES_ORIGIN": "environment"})
+    assert realnode_line({}, deselected=9, off_reason=exported) == (
+        "real-node tier: NOT RUN: REAL_NODES=0 is exported in the environment (`unset REAL_NODES` to run it);"
+        " 9 real-node test(s) deselected"
+    )
+    assert realnode_off_reason({"GPUSHARE_REAL_NODES_ORIGIN": "command line"}) == (
+        "REAL_NODES=0 on make's command line"
+    )
+    assert realnode_off_reason({"GPUSHARE_REAL_NODES": "0"}).startswith(
+        "GPUSHARE_REAL_NODES=0 is exported in the environment"
+    )
+    # make passes where REAL_NODES came from, to both targets that run the tier
+    makefile = (REPO / "Makefile").read_text()
+    for target in ("\ntest:", "\ntest-integration:"):
+        recipe = makefile.split(target, 1)[1].split("\n\n", 1)[0]
+        assert 'GPUSHARE_REAL_NODES_ORIGIN="$(origin REAL_NODES)"' in recipe, target

@@ -21,7 +21,9 @@ cluster can reach its port, so the server is built for hostile input (docs/secur
 * **Errors.** Every decoding, parsing and evaluation error is a 4xx with one line; a failure in
   the rules is answered as the failure policy says (``Fail``: denied, code 400; ``Ignore``:
   allowed with a warning). Malformed or aborted HTTP requests log one line at debug level,
-  never a traceback.
+  never a traceback; so does every connection the server cuts off on purpose (a limit, a
+  timeout), naming the client's host:port. An exception that escapes the handler (a bug) logs
+  one warning line.
 
 Hooks (all optional): ``prepare`` runs before the first bind (write the certificate files),
 ``on_listening`` after every (re)bind with the client config (keep caBundle current),
@@ -105,6 +107,16 @@ def bad_request(message: str, status: int = 400) -> Reply:
     return Reply(status, {"error": message})
 
 
+def peer(transport: asyncio.BaseTransport | None) -> str:
+    """``host:port`` of a connection's client, as the server's log lines name it (one client may
+    hold many connections; the port tells them apart)."""
+    name = transport.get_extra_info("peername") if transport is not None else None
+    if isinstance(name, tuple) and len(name) >= 2:
+        host, port = name[0], name[1]
+        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+    return "an unknown peer"
+
+
 class _OneLineLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
     """aiohttp's per-connection logger: one debug line per failed request, no traceback (a
     client that sends half a request and disconnects must not cost the loop a traceback)."""
@@ -131,7 +143,10 @@ class _Handler(RequestHandler):
     ) -> aiohttp.web.StreamResponse:
         why = (getattr(exc, "message", None) or str(exc)) if exc is not None else (message or "")
         line = " ".join(str(why).split())[:200] or "unreadable request"
-        logger.debug("Malformed webhook HTTP request from %s: %s", request.remote, line)
+        if status >= 500:  # aiohttp's own answer to an exception that escaped the handler: a bug
+            logger.warning("Webhook request from %s failed in the handler: %s", peer(request.transport), line)
+        else:
+            logger.debug("Malformed webhook HTTP request from %s: %s", peer(request.transport), line)
         if request.writer.output_size > 0:
             raise ConnectionError("the answer was already being sent")
         # A 5xx here could only come from a bug in the handler, which answers every error itself.
@@ -155,7 +170,9 @@ class _Server(aiohttp.web.Server):
     def connection_made(self, handler: Any, transport: asyncio.Transport) -> None:
         super().connection_made(handler, transport)
         if len(self.connections) > self.max_connections:
-            logger.debug("Closed a webhook connection: %d are open", len(self.connections) - 1)
+            logger.debug(
+                "Closed a webhook connection from %s: %d are open", peer(transport), len(self.connections) - 1
+            )
             transport.close()
 
 
@@ -322,6 +339,13 @@ class GPUShareWebhookServer(kopf.WebhookServer):
         cap = self.limits.max_body_bytes
         declared = request.content_length
         if declared is not None and declared > cap:
+            logger.debug(
+                "Webhook request from %s to %s refused unread: %d bytes declared, more than %d",
+                peer(request.transport),
+                request.path[:200],
+                declared,
+                cap,
+            )
             return bad_request(
                 f"malformed AdmissionReview: the body is {declared} bytes, more than the {cap}"
                 " an AdmissionReview may have",
@@ -337,6 +361,12 @@ class GPUShareWebhookServer(kopf.WebhookServer):
                         break
                     size += len(chunk)
                     if size > cap:
+                        logger.debug(
+                            "Webhook request from %s to %s refused: more than %d bytes sent",
+                            peer(request.transport),
+                            request.path[:200],
+                            cap,
+                        )
                         return bad_request(
                             f"malformed AdmissionReview: the body is more than the {cap} bytes"
                             " an AdmissionReview may have",
@@ -345,7 +375,10 @@ class GPUShareWebhookServer(kopf.WebhookServer):
                     chunks.append(chunk)
         except TimeoutError:
             logger.debug(
-                "Webhook request to %s: body not received within %ss", request.path, self.limits.body_timeout
+                "Webhook request from %s to %s: body not received within %ss",
+                peer(request.transport),
+                request.path[:200],
+                self.limits.body_timeout,
             )
             return bad_request(f"the body did not arrive within {self.limits.body_timeout:g} s", status=408)
         except (aiohttp.web.HTTPException, aiohttp.ClientError, ConnectionError, ValueError) as exc:
