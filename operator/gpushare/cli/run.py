@@ -32,24 +32,12 @@ def register(subparsers: Any) -> None:
         help="run the operator: reconcile GPUSharePools to nodes (Kopf, cluster-wide)",
         description="Run the gpushare operator against the cluster of --kubeconfig (or in-cluster).",
     )
-    parser.add_argument(
-        "--kubeconfig", help="kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)"
-    )
-    parser.add_argument("--context", help="kubeconfig context")
+    add_process_arguments(parser, metrics_port=8080, health_port=8081)
     parser.add_argument(
         "--namespace-for-events", default="default", metavar="NS",
         help="namespace for Events about cluster-scoped objects (pools, nodes); default: default "
         "(the apiserver accepts such Events only there)",
     )  # fmt: skip
-    parser.add_argument("--metrics-port", type=int, default=8080, help="Prometheus /metrics port (0 = off)")
-    parser.add_argument("--metrics-addr", default="127.0.0.1", help="address for /metrics (0.0.0.0 in a pod)")
-    parser.add_argument(
-        "--liveness",
-        metavar="URL",
-        help="Kopf liveness endpoint, e.g. http://0.0.0.0:8081/healthz (off by default)",
-    )
-    parser.add_argument("--log-format", choices=LOG_FORMATS, default="console")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument(
         "--peering", metavar="NAME",
         help="run with Kopf peering (ClusterKopfPeering NAME must exist): replicas pause behind the one "
@@ -64,6 +52,27 @@ def register(subparsers: Any) -> None:
     )  # fmt: skip
     add_webhook_arguments(parser)  # --webhook* (docs/concepts/admission.md)
     parser.set_defaults(func=run)
+
+
+def add_process_arguments(parser: argparse.ArgumentParser, *, metrics_port: int, health_port: int) -> None:
+    """What a long-running process of ``gpushare run`` and ``gpushare webhook`` takes: the
+    cluster, its /metrics and liveness endpoints, its logging."""
+    parser.add_argument(
+        "--kubeconfig", help="kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)"
+    )
+    parser.add_argument("--context", help="kubeconfig context")
+    parser.add_argument(
+        "--metrics-port", type=int, default=metrics_port,
+        help=f"Prometheus /metrics port (0 = off; default {metrics_port})",
+    )  # fmt: skip
+    parser.add_argument("--metrics-addr", default="127.0.0.1", help="address for /metrics (0.0.0.0 in a pod)")
+    parser.add_argument(
+        "--liveness",
+        metavar="URL",
+        help=f"Kopf liveness endpoint, e.g. http://0.0.0.0:{health_port}/healthz (off by default)",
+    )
+    parser.add_argument("--log-format", choices=LOG_FORMATS, default="console")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
 
 
 def add_webhook_arguments(parser: argparse.ArgumentParser, *, serve_flag: bool = True) -> None:

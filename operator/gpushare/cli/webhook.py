@@ -19,8 +19,7 @@ import asyncio
 from typing import Any
 
 from gpushare.cli import CLIError
-from gpushare.cli.run import add_webhook_arguments, prepare, webhook_options
-from gpushare.log import LOG_FORMATS
+from gpushare.cli.run import add_process_arguments, add_webhook_arguments, prepare, webhook_options
 
 #: The webhook process's /metrics and liveness ports by default (the operator's are 8080 and 8081).
 DEFAULT_METRICS_PORT = 8082
@@ -33,22 +32,7 @@ def register(subparsers: Any) -> None:
         description="Serve the gpushare admission webhook (and only it) against the cluster of"
         " --kubeconfig (or in-cluster): its own Node watch and GPUSharePool index, its own event loop.",
     )
-    parser.add_argument(
-        "--kubeconfig", help="kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)"
-    )
-    parser.add_argument("--context", help="kubeconfig context")
-    parser.add_argument(
-        "--metrics-port", type=int, default=DEFAULT_METRICS_PORT,
-        help=f"Prometheus /metrics port (0 = off; default {DEFAULT_METRICS_PORT})",
-    )  # fmt: skip
-    parser.add_argument("--metrics-addr", default="127.0.0.1", help="address for /metrics (0.0.0.0 in a pod)")
-    parser.add_argument(
-        "--liveness",
-        metavar="URL",
-        help="Kopf liveness endpoint, e.g. http://0.0.0.0:8083/healthz (off by default)",
-    )
-    parser.add_argument("--log-format", choices=LOG_FORMATS, default="console")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    add_process_arguments(parser, metrics_port=DEFAULT_METRICS_PORT, health_port=8083)
     add_webhook_arguments(parser, serve_flag=False)
     parser.set_defaults(func=serve)
 
