@@ -89,7 +89,11 @@ def _promtool() -> str:
 
 def _series(text: str, pools: set[str]) -> list[dict[str, str]]:
     """The operator's pool samples as constant promtool series, with the labels Prometheus adds."""
-    out = [{"series": 'up{job="gpushare-operator", instance="op-0"}', "values": "1x30"}]
+    # Both endpoints of the pod are up (the ServiceMonitor's endpoint label: its port names).
+    out = [
+        {"series": f'up{{job="gpushare-operator", endpoint="{endpoint}", instance="op-0"}}', "values": "1x30"}
+        for endpoint in ("metrics", "webhook-metrics")
+    ]
     for line in text.splitlines():
         m = SAMPLE.match(line)
         if m and any(f'pool="{p}"' in m.group(2) for p in pools):
