@@ -14,13 +14,18 @@
    webhook took; the webhook's ``gpushare_admission_duration_seconds`` how long the rules took;
    ``apiserver_validating_admission_policy_check_duration_seconds`` how long the policy took, and
    ``apiserver_admission_match_condition_evaluation_seconds`` the matchConditions.
-2. Direct HTTPS AdmissionReview load on the webhook (``gpushare run --webhook --webhook-local``,
-   a separate process): open loop at a fixed rate (``--rate``, 500 req/s) and closed loop at
+2. A burst scenario (``--burst``): GPU pods into full pools while the operator works (a rollout
+   started each round, the pending pods piling up), with nothing, the no-op floor and what is
+   shipped, and the operator's and the webhook's CPU seconds.
+3. Direct HTTPS AdmissionReview load on the webhook (``gpushare webhook --webhook-local``, its own
+   process beside ``gpushare run`` as shipped; ``--webhook-process shared``: the webhook in the
+   operator's process, as before): open loop at a fixed rate (``--rate``, 500 req/s) and closed loop at
    several concurrencies; requests/s and p50/p99 latency, for a GPU pod (the full rules with live
    pools and nodes: ``cuda-sample``, 2 GiB + 30 % on the core_mem pool) and a non-GPU pod.
 
 Usage: ``python bench/bench_webhook.py [--requests 2000] [--concurrency 1,8,32] [--rate 500]
-[--creates 200] [--rounds 2] [--nodes 30] [--via-kopf] [--json out.json]``. It starts its own control plane (kwok nodes in 3 node pools
+[--creates 200] [--rounds 2] [--burst 50] [--webhook-process own|shared] [--nodes 30] [--via-kopf]
+[--json out.json]``. It starts its own control plane (kwok nodes in 3 node pools
 and the three example pools). Prints a Markdown table. Nothing is asserted: these are
 measurements; the load generator shares the machine with the webhook and the apiserver.
 """
