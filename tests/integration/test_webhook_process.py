@@ -142,6 +142,14 @@ def test_its_own_node_watch_and_pool_index_give_the_rules_their_context(process:
 
 
 def test_it_exports_its_admission_metrics(process: Process) -> None:
+    """Its own /metrics counts its own denials (a 33 % pod denied here, whatever ran before)."""
+    _until(
+        process.kube,
+        _pod({MEM: "2", CORE: "33"}),
+        lambda r: r.status == 422 and "admission webhook" in r.message,
+        "the webhook process never answered",
+        process.proc,
+    )
     with urllib.request.urlopen(f"http://127.0.0.1:{process.metrics_port}/metrics", timeout=10) as resp:
         text = resp.read().decode()
     assert (

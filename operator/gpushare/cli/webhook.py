@@ -23,6 +23,7 @@ from gpushare.cli.run import add_process_arguments, add_webhook_arguments, prepa
 
 #: The webhook process's /metrics and liveness ports by default (the operator's are 8080 and 8081).
 DEFAULT_METRICS_PORT = 8082
+DEFAULT_HEALTH_PORT = 8083
 
 
 def register(subparsers: Any) -> None:
@@ -32,7 +33,7 @@ def register(subparsers: Any) -> None:
         description="Serve the gpushare admission webhook (and only it) against the cluster of"
         " --kubeconfig (or in-cluster): its own Node watch and GPUSharePool index, its own event loop.",
     )
-    add_process_arguments(parser, metrics_port=DEFAULT_METRICS_PORT, health_port=8083)
+    add_process_arguments(parser, metrics_port=DEFAULT_METRICS_PORT, health_port=DEFAULT_HEALTH_PORT)
     add_webhook_arguments(parser, serve_flag=False)
     parser.set_defaults(func=serve)
 
