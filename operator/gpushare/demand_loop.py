@@ -32,9 +32,8 @@ import structlog
 from gpushare import constants as c
 from gpushare import metrics
 from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
+from gpushare.k8s import ApiError, Conflict
 from gpushare.k8s.cluster import node_ref, pool_ref
-from gpushare.k8s.rest import ApiError
-from gpushare.k8s.retry import ApiUnavailable
 from gpushare.k8s.watch import object_key
 from gpushare.policy import ClusterPlan, NodePlan, NodeView, PodView, plan
 from gpushare.policy import lending as lend
@@ -327,7 +326,7 @@ class DemandTracker:
         if status != self._written.get(name, stored):
             try:
                 ok = await self.cluster.patch_pool_status(name, {"demand": _patch(status, stored)})
-            except (ApiError, ApiUnavailable) as exc:
+            except ApiError as exc:
                 log.warning("Writing status.demand failed", pool=name, error=str(exc))
                 return 1.0
             if ok:
@@ -383,11 +382,9 @@ class DemandTracker:
             patch["metadata"]["resourceVersion"] = view.resource_version
         try:
             obj = await self.cluster.patch_node(node, patch)
+        except Conflict:
+            return False  # the node changed; decided again with the new version
         except ApiError as exc:
-            if exc.status != 409:
-                log.warning("Writing the loan failed", node=node, error=f"HTTP {exc.status} {exc.reason}")
-            return False  # 409: the node changed; decided again with the new version
-        except ApiUnavailable as exc:
             log.warning("Writing the loan failed", node=node, error=str(exc))
             return False
         self.writes += 1
@@ -398,5 +395,5 @@ class DemandTracker:
     async def _event(self, ref: Mapping[str, str], reason: str, message: str) -> None:
         try:
             await self.cluster.event(ref, reason=reason, message=message)
-        except (ApiError, ApiUnavailable) as exc:
+        except ApiError as exc:
             log.warning("Posting Event failed", object=dict(ref), reason=reason, error=str(exc))

@@ -12,10 +12,10 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import constants as c
 from gpushare.demand_loop import SETTLE_MAX, DemandTracker
+from gpushare.k8s import Conflict
 from gpushare.policy.planner import desired_labels
 from unit.test_demand import NP, pending_obj, pool
 
@@ -34,7 +34,7 @@ class FakeAPI:
         obj = self.nodes[name]
         want = (patch.get("metadata") or {}).get("resourceVersion")
         if want is not None and want != obj["metadata"]["resourceVersion"]:
-            raise ApiException(status=409, reason="Conflict")
+            raise Conflict("HTTP 409 Conflict")
         self.node_patches.append((name, dict(patch)))
         ann = obj["metadata"].setdefault("annotations", {})
         for k, v in (patch["metadata"].get("annotations") or {}).items():

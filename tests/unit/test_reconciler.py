@@ -19,7 +19,7 @@ import pytest
 
 from gpushare import constants as c
 from gpushare import metrics
-from gpushare.k8s.rest import ApiError
+from gpushare.k8s import Conflict
 from gpushare.policy import NodeView, PodView
 from gpushare.policy.restart import PLUGIN_RECREATE_GRACE
 from gpushare.policy.views import PluginPod
@@ -69,7 +69,7 @@ class FakeCluster:
         wanted = patch.get("metadata", {}).pop("resourceVersion", None)
         if wanted is not None and wanted != obj["metadata"]["resourceVersion"]:
             self.writes.append(("conflict", name, patch))
-            raise ApiError(status=409, reason="Conflict")
+            raise Conflict("HTTP 409 Conflict")
         self.writes.append(("patch", name, patch))
         self.rv += 1
         _merge(obj, patch)

@@ -8,9 +8,9 @@ from typing import Any
 
 import aiohttp
 import pytest
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import metrics
+from gpushare.k8s import ApiError
 from gpushare.k8s import agent as k8s_agent
 from gpushare.k8s.inspect_read import CLI_ATTEMPTS, InspectReadError, pages_or_absent
 from gpushare.k8s.retry import (
@@ -45,16 +45,16 @@ def _errors(code: str) -> float:
 @pytest.mark.parametrize(
     "failure",
     [
-        pytest.param(ApiException(status=503), id="503"),
-        pytest.param(ApiException(status=500), id="500"),
-        pytest.param(ApiException(status=429), id="429"),
+        pytest.param(ApiError(status=503), id="503"),
+        pytest.param(ApiError(status=500), id="500"),
+        pytest.param(ApiError(status=429), id="429"),
         pytest.param(aiohttp.ClientConnectionError("refused"), id="connection"),
         pytest.param(TimeoutError(), id="timeout"),
     ],
 )
 async def test_retryable_failures_are_retried(failure: BaseException) -> None:
     fn = Flaky(failure, failure)
-    code = str(failure.status) if isinstance(failure, ApiException) else "0"
+    code = str(failure.status) if isinstance(failure, ApiError) else "0"
     before = _errors(code)
     assert await call(fn, verb="patch", resource="test", base_delay=0.001) == "ok"
     assert fn.calls == 3
@@ -63,22 +63,22 @@ async def test_retryable_failures_are_retried(failure: BaseException) -> None:
 
 @pytest.mark.parametrize("status", [400, 403, 404, 409, 422])
 async def test_client_errors_are_raised_at_once(status: int) -> None:
-    fn = Flaky(ApiException(status=status))
-    with pytest.raises(ApiException) as exc:
+    fn = Flaky(ApiError(status=status))
+    with pytest.raises(ApiError) as exc:
         await call(fn, verb="patch", resource="test", base_delay=0.001)
     assert exc.value.status == status
     assert fn.calls == 1
 
 
 async def test_no_retry_statuses() -> None:
-    fn = Flaky(ApiException(status=429))
-    with pytest.raises(ApiException):
+    fn = Flaky(ApiError(status=429))
+    with pytest.raises(ApiError):
         await call(fn, verb="create", resource="test", base_delay=0.001, no_retry=frozenset({429}))
     assert fn.calls == 1
 
 
 async def test_gives_up_after_the_last_attempt() -> None:
-    fn = Flaky(*(ApiException(status=503) for _ in range(10)))
+    fn = Flaky(*(ApiError(status=503) for _ in range(10)))
     with pytest.raises(ApiUnavailable, match="gave up after 3 attempts"):
         await call(fn, verb="patch", resource="test", attempts=3, base_delay=0.001)
     assert fn.calls == 3
@@ -96,30 +96,30 @@ async def test_writes_are_counted() -> None:
 
 
 async def test_404_means_absent() -> None:
-    assert await call_or_absent(Flaky(ApiException(status=404)), verb="get", resource="test") is None
+    assert await call_or_absent(Flaky(ApiError(status=404)), verb="get", resource="test") is None
     assert await call_or_absent(Flaky(), verb="get", resource="test") == "ok"
-    assert await call_if_present(Flaky(ApiException(status=404)), verb="delete", resource="test") is False
+    assert await call_if_present(Flaky(ApiError(status=404)), verb="delete", resource="test") is False
     assert await call_if_present(Flaky(), verb="delete", resource="test") is True
 
 
 async def test_absent_still_retries_transient_failures_and_raises_other_statuses() -> None:
-    fn = Flaky(ApiException(status=503), ApiException(status=404))
+    fn = Flaky(ApiError(status=503), ApiError(status=404))
     assert await call_or_absent(fn, verb="get", resource="test") is None
     assert fn.calls == 2
-    with pytest.raises(ApiException) as exc:
-        await call_if_present(Flaky(ApiException(status=409)), verb="delete", resource="test")
+    with pytest.raises(ApiError) as exc:
+        await call_if_present(Flaky(ApiError(status=409)), verb="delete", resource="test")
     assert exc.value.status == 409
 
 
 async def test_replan_repeats_the_whole_step_on_conflicts_and_counts_each_failed_write() -> None:
     reads: list[int] = []
-    writes = Flaky(ApiException(status=409), ApiException(status=409))
+    writes = Flaky(ApiError(status=409), ApiError(status=409))
 
     async def step() -> str:
         reads.append(len(reads))  # a fresh read each time
         try:
             return await call(writes, verb="update", resource="test")
-        except ApiException as exc:
+        except ApiError as exc:
             raise Conflict(str(exc.status)) from exc
 
     before = metrics.API_ERRORS.labels(verb="update", resource="test", code="409")._value.get()
@@ -206,18 +206,18 @@ async def test_cli_pages_follow_continue_tokens_and_treat_404_as_absent() -> Non
         {"limit": 500, "fieldSelector": "x"},
         {"limit": 500, "fieldSelector": "x", "continue": "t"},
     ]
-    assert await pages_or_absent("widgets", Pages(ApiException(status=404))) is None
+    assert await pages_or_absent("widgets", Pages(ApiError(status=404))) is None
 
 
 async def test_cli_pages_keep_their_one_line_errors() -> None:
-    flaky = Pages(ApiException(status=503, reason="Service Unavailable"))
+    flaky = Pages(ApiError(status=503, reason="Service Unavailable"))
     assert await pages_or_absent("widgets", flaky) == THREE  # retried
-    down = Pages(*(ApiException(status=503, reason="Service Unavailable") for _ in range(5)))
+    down = Pages(*(ApiError(status=503, reason="Service Unavailable") for _ in range(5)))
     with pytest.raises(InspectReadError, match=r"^list widgets: HTTP 503 Service Unavailable$"):
         await pages_or_absent("widgets", down)
     assert len(down.calls) == CLI_ATTEMPTS
     with pytest.raises(InspectReadError, match=r"^list widgets: HTTP 403 Forbidden$"):
-        await pages_or_absent("widgets", Pages(ApiException(status=403, reason="Forbidden")))
+        await pages_or_absent("widgets", Pages(ApiError(status=403, reason="Forbidden")))
     refused = Pages(*(aiohttp.ClientConnectionError("refused") for _ in range(5)))
     with pytest.raises(aiohttp.ClientConnectionError, match="refused"):  # the caller words it
         await pages_or_absent("widgets", refused)
@@ -242,9 +242,9 @@ class _Core:
 @pytest.mark.parametrize(
     ("failures", "message", "calls"),
     [
-        pytest.param([ApiException(status=503)], None, 2, id="503-retried"),
+        pytest.param([ApiError(status=503)], None, 2, id="503-retried"),
         pytest.param(
-            [ApiException(status=404)],
+            [ApiError(status=404)],
             "get node 'n1': not found (is --node-name / NODE_NAME the",
             1,
             id="404",
@@ -270,3 +270,43 @@ async def test_agent_requests_use_the_policy_and_keep_their_messages(
             await k8s_agent.read_node_metadata(None, "n1")  # type: ignore[arg-type]
         assert str(exc.value).startswith(message)
     assert core.calls == calls
+
+
+async def test_a_conflict_is_decided_in_call_and_every_failure_is_one_error_type() -> None:
+    """``call`` is the one place a lost race is named: a 409 (or a status given in
+    ``conflict_on``) is ``Conflict``; retries that run out are ``ApiUnavailable``; both are
+    ``ApiError``, so ``except ApiError`` catches every failed request."""
+    with pytest.raises(Conflict) as lost:
+        await call(Flaky(ApiError(status=409, reason="Conflict")), verb="patch", resource="test")
+    assert (lost.value.status, isinstance(lost.value, ApiError)) == (409, True)
+    with pytest.raises(Conflict):
+        await call(
+            Flaky(ApiError(status=422)), verb="patch", resource="test", conflict_on=frozenset({409, 422})
+        )
+    with pytest.raises(ApiError) as other:
+        await call(Flaky(ApiError(status=422)), verb="patch", resource="test")
+    assert not isinstance(other.value, Conflict)
+    with pytest.raises(ApiUnavailable) as gone:
+        await call(
+            Flaky(*(ApiError(status=503) for _ in range(3))),
+            verb="get",
+            resource="test",
+            attempts=2,
+            base_delay=0.001,
+        )
+    assert (gone.value.status, isinstance(gone.value, ApiError)) == (503, True)
+    # An inner call's verdict is not retried again by an outer one.
+    outer = Flaky(ApiUnavailable("inner gave up", 503), Conflict("inner lost"))
+    with pytest.raises(ApiUnavailable):
+        await call(outer, verb="get", resource="test", base_delay=0.001)
+    assert outer.calls == 1
+
+
+def test_an_api_error_reads_as_one_line_with_the_apiservers_message() -> None:
+    exc = ApiError(
+        status=403, reason="Forbidden", body='{"kind":"Status","message":"nodes \\"a\\" is forbidden"}'
+    )
+    assert str(exc) == 'HTTP 403 Forbidden: nodes "a" is forbidden'
+    assert exc.message == 'nodes "a" is forbidden'
+    assert str(ApiError(status=0, reason="Cannot connect")) == "Cannot connect"
+    assert str(ApiError(status=404, reason="Not Found", body="not json")) == "HTTP 404 Not Found"

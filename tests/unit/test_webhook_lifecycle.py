@@ -17,11 +17,10 @@ from kopf._cogs.structs import references
 from kopf._core.engines import indexing
 from kopf._core.engines.admission import serve_admission_request
 from kopf._core.reactor import inventory
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import metrics
 from gpushare.admission.webhook_config import WebhookSettings, build_configuration
-from gpushare.k8s import webhook_api
+from gpushare.k8s import ApiError, webhook_api
 from gpushare.k8s.retry import Backoff, Conflict
 from gpushare.k8s.webhook_api import StoredSecret, WebhookCertError
 from gpushare.webhook import lifecycle, tls
@@ -330,7 +329,7 @@ async def test_background_check_survives_failures(fake: FakeApi, tmp_path: Path)
 class _Rest:
     """The raw request layer's two calls used here: a Secret create and read."""
 
-    def __init__(self, _: Any, failures: list[ApiException]) -> None:
+    def __init__(self, _: Any, failures: list[ApiError]) -> None:
         self.failures = failures
 
     async def create(self, url: str, body: Any) -> dict[str, Any]:
@@ -345,22 +344,22 @@ class _Rest:
 
 
 async def test_api_layer_maps_statuses(monkeypatch: pytest.MonkeyPatch) -> None:
-    failures: list[ApiException] = []
+    failures: list[ApiError] = []
     monkeypatch.setattr("gpushare.k8s.webhook_api.Rest", lambda api: _Rest(api, failures))
     errors = metrics.API_ERRORS.labels(verb="create", resource="secrets", code="409")
     writes = metrics.API_WRITES.labels(verb="create", resource="secrets")
     e0, w0 = errors._value.get(), writes._value.get()
-    failures[:] = [ApiException(status=409, reason="Conflict")]
+    failures[:] = [ApiError(status=409, reason="Conflict")]
     with pytest.raises(Conflict, match="cannot write Secret ops/tls: 409 Conflict"):
         await webhook_api.write_secret(None, "ops", "tls", {}, None)  # type: ignore[arg-type]
-    failures[:] = [ApiException(status=403, reason="Forbidden")]
+    failures[:] = [ApiError(status=403, reason="Forbidden")]
     with pytest.raises(WebhookCertError, match="cannot write Secret ops/tls: 403 Forbidden"):
         await webhook_api.write_secret(None, "ops", "tls", {}, None)  # type: ignore[arg-type]
     await webhook_api.write_secret(None, "ops", "tls", {}, None)  # type: ignore[arg-type]
     assert (errors._value.get() - e0, writes._value.get() - w0) == (1, 1)
-    failures[:] = [ApiException(status=404, reason="Not Found")]
+    failures[:] = [ApiError(status=404, reason="Not Found")]
     assert await webhook_api.read_secret(None, "ops", "tls") is None  # type: ignore[arg-type]
-    failures[:] = [ApiException(status=404, reason="Not Found")]  # a create in a missing namespace
+    failures[:] = [ApiError(status=404, reason="Not Found")]  # a create in a missing namespace
     with pytest.raises(
         WebhookCertError,
         match=r"^cannot write Secret ops/tls: namespace ops does not exist \(kubectl create namespace ops\)$",
@@ -464,7 +463,7 @@ def test_filter_reads_the_exception_not_the_message() -> None:
 
 async def test_namespace_exists_is_false_only_on_404(monkeypatch: pytest.MonkeyPatch) -> None:
     """`gpushare run --webhook-local` stops with one line only when the namespace is surely missing."""
-    answers: list[ApiException | None] = []
+    answers: list[ApiError | None] = []
 
     class _Namespaces:
         def __init__(self, api: Any) -> None:
@@ -478,9 +477,9 @@ async def test_namespace_exists_is_false_only_on_404(monkeypatch: pytest.MonkeyP
             return {"metadata": {"name": "ops"}}
 
     monkeypatch.setattr("gpushare.k8s.webhook_api.Rest", _Namespaces)
-    answers[:] = [ApiException(status=404, reason="Not Found")]
+    answers[:] = [ApiError(status=404, reason="Not Found")]
     assert await webhook_api.namespace_exists(None, "ops") is False  # type: ignore[arg-type]
-    answers[:] = [ApiException(status=403, reason="Forbidden")]  # in a pod: no namespace access
+    answers[:] = [ApiError(status=403, reason="Forbidden")]  # in a pod: no namespace access
     assert await webhook_api.namespace_exists(None, "ops") is True  # type: ignore[arg-type]
     answers[:] = [None]
     assert await webhook_api.namespace_exists(None, "ops") is True  # type: ignore[arg-type]

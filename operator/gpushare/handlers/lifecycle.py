@@ -13,10 +13,9 @@ from gpushare import lazy_client, metrics
 from gpushare.demand_loop import DemandTracker
 from gpushare.handlers import watch
 from gpushare.handlers.state import OperatorState, Started
+from gpushare.k8s import ApiError
 from gpushare.k8s.client import kopf_connection, load_configuration, new_api_client
 from gpushare.k8s.cluster import Cluster
-from gpushare.k8s.rest import ApiError
-from gpushare.k8s.retry import ApiUnavailable
 from gpushare.reconcile import Reconciler
 
 log = structlog.stdlib.get_logger("gpushare.operator")
@@ -81,7 +80,7 @@ async def _check_plugin_namespaces(cluster: Cluster) -> None:
     log.info("Device plugin pods are restarted only in these namespaces", namespaces=sorted(allowed))
     try:
         denied = await cluster.plugin_namespaces_denied()
-    except (ApiError, ApiUnavailable) as exc:
+    except ApiError as exc:
         log.warning("Could not check the operator's pod delete permission", error=str(exc))
         return
     if denied:

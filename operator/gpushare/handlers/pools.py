@@ -11,9 +11,8 @@ import structlog
 
 from gpushare import constants as c
 from gpushare.handlers.state import OperatorState
+from gpushare.k8s import ApiError
 from gpushare.k8s.cluster import plugin_namespace_problem, pool_ref
-from gpushare.k8s.rest import ApiError
-from gpushare.k8s.retry import ApiUnavailable
 from gpushare.reconcile.loop import pool_loop
 
 log = structlog.stdlib.get_logger("gpushare.handlers")
@@ -99,5 +98,5 @@ async def plugin_namespace_check(
             message=f"GPUSharePool {name}: {problem}",
             type_="Warning",
         )
-    except (ApiError, ApiUnavailable) as exc:
+    except ApiError as exc:
         log.warning("Posting Event failed", pool=name, error=str(exc))

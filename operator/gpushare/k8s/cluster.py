@@ -39,9 +39,10 @@ class PluginNamespaceNotAllowed(ApiError):
     """
 
     def __init__(self, namespace: str, allowed: frozenset[str]) -> None:
-        super().__init__(status=403, reason="Forbidden")
+        super().__init__(
+            status=403, reason="Forbidden", message=plugin_namespace_problem(namespace, allowed) or ""
+        )
         self.namespace = namespace
-        self.message = plugin_namespace_problem(namespace, allowed) or ""
 
     def __str__(self) -> str:
         return self.message

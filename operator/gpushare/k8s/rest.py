@@ -11,7 +11,8 @@ Node into a ``V1Node`` and back cost about 1 ms of CPU per write, the JSON 0.04 
   function so that each caller keeps its own retry policy (``gpushare.k8s.retry``).
 
 Nothing above ``gpushare.k8s`` imports kubernetes_asyncio (an import-linter contract): the layers
-above see ``ApiError``, ``ApiClient`` and ``Configuration`` through this package.
+above see ``ApiClient`` and ``Configuration`` through this package, and its errors only as
+``ApiError`` (the client library's exception class is caught here and nowhere else).
 """
 
 from __future__ import annotations
@@ -25,10 +26,46 @@ import aiohttp
 from kubernetes_asyncio.client.api_client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
-#: An HTTP answer outside 2xx (``.status``, ``.reason``, ``.body`` as text, ``.headers``), or a
-#: request that could not be sent (``.status`` 0). The transport's own error class, so that its
-#: errors need no translation; callers above ``gpushare.k8s`` name it only as ``ApiError``.
-ApiError = ApiException
+
+class ApiError(Exception):
+    """gpushare's one error from the apiserver: an HTTP answer outside 2xx (``status``, ``reason``,
+    ``body`` as text, ``headers``), or a request that could not be sent (``status`` 0).
+
+    The layers above ``gpushare.k8s`` catch this class (and its kinds in ``gpushare.k8s.retry``:
+    ``Conflict``, ``ApiUnavailable``), never the client library's.
+    """
+
+    def __init__(
+        self,
+        status: int = 0,
+        reason: str | None = None,
+        body: str = "",
+        headers: Any = None,
+        message: str | None = None,
+    ) -> None:
+        super().__init__(status, reason)
+        self.status = status
+        self.reason = reason
+        self.body = body
+        self.headers = headers
+        self._message = message
+
+    @property
+    def message(self) -> str:
+        """The apiserver's Status message, when the body holds one (or the message given)."""
+        if self._message is not None:
+            return self._message
+        try:
+            found = json.loads(self.body or "{}").get("message")
+        except (ValueError, AttributeError):
+            return ""
+        return str(found or "")
+
+    def __str__(self) -> str:
+        head = f"HTTP {self.status} {self.reason or ''}".rstrip() if self.status else str(self.reason or "")
+        message = self.message
+        return f"{head}: {message}" if message else head or "no answer from the API server"
+
 
 JSON = dict[str, Any]
 Query = Mapping[str, str | int | bool]
@@ -58,11 +95,8 @@ def _query(query: Query | None) -> list[tuple[str, str]]:
 
 
 def error(status: int, reason: str | None, body: str = "", headers: Any = None) -> ApiError:
-    """An ``ApiError`` as the transport builds it (the body is kept: it holds the Status message)."""
-    exc = ApiError(status=status, reason=reason)
-    exc.body = body  # type: ignore[assignment]  # text, as the generated client leaves it too
-    exc.headers = headers
-    return exc
+    """The ``ApiError`` of an answer (the body is kept: it holds the Status message)."""
+    return ApiError(status=status, reason=reason, body=body, headers=headers)
 
 
 class Rest:
@@ -82,16 +116,19 @@ class Rest:
         request_timeout: Timeout = None,
     ) -> aiohttp.ClientResponse:
         """Send one request; the response is returned unread, whatever its status (release it)."""
-        resp: aiohttp.ClientResponse = await self.api.call_api(
-            url,
-            method,
-            query_params=_query(query),
-            header_params={"Accept": "application/json", "Content-Type": content_type},
-            body=body,
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _request_timeout=request_timeout,
-        )
+        try:
+            resp: aiohttp.ClientResponse = await self.api.call_api(
+                url,
+                method,
+                query_params=_query(query),
+                header_params={"Accept": "application/json", "Content-Type": content_type},
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=request_timeout,
+            )
+        except ApiException as exc:  # the transport could not build the request (status 0)
+            raise ApiError(status=exc.status or 0, reason=exc.reason) from None
         return resp
 
     async def request(

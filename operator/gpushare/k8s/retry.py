@@ -33,18 +33,40 @@ from gpushare.k8s.rest import ApiError
 T = TypeVar("T")
 
 RETRYABLE = frozenset({429, 500, 502, 503, 504})
+#: The statuses that mean "another writer got there first" (``Conflict``).
+CONFLICT = frozenset({409})
 WRITE_VERBS = frozenset({"create", "patch", "delete", "update"})
 #: What ``call`` treats as "the request did not get through" (each counted, retried when transient).
 API_FAILURES = (ApiError, aiohttp.ClientError, OSError, TimeoutError)
 
 
-class ApiUnavailable(Exception):
-    """The API server kept failing (5xx/429/connection) after every retry."""
+class ApiUnavailable(ApiError):
+    """The API server kept failing (5xx/429/connection) after every retry (``status``: the last
+    failure's, 0 when it gave no HTTP answer)."""
+
+    def __init__(self, message: str, status: int = 0, reason: str | None = None) -> None:
+        super().__init__(status=status, reason=reason)
+        self.text = message
+
+    def __str__(self) -> str:
+        return self.text
 
 
-class Conflict(Exception):
-    """The object changed between our read and our write (HTTP 409, or a failed JSON-patch test):
-    read it again and decide again (``replan``)."""
+class Conflict(ApiError):
+    """The object changed between our read and our write, or another writer created it first (HTTP
+    409, or a failed JSON-patch ``test``): read it again and decide again (``replan``).
+
+    ``call`` is the one place that decides it: a 409 (or a status the caller names in
+    ``conflict_on``) is raised as ``Conflict``."""
+
+    def __init__(
+        self, message: str = "", status: int = 409, reason: str | None = "Conflict", body: str = ""
+    ) -> None:
+        super().__init__(status=status, reason=reason, body=body)
+        self.text = message
+
+    def __str__(self) -> str:
+        return self.text or super().__str__()
 
 
 @dataclass(frozen=True)
@@ -90,6 +112,8 @@ async def _attempts(
 
 
 def is_retryable(exc: BaseException) -> bool:
+    if isinstance(exc, ApiUnavailable | Conflict):  # already decided by an inner ``call``
+        return False
     if isinstance(exc, ApiError):
         return exc.status in RETRYABLE or exc.status == 0 or exc.status is None
     return isinstance(exc, aiohttp.ClientError | OSError | TimeoutError)
@@ -110,13 +134,15 @@ async def call(
     max_delay: float = API_BACKOFF.max_delay,
     no_retry: frozenset[int] = frozenset(),
     give_up: bool = True,
+    conflict_on: frozenset[int] = CONFLICT,
 ) -> T:
     """Run ``fn``; retry retryable failures with jittered exponential backoff.
 
     Non-retryable ``ApiError`` (404, 409, 422, 403, ...) are raised at once for the caller
     to interpret; statuses in ``no_retry`` too (e.g. 429 from an Eviction = a PDB blocks it).
-    After the last attempt a retryable failure becomes ``ApiUnavailable`` (``give_up=False``: it is
-    raised as it is, for callers that word their own one-line errors).
+    A status in ``conflict_on`` (409; a JSON patch whose ``test`` failed adds 422) is raised as
+    ``Conflict``. After the last attempt a retryable failure becomes ``ApiUnavailable``
+    (``give_up=False``: it is raised as it is, for callers that word their own one-line errors).
     """
 
     async def once() -> T:
@@ -137,9 +163,12 @@ async def call(
     try:
         return await _attempts(once, backoff, transient)
     except API_FAILURES as exc:
+        if isinstance(exc, ApiError) and not isinstance(exc, Conflict) and exc.status in conflict_on:
+            raise Conflict(str(exc), exc.status, exc.reason, exc.body) from exc
         if give_up and transient(exc):
             msg = f"{verb} {resource}: gave up after {attempts} attempts: {exc!r}"
-            raise ApiUnavailable(msg) from exc
+            status = exc.status if isinstance(exc, ApiError) else 0
+            raise ApiUnavailable(msg, status, exc.reason if isinstance(exc, ApiError) else None) from exc
         raise
 
 
@@ -189,7 +218,8 @@ async def replan(step: Callable[[], Awaitable[T]], *, what: str, backoff: Backof
     try:
         return await _attempts(step, backoff, lambda exc: isinstance(exc, Conflict))
     except Conflict as exc:
-        raise Conflict(f"{what}: kept changing under us ({backoff.attempts} attempts): {exc}") from exc
+        msg = f"{what}: kept changing under us ({backoff.attempts} attempts): {exc}"
+        raise Conflict(msg, exc.status, exc.reason, exc.body) from exc
 
 
 async def persist(

@@ -18,7 +18,7 @@ from typing import Any
 
 from gpushare.k8s.client import ApiClient
 from gpushare.k8s.rest import JSON_PATCH, ApiError, Rest, path
-from gpushare.k8s.retry import ApiUnavailable, Conflict, call, call_if_present, call_or_absent
+from gpushare.k8s.retry import CONFLICT, ApiUnavailable, Conflict, call, call_if_present, call_or_absent
 
 SECRETS = "secrets"
 CONFIGURATIONS = "validatingwebhookconfigurations"
@@ -40,10 +40,10 @@ class StoredSecret:
     labels: dict[str, str] = field(default_factory=dict)
 
 
-def _failed(what: str, exc: ApiError | ApiUnavailable) -> WebhookCertError:
-    if isinstance(exc, ApiError):
-        return WebhookCertError(f"cannot {what}: {exc.status} {exc.reason}")
-    return WebhookCertError(f"cannot {what}: {exc}")
+def _failed(what: str, exc: ApiError) -> WebhookCertError:
+    if isinstance(exc, ApiUnavailable):
+        return WebhookCertError(f"cannot {what}: {exc}")
+    return WebhookCertError(f"cannot {what}: {exc.status} {exc.reason}")
 
 
 async def _write(
@@ -52,19 +52,19 @@ async def _write(
     *,
     verb: str,
     resource: str,
-    conflicts: frozenset[int] = frozenset({409}),
+    conflicts: frozenset[int] = CONFLICT,
     not_found: str | None = None,
 ) -> None:
     """One write; a status in ``conflicts`` (lost a race) is ``Conflict``, any other failure
     ``WebhookCertError`` (worded ``not_found``, when given, for a 404)."""
     try:
-        await call(fn, verb=verb, resource=resource)
-    except (ApiError, ApiUnavailable) as exc:
+        await call(fn, verb=verb, resource=resource, conflict_on=conflicts)
+    except Conflict as exc:
+        raise Conflict(str(_failed(what, exc)), exc.status, exc.reason, exc.body) from exc
+    except ApiError as exc:
         failure = _failed(what, exc)
-        if not_found is not None and isinstance(exc, ApiError) and exc.status == 404:
+        if not_found is not None and exc.status == 404:
             failure = WebhookCertError(not_found)
-        if isinstance(exc, ApiError) and exc.status in conflicts:
-            raise Conflict(str(failure)) from exc
         raise failure from None
 
 
@@ -73,7 +73,7 @@ async def read_secret(api: ApiClient, namespace: str, name: str) -> StoredSecret
     url = path(CORE, "namespaces", namespace, "secrets", name)
     try:
         secret = await call_or_absent(lambda: Rest(api).get(url), verb="get", resource=SECRETS)
-    except (ApiError, ApiUnavailable) as exc:
+    except ApiError as exc:
         raise _failed(f"read Secret {namespace}/{name}", exc) from None
     if secret is None:
         return None
@@ -133,7 +133,7 @@ async def read_configuration(api: ApiClient, name: str) -> dict[str, Any] | None
         return await call_or_absent(
             lambda: Rest(api).get(path(ADMISSION, name)), verb="get", resource=CONFIGURATIONS
         )
-    except (ApiError, ApiUnavailable) as exc:
+    except ApiError as exc:
         raise _failed(f"read ValidatingWebhookConfiguration {name}", exc) from None
 
 
@@ -171,7 +171,7 @@ async def delete_secret(api: ApiClient, namespace: str, name: str) -> None:
     url = path(CORE, "namespaces", namespace, "secrets", name)
     try:
         await call_if_present(lambda: Rest(api).delete(url), verb="delete", resource=SECRETS)
-    except (ApiError, ApiUnavailable) as exc:
+    except ApiError as exc:
         raise _failed(f"delete Secret {namespace}/{name}", exc) from None
 
 
@@ -184,6 +184,6 @@ async def namespace_exists(api: ApiClient, name: str) -> bool:
         found = await call_or_absent(
             lambda: Rest(api).get(url), verb="get", resource="namespaces", attempts=1
         )
-    except (ApiError, ApiUnavailable):
+    except ApiError:
         return True
     return found is not None

@@ -8,8 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gpushare import metrics
-from gpushare.k8s.rest import ApiError
-from gpushare.k8s.retry import ApiUnavailable
+from gpushare.k8s import ApiError
 from gpushare.policy import NodePlan, NodeView
 from gpushare.policy.events import names
 from gpushare.policy.rollout import confirmed, equivalent, needs_confirmation
@@ -57,7 +56,7 @@ async def confirm(s: PassScope, patches: Sequence[NodePlan]) -> list[NodePlan]:
     if 0 < len(check) <= PER_NODE_LISTS:
         try:
             lists = await asyncio.gather(*(s.rec.writes.pods_on_node(n) for n in sorted(check)))
-        except (ApiError, ApiUnavailable) as exc:
+        except ApiError as exc:
             s.log.warning("Listing pods failed; mode switches wait for the next pass", error=str(exc))
             for node in check:
                 again.pop(node, None)

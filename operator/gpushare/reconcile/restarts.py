@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from gpushare import metrics
-from gpushare.k8s.rest import ApiError
-from gpushare.k8s.retry import ApiUnavailable
+from gpushare.k8s import ApiError
 from gpushare.policy import RestartRecord
 from gpushare.policy.events import names
 from gpushare.policy.planner import RestartState, restart_outcome_patch
@@ -87,7 +86,7 @@ async def _listed(
             continue
         try:
             everywhere = await s.rec.writes.cluster.plugin_pods(*key)
-        except (ApiError, ApiUnavailable) as exc:
+        except ApiError as exc:
             s.log.warning("Listing device plugin pods failed", namespace=key[0], error=str(exc))
             continue
         by_node: dict[str, list[PluginPod]] = {}
@@ -128,7 +127,7 @@ async def _step(
     else:
         try:
             pods = await s.rec.writes.cluster.plugin_pods(*key, node)
-        except (ApiError, ApiUnavailable) as exc:
+        except ApiError as exc:
             return NodeRestart(node, error=f"listing device plugin pods failed: {exc}")
     memory = s.rec.restarts
     step = restart_step(

@@ -16,10 +16,9 @@ from typing import Any
 import structlog
 
 from gpushare import metrics
+from gpushare.k8s import ApiError, ApiUnavailable, Conflict
 from gpushare.k8s.api import ClusterAPI
 from gpushare.k8s.cluster import node_ref
-from gpushare.k8s.rest import ApiError
-from gpushare.k8s.retry import ApiUnavailable
 from gpushare.policy import NodeView
 from gpushare.policy.events import Event
 from gpushare.policy.views import PluginPod, PodView
@@ -38,11 +37,11 @@ class NodeWrite:
     gone: bool = False
     #: 409: the node changed since the version the patch was made from.
     conflict: bool = False
-    error: ApiError | ApiUnavailable | None = None
+    error: ApiError | None = None
 
 
-def describe(exc: ApiError | ApiUnavailable) -> str:
-    return f"HTTP {exc.status} {exc.reason}" if isinstance(exc, ApiError) else str(exc)
+def describe(exc: ApiError) -> str:
+    return f"HTTP {exc.status} {exc.reason}" if not isinstance(exc, ApiUnavailable) else str(exc)
 
 
 class Writes:
@@ -87,9 +86,9 @@ class Writes:
         try:
             async with self.bound(pool):
                 obj = await self.cluster.patch_node(node, patch)
+        except Conflict:
+            return NodeWrite(conflict=True)
         except ApiError as exc:
-            return NodeWrite(conflict=True) if exc.status == 409 else NodeWrite(error=exc)
-        except ApiUnavailable as exc:
             return NodeWrite(error=exc)
         return NodeWrite(obj=obj) if obj is not None else NodeWrite(gone=True)
 
@@ -97,7 +96,7 @@ class Writes:
         """The node as the apiserver has it now (None: gone, or the read failed)."""
         try:
             return await self.cluster.read_node(node)
-        except (ApiError, ApiUnavailable):
+        except ApiError:
             return None
 
     async def pods_on_node(self, node: str) -> list[PodView]:
@@ -107,7 +106,7 @@ class Writes:
         """Evict ``pod`` (blocking a mode switch of ``node``); the error text if that failed."""
         try:
             outcome = await self.cluster.evict_pod(pod.namespace, pod.name)
-        except (ApiError, ApiUnavailable) as exc:
+        except ApiError as exc:
             return f"evicting {pod.ref} failed: {exc}"
         metrics.EVICTIONS.labels(pool=pool, result=outcome).inc()
         log.info(
@@ -141,7 +140,7 @@ class Writes:
         """Merge-patch the pool's status: True if written, False if the pool is gone, None on error."""
         try:
             return await self.cluster.patch_pool_status(pool, patch)
-        except (ApiError, ApiUnavailable) as exc:
+        except ApiError as exc:
             log.error("Patching GPUSharePool status failed", pool=pool, error=str(exc))
             return None
 
@@ -152,7 +151,7 @@ class Writes:
             target = node_ref(e.node) if e.node is not None else ref
             try:
                 await self.cluster.event(target, reason=e.reason, message=e.message, type_=e.type)
-            except (ApiError, ApiUnavailable) as exc:
+            except ApiError as exc:
                 log.warning("Posting Event failed", object=dict(target), reason=e.reason, error=str(exc))
             else:
                 posted += 1

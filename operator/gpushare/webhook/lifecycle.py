@@ -31,9 +31,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpushare.admission.webhook_config import WebhookSettings, build_configuration
-from gpushare.k8s import webhook_api
+from gpushare.k8s import ApiUnavailable, Conflict, webhook_api
 from gpushare.k8s.client import ApiClient
-from gpushare.k8s.retry import REPLAN_BACKOFF, ApiUnavailable, Backoff, Conflict, persist, replan
+from gpushare.k8s.retry import REPLAN_BACKOFF, Backoff, persist, replan
 from gpushare.k8s.webhook_api import WebhookCertError
 from gpushare.pki import CERT_VALIDITY
 from gpushare.webhook.options import WebhookOptions
