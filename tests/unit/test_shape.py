@@ -6,7 +6,10 @@ Each check names the files that break it, so a failure says where to look.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
+
+import aiohttp
 
 PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "gpushare"
 
@@ -50,3 +53,57 @@ def test_the_client_librarys_exception_is_caught_only_in_k8s() -> None:
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kubernetes_asyncio")
     )
     assert imports == []
+
+
+def _private_names_of(package_dir: Path) -> set[str]:
+    """The private attribute names a library's source defines on its objects (``self._x``)."""
+    found: set[str] = set()
+    for path in package_dir.rglob("*.py"):
+        found.update(re.findall(r"self\.(_[a-z]\w*)", path.read_text(errors="replace")))
+    return found
+
+
+def test_no_private_aiohttp_attribute_is_read() -> None:
+    """The webhook's server and the client layer use aiohttp's public API only: no module that
+    imports aiohttp reads or writes an attribute private to aiohttp, on an aiohttp object
+    (``session._read_bufsize``) or on ``self`` in a subclass of an aiohttp class (``self._loop``,
+    ``self._kwargs`` of its Server). A private name the subclass sets itself is its own."""
+    aiohttp_private = _private_names_of(Path(aiohttp.__file__).parent)
+    offenders: list[str] = []
+    for name, tree in _modules().items():
+        if not any(
+            (
+                isinstance(n, ast.Import | ast.ImportFrom)
+                and any(a.name.startswith("aiohttp") for a in n.names)
+            )
+            or (isinstance(n, ast.ImportFrom) and (n.module or "").startswith("aiohttp"))
+            for n in ast.walk(tree)
+        ):
+            continue
+        for cls in [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]:
+            if not any(
+                "aiohttp" in ast.unparse(b) or ast.unparse(b) in ("RequestHandler", "BaseRequest")
+                for b in cls.bases
+            ):
+                continue
+            own = {
+                n.attr for n in ast.walk(cls) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)
+            } | {n.name for n in ast.walk(cls) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+            offenders += [
+                f"{name}: {cls.name} self.{n.attr}"
+                for n in ast.walk(cls)
+                if isinstance(n, ast.Attribute)
+                and ast.unparse(n.value) == "self"
+                and n.attr in aiohttp_private
+                and n.attr not in own
+            ]
+        offenders += [
+            f"{name}: {ast.unparse(n)}"
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Attribute)
+            and n.attr.startswith("_")
+            and not n.attr.startswith("__")
+            and ast.unparse(n.value) not in ("self", "cls")
+            and n.attr in aiohttp_private
+        ]
+    assert offenders == []

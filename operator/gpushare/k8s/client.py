@@ -46,6 +46,11 @@ SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TLS_READ_BUFFER = 64 * 1024
 
 
+#: The client session's read buffer, as kubernetes_asyncio sets it: a watch event may hold a large
+#: object (2 MiB).
+READ_BUFSIZE = 2**21
+
+
 def limit_tls_read_buffer(size: int = TLS_READ_BUFFER) -> None:
     """Cap asyncio's per-connection TLS read buffer (``SSLProtocol.max_size``, the size of the
     buffer each TLS connection allocates and of each read) for connections opened from now on.
@@ -183,7 +188,7 @@ def new_api_client(cfg: Configuration, *, environ: Mapping[str, str] | None = No
         rest.pool_manager = aiohttp.ClientSession(
             connector=shipped.connector,
             trust_env=trust,
-            read_bufsize=shipped._read_bufsize,  # 2 MiB: a watch event may hold a large object
+            read_bufsize=READ_BUFSIZE,
         )
         shipped.detach()  # the connector now belongs to the new session
     return api

@@ -158,14 +158,19 @@ class _Handler(RequestHandler):
 
 
 class _Server(aiohttp.web.Server):
-    """aiohttp's low-level server with a bound on open connections and one-line errors."""
+    """aiohttp's low-level server with a bound on open connections and one-line errors.
 
-    def __call__(self) -> RequestHandler:
-        return _Handler(self, loop=self._loop, **self._kwargs)
+    Built on its public API only: the connection handlers it makes are ``_Handler`` (its
+    ``handle_error`` overridden), made from this class's own copy of the handler settings."""
 
     def __init__(self, handler: Any, *, max_connections: int, **kwargs: Any) -> None:
         super().__init__(handler, **kwargs)
         self.max_connections = max_connections
+        self.loop = asyncio.get_running_loop()
+        self.handler_settings = dict(kwargs)
+
+    def __call__(self) -> RequestHandler:
+        return _Handler(self, loop=self.loop, **self.handler_settings)
 
     def connection_made(self, handler: Any, transport: asyncio.Transport) -> None:
         super().connection_made(handler, transport)
