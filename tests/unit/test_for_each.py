@@ -1,4 +1,4 @@
-"""``reconcile.scope.for_each``: the bounded write batches (the first write alone, then ``workers``)."""
+"""``reconcile.batch.for_each``: the bounded write batches (the first write alone, then ``workers``)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from gpushare.reconcile import scope
-from gpushare.reconcile.scope import for_each
+from gpushare.reconcile import batch
+from gpushare.reconcile.batch import for_each
 
 
 async def test_first_step_answers_before_the_others_start_then_workers_run_at_once() -> None:
@@ -33,7 +33,7 @@ async def test_first_step_answers_before_the_others_start_then_workers_run_at_on
 
 
 async def test_a_slow_first_step_does_not_hold_back_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(scope, "LEAD_ALONE", 0.01)
+    monkeypatch.setattr(batch, "LEAD_ALONE", 0.01)
     release = asyncio.Event()
     done: list[int] = []
 

@@ -8,7 +8,7 @@ editable install of ``make setup``, never from the installed package or the imag
 from __future__ import annotations
 
 from gpushare.devcluster.binaries import BinariesMissing, find_binaries
-from gpushare.devcluster.cluster import ClusterInfo, DevCluster, DevClusterError, read_info
+from gpushare.devcluster.cluster import ClusterInfo, DevCluster, read_info
 from gpushare.devcluster.fakes import (
     create_gpu_nodes,
     delete_nodes,
@@ -17,6 +17,7 @@ from gpushare.devcluster.fakes import (
     wait_for,
     wait_plugin_ready,
 )
+from gpushare.devcluster.process import DevClusterError
 
 __all__ = [
     "BinariesMissing",

@@ -21,7 +21,7 @@ from pathlib import Path
 from kubernetes_asyncio import client
 
 from gpushare.devcluster.binaries import BinariesMissing
-from gpushare.devcluster.cluster import ClusterInfo, DevCluster, DevClusterError, read_info
+from gpushare.devcluster.cluster import ClusterInfo, DevCluster, read_info
 from gpushare.devcluster.crds import install_crd_files
 from gpushare.devcluster.demo import DEMO_POOLS, create_demo_nodes
 from gpushare.devcluster.fakes import (
@@ -30,7 +30,7 @@ from gpushare.devcluster.fakes import (
     create_gpu_nodes,
     ensure_device_plugin_daemonset,
 )
-from gpushare.devcluster.process import tail
+from gpushare.devcluster.process import DevClusterError, tail
 from gpushare.devcluster.realnode import RealNodeUnavailable, preflight, undo_leftovers
 from gpushare.k8s.client import make_api_client
 

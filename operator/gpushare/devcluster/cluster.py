@@ -36,7 +36,7 @@ import yaml
 
 from gpushare.devcluster import pki
 from gpushare.devcluster.binaries import Binaries, find_binaries
-from gpushare.devcluster.process import Process, stop_all, tail
+from gpushare.devcluster.process import DevClusterError, Process, stop_all, tail
 from gpushare.devcluster.realnode import REAL_NODE_LABEL, RealNodes, host_ip, preflight
 
 SERVICE_CIDR = "10.96.0.0/16"
@@ -64,10 +64,6 @@ KCM_CONTROLLERS = (
     "clusterrole-aggregation-controller",
     "root-ca-certificate-publisher-controller",
 )
-
-
-class DevClusterError(Exception):
-    """The control plane did not come up; the message names the component and its log."""
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,11 @@ def _pdeathsig_preexec(parent_pid: int) -> Callable[[], None]:
     return preexec
 
 
+class DevClusterError(Exception):
+    """The control plane (or a real node) did not come up; the message names the component and its
+    log."""
+
+
 @dataclass
 class Process:
     """One running component: its argv, log file and Popen handle."""

@@ -45,7 +45,7 @@ import yaml
 from gpushare.devcluster import pki
 from gpushare.devcluster.binaries import K8S_VERSION
 from gpushare.devcluster.images import build_image
-from gpushare.devcluster.process import Process
+from gpushare.devcluster.process import DevClusterError, Process
 
 REPO = Path(__file__).resolve().parents[3]
 PROGRAMS = ("gpushare-device-plugin", "pause", "workload", "gpushare-node-reset")
@@ -491,7 +491,6 @@ class RealNodes:
     ) -> None:
         """containerd (+ images) and every kubelet; ``ports``: two free ports per node;
         ``api_service``: (ClusterIP of the kubernetes Service, apiserver port) to DNAT for pods."""
-        from gpushare.devcluster.cluster import DevClusterError
 
         self.server, self.ca_path = server, ca_path
         (self.dir / "run").mkdir(parents=True, exist_ok=True)
@@ -539,7 +538,6 @@ class RealNodes:
     def route_api_service(self, cluster_ip: str, api_port: int) -> None:
         """Pods (not host network) reach the apiserver at ``cluster_ip:443``: DNAT to the host's
         address, in a chain of our own (:func:`undo_host` removes it with its jump)."""
-        from gpushare.devcluster.cluster import DevClusterError
 
         tool = _tool("iptables")
         if tool is None:
@@ -558,14 +556,12 @@ class RealNodes:
 
     def import_archive(self, tar: Path) -> None:
         """Import a docker-archive (e.g. the product's image, ``hack/build-image-local.sh``)."""
-        from gpushare.devcluster.cluster import DevClusterError
 
         res = self._ctr("images", "import", str(tar), timeout=300)
         if res.returncode != 0:
             raise DevClusterError(f"importing {tar} into containerd failed: {res.stderr.strip()}")
 
     def import_images(self) -> None:
-        from gpushare.devcluster.cluster import DevClusterError
 
         bins = programs_dir()
         images = self.dir / "images"

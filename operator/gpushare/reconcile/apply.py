@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpushare import metrics
 from gpushare.k8s import ApiError
 from gpushare.policy import NodePlan, NodeView
 from gpushare.policy.events import names
 from gpushare.policy.rollout import confirmed, equivalent, needs_confirmation
-from gpushare.reconcile.scope import PassScope, for_each
-from gpushare.reconcile.writes import describe
+from gpushare.reconcile.batch import for_each
+from gpushare.reconcile.plans import PlanCache
+from gpushare.reconcile.scope import PassScope
+from gpushare.reconcile.store import ClusterState
+from gpushare.reconcile.writes import Writes, describe
 
 #: At most this many nodes about to switch mode are confirmed with a targeted pod list each
 #: (``spec.nodeName``) before the write; above it the GPU-pod index is trusted (never a list of
@@ -32,7 +36,15 @@ class Written:
     conflicts: int = 0
 
 
-async def confirm(s: PassScope, patches: Sequence[NodePlan]) -> list[NodePlan]:
+def remember(s: PassScope, state: ClusterState, cache: PlanCache, obj: Mapping[str, Any] | None) -> None:
+    """Believe our own write (the returned node) until the watch shows it; plan it again (the
+    pools it concerns are woken after the phase)."""
+    s.effects.wake.update(cache.remember(state, obj, s.now))
+
+
+async def confirm(
+    s: PassScope, patches: Sequence[NodePlan], state: ClusterState, cache: PlanCache, writes: Writes
+) -> list[NodePlan]:
     """Plan the batch again with this pass's clock; confirm a few mode switches with the API.
 
     The GPU-pod index may lag a pod that was just bound. For up to ``PER_NODE_LISTS`` nodes about
@@ -42,7 +54,6 @@ async def confirm(s: PassScope, patches: Sequence[NodePlan]) -> list[NodePlan]:
     """
     if not patches:
         return []
-    state, cache = s.rec.state, s.rec.cache
     views = [v for v in (state.view(p.node) for p in patches) if v is not None]
     # Nodes this pass's replan planned with this clock (nothing awaited since) keep that plan:
     # after a pool change that is every node, planned once before the first write, not twice.
@@ -55,7 +66,7 @@ async def confirm(s: PassScope, patches: Sequence[NodePlan]) -> list[NodePlan]:
     check = {p.node for p in again.values() if needs_confirmation(p)}
     if 0 < len(check) <= PER_NODE_LISTS:
         try:
-            lists = await asyncio.gather(*(s.rec.writes.pods_on_node(n) for n in sorted(check)))
+            lists = await asyncio.gather(*(writes.pods_on_node(n) for n in sorted(check)))
         except ApiError as exc:
             s.log.warning("Listing pods failed; mode switches wait for the next pass", error=str(exc))
             for node in check:
@@ -70,31 +81,32 @@ async def confirm(s: PassScope, patches: Sequence[NodePlan]) -> list[NodePlan]:
         if q is not None and confirmed(p, q):
             out.append(q)
         else:
-            state.dirty.add(p.node)
+            s.effects.dirty.add(p.node)
     return out
 
 
-async def _patch(s: PassScope, p: NodePlan, written: Written) -> NodePlan | None:
+async def _patch(
+    s: PassScope, p: NodePlan, written: Written, state: ClusterState, cache: PlanCache, writes: Writes
+) -> NodePlan | None:
     """Patch one node, replanning it after a 409 (go on only with an equivalent change)."""
-    rec = s.rec
-    seen = rec.state.view(p.node)
+    seen = state.view(p.node)
     for _ in range(PATCH_ATTEMPTS):
-        out = await rec.writes.patch_node(s.name, p.node, p.node_patch(), seen)
+        out = await writes.patch_node(s.name, p.node, p.node_patch(), seen)
         if out.error is not None:
             written.errors[p.node] = f"patching the node failed: {describe(out.error)}"
             s.log.error("Patching Node failed", node=p.node, error=describe(out.error))
-            rec.state.dirty.add(p.node)
+            s.effects.dirty.add(p.node)
             return None
         if not out.conflict:
             break
         # 409: the node changed since it was planned. Read it and plan it again.
-        current = await rec.writes.read_node(p.node)
-        rec.state.dirty.add(p.node)
+        current = await writes.read_node(p.node)
+        s.effects.dirty.add(p.node)
         if current is None:
             return None
-        s.remember(current)
+        remember(s, state, cache, current)
         seen = NodeView.project(current)
-        again = rec.state.plan_nodes([seen], s.now).nodes[0]
+        again = state.plan_nodes([seen], s.now).nodes[0]
         if not equivalent(p, again):
             written.conflicts += 1
             return None
@@ -104,9 +116,9 @@ async def _patch(s: PassScope, p: NodePlan, written: Written) -> NodePlan | None
         s.log.info("Node kept changing while being patched; planning again", node=p.node)
         return None
     if out.gone:  # 404: the node is gone (a watch that missed the deletion)
-        rec.forget_node(p.node)
+        s.effects.gone.add(p.node)
         return None
-    s.remember(out.obj)
+    remember(s, state, cache, out.obj)
     if p.label_patch:
         metrics.LABEL_PATCHES.labels(pool=s.name, action=p.action.value).inc()
     if s.log.is_enabled_for(logging.DEBUG):  # a line per node: not even built unless asked for
@@ -123,15 +135,17 @@ async def _patch(s: PassScope, p: NodePlan, written: Written) -> NodePlan | None
     return p
 
 
-async def write_nodes(s: PassScope, batch: Sequence[NodePlan]) -> Written:
+async def write_nodes(
+    s: PassScope, batch: Sequence[NodePlan], state: ClusterState, cache: PlanCache, writes: Writes
+) -> Written:
     """Patch the nodes of ``batch`` (a node another pass is writing is left for later)."""
     written = Written()
     if not batch:
         return written
 
     async def claimed(p: NodePlan) -> NodePlan | None:
-        with s.rec.writes.claim(p.node) as mine:
-            return await _patch(s, p, written) if mine else None
+        with writes.claim(p.node) as mine:
+            return await _patch(s, p, written, state, cache, writes) if mine else None
 
     written.done = [p for p in await for_each(batch, claimed) if p is not None]
     done = written.done
@@ -153,14 +167,16 @@ async def write_nodes(s: PassScope, batch: Sequence[NodePlan]) -> Written:
     return written
 
 
-async def evict(s: PassScope, holds: Sequence[NodePlan]) -> dict[str, str]:
+async def evict(
+    s: PassScope, holds: Sequence[NodePlan], state: ClusterState, writes: Writes
+) -> dict[str, str]:
     """Evict the pods blocking held mode switches, once their node is cordoned; the failures."""
     errors: dict[str, str] = {}
     for p in holds:
-        node = s.rec.state.view(p.node)
+        node = state.view(p.node)
         if node is None or not node.unschedulable:
             continue  # cordon first (this pass or the next one)
         for pod in p.blocking_pods:
-            if (error := await s.rec.writes.evict(s.name, p.node, pod)) is not None:
+            if (error := await writes.evict(s.name, p.node, pod)) is not None:
                 errors[p.node] = error
     return errors

@@ -7,7 +7,9 @@ decided once in ``policy.decide``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
 
 import structlog
 
@@ -24,78 +26,114 @@ from gpushare.policy.decide import (
 )
 from gpushare.policy.events import restart_events, write_events
 from gpushare.reconcile.apply import confirm, evict, write_nodes
+from gpushare.reconcile.memory import ReportMemory, RestartMemory
+from gpushare.reconcile.plans import PlanCache
 from gpushare.reconcile.report import report, report_invalid
 from gpushare.reconcile.restarts import move_restarts
-from gpushare.reconcile.scope import PassResult, PassScope
-
-if TYPE_CHECKING:
-    from gpushare.reconcile.reconciler import Reconciler
+from gpushare.reconcile.scope import Effects, PassResult, PassScope
+from gpushare.reconcile.store import ClusterState
+from gpushare.reconcile.writes import Writes
 
 log = structlog.stdlib.get_logger("gpushare.reconciler")
 
+#: ``apply(pool, effects)``: the reconciler applies what a phase of ``pool``'s pass left (marks
+#: nodes dirty, forgets gone nodes, wakes the other pools concerned).
+Apply = Callable[[str, Effects], None]
 
-def observe(rec: Reconciler, name: str) -> PassScope | None:
-    """Plan what changed; the scope of this pass (None if the pool is gone)."""
-    raw = rec.state.bodies.get(name)
+
+@dataclass(frozen=True)
+class Parts:
+    """The long-lived parts the phases read and write (the reconciler owns them)."""
+
+    state: ClusterState
+    cache: PlanCache
+    writes: Writes
+    restarts: RestartMemory
+    reports: dict[str, ReportMemory]
+
+
+def observe(parts: Parts, name: str, now: datetime) -> tuple[PassScope | None, set[str]]:
+    """Plan what changed; the scope of this pass (None if the pool is gone) and the pools to wake."""
+    state, cache = parts.state, parts.cache
+    raw = state.bodies.get(name)
     if raw is None:
-        return None
-    now = rec.clock()
-    _count, wake = rec.cache.replan(rec.state, now)
-    rec.wake(wake, but=name)
-    live = frozenset(rec.state.live())
+        return None, set()
+    _count, wake = cache.replan(state, now)
+    live = frozenset(state.live())
     uid = str((raw.get("metadata") or {}).get("uid") or "")
-    return PassScope(
-        rec=rec,
+    scope = PassScope(
         name=name,
         uid=uid,
         raw=raw,
-        model=rec.state.model(name),
+        model=state.model(name),
         now=now,
         live=live,
         orphans=name == orphan_owner(live),
-        deleting=name in rec.state.pools.deleting,
+        deleting=name in state.pools.deleting,
         ref=pool_ref(name, uid),
         log=log.bind(pool=name),
     )
+    return scope, set(wake)
 
 
-def decide_pass(s: PassScope) -> PassPlan:
+def decide_pass(s: PassScope, parts: Parts) -> PassPlan:
     return decide(
         s.name,
-        s.rec.cache.of_pool(s.name, orphans=s.orphans),
-        rollouts={m.name: m.spec.rollout for m in s.rec.state.pools.models},
+        parts.cache.of_pool(s.name, orphans=s.orphans),
+        rollouts={m.name: m.spec.rollout for m in parts.state.pools.models},
         live=s.live,
         orphans=s.orphans,
-        busy=s.rec.writes.claimed,
+        busy=parts.writes.claimed,
     )
 
 
-def owed(s: PassScope) -> list[tuple[str, RestartRecord]]:
+def owed(s: PassScope, state: ClusterState, cache: PlanCache) -> list[tuple[str, RestartRecord]]:
     """Plugin restarts owed by this pool (or by vanished pools, for the orphan owner), as the nodes
     are after this pass's writes (never act on a record we just replaced)."""
-    plans = s.rec.cache.of_pool(s.name, orphans=s.orphans)
-    views = {p.node: s.rec.state.view(p.node) for p in plans if p.changed}
+    plans = cache.of_pool(s.name, orphans=s.orphans)
+    views = {p.node: state.view(p.node) for p in plans if p.changed}
     return restarts_owed(s.name, restart_records(plans, views), s.live, orphans=s.orphans)
 
 
-async def run_pass(rec: Reconciler, name: str) -> PassResult:
-    """One pass of pool ``name``: the phases in order; the requeue from ``settle``/``look_again``."""
-    s = observe(rec, name)
+async def run_pass(parts: Parts, name: str, now: datetime, apply: Apply) -> PassResult:
+    """One pass of pool ``name``: the phases in order, each phase's effects applied after it; the
+    requeue from ``settle``/``look_again``."""
+    state, cache, writes = parts.state, parts.cache, parts.writes
+    s, wake = observe(parts, name, now)
     if s is None:
         return PassResult(name, summary="pool is gone")
-    if (why := rec.state.invalid().get(name)) is not None:
-        await report_invalid(s, why)
+    apply(name, Effects(wake=wake))
+    memory = parts.reports.setdefault(name, ReportMemory())
+    if (why := state.invalid().get(name)) is not None:
+        plans = cache.of_pool(name, orphans=False)
+        await report_invalid(
+            s, why, plans=plans, state=state, invalid_pools=cache.invalid_pools, writes=writes, memory=memory
+        )
         return PassResult(name, summary="invalid spec")
-    decision = decide_pass(s)
-    written = await write_nodes(s, await confirm(s, decision.patches))
-    evicted = await evict(s, decision.evictions)
-    restarts = await move_restarts(s, owed(s))
+    decision = decide_pass(s, parts)
+    confirmed = await confirm(s, decision.patches, state, cache, writes)
+    apply(name, s.effects.drain())
+    written = await write_nodes(s, confirmed, state, cache, writes)
+    apply(name, s.effects.drain())
+    evicted = await evict(s, decision.evictions, state, writes)
+    restarts = await move_restarts(s, owed(s, state, cache), state, cache, writes, parts.restarts)
+    apply(name, s.effects.drain())
     errors = {**written.errors, **evicted, **restarts.errors}
-    after = rec.cache.of_pool(name, orphans=False)
+    after = cache.of_pool(name, orphans=False)
     failed = bool(errors or written.conflicts)
     settled = settle(name, after, waiting=decision.waiting, restarting=restarts.running, failed_writes=failed)
     events = [*write_events(name, s.mode, written.done), *restart_events(restarts.restarted, restarts.failed)]
-    shown = await report(s, after, errors, events, moving=not settled.done)
+    shown = await report(
+        s,
+        after,
+        errors,
+        events,
+        moving=not settled.done,
+        state=state,
+        invalid_pools=cache.invalid_pools,
+        writes=writes,
+        memory=memory,
+    )
     settled = look_again(
         settled, status_wait=shown.status_wait, awaiting_plugin=shown.awaiting_plugin, deleting=s.deleting
     )

@@ -22,10 +22,9 @@ from gpushare.policy import NodePlan, NodeView, PodView
 from gpushare.policy.decide import ORPHANS, orphan_owner
 from gpushare.policy.events import Event
 from gpushare.reconcile import passes
+from gpushare.reconcile.memory import ReportMemory, RestartMemory
 from gpushare.reconcile.plans import PlanCache
-from gpushare.reconcile.report import ReportMemory
-from gpushare.reconcile.restarts import RestartMemory
-from gpushare.reconcile.scope import PassResult
+from gpushare.reconcile.scope import Effects, PassResult
 from gpushare.reconcile.store import ClusterState
 from gpushare.reconcile.writes import Writes
 
@@ -43,6 +42,7 @@ class Reconciler:
         self.restarts = RestartMemory()
         self.reports: dict[str, ReportMemory] = {}
         self.wakeups: dict[str, asyncio.Event] = {}
+        self.parts = passes.Parts(self.state, self.cache, self.writes, self.restarts, self.reports)
 
     # --- what tests and the watches read ---------------------------------------------------------
 
@@ -95,6 +95,13 @@ class Reconciler:
         of it: the same object, so its projection need not be made again)."""
         return self.state.echo(name, resource_version)
 
+    def apply(self, pool: str, effects: Effects) -> None:
+        """What a phase of ``pool``'s pass left: nodes to plan again, nodes gone, pools to wake."""
+        self.state.dirty.update(effects.dirty)
+        for node in sorted(effects.gone):
+            self.forget_node(node)
+        self.wake(effects.wake, but=pool)
+
     def forget_node(self, name: str) -> None:
         view = self.state.forget_node(name)
         self.wake(self.cache.concerned(name, view, self.state.pools.models))
@@ -137,7 +144,7 @@ class Reconciler:
         if resync:
             self.state.plan_all = True
         try:
-            return await passes.run_pass(self, name)
+            return await passes.run_pass(self.parts, name, self.clock(), self.apply)
         except Exception:
             result_label = "error"
             raise

@@ -8,27 +8,19 @@ at once. :class:`ReportMemory` is what a pool's reports remember between passes.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 from typing import Any
 
 from gpushare import metrics
 from gpushare.api.v1alpha1 import GPUSharePool, GPUSharePoolStatus
 from gpushare.policy import ClusterPlan, NodePlan
 from gpushare.policy.decide import FAST_REQUEUE, status_wait
-from gpushare.policy.events import Event, Reported, invalid_events, transition_events
+from gpushare.policy.events import Event, invalid_events, transition_events
 from gpushare.policy.status import awaiting_plugin_mode, pool_status, status_merge_patch
+from gpushare.reconcile.memory import ReportMemory
 from gpushare.reconcile.scope import PassScope
-from gpushare.reconcile.store import placeholder
-
-
-@dataclass
-class ReportMemory:
-    """A pool's last status written, when, and what its Events reported."""
-
-    status: dict[str, Any] | None = None
-    written_at: datetime | None = None
-    reported: Reported = field(default_factory=Reported)
+from gpushare.reconcile.store import ClusterState, placeholder
+from gpushare.reconcile.writes import Writes
 
 
 @dataclass(frozen=True)
@@ -41,25 +33,31 @@ class Report:
     awaiting_plugin: bool = False
 
 
-def _memory(s: PassScope) -> ReportMemory:
-    return s.rec.reports.setdefault(s.name, ReportMemory())
-
-
 def _status_of(
-    s: PassScope, model: GPUSharePool, plans: Sequence[NodePlan], invalid: Mapping[str, str], **kw: Any
+    s: PassScope,
+    state: ClusterState,
+    model: GPUSharePool,
+    plans: Sequence[NodePlan],
+    invalid: Mapping[str, str],
+    **kw: Any,
 ) -> dict[str, Any]:
     cp = ClusterPlan(nodes=tuple(plans), invalid_pools=invalid)
-    state = s.rec.state
     names = [p.node for p in plans]
     node_map = {n: v for n in names if (v := state.view(n)) is not None}
     return pool_status(model, cp, node_map, state.pods_of(names), now=s.now, **kw)
 
 
 async def _write_status(
-    s: PassScope, status: dict[str, Any], base: Mapping[str, Any], current: Mapping[str, Any], *, moving: bool
+    s: PassScope,
+    writes: Writes,
+    memory: ReportMemory,
+    status: dict[str, Any],
+    base: Mapping[str, Any],
+    current: Mapping[str, Any],
+    *,
+    moving: bool,
 ) -> float | None:
     """Write ``status`` if it changed; returns when to try again (None: nothing left to write)."""
-    memory = _memory(s)
     if status in (base, current):
         memory.status = status
         return None
@@ -67,7 +65,7 @@ async def _write_status(
     if wait is not None:
         return wait
     memory.written_at = s.now
-    ok = await s.rec.writes.patch_status(s.name, status_merge_patch(status, current, base))
+    ok = await writes.patch_status(s.name, status_merge_patch(status, current, base))
     if ok is None:
         return FAST_REQUEUE
     if ok:
@@ -90,18 +88,21 @@ async def report(
     events: Sequence[Event],
     *,
     moving: bool,
+    state: ClusterState,
+    invalid_pools: Mapping[str, str],
+    writes: Writes,
+    memory: ReportMemory,
 ) -> Report:
     """Post the pass's Events (``events`` and new holds/conflicts), publish metrics and the status
     (not for an invalid pool being deleted: its cleanup only posts the Events of its writes)."""
     model = s.model
     if model is None:
-        await s.rec.writes.post(s.ref, events)
+        await writes.post(s.ref, events)
         return Report()
-    memory = _memory(s)
     current = dict(s.raw.get("status") or {})
     base = memory.status if memory.status is not None else current
     status = _status_of(
-        s, _based(model, base), plans, s.rec.cache.invalid_pools, errors=errors, deleting=s.deleting
+        s, state, _based(model, base), plans, invalid_pools, errors=errors, deleting=s.deleting
     )
     counts = status.get("nodes", {})
     metrics.set_pool_nodes(
@@ -118,19 +119,26 @@ async def report(
         s.name, status, ready_timeout_seconds=model.spec.device_plugin.ready_timeout_seconds
     )
     transitions, memory.reported = transition_events(s.name, plans, memory.reported)
-    await s.rec.writes.post(s.ref, [*events, *transitions])
-    wait = await _write_status(s, status, base, current, moving=moving)
+    await writes.post(s.ref, [*events, *transitions])
+    wait = await _write_status(s, writes, memory, status, base, current, moving=moving)
     return Report(status_wait=wait, awaiting_plugin=awaiting_plugin_mode(status))
 
 
-async def report_invalid(s: PassScope, why: str) -> None:
+async def report_invalid(
+    s: PassScope,
+    why: str,
+    *,
+    plans: Sequence[NodePlan],
+    state: ClusterState,
+    invalid_pools: Mapping[str, str],
+    writes: Writes,
+    memory: ReportMemory,
+) -> None:
     """An invalid pool's status through ``pool_status`` too: all four conditions current."""
-    memory = _memory(s)
     current = dict(s.raw.get("status") or {})
     base = memory.status if memory.status is not None else current
-    plans = s.rec.cache.of_pool(s.name, orphans=False)
-    invalid = {**s.rec.cache.invalid_pools, s.name: why}
-    status = _status_of(s, placeholder({**s.raw, "status": base}), plans, invalid)
+    invalid = {**invalid_pools, s.name: why}
+    status = _status_of(s, state, placeholder({**s.raw, "status": base}), plans, invalid)
     status.pop("schedule", None)  # the spec does not say a valid one
     if "schedule" in current:
         status["schedule"] = current["schedule"]
@@ -139,5 +147,5 @@ async def report_invalid(s: PassScope, why: str) -> None:
         return
     changed = base.get("conditions") != status.get("conditions")
     events, memory.reported = invalid_events(why, memory.reported, conditions_changed=changed)
-    await s.rec.writes.post(s.ref, events)
-    await _write_status(s, status, base, current, moving=False)
+    await writes.post(s.ref, events)
+    await _write_status(s, writes, memory, status, base, current, moving=False)

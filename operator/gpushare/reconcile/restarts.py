@@ -2,14 +2,13 @@
 
 The step itself is pure (``gpushare.policy.restart.restart_step``); this module reads the pods
 it needs, does what the step says through the writes layer, and keeps the little the step needs
-to remember between passes (:class:`RestartMemory`).
+to remember between passes (``memory.RestartMemory``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from gpushare import metrics
 from gpushare.k8s import ApiError
@@ -18,22 +17,18 @@ from gpushare.policy.events import names
 from gpushare.policy.planner import RestartState, restart_outcome_patch
 from gpushare.policy.restart import restart_step, watched
 from gpushare.policy.views import PluginPod, plugin_pod
-from gpushare.reconcile.apply import PER_NODE_LISTS
-from gpushare.reconcile.scope import PassScope, for_each
+from gpushare.reconcile.apply import PER_NODE_LISTS, remember
+from gpushare.reconcile.batch import for_each
+from gpushare.reconcile.memory import RestartMemory
+from gpushare.reconcile.plans import PlanCache
+from gpushare.reconcile.scope import PassScope
+from gpushare.reconcile.store import ClusterState
+from gpushare.reconcile.writes import Writes
 
 #: (namespace, label selector) of a device plugin: one list serves every node it runs on.
 PluginKey = tuple[str, str]
-
-
-@dataclass
-class RestartMemory:
-    """What this replica did for restarts (lost on a restart, which the step allows for)."""
-
-    #: node -> ``since`` of the restart whose plugin pods we deleted there
-    deleted_since: dict[str, str] = field(default_factory=dict)
-    deleted_uids: set[str] = field(default_factory=set)
-    #: when this replica first moved restarts
-    took_over_at: datetime | None = None
+#: What the restart phase reads and writes: the store, the plan cache, the writes layer, its memory.
+_Parts = tuple[ClusterState, PlanCache, Writes, RestartMemory]
 
 
 @dataclass(frozen=True)
@@ -56,13 +51,13 @@ class Restarts:
     errors: dict[str, str] = field(default_factory=dict)
 
 
-def _key(s: PassScope, record: RestartRecord) -> PluginKey:
-    dp = s.rec.state.plugin_of(record.pool)
+def _key(state: ClusterState, record: RestartRecord) -> PluginKey:
+    dp = state.plugin_of(record.pool)
     return (dp.namespace, dp.pod_selector.to_query())
 
 
 async def _listed(
-    s: PassScope, owed: Sequence[tuple[str, RestartRecord]]
+    s: PassScope, owed: Sequence[tuple[str, RestartRecord]], state: ClusterState, writes: Writes
 ) -> dict[PluginKey, dict[str, list[PluginPod]]]:
     """Plugin pods known without a per-node list: the default plugin's pods are watched (the pod
     index, no list at all); another plugin on more than ``PER_NODE_LISTS`` nodes is listed once
@@ -70,11 +65,11 @@ async def _listed(
     listed: dict[PluginKey, dict[str, list[PluginPod]]] = {}
     groups: dict[PluginKey, int] = {}
     for node, record in owed:
-        key = _key(s, record)
+        key = _key(state, record)
         groups[key] = groups.get(key, 0) + 1
-        dp = s.rec.state.plugin_of(record.pool)
+        dp = state.plugin_of(record.pool)
         if watched(dp):
-            pods = s.rec.state.pods.get(node, {}).values()
+            pods = state.pods.get(node, {}).values()
             mine = [
                 plugin_pod(p)
                 for p in pods
@@ -85,7 +80,7 @@ async def _listed(
         if count <= PER_NODE_LISTS or key in listed:
             continue
         try:
-            everywhere = await s.rec.writes.cluster.plugin_pods(*key)
+            everywhere = await writes.cluster.plugin_pods(*key)
         except ApiError as exc:
             s.log.warning("Listing device plugin pods failed", namespace=key[0], error=str(exc))
             continue
@@ -96,52 +91,56 @@ async def _listed(
     return listed
 
 
-async def _record(s: PassScope, node: str, updated: RestartRecord) -> NodeRestart:
+async def _record(s: PassScope, node: str, updated: RestartRecord, parts: _Parts) -> NodeRestart:
     """Write the new state of ``node``'s restart record."""
-    rec = s.rec
-    with rec.writes.claim(node) as mine:
+    state, cache, writes, memory = parts
+    with writes.claim(node) as mine:
         if not mine:
             return NodeRestart(node, running=True)
-        patch = restart_outcome_patch(rec.state.view(node), updated)
-        out = await rec.writes.patch_node(s.name, node, patch)
+        patch = restart_outcome_patch(state.view(node), updated)
+        out = await writes.patch_node(s.name, node, patch)
     if out.error is not None or out.conflict:
-        rec.state.dirty.add(node)
+        s.effects.dirty.add(node)
         why = str(out.error) if out.error is not None else "HTTP 409 Conflict"
         return NodeRestart(node, error=f"recording the plugin restart failed: {why}")
     if out.gone:
-        rec.forget_node(node)
+        s.effects.gone.add(node)
         return NodeRestart(node)
-    s.remember(out.obj)
-    rec.restarts.deleted_since.pop(node, None)
+    remember(s, state, cache, out.obj)
+    memory.deleted_since.pop(node, None)
     s.log.debug("Recorded device plugin restart", node=node, state=updated.state, result=updated.result)
     return NodeRestart(node, state=updated.state)
 
 
 async def _step(
-    s: PassScope, node: str, record: RestartRecord, listed: dict[PluginKey, dict[str, list[PluginPod]]]
+    s: PassScope,
+    node: str,
+    record: RestartRecord,
+    listed: dict[PluginKey, dict[str, list[PluginPod]]],
+    parts: _Parts,
 ) -> NodeRestart:
     """One node's owed restart: its plugin pods, the pure step, its deletes and record."""
-    key = _key(s, record)
+    state, _cache, writes, memory = parts
+    key = _key(state, record)
     if key in listed:
         pods = listed[key].get(node, [])
     else:
         try:
-            pods = await s.rec.writes.cluster.plugin_pods(*key, node)
+            pods = await writes.cluster.plugin_pods(*key, node)
         except ApiError as exc:
             return NodeRestart(node, error=f"listing device plugin pods failed: {exc}")
-    memory = s.rec.restarts
     step = restart_step(
         node,
         record,
         pods,
         now=s.now,
-        plugin=s.rec.state.plugin_of(record.pool),
+        plugin=state.plugin_of(record.pool),
         deleted_uids=memory.deleted_uids,
         deleted_since=memory.deleted_since.get(node),
         took_over_at=memory.took_over_at,
     )
     memory.deleted_uids.difference_update(step.forget)
-    for pod in await s.rec.writes.delete_plugin_pods(s.name, step.delete):
+    for pod in await writes.delete_plugin_pods(s.name, step.delete):
         memory.deleted_since[node] = record.since
         memory.deleted_uids.add(pod.uid)
     if step.metric is not None:
@@ -149,19 +148,26 @@ async def _step(
     if step.state is None:
         return NodeRestart(node, running=record.pending)
     updated = RestartRecord(record.hash, record.since, step.state, record.pool, step.outcome)
-    return await _record(s, node, updated)
+    return await _record(s, node, updated, parts)
 
 
-async def move_restarts(s: PassScope, owed: Sequence[tuple[str, RestartRecord]]) -> Restarts:
+async def move_restarts(
+    s: PassScope,
+    owed: Sequence[tuple[str, RestartRecord]],
+    state: ClusterState,
+    cache: PlanCache,
+    writes: Writes,
+    memory: RestartMemory,
+) -> Restarts:
     """Move the owed restarts on: delete old plugin pods, record Done/Failed."""
-    memory = s.rec.restarts
     if memory.took_over_at is None:
         memory.took_over_at = s.now
     out = Restarts()
     if not owed:
         return out
-    listed = await _listed(s, owed)
-    for r in await for_each(owed, lambda item: _step(s, *item, listed)):
+    listed = await _listed(s, owed, state, writes)
+    parts = (state, cache, writes, memory)
+    for r in await for_each(owed, lambda item: _step(s, *item, listed, parts)):
         out.running |= r.running
         if r.error is not None:
             out.errors[r.node] = r.error

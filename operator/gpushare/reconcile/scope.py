@@ -1,63 +1,21 @@
-"""What one reconcile pass works on (:class:`PassScope`) and what it returns (:class:`PassResult`)."""
+"""What one reconcile pass works on (:class:`PassScope`: data only), what its phases leave for the
+reconciler to apply (:class:`Effects`) and what it returns (:class:`PassResult`).
+
+The phases (``apply``, ``restarts``, ``report``) take the scope and the few long-lived parts each
+needs (the store, the plan cache, the writes layer, their memories), never the reconciler.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
 import structlog
 
 from gpushare.api.v1alpha1 import GPUSharePool
 from gpushare.policy.decide import RESYNC
-
-if TYPE_CHECKING:
-    from gpushare.reconcile.reconciler import Reconciler
-
-T = TypeVar("T")
-R = TypeVar("R")
-
-#: Node writes (patches, plugin pod deletes) in flight at once, per pool (so that pools never
-#: queue behind each other). 64, as the plain loop of bench/bench_operator.py (docs/benchmarks.md).
-WRITE_CONCURRENCY = 64
-
-
-async def for_each(
-    items: Sequence[T], step: Callable[[T], Awaitable[R]], workers: int = WRITE_CONCURRENCY
-) -> list[R]:
-    """``step`` over ``items``, ``workers`` at a time, by that many tasks rather than one task per
-    item (at 5000 nodes, 5000 tasks waiting on the write bound were megabytes of peak memory);
-    the results in the order of ``items``.
-
-    The first step runs alone (up to ``LEAD_ALONE`` seconds): on a cold client it opens one
-    connection and answers, instead of queueing behind ``workers`` TLS handshakes at once (the
-    first node write of a 1000-node pool came 0.94 s after the pass began, now one round trip:
-    0.22 s)."""
-    results: dict[int, R] = {}
-    todo = iter(enumerate(items))
-    answered = asyncio.Event()
-
-    async def worker() -> None:
-        for i, item in todo:
-            results[i] = await step(item)
-            answered.set()
-
-    async def others(n: int) -> None:
-        if n <= 0:
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(answered.wait(), LEAD_ALONE)
-        await asyncio.gather(*(worker() for _ in range(n)))
-
-    await asyncio.gather(worker(), others(min(workers, len(items)) - 1))
-    return [results[i] for i in range(len(items))]
-
-
-#: How long the first step of a batch runs alone before the others start anyway (``for_each``).
-LEAD_ALONE = 1.0
 
 
 @dataclass
@@ -78,11 +36,31 @@ class PassResult:
     summary: str = ""
 
 
+@dataclass
+class Effects:
+    """What a phase leaves for the reconciler to apply to the store and the other pools' loops."""
+
+    #: Nodes to plan again (a refused or failed write, a batch not confirmed).
+    dirty: set[str] = field(default_factory=set)
+    #: Nodes the apiserver says are gone (a 404 on a write the watch had not shown yet).
+    gone: set[str] = field(default_factory=set)
+    #: Pools concerned by a node this pass wrote (``ORPHANS``: the owner of vanished pools' nodes).
+    wake: set[str] = field(default_factory=set)
+
+    def drain(self) -> Effects:
+        """These effects, and this accumulator empty again."""
+        out = Effects(set(self.dirty), set(self.gone), set(self.wake))
+        self.dirty.clear()
+        self.gone.clear()
+        self.wake.clear()
+        return out
+
+
 @dataclass(frozen=True)
 class PassScope:
-    """One pass of one pool: the pool, the pass's clock, and the reconciler's long-lived parts."""
+    """One pass of one pool, as data: the pool, the pass's clock, what it knows of the others, and
+    the effects its phases leave (``effects``, applied by the reconciler after each phase)."""
 
-    rec: Reconciler
     name: str
     uid: str
     raw: Mapping[str, Any]
@@ -95,12 +73,8 @@ class PassScope:
     deleting: bool
     ref: Mapping[str, str]
     log: structlog.stdlib.BoundLogger
+    effects: Effects = field(default_factory=Effects)
 
     @property
     def mode(self) -> str:
         return self.model.spec.mode if self.model else ""
-
-    def remember(self, obj: Mapping[str, Any] | None) -> None:
-        """Believe our own write (the returned node) until the watch shows it; plan it again."""
-        rec = self.rec
-        rec.wake(rec.cache.remember(rec.state, obj, self.now), but=self.name)

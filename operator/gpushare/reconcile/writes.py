@@ -22,7 +22,7 @@ from gpushare.k8s.cluster import node_ref
 from gpushare.policy import NodeView
 from gpushare.policy.events import Event
 from gpushare.policy.views import PluginPod, PodView
-from gpushare.reconcile.scope import WRITE_CONCURRENCY
+from gpushare.reconcile.batch import WRITE_CONCURRENCY
 
 log = structlog.stdlib.get_logger("gpushare.reconciler")
 
