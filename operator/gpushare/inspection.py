@@ -12,7 +12,7 @@ Numbers:
   GiB by default).
 * **gpu-core allocated/total**: the same for ``aliyun.com/gpu-core.percentage`` (100 per GPU);
   ``-`` when the node has no such capacity.
-* **effective mode**: what the node's device plugin advertises (``policy.plugin_mode``):
+* **effective mode**: what the node's device plugin advertises (``backends.ack.evidence``):
   ``core_mem``, ``cgpu|share``, ``default`` or ``none``; it lags the labels until the plugin restarts.
 * **isolation**: what the node agent found (``active``/``absent``/``unknown``), or ``no agent``.
 * **phase**: the node's entry in the pool's ``status.nodeStatuses`` (``-`` when not listed).
@@ -34,8 +34,9 @@ from gpushare import constants as c
 from gpushare.admission.model import Context, node_info
 from gpushare.admission.targeting import node_constraints, node_kind, resolve
 from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
+from gpushare.backends import backend_for
+from gpushare.backends.ack import evidence as pm
 from gpushare.gpu.inventory import inventory_from_annotations, isolation_state
-from gpushare.policy import plugin_mode as pm
 from gpushare.policy.demand import snapshot
 from gpushare.policy.views import NodeView, PodView, quantity_int
 
@@ -99,7 +100,7 @@ class NodeLine:
     gpu_product: str = ""
     gpu_memory_mib: tuple[int, ...] = ()
     pods: tuple[PodLine, ...] = ()
-    #: what the device plugin advertises (see gpushare.policy.plugin_mode)
+    #: what the device plugin advertises (see gpushare.backends.ack.evidence)
     effective_mode: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -348,7 +349,7 @@ def build_report(
             f"{n.effective_mode}; it has not restarted since the labels changed"
             for n in lines
             if by_name[n.name].labels.get(c.LABEL_SCHEDULE) == pool.spec.mode
-            and not pm.advertises(pool.spec.mode, by_name[n.name].allocatable)
+            and not backend_for(pool.spec).advertises(pool.spec.mode, by_name[n.name].allocatable)
         ]
         sections.append(
             PoolSection(

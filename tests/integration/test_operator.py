@@ -1253,7 +1253,7 @@ class UnavailableTracker:
         self._task: asyncio.Task[None] | None = None
 
     def _seen(self, node: Any) -> None:
-        from gpushare.policy.plugin_mode import advertises
+        from gpushare.backends.ack.evidence import advertises
 
         record = restart_record(node)
         labels = node.metadata.labels or {}

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from gpushare import constants as c
 from gpushare.api.v1alpha1 import GPUSharePool, parse_pool
+from gpushare.backends.ack import evidence as pm
 from gpushare.policy import NodeView, RestartRecord, apply_node_patch, plan
-from gpushare.policy import plugin_mode as pm
 from gpushare.policy.decide import decide
 from gpushare.policy.rollout import in_flight, select_batch
 

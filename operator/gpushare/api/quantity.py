@@ -21,9 +21,11 @@ problem otherwise; the quota helper reads the device plugin's integer variables 
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from decimal import ROUND_UP, Decimal
+from typing import Any
 
 _QUANTITY_RE = re.compile(
     r"(?P<sign>[+-]?)(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
@@ -249,3 +251,16 @@ def integer_or_none(raw: object) -> int | None:
     if q is None or q.suffix or "." in q.text:
         return None
     return int(q)
+
+
+def quantity_int(value: Any) -> int:
+    """A Kubernetes quantity as a whole number (``"4"``, ``4``, ``"2k"``, ``"1e3"``), fraction dropped.
+
+    Lenient on purpose, for odd live data: a value that is not a quantity (see
+    :func:`amount_int`) counts as 0, and a float (YAML written by hand)
+    as its whole part, rather than failing the whole plan; the admission rules reject such requests
+    up front.
+    """
+    if isinstance(value, float):
+        return int(value) if math.isfinite(value) else 0
+    return amount_int(value) or 0

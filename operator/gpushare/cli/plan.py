@@ -20,11 +20,13 @@ from typing import Any
 
 from gpushare import constants as c
 from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
+from gpushare.backends import backend_for
 from gpushare.cli import CLIError
 from gpushare.k8s.readonly import LiveReadError, LiveState, read_live_sync
 from gpushare.manifests import load_files
 from gpushare.policy import Action, ClusterPlan, NodePlan, NodeView, PodView, plan
 from gpushare.policy.pooldiff import PoolChange, diff_pools, show
+from gpushare.policy.restart import is_plugin_pod
 from gpushare.policy.status import no_nodes_message
 
 ABSENT = "<none>"
@@ -109,11 +111,7 @@ def load_inputs(
 
 def _plugin_pods(pool: GPUSharePool | None, node: str, pods: list[PodView]) -> list[PodView]:
     if pool is None:
-        return [
-            p
-            for p in pods
-            if p.node_name == node and dict(p.labels).items() >= c.DEFAULT_PLUGIN_LABELS.items()
-        ]
+        return [p for p in pods if p.node_name == node and is_plugin_pod(p.labels)]
     dp = pool.spec.device_plugin
     return [
         p
@@ -181,14 +179,16 @@ def _text_node(p: NodePlan, node: NodeView, pool: GPUSharePool | None, pods: lis
         if p.message
         else f"{p.node}: {p.action.value}{where}"
     ]
+    backend = backend_for(pool.spec if pool else None)
     for change in _label_changes(node, p.label_patch):
-        tag = "   [mode switch]" if change["key"] == c.LABEL_SCHEDULE and p.mode_switch else ""
+        tag = "   [mode switch]" if change["key"] == backend.mode_label and p.mode_switch else ""
         lines.append(f"    {change['key']}: {change['from'] or ABSENT} -> {change['to'] or ABSENT}{tag}")
     if p.action is Action.HOLD and p.mode_switch:
         lines.append(
-            f"    held: {c.LABEL_SCHEDULE} {p.mode_switch[0]} -> {p.mode_switch[1]} (modeSwitch {p.hold})"
+            f"    held: {backend.mode_label} {p.mode_switch[0]} -> {p.mode_switch[1]} (modeSwitch {p.hold})"
         )
-        lines.extend(f"    blocking pod: {x.ref} ({c.RES_GPU_MEM}={x.gpu_mem})" for x in p.blocking_pods)
+        held = backend.shared_resource
+        lines.extend(f"    blocking pod: {x.ref} ({held}={x.requests.get(held, 0)})" for x in p.blocking_pods)
         if p.cordon:
             lines.append("    cordon the node (gpushare.io/cordoned-by) while waiting")
         if p.evict_pods:
@@ -304,7 +304,7 @@ def _relevant_pods(pods: list[PodView], pools: list[GPUSharePool]) -> list[PodVi
     """GPU pods (they can hold a mode switch) and device plugin pods (they get restarted)."""
 
     def plugin(p: PodView) -> bool:
-        if dict(p.labels).items() >= c.DEFAULT_PLUGIN_LABELS.items():
+        if is_plugin_pod(p.labels):
             return True
         return any(
             p.namespace == pool.spec.device_plugin.namespace

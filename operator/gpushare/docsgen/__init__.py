@@ -4,7 +4,7 @@ Each page under ``docs/reference/`` is a function of what the code defines, so t
 drift from it: the GPUSharePool fields from the generated CRD (the pydantic models), the admission
 rules from their catalog, the CLI from its argparse parsers, the metrics from the registry and the
 alerts from the PrometheusRule, the condition reasons from :mod:`gpushare.policy.conditions` and
-:mod:`gpushare.policy.plugin_mode`. ``python -m gpushare.docsgen`` writes them;
+:mod:`gpushare.policy.conditions`. ``python -m gpushare.docsgen`` writes them;
 ``python -m gpushare.docsgen --check`` (``make lint``) fails when one is stale.
 
 Part of the development harness: not in the wheel or the image, imported by nothing below it.
@@ -26,7 +26,6 @@ from gpushare.admission import catalog
 from gpushare.api.crd import build_crd
 from gpushare.cli import build_parser
 from gpushare.policy import conditions as cond
-from gpushare.policy import plugin_mode as pm
 
 ROOT = Path(__file__).resolve().parents[3]
 PROMETHEUS_RULE = ROOT / "manifests" / "monitoring" / "prometheusrule.yaml"
@@ -300,10 +299,10 @@ REASONS: dict[str, str] = {
     cond.NODE_ISOLATION_UNAVAILABLE: "the pool wants memory isolation, the node agent found no cGPU module",
     cond.NODE_NO_PLUGIN_POD: "labels applied; no device plugin pod runs on the node (Ready)",
     cond.NODE_LABELS_APPLIED: "labels applied and the plugin advertises the mode (Ready)",
-    pm.PLUGIN_MODE_PENDING: "labels right, plugin restarted, not yet advertising the mode",
-    pm.PLUGIN_MODE_STALE: "the plugin still advertises another mode's resources",
-    pm.PLUGIN_RESTART_NEEDED: "`devicePlugin.restart: Never`: the plugin must be restarted by hand",
-    pm.PLUGIN_NOT_REGISTERED: "no device plugin registered with the kubelet: GPU pods are refused there",
+    cond.PLUGIN_MODE_PENDING: "labels right, plugin restarted, not yet advertising the mode",
+    cond.PLUGIN_MODE_STALE: "the plugin still advertises another mode's resources",
+    cond.PLUGIN_RESTART_NEEDED: "`devicePlugin.restart: Never`: the plugin must be restarted by hand",
+    cond.PLUGIN_NOT_REGISTERED: "no device plugin registered with the kubelet: GPU pods are refused there",
 }
 
 #: Where each condition reason can appear: condition type -> its reasons (in the order they win).
@@ -323,9 +322,9 @@ CONDITION_REASONS: dict[str, tuple[str, ...]] = {
     ),
     cond.DEGRADED: (
         cond.REASON_INVALID_SPEC,
-        pm.PLUGIN_RESTART_NEEDED,
-        pm.PLUGIN_MODE_STALE,
-        pm.PLUGIN_NOT_REGISTERED,
+        cond.PLUGIN_RESTART_NEEDED,
+        cond.PLUGIN_MODE_STALE,
+        cond.PLUGIN_NOT_REGISTERED,
         cond.NODE_ISOLATION_UNAVAILABLE,
         cond.NODE_PLUGIN_NOT_READY,
         cond.NODE_APPLY_FAILED,
@@ -350,10 +349,7 @@ HEALTHY = frozenset(
 def reason_constants() -> set[str]:
     """Every reason the code defines (``REASON_*``, ``NODE_*``, ``PLUGIN_*`` string constants)."""
     out = set()
-    for module, prefixes in (
-        (cond, ("REASON_", "NODE_")),
-        (pm, ("PLUGIN_MODE_", "PLUGIN_RESTART", "PLUGIN_NOT")),
-    ):
+    for module, prefixes in ((cond, ("REASON_", "NODE_", "PLUGIN_MODE_", "PLUGIN_RESTART", "PLUGIN_NOT")),):
         out |= {v for k, v in vars(module).items() if k.startswith(prefixes) and isinstance(v, str)}
     return out
 
@@ -381,7 +377,7 @@ def events_page() -> str:
     nodes += [f"| `{r}` | {REASONS[r]} |" for r in sorted(reason_constants() - in_conditions)]
     return (
         "# Events and condition reasons\n\n"
-        + _banner("operator/gpushare/policy/conditions.py, plugin_mode.py and the Events the operator posts")
+        + _banner("operator/gpushare/policy/conditions.py and the Events the operator posts")
         + "## Conditions\n\n"
         "A pool has four conditions with Kubernetes semantics (`Ready`, `Progressing`, `Degraded`, "
         "`Conflict`); `kubectl get gsp` shows the Ready condition's reason as STATUS. Within a "

@@ -10,6 +10,7 @@ import kopf
 import structlog
 
 from gpushare import constants as c
+from gpushare.backends import DEFAULT
 from gpushare.handlers.state import OperatorState
 from gpushare.k8s import ApiError
 from gpushare.k8s.cluster import plugin_namespace_problem, pool_ref
@@ -80,7 +81,7 @@ async def plugin_namespace_check(
         reports.pop(uid, None)
         return
     plugin = dict((body.get("spec") or {}).get("devicePlugin") or {})
-    namespace = str(plugin.get("namespace") or c.DEFAULT_PLUGIN_NAMESPACE)
+    namespace = str(plugin.get("namespace") or DEFAULT.default_plugin_namespace)
     problem = None
     if plugin.get("restart", "Rolling") != "Never":
         problem = plugin_namespace_problem(namespace, memo.cluster.plugin_namespaces)

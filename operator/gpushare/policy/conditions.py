@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 READY = "Ready"
 PROGRESSING = "Progressing"
@@ -27,7 +27,7 @@ REASON_NODES_IN_MULTIPLE_POOLS = "NodesInMultiplePools"
 REASON_NO_CONFLICTS = "NoConflicts"
 
 # Reasons of a node's entry in status.nodeStatuses (a Degraded or Failed node's reason can also
-# become the Degraded condition's). The device plugin's mode reasons are in policy.plugin_mode.
+# become the Degraded condition's). The device plugin's mode reasons are at the end.
 NODE_APPLY_FAILED = "ApplyFailed"
 NODE_MULTIPLE_POOLS = "MultiplePools"
 NODE_PLUGIN_RESTARTING = "DevicePluginRestarting"
@@ -94,3 +94,14 @@ def get_condition(conditions: Sequence[Mapping[str, Any]], type: str) -> Mapping
         if cond.get("type") == type:
             return cond
     return None
+
+
+# Node reasons of the pool status from the device plugin's evidence (``SharingBackend.advertises``).
+#: Labels right, plugin restarted, the node does not advertise the mode yet.
+PLUGIN_MODE_PENDING: Final = "PluginModePending"
+#: The plugin still advertises another mode's resources.
+PLUGIN_MODE_STALE: Final = "PluginModeStale"
+#: ``devicePlugin.restart: Never``: the plugin must be restarted by hand.
+PLUGIN_RESTART_NEEDED: Final = "PluginRestartNeeded"
+#: No device plugin registered with the kubelet.
+PLUGIN_NOT_REGISTERED: Final = "PluginNotRegistered"

@@ -29,7 +29,7 @@ from gpushare import constants as c
 from gpushare.admission.model import Context, NodeInfo
 from gpushare.admission.targeting import Constraints, names_nodes, node_constraints, resolve
 from gpushare.api.v1alpha1 import GPUSharePool
-from gpushare.policy import plugin_mode as pm
+from gpushare.backends import backend_for
 from gpushare.policy.planner import Action, ClusterPlan
 from gpushare.policy.views import NodeView, PodView, pod_requests, quantity_int
 
@@ -190,7 +190,7 @@ def idle_nodes(
         view = nodes.get(p.node)
         if view is None or not view.ready or view.unschedulable or p.node in busy:
             continue
-        if not pm.advertises(pool.spec.mode, view.allocatable):
+        if not backend_for(pool.spec).advertises(pool.spec.mode, view.allocatable):
             continue
         out.append(p.node)
     return sorted(out)

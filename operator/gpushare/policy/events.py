@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpushare import constants as c
+from gpushare.backends import DEFAULT, SharingBackend
 from gpushare.policy import conditions as reasons
 from gpushare.policy.planner import Action, NodePlan
 
@@ -42,8 +42,11 @@ def names(items: Sequence[str]) -> str:
     return shown + (f" and {len(items) - LIST_MAX} more" if len(items) > LIST_MAX else "")
 
 
-def write_events(pool: str, mode: str, done: Sequence[NodePlan]) -> list[Event]:
-    """The Events of the node patches a pass made (``done``, in rollout order)."""
+def write_events(
+    pool: str, mode: str, done: Sequence[NodePlan], backend: SharingBackend = DEFAULT
+) -> list[Event]:
+    """The Events of the node patches a pass made (``done``, in rollout order) in a pool of
+    ``backend``."""
     out: list[Event] = []
     labelled = [p.node for p in done if p.label_patch and p.action is Action.APPLY and not p.drift]
     if labelled:
@@ -66,7 +69,7 @@ def write_events(pool: str, mode: str, done: Sequence[NodePlan]) -> list[Event]:
     forced = [p for p in done if p.force]
     if forced:
         msg = (
-            f"Forced {c.LABEL_SCHEDULE} switch on {len(forced)} node(s) with GPU pods running: "
+            f"Forced {backend.mode_label} switch on {len(forced)} node(s) with GPU pods running: "
             + "; ".join(f"{p.node}: {p.message}" for p in forced[:3])
         )
         out.append(Event("ModeSwitchForced", msg, "Warning"))

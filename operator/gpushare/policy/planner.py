@@ -1,17 +1,20 @@
 """The planner: from pools, nodes and pods to the label patch and actions for every node.
 
-Rules (docs/concepts/ack-labels.md has the table and examples):
+What labels a pool wants, what a mode switch is and which pods it disrupts are the pool's sharing
+backend's (``gpushare.backends``); the rules here hold for every backend (docs/concepts/ack-labels.md
+has ACK's table and examples):
 
 * A node in exactly one pool gets ``desired_labels(pool)``; the patch holds only keys that change.
 * The first write to a node also writes ``ANNOTATION_OWNED`` = ``{"pool", "prior"}``: the value of
-  every managed label before gpushare touched it. Moving a node to another pool keeps that prior.
+  every owned label before gpushare touched it. Moving a node to another pool keeps that prior.
 * A node we own that no longer belongs to its pool (selector or labels changed, pool gone or
-  deleted with ``cleanup: Restore``) gets its prior values back; ``ack.node.gpu.schedule`` with no
-  prior becomes ``default`` (deleting it would not bring back exclusive mode). ``cleanup: Retain``
-  leaves the ACK labels and removes only ``gpushare.io/pool`` and the ownership annotation.
+  deleted with ``cleanup: Restore``) gets the backend's reading of its prior values back
+  (``SharingBackend.restored``). ``cleanup: Retain`` leaves the backend's labels and removes only
+  ``gpushare.io/pool`` and the ownership annotation.
 * ``gpushare.io/skip=true`` → untouched (Skip). Two or more pools → untouched (Conflict).
-* A change of ``ack.node.gpu.schedule`` while pods using ``aliyun.com/gpu-mem`` run on the node is
-  a blocked mode switch: ``rollout.modeSwitch`` decides (Wait/Cordon/Evict hold it, Force applies).
+* A mode change the backend says disrupts running GPU pods (``SharingBackend.disrupts``), while
+  pods holding a shared GPU run on the node, is a blocked mode switch: ``rollout.modeSwitch``
+  decides (Wait/Cordon/Evict hold it, Force applies).
 * A change of a label the device plugin reads writes ``ANNOTATION_PLUGIN_RESTART`` (state Pending)
   in the same patch, so a restarted operator resumes the restart instead of repeating it.
 """
@@ -30,17 +33,9 @@ from typing import Any, Literal
 from gpushare import constants as c
 from gpushare.api.rules import MANAGED_SELECTOR
 from gpushare.api.v1alpha1 import GPUSharePool, GPUSharePoolSpec, Rollout
+from gpushare.backends import BACKENDS, DEFAULT, OWNED_LABELS, SharingBackend, backend_for
 from gpushare.policy import conditions as cond
-from gpushare.policy import plugin_mode as pm
 from gpushare.policy.views import NodeView, PodView, pods_by_node
-
-#: Labels the device plugin reads only when it starts: changing any of them needs a plugin restart.
-PLUGIN_LABELS: tuple[str, ...] = (
-    c.LABEL_CGPU,
-    c.LABEL_DISABLE_ISOLATION,
-    c.LABEL_SCHEDULE,
-    c.LABEL_PLACEMENT,
-)
 
 ModeSwitchPolicy = Literal["Wait", "Cordon", "Evict", "Force"]
 RestartState = Literal["Pending", "Done", "Failed", "Skipped"]
@@ -88,7 +83,7 @@ class Ownership:
 
     @classmethod
     def capture(cls, pool: str, labels: Mapping[str, str]) -> Ownership:
-        return cls(pool=pool, prior={key: labels.get(key) for key in c.MANAGED_LABELS})
+        return cls(pool=pool, prior={key: labels.get(key) for key in OWNED_LABELS})
 
     @classmethod
     def parse(cls, raw: str | None) -> Ownership | None:
@@ -104,15 +99,14 @@ class Ownership:
             if not isinstance(pool, str) or not isinstance(prior_raw, dict):
                 raise TypeError("bad shape")
             prior = {
-                key: (str(prior_raw[key]) if prior_raw.get(key) is not None else None)
-                for key in c.MANAGED_LABELS
+                key: (str(prior_raw[key]) if prior_raw.get(key) is not None else None) for key in OWNED_LABELS
             }
         except (ValueError, KeyError, TypeError):
-            return cls(pool="", prior=dict.fromkeys(c.MANAGED_LABELS), readable=False)
+            return cls(pool="", prior=dict.fromkeys(OWNED_LABELS), readable=False)
         return cls(pool=pool, prior=prior)
 
     def dump(self) -> str:
-        return _dump_owned(self.pool, tuple(self.prior.get(key) for key in c.MANAGED_LABELS))
+        return _dump_owned(self.pool, tuple(self.prior.get(key) for key in OWNED_LABELS))
 
 
 # The planner reads each node's annotations on every plan; a fleet's nodes share a handful of
@@ -125,7 +119,7 @@ def _parse_owned(raw: str) -> Ownership:
 
 @functools.lru_cache(maxsize=4096)
 def _dump_owned(pool: str, prior: tuple[str | None, ...]) -> str:
-    return _dump({"pool": pool, "prior": dict(zip(c.MANAGED_LABELS, prior, strict=True))})
+    return _dump({"pool": pool, "prior": dict(zip(OWNED_LABELS, prior, strict=True))})
 
 
 @dataclass(frozen=True)
@@ -231,9 +225,9 @@ class LoanRecord:
         return _dump(body)
 
 
-def plugin_labels_hash(labels: Mapping[str, str | None]) -> str:
-    """A short stable hash of the 4 label values the device plugin reads."""
-    return _values_hash(tuple(labels.get(key) for key in PLUGIN_LABELS))
+def plugin_labels_hash(labels: Mapping[str, str | None], backend: SharingBackend = DEFAULT) -> str:
+    """A short stable hash of the label values the backend's device plugin reads."""
+    return _values_hash(tuple(labels.get(key) for key in backend.plugin_labels))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -243,29 +237,23 @@ def _values_hash(values: tuple[str | None, ...]) -> str:
 
 
 def desired_labels(spec: GPUSharePoolSpec, pool_name: str) -> dict[str, str]:
-    """The managed labels of a node in the pool (every key of ``MANAGED_LABELS``)."""
-    return {
-        c.LABEL_CGPU: "true",
-        c.LABEL_DISABLE_ISOLATION: "false" if spec.memory_isolation else "true",
-        c.LABEL_SCHEDULE: spec.mode,
-        c.LABEL_PLACEMENT: spec.placement,
-        c.LABEL_POOL: pool_name,
-    }
+    """The labels of a node in the pool: its backend's owned labels and ``gpushare.io/pool``."""
+    return {**backend_for(spec).labels_for(spec), c.LABEL_POOL: pool_name}
 
 
-def restore_labels(prior: Mapping[str, str | None]) -> dict[str, str | None]:
-    """The managed labels after Restore: prior values (None = absent), ``schedule`` never absent."""
-    out = {key: prior.get(key) for key in c.MANAGED_LABELS}
-    if out[c.LABEL_SCHEDULE] is None:
-        out[c.LABEL_SCHEDULE] = c.SCHEDULE_DEFAULT
-    return out
+def restore_labels(
+    prior: Mapping[str, str | None], backend: SharingBackend = DEFAULT
+) -> dict[str, str | None]:
+    """The owned labels after Restore: the backend's reading of their prior values (None = absent),
+    and ``gpushare.io/pool``'s."""
+    return {**backend.restored(prior), c.LABEL_POOL: prior.get(c.LABEL_POOL)}
 
 
 def selector_problem(spec: GPUSharePoolSpec) -> str | None:
     """Why a pool's nodeSelector cannot be planned, or None.
 
     A selector on a label gpushare writes would change membership by applying the pool (a node
-    selected by ``cgpu DoesNotExist`` would leave the pool as soon as it is labelled). parse_pool
+    selected by ``<owned label> DoesNotExist`` would leave the pool as soon as it is labelled). parse_pool
     rejects such selectors (:data:`gpushare.api.rules.MANAGED_SELECTOR`); a pool built without it
     (stored before the rule existed, or constructed in code) is ignored here by the same rule.
     """
@@ -374,20 +362,19 @@ def _node_obj_uncordon(node: NodeView) -> bool:
     return c.ANNOTATION_CORDONED_BY in node.annotations
 
 
-def awaiting_mode(node: NodeView, record: RestartRecord | None) -> bool:
+def awaiting_mode(node: NodeView, record: RestartRecord | None, backend: SharingBackend = DEFAULT) -> bool:
     """Whether the node's device plugin was restarted by gpushare for the labels it carries now
     (record Done or Failed, same label hash) and the node does not advertise their mode yet.
 
     A Pending record is a restart still under way (counted as such); Skipped means
     ``devicePlugin.restart: Never`` (gpushare disrupts nothing there). See
-    :func:`gpushare.policy.plugin_mode.advertises`.
+    ``SharingBackend.advertises``.
     """
     if record is None or record.state not in ("Done", "Failed"):
         return False
-    if record.hash != plugin_labels_hash(node.labels):
+    if record.hash != plugin_labels_hash(node.labels, backend):
         return False
-    mode = node.labels.get(c.LABEL_SCHEDULE) or c.SCHEDULE_DEFAULT
-    return not pm.advertises(mode, node.allocatable)
+    return not backend.advertises(backend.mode_of(node.labels), node.allocatable)
 
 
 @dataclass(frozen=True)
@@ -396,10 +383,13 @@ class _Target:
     labels: Mapping[str, str | None]
     rollout: Rollout
     restart_policy: Literal["Rolling", "Never"]
+    backend: SharingBackend
 
 
-def _blocking(pods: Iterable[PodView]) -> tuple[PodView, ...]:
-    return tuple(sorted((p for p in pods if not p.terminated and p.gpu_mem > 0), key=lambda p: p.ref))
+def _blocking(pods: Iterable[PodView], backend: SharingBackend) -> tuple[PodView, ...]:
+    """The running pods a mode switch of their node would disrupt."""
+    held = (p for p in pods if not p.terminated and backend.holds_shared_gpu(p.requests))
+    return tuple(sorted(held, key=lambda p: p.ref))
 
 
 def _change(
@@ -423,10 +413,10 @@ def _change(
     elif owned is None or not owned.readable or owned.pool != new_owner.pool:
         annotations[c.ANNOTATION_OWNED] = new_owner.dump()
 
-    old_mode = node.labels.get(c.LABEL_SCHEDULE) or c.SCHEDULE_DEFAULT
-    new_mode = target.labels.get(c.LABEL_SCHEDULE) or c.SCHEDULE_DEFAULT
+    backend = target.backend
+    old_mode, new_mode = backend.mode_of(node.labels), backend.mode_of(target.labels)
     mode_switch = (old_mode, new_mode) if old_mode != new_mode else None
-    blocking = _blocking(pods) if mode_switch else ()
+    blocking = _blocking(pods, backend) if mode_switch and backend.disrupts(old_mode, new_mode) else ()
     hold: ModeSwitchPolicy | None = None
     common: dict[str, Any] = {
         "node": node.name,
@@ -449,8 +439,8 @@ def _change(
                 unschedulable_patch=True if cordon else None,
                 reason=cond.NODE_MODE_SWITCH_BLOCKED,
                 message=(
-                    f"{c.LABEL_SCHEDULE} {old_mode} -> {new_mode} is blocked by "
-                    f"{len(blocking)} pod(s) using {c.RES_GPU_MEM} (modeSwitch {hold}: {verb} {names})"
+                    f"{backend.mode_label} {old_mode} -> {new_mode} is blocked by {len(blocking)} pod(s) "
+                    f"using {backend.shared_resource} (modeSwitch {hold}: {verb} {names})"
                 ),
                 plugin_restart=record,
                 **common,
@@ -460,8 +450,8 @@ def _change(
     for key, value in label_patch.items():
         if value is None:
             after.pop(key, None)
-    new_hash = plugin_labels_hash(after)
-    plugin_changed = any(key in label_patch for key in PLUGIN_LABELS)
+    new_hash = plugin_labels_hash(after, backend)
+    plugin_changed = any(key in label_patch for key in backend.plugin_labels)
     restart = False
     new_record = record
     if plugin_changed:
@@ -514,8 +504,8 @@ def _change(
         message=message
         if not blocking
         else (
-            f"{c.LABEL_SCHEDULE} {old_mode} -> {new_mode} forced with {len(blocking)} pod(s) using "
-            f"{c.RES_GPU_MEM} still running ({', '.join(p.ref for p in blocking)})"
+            f"{backend.mode_label} {old_mode} -> {new_mode} forced with {len(blocking)} pod(s) using "
+            f"{backend.shared_resource} still running ({', '.join(p.ref for p in blocking)})"
         ),
         plugin_restart=new_record,
         drift=bool(
@@ -525,7 +515,7 @@ def _change(
             and label_patch
             and (
                 record is None
-                or record.hash != plugin_labels_hash(node.labels)
+                or record.hash != plugin_labels_hash(node.labels, backend)
                 or c.LABEL_POOL in label_patch
             )
         ),
@@ -622,6 +612,7 @@ def _plan_node(
                 desired_labels(pool.spec, pool.name),
                 pool.spec.rollout,
                 pool.spec.device_plugin.restart,
+                backend_for(pool.spec),
             ),
             owned=owned,
             new_owner=new_owner,
@@ -633,7 +624,7 @@ def _plan_node(
         )
         if plan.drift:
             plan = replace(plan, reason="DriftCorrected", message="managed labels were edited by hand")
-        if plan.action in (Action.APPLY, Action.NOOP) and awaiting_mode(node, record):
+        if plan.action in (Action.APPLY, Action.NOOP) and awaiting_mode(node, record, backend_for(pool.spec)):
             plan = replace(plan, awaiting_mode=True)
         return plan
     if owned is None:
@@ -669,7 +660,7 @@ def _plan_node(
             annotation_patch=released,
             plugin_restart=record,
             reason="Retained",
-            message=f"pool {owned.pool} is deleted with cleanup Retain: ACK labels stay",
+            message=f"pool {owned.pool} is deleted with cleanup Retain: its sharing labels stay",
         )
     if owner is None:
         reason, message = "PoolGone", f"pool {owned.pool or '<unknown>'} no longer exists"
@@ -682,9 +673,10 @@ def _plan_node(
         Action.RESTORE,
         _Target(
             owned.pool,
-            restore_labels(owned.prior),
+            restore_labels(owned.prior, backend_for(owner.spec) if owner else DEFAULT),
             owner.spec.rollout if owner else Rollout(),
             owner.spec.device_plugin.restart if owner else "Rolling",
+            backend_for(owner.spec) if owner else DEFAULT,
         ),
         owned=owned,
         new_owner=None,
@@ -804,7 +796,7 @@ def plan(
     for node in sorted(nodes, key=lambda n: n.name):
         on = on_node.get(node.name, ())
         # Without a memo, or with pods that may hold a mode switch (named in the plan): planned.
-        if memo is None or (on and _blocking(on)):
+        if memo is None or (on and any(_blocking(on, b) for b in BACKENDS.values())):
             out.append(_plan_node(node, active, by_name, deleting, bad, on, stamp))
             continue
         key = memo.key(node, stamp)

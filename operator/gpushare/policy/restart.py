@@ -12,8 +12,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from gpushare import constants as c
 from gpushare.api.v1alpha1 import DevicePlugin
+from gpushare.backends import BACKENDS
 from gpushare.policy import conditions as reasons
 from gpushare.policy.planner import RestartRecord, RestartState
 from gpushare.policy.views import PluginPod, parse_time
@@ -43,14 +43,19 @@ class RestartStep:
 
 
 def is_plugin_pod(labels: Mapping[str, str]) -> bool:
-    """Whether a pod (or a selector's matchLabels) carries the default device-plugin labels: the
-    pods the operator's pod watch keeps besides GPU pods."""
-    return all(labels.get(k) == v for k, v in c.DEFAULT_PLUGIN_LABELS.items())
+    """Whether a pod (or a selector's matchLabels) carries a backend's default device-plugin labels:
+    the pods the operator's pod watch keeps besides GPU pods."""
+    return any(all(labels.get(k) == v for k, v in b.default_plugin_labels.items()) for b in BACKENDS.values())
 
 
 def watched(dp: DevicePlugin) -> bool:
-    """Whether the pod watch sees every pod of this device plugin (it watches the default labels)."""
-    return dp.namespace == c.DEFAULT_PLUGIN_NAMESPACE and is_plugin_pod(dp.pod_selector.match_labels)
+    """Whether the pod watch sees every pod of this device plugin (it watches the backends' default
+    labels in their default namespaces)."""
+    return any(
+        dp.namespace == b.default_plugin_namespace
+        and all(dp.pod_selector.match_labels.get(k) == v for k, v in b.default_plugin_labels.items())
+        for b in BACKENDS.values()
+    )
 
 
 def restart_step(

@@ -9,9 +9,9 @@ from typing import Any
 
 from gpushare import constants as c
 from gpushare.api.v1alpha1 import MAX_NODE_STATUSES, GPUSharePool, GPUSharePoolStatus, NodePhase
+from gpushare.backends import DEFAULT, SharingBackend, backend_for
 from gpushare.gpu.inventory import isolation_state
 from gpushare.policy import conditions as cond
-from gpushare.policy import plugin_mode as pm
 from gpushare.policy.planner import Action, ClusterPlan, NodePlan, RestartRecord
 from gpushare.policy.views import NodeView, PodView
 
@@ -68,13 +68,14 @@ def node_state(
     ready_timeout_s: int = 300,
     restart_never: bool = False,
     now: datetime | None = None,
+    backend: SharingBackend = DEFAULT,
 ) -> NodeState | None:
     """The phase of one node as pool ``pool`` reports it, or None when the pool does not list it.
 
     ``memory_isolation``: the pool demands cGPU memory isolation, so a node whose agent reports
     it ``absent`` is Degraded (``IsolationUnavailable``) even with every label right.
     ``mode``: the pool's mode; a node with the right labels is Ready only once it advertises that
-    mode's resources (see :mod:`gpushare.policy.plugin_mode`), see :func:`plugin_mode_state`.
+    mode's resources (``SharingBackend.advertises``), see :func:`plugin_mode_state`.
     """
     p = node_plan
     if p.node in errors and (p.pool == pool):
@@ -143,6 +144,7 @@ def node_state(
             restart_never=restart_never,
             now=now,
             capacity=node.capacity,
+            backend=backend,
         )
         if stale is not None:
             return stale
@@ -199,46 +201,49 @@ def plugin_mode_state(
     restart_never: bool,
     now: datetime | None,
     capacity: Mapping[str, str] | None = None,
+    backend: SharingBackend = DEFAULT,
 ) -> NodeState | None:
-    """None when the node advertises what ``mode`` implies; else why it is not Ready yet.
+    """None when the node advertises what ``mode`` implies (``backend.advertises``); else why it is
+    not Ready yet.
 
     * within ``ready_timeout_s`` of the labels being written (the restart record's ``since``):
       Restarting ``PluginModePending`` (the pool stays Progressing), unless the restart is Never;
     * the plugin is not registered with the kubelet (its resources in ``capacity``, none
-      allocatable; see :func:`gpushare.policy.plugin_mode.plugin_unregistered`): Degraded
+      allocatable; ``backend.plugin_unregistered``): Degraded
       ``PluginNotRegistered``, whatever the mode;
     * ``restart_never``: nobody will restart the plugin: Degraded ``PluginRestartNeeded`` at once.
     * later: Degraded ``PluginModeStale``.
     """
-    if pm.advertises(mode, allocatable):
+    if backend.advertises(mode, allocatable):
         return None
-    message = pm.stale_message(mode, allocatable)
+    message = backend.stale_message(mode, allocatable)
     since = _since(record)
     in_window = since is not None and now is not None and now - since <= timedelta(seconds=ready_timeout_s)
-    if pm.plugin_unregistered(capacity or {}, allocatable) and not (in_window and not restart_never):
-        return NodeState(node, "Degraded", pm.PLUGIN_NOT_REGISTERED, pm.unregistered_message(capacity or {}))
+    if backend.plugin_unregistered(capacity or {}, allocatable) and not (in_window and not restart_never):
+        return NodeState(
+            node, "Degraded", cond.PLUGIN_NOT_REGISTERED, backend.unregistered_message(capacity or {})
+        )
     if restart_never:
         return NodeState(
             node,
             "Degraded",
-            pm.PLUGIN_RESTART_NEEDED,
+            cond.PLUGIN_RESTART_NEEDED,
             f"{message}: restart its device plugin pod (devicePlugin.restart is Never)",
         )
     if in_window:
         return NodeState(
             node,
             "Restarting",
-            pm.PLUGIN_MODE_PENDING,
-            f"waiting for the device plugin to advertise {pm.describe(pm.expected_effective_mode(mode))}; "
-            f"it advertises {pm.describe(pm.effective_mode(allocatable))}",
+            cond.PLUGIN_MODE_PENDING,
+            backend.pending_message(mode, allocatable),
         )
-    return NodeState(node, "Degraded", pm.PLUGIN_MODE_STALE, message)
+    return NodeState(node, "Degraded", cond.PLUGIN_MODE_STALE, message)
 
 
 def awaiting_plugin_mode(status: Mapping[str, Any]) -> bool:
     """Whether a pool status lists a node still waiting for its plugin to advertise the pool's mode
     (the operator looks again before ``readyTimeoutSeconds`` runs out)."""
-    return any(s.get("reason") == pm.PLUGIN_MODE_PENDING for s in status.get("nodeStatuses") or [])
+    return any(s.get("reason") == cond.PLUGIN_MODE_PENDING for s in status.get("nodeStatuses") or [])
 
 
 def pool_status(
@@ -270,6 +275,7 @@ def pool_status(
                 errors,
                 memory_isolation=isolation,
                 mode=pool.spec.mode,
+                backend=backend_for(pool.spec),
                 ready_timeout_s=plugin.ready_timeout_seconds,
                 restart_never=plugin.restart == "Never",
                 now=now,
@@ -344,8 +350,8 @@ def pool_status(
     elif ready == matched:
         put(cond.READY, "True", cond.REASON_ALL_NODES_READY, f"{ready}/{matched} nodes ready{refused_note}")
     else:
-        need = [s.name for s in states if s.reason == pm.PLUGIN_RESTART_NEEDED]
-        unregistered = [s.name for s in states if s.reason == pm.PLUGIN_NOT_REGISTERED]
+        need = [s.name for s in states if s.reason == cond.PLUGIN_RESTART_NEEDED]
+        unregistered = [s.name for s in states if s.reason == cond.PLUGIN_NOT_REGISTERED]
         put(
             cond.READY,
             "False",
@@ -396,16 +402,16 @@ def pool_status(
 
     failed = [s for s in states if s.phase == "Failed"]
     unisolated = [s for s in states if s.reason == ISOLATION_UNAVAILABLE]
-    stale = [s for s in states if s.reason in (pm.PLUGIN_MODE_STALE, pm.PLUGIN_RESTART_NEEDED)]
-    unregistered_nodes = [s.name for s in states if s.reason == pm.PLUGIN_NOT_REGISTERED]
+    stale = [s for s in states if s.reason in (cond.PLUGIN_MODE_STALE, cond.PLUGIN_RESTART_NEEDED)]
+    unregistered_nodes = [s.name for s in states if s.reason == cond.PLUGIN_NOT_REGISTERED]
     if invalid:
         put(cond.DEGRADED, "True", cond.REASON_INVALID_SPEC, invalid)
     elif stale and not failed:
-        if all(s.reason == pm.PLUGIN_RESTART_NEEDED for s in stale):
+        if all(s.reason == cond.PLUGIN_RESTART_NEEDED for s in stale):
             put(
                 cond.DEGRADED,
                 "True",
-                pm.PLUGIN_RESTART_NEEDED,
+                cond.PLUGIN_RESTART_NEEDED,
                 f"{len(stale)} node(s) need a device plugin restart to advertise {pool.spec.mode} "
                 f"resources (devicePlugin.restart is Never): {_names([s.name for s in stale])}",
             )
@@ -413,7 +419,7 @@ def pool_status(
             put(
                 cond.DEGRADED,
                 "True",
-                pm.PLUGIN_MODE_STALE,
+                cond.PLUGIN_MODE_STALE,
                 f"{len(stale)} node(s) do not advertise {pool.spec.mode} resources: "
                 + "; ".join(f"{s.name}: {s.message}" for s in stale[:3]),
             )
@@ -421,7 +427,7 @@ def pool_status(
         put(
             cond.DEGRADED,
             "True",
-            pm.PLUGIN_NOT_REGISTERED,
+            cond.PLUGIN_NOT_REGISTERED,
             f"{len(unregistered_nodes)} node(s) have no device plugin registered with the kubelet (GPU pods "
             f"are refused there): {_names(unregistered_nodes)}" + refused_note,
         )

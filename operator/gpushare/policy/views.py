@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -10,20 +9,8 @@ from datetime import datetime
 from typing import Any
 
 from gpushare import constants as c
-from gpushare.api.quantity import amount_int
-
-
-def quantity_int(value: Any) -> int:
-    """A Kubernetes quantity as a whole number (``"4"``, ``4``, ``"2k"``, ``"1e3"``), fraction dropped.
-
-    Lenient on purpose, for odd live data: a value that is not a quantity (see
-    :func:`gpushare.api.quantity.amount_int`) counts as 0, and a float (YAML written by hand)
-    as its whole part, rather than failing the whole plan; the admission rules reject such requests
-    up front.
-    """
-    if isinstance(value, float):
-        return int(value) if math.isfinite(value) else 0
-    return amount_int(value) or 0
+from gpushare.api.quantity import quantity_int as quantity_int  # re-exported: the planner's lenient reading
+from gpushare.backends import BACKENDS
 
 
 def _container_requests(container: Mapping[str, Any]) -> dict[str, int]:
@@ -74,9 +61,10 @@ def _interned(items: Mapping[str, Any] | None, keep: str | tuple[str, ...] = "")
     return out
 
 
-#: The allocatable the operator keeps: GPU sharing's resources, and the exclusive ``nvidia.com/gpu``
-#: that tells a node whose plugin runs in the default mode (policy.plugin_mode).
-_KEPT_ALLOCATABLE: tuple[str, ...] = (c.GPU_RESOURCE_PREFIX, c.RES_NVIDIA_GPU)
+#: The allocatable the operator keeps: what the backends' evidence reads (``SharingBackend.advertises``).
+_KEPT_ALLOCATABLE: tuple[str, ...] = tuple(
+    dict.fromkeys(r for b in BACKENDS.values() for r in b.node_resources)
+)
 
 
 def _node_ready(status: Mapping[str, Any]) -> bool:
@@ -97,7 +85,8 @@ class NodeView:
     allocatable: Mapping[str, str] = field(default_factory=dict)
     ready: bool = True
     #: GPU capacity (kept like ``allocatable``): a real kubelet keeps a plugin's resources in capacity
-    #: while their devices are unhealthy (plugin gone) and shows 0 in allocatable (policy.plugin_mode).
+    #: while their devices are unhealthy (plugin gone) and shows 0 in allocatable
+    #: (``SharingBackend.plugin_unregistered``).
     capacity: Mapping[str, str] = field(default_factory=dict)
     #: ``metadata.resourceVersion`` (opaque; the operator uses it to tell fresher copies apart).
     resource_version: str = field(default="", compare=False)
@@ -180,6 +169,16 @@ class PodView:
             ready=ready,
             reason=sys.intern(str(status.get("reason") or "")) if status.get("phase") == "Failed" else "",
         )
+
+    @property
+    def requests(self) -> dict[str, int]:
+        """The pod's GPU-sharing requests by resource name (the non-zero ones)."""
+        pairs = (
+            (c.RES_GPU_MEM, self.gpu_mem),
+            (c.RES_GPU_CORE, self.gpu_core),
+            (c.RES_GPU_COUNT, self.gpu_count),
+        )
+        return {name: amount for name, amount in pairs if amount}
 
     @property
     def terminated(self) -> bool:

@@ -13,6 +13,7 @@ from datetime import datetime
 
 import structlog
 
+from gpushare.backends import backend_for
 from gpushare.k8s.cluster import pool_ref
 from gpushare.policy import RestartRecord
 from gpushare.policy.decide import (
@@ -122,7 +123,11 @@ async def run_pass(parts: Parts, name: str, now: datetime, apply: Apply) -> Pass
     after = cache.of_pool(name, orphans=False)
     failed = bool(errors or written.conflicts)
     settled = settle(name, after, waiting=decision.waiting, restarting=restarts.running, failed_writes=failed)
-    events = [*write_events(name, s.mode, written.done), *restart_events(restarts.restarted, restarts.failed)]
+    backend = backend_for(s.model.spec if s.model else None)
+    events = [
+        *write_events(name, s.mode, written.done, backend),
+        *restart_events(restarts.restarted, restarts.failed),
+    ]
     shown = await report(
         s,
         after,

@@ -14,6 +14,8 @@ effective mode          allocatable
 ``none``                no GPU resource at all (the plugin has not registered)
 =====================  =============================================================
 
+The node phases and reasons these checks lead to are in ``gpushare.policy.conditions``.
+
 Pure: no client, no clock.
 """
 
@@ -23,7 +25,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from gpushare import constants as c
-from gpushare.policy.views import quantity_int
+from gpushare.api.quantity import quantity_int
 
 RES_NVIDIA_GPU: Final = c.RES_NVIDIA_GPU
 RES_ALIYUN_GPU: Final = "aliyun.com/gpu"
@@ -32,12 +34,6 @@ EFFECTIVE_CORE_MEM: Final = "core_mem"
 EFFECTIVE_MEMORY: Final = "cgpu|share"
 EFFECTIVE_DEFAULT: Final = "default"
 EFFECTIVE_NONE: Final = "none"
-
-#: Node phases/reasons of the pool status that come from this check.
-PLUGIN_MODE_PENDING: Final = "PluginModePending"
-PLUGIN_MODE_STALE: Final = "PluginModeStale"
-PLUGIN_RESTART_NEEDED: Final = "PluginRestartNeeded"
-PLUGIN_NOT_REGISTERED: Final = "PluginNotRegistered"
 
 #: The resources a device plugin registers with the kubelet (``gpu-count`` is patched, not registered).
 PLUGIN_RESOURCES: Final = (c.RES_GPU_MEM, c.RES_GPU_CORE, RES_NVIDIA_GPU, RES_ALIYUN_GPU)

@@ -7,8 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from gpushare import constants as c
-from gpushare.policy.planner import RestartRecord
-from gpushare.policy.plugin_mode import (
+from gpushare.backends.ack.evidence import (
     EFFECTIVE_CORE_MEM,
     EFFECTIVE_DEFAULT,
     EFFECTIVE_MEMORY,
@@ -20,6 +19,7 @@ from gpushare.policy.plugin_mode import (
     stale_message,
     unregistered_message,
 )
+from gpushare.policy.planner import RestartRecord
 from gpushare.policy.status import plugin_mode_state
 
 

@@ -1,0 +1,86 @@
+"""Alibaba ACK's GPU sharing (cGPU, share, core_mem), the first sharing backend.
+
+ACK switches a node's GPU sharing with four labels its device plugin reads when it starts
+(``cgpu``, ``cgpu.disable.isolation``, ``ack.node.gpu.schedule``, ``ack.node.gpu.placement``);
+the plugin (``gpushare-device-plugin`` in kube-system) is made to reread them by deleting its pod
+on the node; the node then advertises ``aliyun.com/gpu-mem`` (and, under ``core_mem``,
+``aliyun.com/gpu-core.percentage``). Pods that hold ``aliyun.com/gpu-mem`` are what a mode switch
+disrupts. ``gpushare.backends.ack.evidence`` reads the mode from what a node advertises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+from gpushare import constants as c
+from gpushare.api.v1alpha1 import GPUSharePoolSpec
+from gpushare.backends.ack import evidence
+
+
+class AckBackend:
+    """ACK's labels, plugin and evidence behind :class:`gpushare.backends.base.SharingBackend`."""
+
+    name: str = "ack"
+    plugin_labels: tuple[str, ...] = (
+        c.LABEL_CGPU,
+        c.LABEL_DISABLE_ISOLATION,
+        c.LABEL_SCHEDULE,
+        c.LABEL_PLACEMENT,
+    )
+    owned_labels: tuple[str, ...] = plugin_labels
+    mode_label: str = c.LABEL_SCHEDULE
+    shared_resource: str = c.RES_GPU_MEM
+    #: ``aliyun.com/gpu*``, and the exclusive ``nvidia.com/gpu`` that tells a node whose plugin
+    #: runs in the default mode.
+    node_resources: tuple[str, ...] = (c.GPU_RESOURCE_PREFIX, c.RES_NVIDIA_GPU)
+    default_plugin_namespace: str = c.DEFAULT_PLUGIN_NAMESPACE
+    default_plugin_labels: Mapping[str, str] = c.DEFAULT_PLUGIN_LABELS
+
+    def labels_for(self, spec: GPUSharePoolSpec) -> dict[str, str]:
+        return {
+            c.LABEL_CGPU: "true",
+            c.LABEL_DISABLE_ISOLATION: "false" if spec.memory_isolation else "true",
+            c.LABEL_SCHEDULE: spec.mode,
+            c.LABEL_PLACEMENT: spec.placement,
+        }
+
+    def restored(self, prior: Mapping[str, str | None]) -> dict[str, str | None]:
+        """Prior values; ``ack.node.gpu.schedule`` never absent (deleting it would not bring back
+        exclusive mode): ``default`` when it had none."""
+        out = {key: prior.get(key) for key in self.owned_labels}
+        if out[c.LABEL_SCHEDULE] is None:
+            out[c.LABEL_SCHEDULE] = c.SCHEDULE_DEFAULT
+        return out
+
+    def mode_of(self, labels: Mapping[str, str | None]) -> str:
+        return labels.get(c.LABEL_SCHEDULE) or c.SCHEDULE_DEFAULT
+
+    def disrupts(self, old_mode: str, new_mode: str) -> bool:
+        """Any change of ``ack.node.gpu.schedule``: the plugin restarts into other resources."""
+        return old_mode != new_mode
+
+    def holds_shared_gpu(self, requests: Mapping[str, int]) -> bool:
+        return requests.get(c.RES_GPU_MEM, 0) > 0
+
+    def advertises(self, mode: str, allocatable: Mapping[str, str]) -> bool:
+        return evidence.advertises(mode, allocatable)
+
+    def plugin_unregistered(self, capacity: Mapping[str, str], allocatable: Mapping[str, str]) -> bool:
+        return evidence.plugin_unregistered(capacity, allocatable)
+
+    def unregistered_message(self, capacity: Mapping[str, str]) -> str:
+        return evidence.unregistered_message(capacity)
+
+    def stale_message(self, mode: str, allocatable: Mapping[str, str]) -> str:
+        return evidence.stale_message(mode, allocatable)
+
+    def pending_message(self, mode: str, allocatable: Mapping[str, str]) -> str:
+        return (
+            f"waiting for the device plugin to advertise "
+            f"{evidence.describe(evidence.expected_effective_mode(mode))}; "
+            f"it advertises {evidence.describe(evidence.effective_mode(allocatable))}"
+        )
+
+
+ACK: Final = AckBackend()
