@@ -90,9 +90,9 @@ lint: setup ## ruff, mypy --strict (the package and tests/), the import contract
 	  || { echo "crds/ is stale: run 'make crds'"; exit 1; }
 	$(BIN)/python -m gpushare.admission.webhook_config | diff -u manifests/webhook/webhook.yaml - \
 	  || { echo "manifests/webhook/webhook.yaml is stale: run 'make manifests'"; exit 1; }
-	$(BIN)/python -m gpushare.admission.policy | diff -u manifests/webhook/policy.yaml - \
+	$(BIN)/python -m gpushare.admission.vap | diff -u manifests/webhook/policy.yaml - \
 	  || { echo "manifests/webhook/policy.yaml is stale: run 'make manifests'"; exit 1; }
-	$(BIN)/python -m gpushare.admission.policy --pods | diff -u manifests/webhook/policy-pods.yaml - \
+	$(BIN)/python -m gpushare.admission.vap --pods | diff -u manifests/webhook/policy-pods.yaml - \
 	  || { echo "manifests/webhook/policy-pods.yaml is stale: run 'make manifests'"; exit 1; }
 	$(BIN)/python -m gpushare.docsgen --check
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
@@ -114,14 +114,14 @@ crds: setup ## Regenerate crds/ from the pydantic models
 	cp crds/gpushare.io_gpusharepools.yaml manifests/crd/gpushare.io_gpusharepools.yaml
 	cp crds/gpushare.io_gpusharepools.yaml charts/gpushare-operator/crds/gpushare.io_gpusharepools.yaml
 	$(BIN)/python -m gpushare.admission.webhook_config > manifests/webhook/webhook.yaml
-	$(BIN)/python -m gpushare.admission.policy > manifests/webhook/policy.yaml
-	$(BIN)/python -m gpushare.admission.policy --pods > manifests/webhook/policy-pods.yaml
+	$(BIN)/python -m gpushare.admission.vap > manifests/webhook/policy.yaml
+	$(BIN)/python -m gpushare.admission.vap --pods > manifests/webhook/policy-pods.yaml
 
 manifests: setup ## Regenerate manifests/crd/, manifests/webhook/ (VWC, ValidatingAdmissionPolicy) and the chart's CRD and webhooks from the code
 	$(BIN)/python -m gpushare.api.crd > manifests/crd/gpushare.io_gpusharepools.yaml
 	$(BIN)/python -m gpushare.admission.webhook_config > manifests/webhook/webhook.yaml
-	$(BIN)/python -m gpushare.admission.policy > manifests/webhook/policy.yaml
-	$(BIN)/python -m gpushare.admission.policy --pods > manifests/webhook/policy-pods.yaml
+	$(BIN)/python -m gpushare.admission.vap > manifests/webhook/policy.yaml
+	$(BIN)/python -m gpushare.admission.vap --pods > manifests/webhook/policy-pods.yaml
 	cp manifests/crd/gpushare.io_gpusharepools.yaml charts/gpushare-operator/crds/gpushare.io_gpusharepools.yaml
 	$(BIN)/python hack/chart-webhooks.py
 	if [ -d manifests/monitoring ]; then mkdir -p charts/gpushare-operator/files/dashboards \

@@ -54,7 +54,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import constants as c
-from gpushare.admission.policy import POLICY_NAME, build_binding, build_policies, pod_policy_name
+from gpushare.admission.vap import POLICY_NAME, build_binding, build_policies, pod_policy_name
 from gpushare.devcluster import DevCluster
 from gpushare.devcluster.cluster import free_port
 from gpushare.devcluster.crds import install_crd_files

@@ -339,7 +339,7 @@ class DemandTracker:
     async def _lending(
         self, computed: _Computed, bodies: Mapping[str, Mapping[str, Any]], now: datetime
     ) -> float | None:
-        decision = lend.decide(
+        decision = lend.decide_loans(
             computed.pools, computed.demand, self.nodes, set(computed.busy), now=now, needed=self._needed
         )
         self._needed = dict(decision.needed or {})

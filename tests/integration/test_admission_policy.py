@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 from gpushare.admission import EMPTY_CONTEXT, evaluate
 from gpushare.admission.cel import kind_paths
 from gpushare.admission.kinds import PodSource, WorkloadKind, table_with
-from gpushare.admission.policy import POLICY_RULES, build_binding, build_policies, pod_policy_name
+from gpushare.admission.vap import POLICY_RULES, build_binding, build_policies, pod_policy_name
 from gpushare.admission.webhook_config import WebhookSettings, build_configuration
 from gpushare.api.quantity import parse_quantity
 from gpushare.devcluster import ClusterInfo

@@ -19,8 +19,8 @@ import pytest
 from gpushare.admission import EMPTY_CONTEXT, evaluate
 from gpushare.admission import catalog as cat
 from gpushare.admission.catalog import CODE_FORBIDDEN, CODE_INVALID, STATELESS, AdmissionRule, cel_text
-from gpushare.admission.policy import build_policy
-from gpushare.admission.review import decide
+from gpushare.admission.review import verdict
+from gpushare.admission.vap import build_policy
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "operator" / "gpushare"
@@ -152,11 +152,11 @@ def test_cel_text_is_the_template_with_its_placeholders() -> None:
 
 def test_the_http_code_is_the_records() -> None:
     invalid = [f for f in evaluate(_pod({MEM: "2", CORE: "33"})) if f.rule_id == cat.CORE_STEP.id]
-    assert decide(invalid).code == CODE_INVALID == cat.CORE_STEP.code
+    assert verdict(invalid).code == CODE_INVALID == cat.CORE_STEP.code
     pod = _pod({MEM: "2", CORE: "30"})
     del pod["spec"]["nodeSelector"]
     missing = [f for f in evaluate(pod) if f.rule_id == cat.TARGET_MISSING.id]
-    assert missing and decide(missing).code == CODE_FORBIDDEN == cat.TARGET_MISSING.code
+    assert missing and verdict(missing).code == CODE_FORBIDDEN == cat.TARGET_MISSING.code
 
 
 def test_the_stateless_list_is_the_records_with_a_cel_form() -> None:

@@ -24,7 +24,7 @@ from gpushare.admission.cel import (
 )
 from gpushare.admission.kinds import DEFAULT_TABLE, PodSource, WorkloadKind, table_with
 from gpushare.admission.podspecs import pod_specs
-from gpushare.admission.policy import MANIFESTS, POLICY_RULES, build_policies, build_policy, render_manifest
+from gpushare.admission.vap import MANIFESTS, POLICY_RULES, build_policies, build_policy, render_manifest
 from gpushare.admission.webhook_config import TARGETS, WebhookSettings, build_configuration, targets_for
 
 REPO = Path(__file__).resolve().parents[2]

@@ -25,7 +25,7 @@ from gpushare.admission import (
 )
 from gpushare.admission.kinds import WorkloadKind, parse_path, walk
 from gpushare.admission.podspecs import pod_likes, requests_gpu_sharing
-from gpushare.admission.review import decide
+from gpushare.admission.review import verdict
 from gpushare.admission.webhook_config import TARGETS, WebhookSettings, build_configuration, targets_for
 from gpushare.api.v1alpha1 import parse_pool
 from gpushare.cli import main
@@ -452,7 +452,7 @@ def workload(draw: st.DrawFn) -> dict[str, Any]:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_check_and_the_webhook_handler_agree_on_every_kind(obj: dict[str, Any]) -> None:
     findings = check_objects([obj], CTX)
-    want = decide(findings)
+    want = verdict(findings)
     kind = DEFAULT_TABLE.lookup(obj)
     assert kind is not None
     (target,) = [t for t in TARGETS if t.handler_id == kind.handler_id]
@@ -620,7 +620,7 @@ def test_misspelled_gpu_resources_are_denied_with_a_did_you_mean(name: str, sugg
     assert f.message.endswith(
         "the device plugin offers aliyun.com/gpu-mem and aliyun.com/gpu-core.percentage"
     )
-    assert decide([f]).code == 422  # an invalid value, like GS001-GS004
+    assert verdict([f]).code == 422  # an invalid value, like GS001-GS004
     pod["spec"] = gpu_spec({MEM: 2, "aliyun.com/gpu-core.tflops": 10}, CGPU_SEL)
     assert evaluate(pod, CTX) == []  # ACK-compatible, not checked by gpushare
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpushare.manifests import MAX_FILE_BYTES
+from gpushare.objectfiles import MAX_FILE_BYTES
 
 EX = Path(__file__).resolve().parents[2] / "examples"
 NODES = str(EX / "cluster")

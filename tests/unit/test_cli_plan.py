@@ -240,7 +240,7 @@ def test_live_inputs_without_a_cluster(
     """The live path's handling, with the cluster read replaced by the example files."""
     from gpushare.cli import plan as plan_cli
     from gpushare.k8s.readonly import LiveState
-    from gpushare.manifests import load_files
+    from gpushare.objectfiles import load_files
 
     pools = [o for o in load_files([str(EXAMPLES)]) if o.get("kind") == c.KIND]
     for obj in pools:

@@ -15,7 +15,7 @@ import pytest
 from gpushare.admission import Context, evaluate
 from gpushare.api import parse_pool
 from gpushare.cli import main
-from gpushare.manifests import load_text
+from gpushare.objectfiles import load_text
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()

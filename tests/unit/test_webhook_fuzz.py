@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 from gpushare.admission import EMPTY_CONTEXT
 from gpushare.admission.webhook_config import TARGETS, TARGETS_BY_ID
-from gpushare.webhook.answer import fast_allow, respond
+from gpushare.webhook.answer import respond
 from gpushare.webhook.server import GPUShareWebhookServer, ServerLimits
 
 MEM, CORE = "aliyun.com/gpu-mem", "aliyun.com/gpu-core.percentage"
@@ -126,7 +126,6 @@ def live() -> Iterator[Live]:
         port = s.getsockname()[1]
     server = GPUShareWebhookServer(
         routes={t.handler_id: (t.group, t.plural) for t in TARGETS},
-        fast_allow=lambda hid, review: fast_allow(hid, review),
         live_context=lambda: EMPTY_CONTEXT,
         respond=lambda hid, review, context: respond(hid, review, context, TARGETS_BY_ID),
         limits=ServerLimits(

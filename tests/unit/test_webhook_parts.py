@@ -25,11 +25,11 @@ from gpushare.admission import EMPTY_CONTEXT, Context, Finding, evaluate, node_i
 from gpushare.admission.review import (
     MAX_REVIEW_DEPTH,
     Decision,
-    decide,
     deeper_than,
     denial_review,
     raw_review_problem,
     review_problem,
+    verdict,
 )
 from gpushare.admission.webhook_config import (
     TARGETS,
@@ -83,12 +83,12 @@ def finding(rule: str, verdict: str = "deny", message: str = "m") -> Finding:
     ],
 )
 def test_decide(findings: list[Finding], allowed: bool, code: int, warnings: tuple[str, ...]) -> None:
-    d = decide(findings)
+    d = verdict(findings)
     assert (d.allowed, d.code, d.warnings) == (allowed, code, warnings)
 
 
 def test_denial_message_lists_every_denial_and_no_warning() -> None:
-    d = decide(
+    d = verdict(
         [
             finding("GS001-core-percentage-step", message="a"),
             finding("GS010-no-isolation-sizing", "warn", "w"),

@@ -5,8 +5,8 @@ An :class:`AdmissionRule` is projected several ways, so that no id, message or l
 
 * the Python engine (:mod:`gpushare.admission.rules`) emits findings of a record, its messages
   from the record's :class:`Case` texts (:meth:`AdmissionRule.text`);
-* the HTTP code of a denial (:func:`gpushare.admission.review.decide`) is the record's ``code``;
-* the ValidatingAdmissionPolicy (:mod:`gpushare.admission.policy`) writes one validation per
+* the HTTP code of a denial (:func:`gpushare.admission.review.verdict`) is the record's ``code``;
+* the ValidatingAdmissionPolicy (:mod:`gpushare.admission.vap`) writes one validation per
   record with a :class:`CelForm`, whose messages are the same :class:`Case` texts rendered as CEL
   string concatenations (:func:`cel_text`); the stateless list is :data:`STATELESS`;
 * the tables of docs/reference/admission-rules.md (gpushare.docsgen) are :func:`rules_table` and

@@ -18,7 +18,7 @@ From that the module writes:
 * the ValidatingAdmissionPolicy's variables: the request's containers (:func:`containers_variable`,
   :func:`container_groups_variable`) and its GPU containers with their values read once
   (:func:`gpu_entries`), over which each stateless rule's CEL form (its record in
-  :mod:`gpushare.admission.catalog`) is a few comparisons; :mod:`gpushare.admission.policy`
+  :mod:`gpushare.admission.catalog`) is a few comparisons; :mod:`gpushare.admission.vap`
   assembles them;
 * the building blocks of the rules' CEL forms: :func:`number`, :func:`reason`, :func:`shown`,
   :func:`res_field`.

@@ -106,7 +106,7 @@ class Decision:
         return tuple(f.rule_id for f in self.findings)
 
 
-def decide(findings: list[Finding]) -> Decision:
+def verdict(findings: list[Finding]) -> Decision:
     denials = [f for f in findings if f.verdict == "deny"]
     warnings = tuple(f.message for f in findings if f.verdict == "warn")
     if not denials:

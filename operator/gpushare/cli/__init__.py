@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from gpushare import __version__, lazy_client
-from gpushare.manifests import ManifestError
+from gpushare.objectfiles import ManifestError
 
 #: Sub-command modules, in the order `gpushare --help` lists them. Missing ones are skipped.
 SUBCOMMANDS = ("check", "plan", "inspect", "advise", "run", "webhook", "agent", "quota")

@@ -39,7 +39,7 @@ from gpushare.admission import (
 from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
 from gpushare.cli import CLIError
 from gpushare.k8s.readonly import LiveReadError, read_live_sync
-from gpushare.manifests import collect_files, load_files
+from gpushare.objectfiles import collect_files, load_files
 
 
 def register(subparsers: Any) -> None:

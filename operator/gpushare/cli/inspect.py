@@ -21,7 +21,7 @@ from gpushare.cli import CLIError, add_cluster_sources
 from gpushare.inspection import Report, build_report, render_text
 from gpushare.k8s import KubeConfigError, make_api_client
 from gpushare.k8s.inspect_read import InspectReadError, read_cluster
-from gpushare.manifests import load_files
+from gpushare.objectfiles import load_files
 
 Objects = list[dict[str, Any]]
 

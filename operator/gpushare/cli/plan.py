@@ -23,7 +23,7 @@ from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
 from gpushare.backends import backend_for
 from gpushare.cli import CLIError
 from gpushare.k8s.readonly import LiveReadError, LiveState, read_live_sync
-from gpushare.manifests import load_files
+from gpushare.objectfiles import load_files
 from gpushare.policy import Action, ClusterPlan, NodePlan, NodeView, PodView, plan
 from gpushare.policy.pooldiff import PoolChange, diff_pools, show
 from gpushare.policy.restart import is_plugin_pod

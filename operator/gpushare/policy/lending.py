@@ -90,7 +90,7 @@ def record_for(move: Move, view: NodeView, lender: GPUSharePool, now: datetime) 
     )
 
 
-def decide(
+def decide_loans(
     pools: Sequence[GPUSharePool],
     demand: Mapping[str, PoolDemand],
     nodes: Mapping[str, NodeView],

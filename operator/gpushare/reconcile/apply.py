@@ -14,10 +14,10 @@ from gpushare.policy import NodePlan, NodeView
 from gpushare.policy.events import names
 from gpushare.policy.rollout import confirmed, equivalent, needs_confirmation
 from gpushare.reconcile.batch import for_each
+from gpushare.reconcile.calls import PassCalls, describe
 from gpushare.reconcile.plans import PlanCache
 from gpushare.reconcile.scope import PassScope
 from gpushare.reconcile.store import ClusterState
-from gpushare.reconcile.writes import Writes, describe
 
 #: At most this many nodes about to switch mode are confirmed with a targeted pod list each
 #: (``spec.nodeName``) before the write; above it the GPU-pod index is trusted (never a list of
@@ -43,7 +43,7 @@ def remember(s: PassScope, state: ClusterState, cache: PlanCache, obj: Mapping[s
 
 
 async def confirm(
-    s: PassScope, patches: Sequence[NodePlan], state: ClusterState, cache: PlanCache, writes: Writes
+    s: PassScope, patches: Sequence[NodePlan], state: ClusterState, cache: PlanCache, writes: PassCalls
 ) -> list[NodePlan]:
     """Plan the batch again with this pass's clock; confirm a few mode switches with the API.
 
@@ -86,7 +86,7 @@ async def confirm(
 
 
 async def _patch(
-    s: PassScope, p: NodePlan, written: Written, state: ClusterState, cache: PlanCache, writes: Writes
+    s: PassScope, p: NodePlan, written: Written, state: ClusterState, cache: PlanCache, writes: PassCalls
 ) -> NodePlan | None:
     """Patch one node, replanning it after a 409 (go on only with an equivalent change)."""
     seen = state.view(p.node)
@@ -136,7 +136,7 @@ async def _patch(
 
 
 async def write_nodes(
-    s: PassScope, batch: Sequence[NodePlan], state: ClusterState, cache: PlanCache, writes: Writes
+    s: PassScope, batch: Sequence[NodePlan], state: ClusterState, cache: PlanCache, writes: PassCalls
 ) -> Written:
     """Patch the nodes of ``batch`` (a node another pass is writing is left for later)."""
     written = Written()
@@ -168,7 +168,7 @@ async def write_nodes(
 
 
 async def evict(
-    s: PassScope, holds: Sequence[NodePlan], state: ClusterState, writes: Writes
+    s: PassScope, holds: Sequence[NodePlan], state: ClusterState, writes: PassCalls
 ) -> dict[str, str]:
     """Evict the pods blocking held mode switches, once their node is cordoned; the failures."""
     errors: dict[str, str] = {}

@@ -27,13 +27,13 @@ from gpushare.policy.decide import (
 )
 from gpushare.policy.events import restart_events, write_events
 from gpushare.reconcile.apply import confirm, evict, write_nodes
+from gpushare.reconcile.calls import PassCalls
 from gpushare.reconcile.memory import ReportMemory, RestartMemory
 from gpushare.reconcile.plans import PlanCache
 from gpushare.reconcile.report import report, report_invalid
 from gpushare.reconcile.restarts import move_restarts
 from gpushare.reconcile.scope import Effects, PassResult, PassScope
 from gpushare.reconcile.store import ClusterState
-from gpushare.reconcile.writes import Writes
 
 log = structlog.stdlib.get_logger("gpushare.reconciler")
 
@@ -48,7 +48,7 @@ class Parts:
 
     state: ClusterState
     cache: PlanCache
-    writes: Writes
+    writes: PassCalls
     restarts: RestartMemory
     reports: dict[str, ReportMemory]
 

@@ -16,17 +16,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpushare import metrics
-from gpushare.k8s.api import ClusterAPI
 from gpushare.k8s.cluster import pool_ref
+from gpushare.k8s.cluster_api import ClusterAPI
 from gpushare.policy import NodePlan, NodeView, PodView
 from gpushare.policy.decide import ORPHANS, orphan_owner
 from gpushare.policy.events import Event
 from gpushare.reconcile import passes
+from gpushare.reconcile.calls import PassCalls
 from gpushare.reconcile.memory import ReportMemory, RestartMemory
 from gpushare.reconcile.plans import PlanCache
 from gpushare.reconcile.scope import Effects, PassResult
 from gpushare.reconcile.store import ClusterState
-from gpushare.reconcile.writes import Writes
 
 
 class Reconciler:
@@ -38,7 +38,7 @@ class Reconciler:
         self.clock = clock
         self.state = ClusterState()
         self.cache = PlanCache()
-        self.writes = Writes(cluster)
+        self.writes = PassCalls(cluster)
         self.restarts = RestartMemory()
         self.reports: dict[str, ReportMemory] = {}
         self.wakeups: dict[str, asyncio.Event] = {}

@@ -17,10 +17,10 @@ from gpushare.policy import ClusterPlan, NodePlan
 from gpushare.policy.decide import FAST_REQUEUE, status_wait
 from gpushare.policy.events import Event, invalid_events, transition_events
 from gpushare.policy.status import awaiting_plugin_mode, pool_status, status_merge_patch
+from gpushare.reconcile.calls import PassCalls
 from gpushare.reconcile.memory import ReportMemory
 from gpushare.reconcile.scope import PassScope
 from gpushare.reconcile.store import ClusterState, placeholder
-from gpushare.reconcile.writes import Writes
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def _status_of(
 
 async def _write_status(
     s: PassScope,
-    writes: Writes,
+    writes: PassCalls,
     memory: ReportMemory,
     status: dict[str, Any],
     base: Mapping[str, Any],
@@ -90,7 +90,7 @@ async def report(
     moving: bool,
     state: ClusterState,
     invalid_pools: Mapping[str, str],
-    writes: Writes,
+    writes: PassCalls,
     memory: ReportMemory,
 ) -> Report:
     """Post the pass's Events (``events`` and new holds/conflicts), publish metrics and the status
@@ -131,7 +131,7 @@ async def report_invalid(
     plans: Sequence[NodePlan],
     state: ClusterState,
     invalid_pools: Mapping[str, str],
-    writes: Writes,
+    writes: PassCalls,
     memory: ReportMemory,
 ) -> None:
     """An invalid pool's status through ``pool_status`` too: all four conditions current."""

@@ -19,16 +19,16 @@ from gpushare.policy.restart import restart_step, watched
 from gpushare.policy.views import PluginPod, plugin_pod
 from gpushare.reconcile.apply import PER_NODE_LISTS, remember
 from gpushare.reconcile.batch import for_each
+from gpushare.reconcile.calls import PassCalls
 from gpushare.reconcile.memory import RestartMemory
 from gpushare.reconcile.plans import PlanCache
 from gpushare.reconcile.scope import PassScope
 from gpushare.reconcile.store import ClusterState
-from gpushare.reconcile.writes import Writes
 
 #: (namespace, label selector) of a device plugin: one list serves every node it runs on.
 PluginKey = tuple[str, str]
 #: What the restart phase reads and writes: the store, the plan cache, the writes layer, its memory.
-_Parts = tuple[ClusterState, PlanCache, Writes, RestartMemory]
+_Parts = tuple[ClusterState, PlanCache, PassCalls, RestartMemory]
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def _key(state: ClusterState, record: RestartRecord) -> PluginKey:
 
 
 async def _listed(
-    s: PassScope, owed: Sequence[tuple[str, RestartRecord]], state: ClusterState, writes: Writes
+    s: PassScope, owed: Sequence[tuple[str, RestartRecord]], state: ClusterState, writes: PassCalls
 ) -> dict[PluginKey, dict[str, list[PluginPod]]]:
     """Plugin pods known without a per-node list: the default plugin's pods are watched (the pod
     index, no list at all); another plugin on more than ``PER_NODE_LISTS`` nodes is listed once
@@ -156,7 +156,7 @@ async def move_restarts(
     owed: Sequence[tuple[str, RestartRecord]],
     state: ClusterState,
     cache: PlanCache,
-    writes: Writes,
+    writes: PassCalls,
     memory: RestartMemory,
 ) -> Restarts:
     """Move the owed restarts on: delete old plugin pods, record Done/Failed."""

@@ -1,8 +1,12 @@
-"""The webhook's answer to one review (decisions come from ``gpushare.admission``).
+"""All admission meaning of the webhook, for both of its paths (decisions from ``gpushare.admission``).
 
-``admit`` is the decision shared by every path; ``fast_allow`` answers "allowed" before anything
-else for objects that request no GPU sharing; ``respond`` is the whole answer without Kopf's
-per-request machinery (the direct path). Every answer is counted in
+``respond`` answers one well-formed review: a review routed to another resource than its handler's
+is denied, an object that asks for no GPU sharing is allowed without any state (``fast_allow``),
+and the rest is judged by ``admit`` against the live context, the failure policy deciding what a
+failure in the rules becomes. The HTTPS server (``gpushare.webhook.server``) only keeps HTTP in
+bounds and hands each parsed review here; Kopf's validating handlers
+(``gpushare.webhook.registration``), used until the indexes are handed over or with
+``--webhook-via-kopf``, are a thin adapter over the same ``admit``. Every answer is counted in
 ``gpushare_admission_requests_total`` and timed in ``gpushare_admission_duration_seconds``.
 """
 
@@ -23,7 +27,7 @@ from gpushare.admission import (
     object_name,
     requests_gpu_sharing,
 )
-from gpushare.admission.review import CODE_BAD_REQUEST, Decision, decide
+from gpushare.admission.review import CODE_BAD_REQUEST, Decision, verdict
 from gpushare.admission.webhook_config import TARGETS_BY_ID, WebhookTarget
 from gpushare.webhook.context import ContextCache
 
@@ -61,7 +65,7 @@ def admit(
     if target.kind != c.KIND and not requests_gpu_sharing(obj, table):
         return Decision(True)  # fast path: no GPU sharing, no state
     try:
-        return decide(evaluate(obj, ctx_fn(), table))
+        return verdict(evaluate(obj, ctx_fn(), table))
     except Exception as exc:  # a bug must not become a 500 (kopf's default code)
         name = _safe_name(obj, table)
         logger.warning("Admission rules failed on %s: %s: %s", name, type(exc).__name__, exc)
@@ -85,6 +89,29 @@ def _routed_to(target: WebhookTarget, request: Mapping[str, Any]) -> bool:
     """The review is about the resource the handler is for (a configuration could route others)."""
     resource = request.get("resource") or {}
     return (resource.get("group"), resource.get("resource")) == (target.group, target.plural)
+
+
+def misrouted(handler_id: str, target: WebhookTarget, request: Mapping[str, Any]) -> str | None:
+    """Why a review does not belong to the handler at its path (a wrong path never allows)."""
+    if _routed_to(target, request):
+        return None
+    resource = request.get("resource") or {}
+    got = "/".join(str(resource.get(k, ""))[:63] for k in ("group", "version", "resource"))
+    return f"{handler_id} judges {target.plural}{'.' + target.group if target.group else ''}, not {got}"
+
+
+def failure_response(
+    handler_id: str, review: Mapping[str, Any], exc: Exception, failure_policy: str = "Fail"
+) -> dict[str, Any]:
+    """The answer to a review whose evaluation failed past the shape checks (a bug, or Kopf's
+    fallback failing), as the failure policy says: ``Fail`` denies (code 400), ``Ignore`` allows
+    with a warning; logged in one line."""
+    logger.warning("Could not serve an AdmissionReview for %s: %s: %s", handler_id, type(exc).__name__, exc)
+    uid = review["request"]["uid"]
+    what = f"gpushare webhook could not evaluate this request ({type(exc).__name__}: {str(exc)[:200]})"
+    if failure_policy == "Ignore":
+        return {"uid": uid, "allowed": True, "warnings": [f"{what}; allowed (failurePolicy Ignore)"]}
+    return {"uid": uid, "allowed": False, "status": {"code": CODE_BAD_REQUEST, "message": what}}
 
 
 def fast_allow(
@@ -120,34 +147,36 @@ def live_context(cache: ContextCache) -> Context | None:
 def respond(
     handler_id: str,
     review: Mapping[str, Any],
-    context: Context,
+    context: Context | None,
     targets: Mapping[str, WebhookTarget] = TARGETS_BY_ID,
     table: KindTable = DEFAULT_TABLE,
     failure_policy: str = "Fail",
 ) -> dict[str, Any] | None:
-    """The whole answer without Kopf's per-request machinery (memos, diffs, causes, handler
-    bookkeeping: most of a request's CPU), from the same ``admit`` and the same index snapshot the
-    Kopf handler would use. A review routed to another resource than the handler's is denied
-    (code 400: a wrong path never allows). None (let Kopf answer) for a review with no object
-    (a DELETE) or a handler id it does not know."""
+    """The answer to one well-formed review, without Kopf's per-request machinery (memos, diffs,
+    causes, handler bookkeeping: most of a request's CPU), from the same ``admit`` and the same
+    index snapshot the Kopf handler would use.
+
+    In order: a review routed to another resource than the handler's is denied (code 400: a wrong
+    path never allows); one that asks for no GPU sharing, or for an operation the handler does
+    not check, is allowed without any state (``fast_allow``); the rest is judged with
+    ``context``. None (let Kopf answer) for a handler id it does not know, a review with no object
+    (a DELETE), or no ``context`` yet (the indexes not handed over, or ``--webhook-via-kopf``)."""
     target = targets.get(handler_id)
     if target is None:
         return None
     request = review.get("request") or {}
-    if not _routed_to(target, request):
-        resource = request.get("resource") or {}
-        got = "/".join(str(resource.get(k, ""))[:63] for k in ("group", "version", "resource"))
-        message = (
-            f"malformed AdmissionReview: {handler_id} judges {target.plural}"
-            f"{'.' + target.group if target.group else ''}, not {got}"
-        )
+    wrong = misrouted(handler_id, target, request)
+    if wrong is not None:
+        logger.info("Rejected a misrouted AdmissionReview: %s", wrong)
         return {
             "uid": request["uid"],
             "allowed": False,
-            "status": {"code": CODE_BAD_REQUEST, "message": message},
+            "status": {"code": CODE_BAD_REQUEST, "message": f"malformed AdmissionReview: {wrong}"},
         }
+    if fast_allow(handler_id, review, targets, table):
+        return {"uid": request["uid"], "allowed": True}
     obj = request.get("object")
-    if not isinstance(obj, Mapping):
+    if not isinstance(obj, Mapping) or context is None:
         return None
     started = time.perf_counter()
     old = request.get("oldObject")

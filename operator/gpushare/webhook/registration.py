@@ -40,7 +40,7 @@ from gpushare.admission.webhook_config import WebhookTarget
 from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
 from gpushare.k8s.client import ApiClient, load_configuration, new_api_client
 from gpushare.k8s.watch import ListWatch
-from gpushare.webhook.answer import admit, fast_allow, live_context, log_decision, record, respond
+from gpushare.webhook.answer import admit, live_context, log_decision, record, respond
 from gpushare.webhook.context import ContextCache
 from gpushare.webhook.lifecycle import CertLifecycle
 from gpushare.webhook.options import WebhookOptions
@@ -163,17 +163,20 @@ def register(
 def build_server(
     options: WebhookOptions, cache: ContextCache, lifecycle: CertLifecycle
 ) -> GPUShareWebhookServer:
-    """The HTTPS server: fast path, direct path (unless ``--webhook-via-kopf``), Kopf's handlers
-    as the fallback, and the certificate lifecycle's hooks."""
+    """The HTTPS server: every review through ``respond`` (routing, the fast path, and the rules
+    unless ``--webhook-via-kopf``), Kopf's handlers as the fallback, and the certificate
+    lifecycle's hooks."""
     targets = {t.handler_id: t for t in options.targets}
     return GPUShareWebhookServer(
         routes={i: (t.group, t.plural) for i, t in targets.items()},
-        fast_allow=lambda handler_id, review: fast_allow(handler_id, review, targets, options.kinds),
-        live_context=lambda: live_context(cache),
-        respond=lambda handler_id, review, context: (
-            respond(handler_id, review, context, targets, options.kinds, options.failure_policy)
-            if options.direct
-            else None
+        live_context=lambda: live_context(cache) if options.direct else None,
+        respond=lambda handler_id, review, context: respond(
+            handler_id,
+            review,
+            context if options.direct else None,
+            targets,
+            options.kinds,
+            options.failure_policy,
         ),
         failure_policy=options.failure_policy,
         limits=options.limits,

@@ -27,10 +27,11 @@ cluster can reach its port, so the server is built for hostile input (docs/secur
 
 Hooks (all optional): ``prepare`` runs before the first bind (write the certificate files),
 ``on_listening`` after every (re)bind with the client config (keep caBundle current),
-``background`` runs while the server lives (certificate renewal), ``fast_allow(handler_id,
-review)`` may answer "allowed" without any state (objects that request no GPU sharing),
-``live_context()`` returns the rules' live context (read on the event loop, None until ready) and
-``respond(handler_id, review, context)`` answers a well-formed review (None: let Kopf answer).
+``background`` runs while the server lives (certificate renewal), ``live_context()`` returns the
+rules' live context (read on the event loop, None until ready) and ``respond(handler_id, review,
+context)`` answers a well-formed review (``gpushare.webhook.answer.respond``: routing, the fast
+path and the rules; None: let Kopf answer). The server decides nothing about admission: what a
+review means is all in ``respond`` and ``failure_response``.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from gpushare.admission.review import (
     raw_review_problem,
     review_problem,
 )
+from gpushare.webhook.answer import failure_response
 
 logger = logging.getLogger("gpushare.webhook")
 
@@ -68,11 +70,10 @@ MINIMUM_TLS_VERSION = ssl.TLSVersion.TLSv1_2
 
 Hook = Callable[[], Coroutine[Any, Any, None]]
 ListeningHook = Callable[[kopf.WebhookClientConfig], Awaitable[None]]
-FastAllow = Callable[[str, Mapping[str, Any]], bool]
 ContextFn = Callable[[], "Context | None"]
 #: ``respond(handler_id, review, context)``: the AdmissionReview ``response`` for a well-formed
-#: review, or None to let Kopf answer it.
-Respond = Callable[[str, Mapping[str, Any], Context], "dict[str, Any] | None"]
+#: review (``context`` None until the indexes are handed over), or None to let Kopf answer it.
+Respond = Callable[[str, Mapping[str, Any], "Context | None"], "dict[str, Any] | None"]
 
 
 #: The most ``--webhook-max-body-bytes`` may say: the apiserver's own request limit (3 MiB).
@@ -189,7 +190,6 @@ class GPUShareWebhookServer(kopf.WebhookServer):
         prepare: Hook | None = None,
         on_listening: ListeningHook | None = None,
         background: Hook | None = None,
-        fast_allow: FastAllow | None = None,
         live_context: ContextFn | None = None,
         respond: Respond | None = None,
         failure_policy: str = "Fail",
@@ -197,9 +197,9 @@ class GPUShareWebhookServer(kopf.WebhookServer):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        #: handler id -> the (group, plural) it judges; None: any path (tests of Kopf's dispatch).
+        #: handler id -> the (group, plural) it judges (``respond`` checks a review against it);
+        #: None: any path (tests of Kopf's dispatch).
         self.routes = dict(routes) if routes is not None else None
-        self.fast_allow = fast_allow
         self.context_fn = live_context
         self.respond = respond
         self.failure_policy = failure_policy
@@ -425,29 +425,7 @@ class GPUShareWebhookServer(kopf.WebhookServer):
             if uid is None:
                 return bad_request(f"malformed AdmissionReview: {text}")
             return Reply(200, denial_review(data, uid, f"malformed AdmissionReview: {text}"))
-        wrong = self._misrouted(webhook, data["request"])
-        if wrong is not None:
-            logger.info("Rejected a misrouted AdmissionReview: %s", wrong)
-            return Reply(
-                200, denial_review(data, data["request"]["uid"], f"malformed AdmissionReview: {wrong}")
-            )
-        try:
-            if self.fast_allow is not None and self.fast_allow(webhook, data):
-                return Reply(200, allowed_review(data))
-        except Exception as exc:
-            return self._failed(webhook, data, exc)
         return cast(Mapping[str, Any], data)
-
-    def _misrouted(self, webhook: str, request: Mapping[str, Any]) -> str | None:
-        """Why a review does not belong to the handler at its path (a wrong path never allows)."""
-        if self.routes is None:
-            return None
-        group, plural = self.routes[webhook]
-        resource = request["resource"]
-        if (resource["group"], resource["resource"]) == (group, plural):
-            return None
-        got = "/".join(resource[k][:63] for k in ("group", "version", "resource"))
-        return f"{webhook} judges {plural}{'.' + group if group else ''}, not {got}"
 
     async def _judge(
         self,
@@ -461,7 +439,7 @@ class GPUShareWebhookServer(kopf.WebhookServer):
         context = (
             self.context_fn() if self.context_fn is not None else None
         )  # on the loop: the indexes live here
-        if self.respond is not None and context is not None:
+        if self.respond is not None:
             if large:
                 answer = await self._in_worker(self._respond, webhook, data, context)
             else:
@@ -480,7 +458,7 @@ class GPUShareWebhookServer(kopf.WebhookServer):
         return Reply(200, dict(response))
 
     def _respond(
-        self, webhook: str, data: Mapping[str, Any], context: Context
+        self, webhook: str, data: Mapping[str, Any], context: Context | None
     ) -> dict[str, Any] | Reply | None:
         assert self.respond is not None
         try:
@@ -490,18 +468,7 @@ class GPUShareWebhookServer(kopf.WebhookServer):
 
     def _failed(self, webhook: str, data: Mapping[str, Any], exc: Exception) -> Reply:
         """A failure past the shape checks, answered as the failure policy says."""
-        logger.warning("Could not serve an AdmissionReview for %s: %s: %s", webhook, type(exc).__name__, exc)
-        uid = data["request"]["uid"]
-        what = f"gpushare webhook could not evaluate this request ({type(exc).__name__}: {str(exc)[:200]})"
-        if self.failure_policy == "Ignore":
-            return Reply(
-                200,
-                _review(
-                    data,
-                    {"uid": uid, "allowed": True, "warnings": [f"{what}; allowed (failurePolicy Ignore)"]},
-                ),
-            )
-        return Reply(200, denial_review(data, uid, what))
+        return Reply(200, _review(data, failure_response(webhook, data, exc, self.failure_policy)))
 
 
 def _review(data: Mapping[str, Any], response: Mapping[str, Any]) -> dict[str, Any]:

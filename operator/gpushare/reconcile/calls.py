@@ -1,4 +1,5 @@
-"""Every write of a reconcile pass: node patches, evictions, plugin pod deletes, status, Events.
+"""Every API call of a reconcile pass: node patches, evictions, plugin pod deletes, status, Events,
+and the few reads a pass makes itself (a node after a conflict, the pods of a node to confirm).
 
 Each call does one thing and returns what happened (the written node, gone, refused, the
 error): the pass decides what follows. A node is written by one pass at a time (``claim``: the
@@ -17,8 +18,8 @@ import structlog
 
 from gpushare import metrics
 from gpushare.k8s import ApiError, ApiUnavailable, Conflict
-from gpushare.k8s.api import ClusterAPI
 from gpushare.k8s.cluster import node_ref
+from gpushare.k8s.cluster_api import ClusterAPI
 from gpushare.policy import NodeView
 from gpushare.policy.events import Event
 from gpushare.policy.views import PluginPod, PodView
@@ -44,8 +45,8 @@ def describe(exc: ApiError) -> str:
     return f"HTTP {exc.status} {exc.reason}" if not isinstance(exc, ApiUnavailable) else str(exc)
 
 
-class Writes:
-    """The writes of every pass, on one ``ClusterAPI``."""
+class PassCalls:
+    """The API calls of every pass, on one ``ClusterAPI``."""
 
     def __init__(self, cluster: ClusterAPI) -> None:
         self.cluster = cluster
