@@ -1,9 +1,11 @@
 """The operator's demand loop: ``status.demand``, its gauges, and opt-in lending.
 
-Fed by the operator's own Node and Pod watches (as one more listener of each: it keeps its own
-slim views, so it does not depend on the reconciler's internals): Nodes (``NodeView.project``),
-GPU-sharing pods bound to a node, and waiting ones (``policy.demand.waiting_pod``). Each pool's
-``demand`` daemon (``gpushare.handlers.demand``, paused with the rest under peering) calls
+It reads the operator's one model of the cluster (:class:`Model`, the reconciler's store and plan
+cache): the nodes, the GPU-sharing pods bound to them and every node's plan, planned once for
+the reconciler and this loop alike. It keeps only what is its own: the waiting pods
+(``policy.demand.waiting_pod``, from the Pod watch it listens to), what it wrote, and a counter
+of changes (the Node and Pod watches wake it). Each pool's ``demand`` daemon
+(``gpushare.handlers.demand``, paused with the rest under peering) calls
 :meth:`DemandTracker.run` when something it reads changed, and at least every ``RESYNC`` seconds:
 
 1. computes every pool's demand once per change (the planner's membership, so loans count for the
@@ -35,11 +37,9 @@ from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
 from gpushare.k8s import ApiError, Conflict
 from gpushare.k8s.cluster import node_ref, pool_ref
 from gpushare.k8s.watch import object_key
-from gpushare.policy import ClusterPlan, NodePlan, NodeView, PodView, plan
+from gpushare.policy import ClusterPlan, NodeView, PodView
 from gpushare.policy import lending as lend
 from gpushare.policy.demand import PoolDemand, WaitingPod, busy_nodes, compute, waiting_pod
-from gpushare.policy.planner import PlanMemo
-from gpushare.policy.views import pod_requests
 
 log = structlog.stdlib.get_logger("gpushare.demand")
 
@@ -66,11 +66,22 @@ class DemandAPI(Protocol):
     ) -> None: ...
 
 
-def _rv(value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        return -1
+class Model(Protocol):
+    """The operator's one model of the cluster, as this loop reads it (``reconcile.Reconciler``)."""
+
+    def set_pools(self, bodies: Iterable[Mapping[str, Any]]) -> None: ...
+
+    def node_views(self) -> Mapping[str, NodeView]: ...
+
+    def view(self, name: str) -> NodeView | None: ...
+
+    def generation(self) -> int: ...
+
+    def gpu_pods(self) -> list[PodView]: ...
+
+    def plans_now(self, now: datetime) -> ClusterPlan: ...
+
+    def remember(self, obj: Mapping[str, Any] | None, now: datetime) -> None: ...
 
 
 def _stored(body: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -91,40 +102,34 @@ class _Computed:
     pools: tuple[GPUSharePool, ...]
     demand: Mapping[str, PoolDemand]
     busy: frozenset[str]
+    nodes: Mapping[str, NodeView]
 
 
 class DemandTracker:
-    """The loop's views (fed by the watches), its cache, and one step per pool."""
+    """The loop's own state (waiting pods, what it wrote), its cache, and one step per pool; the
+    nodes, bound pods and plans are the model's."""
 
-    def __init__(self, cluster: DemandAPI, *, clock: Any = None) -> None:
+    def __init__(self, cluster: DemandAPI, model: Model, *, clock: Any = None) -> None:
         self.cluster = cluster
+        self.model = model
         self.clock = clock or (lambda: datetime.now(UTC))
-        self.nodes: dict[str, NodeView] = {}
-        self.bound: dict[str, PodView] = {}
         self.waiting: dict[str, WaitingPod] = {}
         self.version = 0
+        self._seen = -1
         self.wakeups: dict[str, asyncio.Event] = {}
-        self._cache: tuple[int, str, _Computed] | None = None
+        self._cache: tuple[int, int, str, _Computed] | None = None
         self._written: dict[str, dict[str, Any]] = {}
         self._needed: dict[str, datetime] = {}
         self._lock = asyncio.Lock()
-        #: Nodes written by this loop: the view it wrote (until the watch shows it).
+        #: Nodes and pool statuses written by this loop.
         self.writes = 0
-        # Each node's last plan: only the nodes that changed since (``_dirty``) are planned again,
-        # every node when a pool changed (``_planned_for``, the pools' signature).
-        self._plans: dict[str, NodePlan] = {}
-        self._dirty: set[str] = set()
-        self._planned_for: str | None = None
-        self._invalid_pools: Mapping[str, str] = {}
-        self._memo = PlanMemo()
         #: Seconds the last computation took (``debounce``).
         self.last_cost = 0.0
 
-    # --- fed by the watches ------------------------------------------------------------------
+    # --- woken by the watches ------------------------------------------------------------------
 
-    def _changed(self, *nodes: str) -> None:
+    def _changed(self) -> None:
         self.version += 1
-        self._dirty.update(n for n in nodes if n)
         self.wake_all()
 
     def debounce(self) -> float:
@@ -161,33 +166,23 @@ class DemandTracker:
         self._written.pop(pool, None)
         metrics.forget_pool_demand(pool)
 
-    def node_event(self, type_: str, obj: Mapping[str, Any]) -> None:
-        """A Node watch event (or the node as this loop's own write returned it)."""
-        self.node_view(type_, object_key(obj), None if type_ == "DELETED" else NodeView.project(obj))
-
-    def node_view(self, type_: str, name: str, view: NodeView | None) -> None:
-        """A Node watch event, projected once for every listener (``handlers.watch.Feeds``)."""
-        if type_ == "DELETED" or view is None:
-            self._plans.pop(name, None)
-            if self.nodes.pop(name, None) is not None:
-                self._changed()
-            return
-        old = self.nodes.get(name)
-        if old is not None and _rv(view.resource_version) < _rv(old.resource_version):
-            return  # older than our own write
-        self.nodes[name] = view
-        if old != view:
-            self._changed(name)
-
-    def nodes_listed(self, names: set[str]) -> None:
-        gone = set(self.nodes) - names
-        for name in gone:
-            del self.nodes[name]
-            self._plans.pop(name, None)
-        if gone:
+    def _model_moved(self) -> None:
+        """Look again if the model changed since the last event (it was fed first)."""
+        generation = self.model.generation()
+        if generation != self._seen:
+            self._seen = generation
             self._changed()
 
+    def node_view(self, type_: str, name: str, view: NodeView | None) -> None:
+        """A Node watch event (the model has it already)."""
+        self._model_moved()
+
+    def nodes_listed(self, names: set[str]) -> None:
+        self._model_moved()
+
     def pod_event(self, type_: str, obj: Mapping[str, Any]) -> None:
+        """A Pod watch event: a waiting pod is this loop's own; a bound GPU pod is the model's
+        (a change of either wakes the loop)."""
         key = object_key(obj)
         changed = False
         waiting = None if type_ == "DELETED" else waiting_pod(obj)
@@ -197,36 +192,17 @@ class DemandTracker:
         elif old_wait is None or (old_wait.ref, old_wait.since) != (waiting.ref, waiting.since):
             self.waiting[key] = waiting
             changed = True
-        bound: PodView | None = None
-        spec = obj.get("spec") or {}
-        if type_ != "DELETED" and spec.get("nodeName") and pod_requests(spec):
-            bound = PodView.from_obj(obj)
-            bound = PodView(bound.namespace, bound.name, bound.uid, bound.node_name, bound.phase,
-                            bound.deletion, bound.gpu_mem, bound.gpu_core, bound.gpu_count)  # fmt: skip
-            if bound.terminated:
-                bound = None
-        old_bound = self.bound.get(key)
-        if old_bound is not None and old_bound != bound:
-            self._dirty.add(old_bound.node_name)  # its node's plan reads its pods
-        if bound is None:
-            changed |= self.bound.pop(key, None) is not None
-        elif old_bound != bound:
-            self.bound[key] = bound
-            self._dirty.add(bound.node_name)
-            changed = changed or old_bound is None or old_bound.node_name != bound.node_name
         if changed:
             self._changed()
+        self._model_moved()  # a bound GPU pod is the model's
 
     def pods_listed(self, keys: set[str]) -> None:
-        changed = False
-        for store in (self.waiting, self.bound):
-            for key in set(store) - keys:
-                pod = store.pop(key)
-                if isinstance(pod, PodView):
-                    self._dirty.add(pod.node_name)
-                changed = True
-        if changed:
+        gone = set(self.waiting) - keys
+        for key in gone:
+            del self.waiting[key]
+        if gone:
             self._changed()
+        self._model_moved()
 
     # --- one step ------------------------------------------------------------------------------
 
@@ -244,64 +220,37 @@ class DemandTracker:
             sort_keys=True,
             default=str,
         )
-        if self._cache is not None and self._cache[:2] == (self.version, signature):
-            return self._cache[2]
+        key = (self.version, self.model.generation(), signature)
+        if self._cache is not None and self._cache[:3] == key:
+            return self._cache[3]
         pools: list[GPUSharePool] = []
         deleting: set[str] = set()
-        invalid: dict[str, str] = {}
         for body in bodies:
             meta = body.get("metadata") or {}
             try:
                 model = parse_pool(dict(body))
-            except PoolValidationError as exc:
-                invalid[exc.name] = "; ".join(exc.problems)
+            except PoolValidationError:
                 continue
             pools.append(model)
             if meta.get("deletionTimestamp"):
                 deleting.add(model.name)
-        bound = list(self.bound.values())
         started = time.monotonic()
-        cp = self._plan(pools, bound, signature, now, deleting, invalid)
+        self.model.set_pools(bodies)
+        cp = self.model.plans_now(now)  # the one plan cache: only what changed is planned
+        bound = self.model.gpu_pods()
+        nodes = self.model.node_views()
         live = [p for p in pools if p.name not in deleting]
         planned = cp.by_node()
         loans = {
             name: (record.lender, record.borrower)
-            for name, record in lend.loans_of(self.nodes).items()
+            for name, record in lend.loans_of(nodes).items()
             if name in planned and planned[name].pool == record.borrower
         }
-        demand = compute(live, cp, self.nodes, bound, self.waiting.values(), loans)
-        result = _Computed(tuple(live), demand, frozenset(busy_nodes(bound)))
-        self._cache = (self.version, signature, result)
+        demand = compute(live, cp, nodes, bound, self.waiting.values(), loans)
+        result = _Computed(tuple(live), demand, frozenset(busy_nodes(bound)), nodes)
+        self._cache = (self.version, self.model.generation(), signature, result)
         self.last_cost = time.monotonic() - started
         return result
-
-    def _plan(
-        self,
-        pools: list[GPUSharePool],
-        bound: list[PodView],
-        signature: str,
-        now: datetime,
-        deleting: set[str],
-        invalid: dict[str, str],
-    ) -> ClusterPlan:
-        """Every node's plan: the nodes that changed planned again (all of them after a pool
-        change), the others as last planned (the planner is pure and per node)."""
-        every = signature != self._planned_for
-        if every:
-            self._planned_for, self._plans = signature, {}
-            todo = set(self.nodes)
-        else:
-            todo = (self._dirty & self.nodes.keys()) | (self.nodes.keys() - self._plans.keys())
-        self._dirty = set()
-        if todo or every:
-            pods = [p for p in bound if p.node_name in todo]
-            views = [self.nodes[n] for n in todo]
-            cp = plan(pools, views, pods, now=now, deleting=deleting, invalid=invalid, memo=self._memo)
-            self._plans.update(cp.by_node())
-            self._invalid_pools = cp.invalid_pools
-        return ClusterPlan(
-            nodes=tuple(self._plans[n] for n in sorted(self._plans)), invalid_pools=self._invalid_pools
-        )
 
     async def run(self, name: str, bodies: Iterable[Mapping[str, Any]]) -> float:
         """One step for pool ``name``; returns when to look again at the latest."""
@@ -340,7 +289,7 @@ class DemandTracker:
         self, computed: _Computed, bodies: Mapping[str, Mapping[str, Any]], now: datetime
     ) -> float | None:
         decision = lend.decide_loans(
-            computed.pools, computed.demand, self.nodes, set(computed.busy), now=now, needed=self._needed
+            computed.pools, computed.demand, computed.nodes, set(computed.busy), now=now, needed=self._needed
         )
         self._needed = dict(decision.needed or {})
 
@@ -353,7 +302,7 @@ class DemandTracker:
                 f"Lent node {item.node} of pool {item.record.lender} to pool {item.record.borrower} "
                 f"for its waiting pod(s) {pods}"
             )
-            if await self._write(item.node, item.record.dump()):
+            if await self._write(item.node, item.record.dump(), now):
                 log.info("Lent node", node=item.node, lender=item.record.lender,
                          borrower=item.record.borrower, pods=pods)  # fmt: skip
                 metrics.LOANS.labels(pool=item.record.lender, event="lent").inc()
@@ -361,7 +310,7 @@ class DemandTracker:
                     await self._event(pool_ref(pool, uid(pool)), "NodeLent", message)
                 await self._event(node_ref(item.node), "NodeLent", message)
         for ret in decision.returns:
-            if await self._write(ret.node, None):
+            if await self._write(ret.node, None, now):
                 log.info("Loan ended", node=ret.node, lender=ret.record.lender,
                          borrower=ret.record.borrower, reason=ret.reason)  # fmt: skip
                 metrics.LOANS.labels(pool=ret.record.lender, event="returned").inc()
@@ -372,9 +321,9 @@ class DemandTracker:
                 await self._event(node_ref(ret.node), ret.reason, message)
         return decision.next_due
 
-    async def _write(self, node: str, loan: str | None) -> bool:
+    async def _write(self, node: str, loan: str | None, now: datetime) -> bool:
         """Write (or, with None, remove) the node's loan annotation onto the version decided on."""
-        view = self.nodes.get(node)
+        view = self.model.view(node)
         if view is None:
             return False
         patch: dict[str, Any] = {"metadata": {"annotations": {c.ANNOTATION_LOAN: loan}}}
@@ -389,7 +338,8 @@ class DemandTracker:
             return False
         self.writes += 1
         if obj:
-            self.node_event("MODIFIED", obj)
+            self.model.remember(obj, now)  # believed (and planned again) until the watch shows it
+            self._changed()
         return obj is not None
 
     async def _event(self, ref: Mapping[str, str], reason: str, message: str) -> None:

@@ -8,15 +8,17 @@ import json
 import math
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpushare import constants as c
 from gpushare.demand_loop import SETTLE_MAX, DemandTracker
+from gpushare.handlers.watch import Feeds
 from gpushare.k8s import Conflict
 from gpushare.policy.planner import desired_labels
+from gpushare.reconcile import Reconciler
 from unit.test_demand import NP, pending_obj, pool
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
@@ -57,6 +59,25 @@ class FakeAPI:
         self.events.append((obj["name"], reason))
 
 
+class Loop:
+    """The demand loop as the operator runs it: the watches feed the reconciler's store first and
+    then the loop (``handlers.watch.Feeds``), which reads that one model."""
+
+    def __init__(self, api: FakeAPI, clock: Any) -> None:
+        self.rec = Reconciler(cast(Any, api), clock=clock)
+        self.tracker = DemandTracker(api, self.rec, clock=clock)
+        self.feeds = Feeds(self.rec, pod_listeners=[self.tracker], view_listeners=[self.tracker])
+
+    def node_event(self, type_: str, obj: dict[str, Any]) -> None:
+        self.feeds.node(type_, obj)
+
+    def pod_event(self, type_: str, obj: dict[str, Any]) -> None:
+        self.feeds.pod(type_, obj)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.tracker, name)
+
+
 def node_obj(name: str, p: Any, np: str, mode: str) -> dict[str, Any]:
     alloc = {
         c.RES_GPU_COUNT: "1",
@@ -76,12 +97,12 @@ def node_obj(name: str, p: Any, np: str, mode: str) -> dict[str, Any]:
 
 def setup(
     lending: dict[str, Any] | None,
-) -> tuple[FakeAPI, DemandTracker, list[dict[str, Any]], list[datetime]]:
+) -> tuple[FakeAPI, Loop, list[dict[str, Any]], list[datetime]]:
     cg = pool("cgpu", "np-a", **({"lending": lending} if lending else {}))
     core = pool("core", "np-b", computeAllocation=True)
     api = FakeAPI()
     clock = [NOW]
-    tracker = DemandTracker(api, clock=lambda: clock[0])
+    tracker = Loop(api, clock=lambda: clock[0])
     for obj in (
         node_obj("a1", cg, "np-a", "cgpu"),
         node_obj("a2", cg, "np-a", "cgpu"),
@@ -190,7 +211,7 @@ def test_demand_planned_incrementally_equals_a_fresh_plan_of_everything(
     cg = pool("cgpu", "np-a")
     core = pool("core", "np-b", computeAllocation=True)
     specs = {"cgpu": cg, "core": core}
-    tracker = DemandTracker(FakeAPI(), clock=lambda: NOW)
+    tracker = Loop(FakeAPI(), clock=lambda: NOW)
     nodes: dict[str, dict[str, Any]] = {}
     pods: dict[str, dict[str, Any]] = {}
     chosen: tuple[str, ...] = ("cgpu", "core")
@@ -223,21 +244,21 @@ def test_demand_planned_incrementally_equals_a_fresh_plan_of_everything(
             chosen = ("cgpu", "core") if name == "both" else ("cgpu",)
         tracker._compute(bodies(chosen), NOW)  # plans what changed, keeps the rest
 
-    fresh = DemandTracker(FakeAPI(), clock=lambda: NOW)
+    fresh = Loop(FakeAPI(), clock=lambda: NOW)
     for obj in nodes.values():
         fresh.node_event("ADDED", obj)
     for obj in pods.values():
         fresh.pod_event("ADDED", obj)
-    tracker.version += 1  # look again now (the cache keys on the version)
+    tracker.tracker.version += 1  # look again now (the cache keys on the version)
     got, want = tracker._compute(bodies(chosen), NOW), fresh._compute(bodies(chosen), NOW)
     assert {k: v.status() for k, v in got.demand.items()} == {k: v.status() for k, v in want.demand.items()}
-    assert tracker._plans == fresh._plans
+    assert tracker.rec.cache.plans == fresh.rec.cache.plans
 
 
 class _FakeTime:
     """A clock that ``sleep`` moves on; with ``busy``, each wait sees a node event arrive."""
 
-    def __init__(self, tracker: DemandTracker, busy: bool) -> None:
+    def __init__(self, tracker: Loop, busy: bool) -> None:
         self.now = 0.0
         self.tracker = tracker
         self.busy = busy
@@ -255,12 +276,12 @@ class _FakeTime:
 def test_after_a_wake_up_a_quiet_moment_or_settle_max_ends_the_wait() -> None:
     """A change alone: one debounce. A rollout changing nodes all the time: waits on until
     SETTLE_MAX, so that the burst is one computation, not one per debounce."""
-    quiet = DemandTracker(FakeAPI(), clock=lambda: NOW)
+    quiet = Loop(FakeAPI(), clock=lambda: NOW)
     t = _FakeTime(quiet, busy=False)
     assert asyncio.run(quiet.settle(t.sleep, t.monotonic)) == 1
     assert t.now == quiet.debounce()
 
-    busy = DemandTracker(FakeAPI(), clock=lambda: NOW)
+    busy = Loop(FakeAPI(), clock=lambda: NOW)
     t = _FakeTime(busy, busy=True)
     waits = asyncio.run(busy.settle(t.sleep, t.monotonic))
     assert t.now == SETTLE_MAX

@@ -59,7 +59,7 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **_: A
     reconciler = Reconciler(cluster)
     memo.started = Started(api=api, cluster=cluster, reconciler=reconciler)
     # The demand loop (status.demand, lending) listens to the same watches (handlers.demand).
-    memo.demand = DemandTracker(cluster)
+    memo.demand = DemandTracker(cluster, reconciler)
     memo.watches = watch.start(
         reconciler,
         new_api_client(cfg),

@@ -18,9 +18,10 @@ from typing import Any
 from gpushare import metrics
 from gpushare.k8s.cluster import pool_ref
 from gpushare.k8s.cluster_api import ClusterAPI
-from gpushare.policy import NodePlan, NodeView, PodView
+from gpushare.policy import ClusterPlan, NodePlan, NodeView, PodView
 from gpushare.policy.decide import ORPHANS, orphan_owner
 from gpushare.policy.events import Event
+from gpushare.policy.restart import is_plugin_pod
 from gpushare.reconcile import passes
 from gpushare.reconcile.calls import PassCalls
 from gpushare.reconcile.memory import ReportMemory, RestartMemory
@@ -134,6 +135,43 @@ class Reconciler:
             self.wake_all()
         for gone in sorted(before - set(self.state.bodies)):
             metrics.forget_pool(gone)
+
+    # --- the one model, as the demand loop reads it (``demand_loop.Model``) -----------------------
+
+    def node_views(self) -> dict[str, NodeView]:
+        """Every node as last seen, our own newer writes in place of the watch's."""
+        return {**self.state.nodes, **self.state.fresh}
+
+    def view(self, name: str) -> NodeView | None:
+        return self.state.view(name)
+
+    def generation(self) -> int:
+        """Moves whenever a node, pod or pool the store keeps changed."""
+        return self.state.generation
+
+    def gpu_pods(self) -> list[PodView]:
+        """The unfinished GPU-sharing pods bound to a node (not the device plugin pods)."""
+        return [
+            pod
+            for on_node in self.state.pods.values()
+            for pod in on_node.values()
+            if not pod.terminated and not is_plugin_pod(pod.labels)
+        ]
+
+    def plans_now(self, now: datetime) -> ClusterPlan:
+        """Every node's plan as of ``now``: the nodes that changed planned again (the pools whose
+        plans changed are woken), the others as last planned. One plan cache serves the passes
+        and the demand loop."""
+        _count, wake = self.cache.replan(self.state, now)
+        self.wake(wake)
+        plans = self.cache.plans
+        return ClusterPlan(
+            nodes=tuple(plans[n] for n in sorted(plans)), invalid_pools=self.cache.invalid_pools
+        )
+
+    def remember(self, obj: Mapping[str, Any] | None, now: datetime) -> None:
+        """Believe a write of ours made outside a pass (a loan) until the watch shows it."""
+        self.wake(self.cache.remember(self.state, obj, now))
 
     # --- passes ----------------------------------------------------------------------------------
 

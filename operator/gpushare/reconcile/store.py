@@ -116,6 +116,8 @@ class ClusterState:
         self.plan_all = True
         #: Plans of nodes alike but for their name (the nodes of a rollout: planned once a kind).
         self.memo = PlanMemo()
+        #: Counts the changes of what is kept here (a reader tells "nothing changed" by it).
+        self.generation = 0
 
     # --- nodes -----------------------------------------------------------------------------------
 
@@ -145,6 +147,7 @@ class ClusterState:
         elif old is not None and old == view:
             return False  # only the resourceVersion (status heartbeat, ...) moved
         self.dirty.add(view.name)
+        self.generation += 1
         return True
 
     def forget_node(self, name: str) -> NodeView | None:
@@ -153,6 +156,7 @@ class ClusterState:
         self.nodes.pop(name, None)
         self.fresh.pop(name, None)
         self.dirty.add(name)
+        self.generation += 1
         return view
 
     def missing_nodes(self, names: Collection[str]) -> list[str]:
@@ -170,6 +174,7 @@ class ClusterState:
             return None  # the watch was faster
         self.fresh[view.name] = view
         self.dirty.discard(view.name)
+        self.generation += 1
         return view
 
     # --- pods ------------------------------------------------------------------------------------
@@ -189,6 +194,7 @@ class ClusterState:
         on_node[key] = pod
         self._pod_node[key] = pod.node_name
         self.dirty.add(pod.node_name)
+        self.generation += 1
         return [*marked, pod.node_name]
 
     def forget_pod(self, key: str) -> list[str]:
@@ -201,6 +207,7 @@ class ClusterState:
         if not on_node:
             self.pods.pop(node, None)
         self.dirty.add(node)
+        self.generation += 1
         return [node]
 
     def missing_pods(self, keys: Collection[str]) -> list[str]:
@@ -223,6 +230,7 @@ class ClusterState:
         self._signatures = signatures
         self.pools = parse_pools(raw.values())
         self.plan_all = True
+        self.generation += 1
         return True
 
     def live(self) -> set[str]:
