@@ -457,3 +457,23 @@ async def test_the_cleanup_loop_retries_a_failed_pass_and_runs_until_the_nodes_a
     assert result is not None and result.done and len(calls) >= 3
     assert all(c.LABEL_CGPU not in obj["metadata"]["labels"] for obj in fake.nodes.values())
     assert _restart_results(fake) == {"n0": "None/", "n1": "None/"}  # nothing of gpushare's left
+
+
+async def test_the_one_wait_tells_a_wake_up_from_a_timeout_and_a_stop() -> None:
+    """``wait_woken``: True only when woken while not stopped (both the pool loop and the demand
+    daemon wait this way)."""
+    from gpushare.reconcile.loop import _Never, wait_woken
+
+    wake = asyncio.Event()
+    assert await wait_woken(wake, _Never(), 0.01) is False  # the timeout
+    wake.set()
+    assert await wait_woken(wake, _Never(), 5.0) is True
+
+    class Stopped:
+        def __bool__(self) -> bool:
+            return True
+
+        async def wait(self) -> None:
+            return None
+
+    assert await wait_woken(asyncio.Event(), Stopped(), 5.0) is False  # stopped, not woken

@@ -8,7 +8,6 @@ may be due back). It writes only when the demand or a loan changed.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import kopf
@@ -18,6 +17,7 @@ from gpushare import constants as c
 from gpushare.demand_loop import RESYNC
 from gpushare.handlers.pools import PoolIndex, _values
 from gpushare.handlers.state import OperatorState
+from gpushare.reconcile.loop import wait_woken
 
 log = structlog.stdlib.get_logger("gpushare.handlers")
 
@@ -40,16 +40,7 @@ async def demand_loop(
             except Exception as exc:
                 delay = 2.0
                 log.exception("Demand step failed", pool=name, retry_in=delay, error=str(exc))
-            woken = asyncio.ensure_future(wake.wait())
-            stopping = asyncio.ensure_future(stopped.wait())
-            try:
-                done, _pending = await asyncio.wait(
-                    {woken, stopping}, timeout=min(delay, RESYNC), return_when=asyncio.FIRST_COMPLETED
-                )
-            finally:
-                woken.cancel()
-                stopping.cancel()
-            if woken in done and not stopped:
+            if await wait_woken(wake, stopped, min(delay, RESYNC)):
                 await tracker.settle()
     finally:
         if stopped:

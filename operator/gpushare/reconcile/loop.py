@@ -42,6 +42,21 @@ class _Never:
         await asyncio.Event().wait()
 
 
+async def wait_woken(wake: asyncio.Event, stop: Stopped, seconds: float) -> bool:
+    """Wait for ``wake``, ``stop`` or ``seconds``, whichever comes first; True when woken
+    (and not stopped). The one wait of every loop of the operator (a pool's passes, its demand)."""
+    woken = asyncio.ensure_future(wake.wait())
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        done, _pending = await asyncio.wait(
+            {woken, stopping}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        woken.cancel()
+        stopping.cancel()
+    return woken in done and not stop
+
+
 async def pool_loop(
     name: str,
     reconciler: Reconciler,
@@ -78,16 +93,8 @@ async def pool_loop(
             if until_done:
                 log.info("Cleanup in progress", pool=name, summary=result.summary)
             delay, quiet_resync = result.requeue, result.resync
-        woken = asyncio.ensure_future(wake.wait())
-        stopping = asyncio.ensure_future(stop.wait())
-        try:
-            done, _pending = await asyncio.wait(
-                {woken, stopping}, timeout=delay, return_when=asyncio.FIRST_COMPLETED
-            )
-        finally:
-            woken.cancel()
-            stopping.cancel()
-        resync = not done and quiet_resync
-        if woken in done and not stop:
+        woken = await wait_woken(wake, stop, delay)
+        resync = not woken and not stop and quiet_resync
+        if woken:
             await asyncio.sleep(DEBOUNCE)
     return None
