@@ -14,14 +14,19 @@ the two builds above, it FAILS, never skips.
 
 from __future__ import annotations
 
+import json
 import secrets
+import subprocess
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from gpushare import __version__
+from gpushare import constants as c
 from gpushare.devcluster import BinariesMissing, ClusterInfo, DevCluster, find_binaries, wait_for
 from gpushare.devcluster import nvidia as nv
 from gpushare.devcluster.realnode import IMAGE_WORKLOAD, RealNodeUnavailable, preflight
@@ -30,6 +35,7 @@ from support.cluster import serve
 
 pytestmark = pytest.mark.realnode
 
+REPO = Path(__file__).resolve().parents[2]
 NODE = "realnode-0"
 GPUS = nv.DEFAULT_GPUS
 CONFIGS = {"ts4": nv.time_slicing_config(4), "ts2": nv.time_slicing_config(2)}
@@ -184,3 +190,39 @@ async def test_an_unknown_config_name_crashes_the_sidecar_and_the_plugin_falls_b
     await wait_for(sidecar_failed, what="the sidecar's log to name the unknown config", timeout_s=WAIT)
     # A known name again: the sidecar, restarted after its back-off, applies it.
     await label_and_wait(core, "ts2", 2 * GPUS)
+
+
+@pytest.fixture(scope="module")
+def product_image() -> Path:
+    """The product's image as a docker-archive (``make image-local``; cached, so at once when built)."""
+    built = subprocess.run(
+        ["bash", str(REPO / "hack/build-image-local.sh")], capture_output=True, text=True, timeout=1200
+    )
+    if built.returncode != 0:
+        pytest.fail(f"hack/build-image-local.sh failed:\n{built.stderr[-3000:]}", pytrace=False)
+    return Path(built.stdout.strip().splitlines()[-1])
+
+
+async def test_the_agent_reads_the_same_gpus_through_pynvml(
+    nvidia_cluster: ClusterInfo, napi: client.ApiClient, product_image: Path
+) -> None:
+    """The node agent (the product's image) beside NVIDIA's plugin reads the library the plugin
+    reads: it publishes the 2 GPUs, and their UUIDs are the ones the plugin hands to pods."""
+    dev = DevCluster.of(nvidia_cluster)
+    await nv.install_agent(napi, dev, product_image, f"localhost/gpushare-operator:{__version__}")
+    core = client.CoreV1Api(napi)
+
+    async def published() -> Any:
+        node = await core.read_node(NODE)
+        labels = node.metadata.labels or {}
+        return node if labels.get(c.LABEL_GPU_COUNT) == str(GPUS) else None
+
+    node = await wait_for(
+        published, what=f"the agent to publish {c.LABEL_GPU_COUNT}={GPUS} on {NODE}", timeout_s=WAIT
+    )
+    labels = node.metadata.labels
+    assert labels[c.LABEL_GPU_PRODUCT] == "NVIDIA-A100-SXM4-40GB", labels
+    assert labels[c.LABEL_GPU_MEMORY_MIB] == "40960", labels
+    inventory = json.loads(node.metadata.annotations[c.ANNOTATION_INVENTORY])
+    assert inventory["state"] == "ok", inventory
+    assert [g["uuid"] for g in inventory["gpus"]] == [nv.default_uuid(i) for i in range(GPUS)], inventory

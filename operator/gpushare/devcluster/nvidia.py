@@ -366,3 +366,95 @@ async def set_configs(api: client.ApiClient, configs: Mapping[str, str]) -> None
     at the kubelet's next sync of the pod's volumes; see docs of the real node)."""
     named = {DEFAULT_CONFIG: time_slicing_config(1), **configs}
     await client.CoreV1Api(api).patch_namespaced_config_map(CONFIGS_CONFIGMAP, NAMESPACE, {"data": named})
+
+
+# -- the node agent over the same library -----------------------------------------------------
+
+AGENT_DS_NAME = "gpushare-agent"
+AGENT_SERVICE_ACCOUNT = "gpushare-agent"
+AGENT_LABELS = {"app.kubernetes.io/name": "gpushare-agent"}
+
+
+def agent_daemonset_body(
+    image: str, *, interval_s: int = 5, environ: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """``gpushare agent`` (the product's image, as the chart runs it: uid 65532, read-only root)
+    on the nodes NVIDIA's plugin runs on, reading NVML through pynvml over the fake library: the
+    driver root mounted at /driver-root and named by ``LD_LIBRARY_PATH`` (what the NVIDIA
+    container runtime's library mount does on a GPU node), the same fake GPUs' ConfigMap."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": AGENT_DS_NAME, "namespace": NAMESPACE, "labels": dict(AGENT_LABELS)},
+        "spec": {
+            "selector": {"matchLabels": dict(AGENT_LABELS)},
+            "template": {
+                "metadata": {"labels": dict(AGENT_LABELS)},
+                "spec": {
+                    "serviceAccountName": AGENT_SERVICE_ACCOUNT,
+                    "nodeSelector": dict(NODE_SELECTOR),
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532},
+                    "containers": [
+                        {
+                            "name": "agent",
+                            "image": image,
+                            "imagePullPolicy": "Never",
+                            "command": ["gpushare", "agent"],
+                            "args": [f"--interval={interval_s}", "--log-format=console"],
+                            "env": [
+                                {
+                                    "name": "NODE_NAME",
+                                    "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}},
+                                },
+                                *_env(
+                                    LD_LIBRARY_PATH="/driver-root/usr/lib64",
+                                    **{FAKE_NVML_CONFIG_ENV: f"{_FAKE_NVML_DIR}/gpus.conf"},
+                                ),
+                            ],
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "readOnlyRootFilesystem": True,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
+                            "volumeMounts": [
+                                {"name": "driver-root", "mountPath": "/driver-root", "readOnly": True},
+                                {"name": "fake-nvml", "mountPath": _FAKE_NVML_DIR, "readOnly": True},
+                                {"name": "tmp", "mountPath": "/tmp"},
+                            ],
+                        }
+                    ],
+                    "volumes": [
+                        {"name": "driver-root", "hostPath": {"path": str(driver_root(environ))}},
+                        {"name": "fake-nvml", "configMap": {"name": FAKE_NVML_CONFIGMAP}},
+                        {"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": "8Mi"}},
+                    ],
+                },
+            },
+        },
+    }
+
+
+async def install_agent(api: client.ApiClient, dev: DevCluster, archive: Path, image: str) -> None:
+    """The node agent beside NVIDIA's plugin (after :func:`install`): ``archive`` (the product's
+    image, ``make image-local``) imported as ``image``, the agent's RBAC and its DaemonSet."""
+    dev.import_image(archive)
+    core, rbac, apps = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api), client.AppsV1Api(api)
+    name = AGENT_SERVICE_ACCOUNT
+    sa = {"metadata": {"name": name, "namespace": NAMESPACE}}
+    role = {
+        "metadata": {"name": name},
+        "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}],
+    }
+    binding = {
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}],
+    }
+    await _apply(lambda: core.create_namespaced_service_account(NAMESPACE, cast(Any, sa)), None)
+    await _apply(lambda: rbac.create_cluster_role(cast(Any, role)), None)
+    await _apply(lambda: rbac.create_cluster_role_binding(cast(Any, binding)), None)
+    ds = cast(Any, agent_daemonset_body(image))
+    await _apply(
+        lambda: apps.create_namespaced_daemon_set(NAMESPACE, ds),
+        lambda: apps.replace_namespaced_daemon_set(AGENT_DS_NAME, NAMESPACE, ds),
+    )
