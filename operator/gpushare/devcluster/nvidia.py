@@ -23,8 +23,10 @@ Seen on this test bed (kubelet v1.34, 2 shared CPUs; December 2026):
 * An unknown config name makes the sidecar exit ("specified config ... does not exist"); each
   restart first applies ``DEFAULT_CONFIG`` (its first read of the label is empty), sends SIGHUP,
   and then fails again: the node falls back to the default (unshared) count, silently.
-  By the same first empty read (config-manager's code), a sidecar start relinks the default
-  and signals the plugin before it applies the label's config.
+  The same first empty read shows at every pod start: the ONESHOT init container links the
+  default (not the label's config) and exits, the plugin starts on it, and the sidecar signals
+  it twice, default then the label's config: three registrations within a second (seen: node
+  labelled ts4 before the pod existed; the plugin's log shows the two SIGHUPs 20 ms apart).
 """
 
 from __future__ import annotations
