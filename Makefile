@@ -64,9 +64,10 @@ realnode: realnode-prereqs kubelet realnode-bins nvidia-plugin fake-nvml ## Ever
 CLUSTER_DIR ?= .cluster
 
 CLUSTER_REAL_NODES ?= 0
-cluster: setup control-plane ## Start a local control plane in the background, with the fake GPU node pools examples/ selects (CLUSTER_REAL_NODES=1: and a real kubelet node)
+CLUSTER_NVIDIA ?= 0
+cluster: setup control-plane ## Start a local control plane in the background, with the fake GPU node pools examples/ selects (CLUSTER_REAL_NODES=1: and a real kubelet node; CLUSTER_NVIDIA=1: running NVIDIA's device plugin)
 	$(if $(filter-out 0,$(CLUSTER_REAL_NODES)),$(MAKE) realnode)
-	$(BIN)/python -m gpushare.devcluster up --dir $(CLUSTER_DIR) --real-nodes $(CLUSTER_REAL_NODES)
+	$(BIN)/python -m gpushare.devcluster up --dir $(CLUSTER_DIR) --real-nodes $(CLUSTER_REAL_NODES) $(if $(filter-out 0,$(CLUSTER_NVIDIA)),--nvidia-plugin)
 
 cluster-down: ## Stop the control plane started by `make cluster`
 	$(BIN)/python -m gpushare.devcluster down --dir $(CLUSTER_DIR)

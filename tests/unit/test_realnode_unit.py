@@ -191,3 +191,25 @@ def test_files_image_holds_each_file_under_its_parent_dirs(tmp_path: Path) -> No
     assert config["config"]["Entrypoint"] == ["a"] and config["config"]["Env"] == ["PATH=/usr/bin"]
     assert members["usr"].isdir() and members["usr/bin"].isdir() and members["lib64"].isdir()
     assert members["usr/bin/a"].mode == 0o755 and members["lib64/b.so"].size == 1
+
+
+def test_nvidia_plugin_option_needs_a_real_node_and_its_builds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpushare.devcluster.__main__ import main
+
+    monkeypatch.setenv("GPUSHARE_NVIDIA_PLUGIN_BIN", str(tmp_path / "no-plugin"))
+    assert main(["up", "--dir", str(tmp_path / "c"), "--nvidia-plugin"]) == 1
+    err = capsys.readouterr().err
+    assert "--nvidia-plugin: missing" in err and "(make nvidia-plugin)" in err, err
+    assert not (tmp_path / "c").exists()  # nothing started
+
+
+def test_nvidia_plugin_version_is_the_go_mod_pin_and_the_cache_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpushare.devcluster import nvidia as nv
+
+    assert nv.plugin_version() == "v0.19.3"
+    monkeypatch.delenv("GPUSHARE_NVIDIA_PLUGIN_BIN", raising=False)
+    monkeypatch.setenv("GPUSHARE_CACHE", "/cache")
+    assert nv.plugin_bin_dir() == Path("/cache/bin/nvidia-device-plugin-v0.19.3")
+    assert nv.image_ref() == "localhost/gpushare/nvidia-device-plugin:v0.19.3"
