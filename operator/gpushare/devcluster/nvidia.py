@@ -10,8 +10,15 @@ are packed with their C library into an image imported into the node's container
 
 Seen on this test bed (kubelet v1.34, 2 shared CPUs; December 2026):
 
-* The plugin's health checks run (event-set waits that time out): ``DP_DISABLE_HEALTHCHECKS`` is
-  not needed.
+* What the plugin (v0.19.3, nvml discovery, health checks on) called in the fake library, traced
+  (``install(trace_nvml=True)``) over a start, two SIGHUPs, an Allocate and its health loop:
+  nvmlInit_v2, nvmlShutdown, nvmlDeviceGetCount_v2, nvmlDeviceGetHandleByIndex_v2,
+  nvmlDeviceGetHandleByUUID, nvmlDeviceGetUUID, nvmlDeviceGetName, nvmlDeviceGetMinorNumber,
+  nvmlDeviceGetMemoryInfo (v1), nvmlDeviceGetPciInfo_v3, nvmlDeviceGetCudaComputeCapability,
+  nvmlDeviceGetMigMode, nvmlEventSetCreate/Free, nvmlDeviceGetSupportedEventTypes,
+  nvmlDeviceRegisterEvents, nvmlEventSetWait_v2; no generated stub. The health checks run
+  (their waits time out): ``DP_DISABLE_HEALTHCHECKS`` is not needed. A pod asking for 2 of the
+  ts4 replicas got both GPUs' UUIDs in ``NVIDIA_VISIBLE_DEVICES``.
 * Label ``nvidia.com/device-plugin.config=ts4`` (replicas 4, 2 GPUs) on a node whose plugin pod
   was just created: allocatable ``nvidia.com/gpu: 8`` 8.8 s later; relabelled ``ts2``: 4, 10.3 s
   later (config-manager relinks and sends SIGHUP at once; the wait is the kubelet's 10 s node
@@ -206,7 +213,10 @@ def _config_manager(name: str, *, oneshot: bool) -> dict[str, Any]:
 
 
 def daemonset_body(
-    *, disable_health_checks: bool = False, environ: Mapping[str, str] | None = None
+    *,
+    disable_health_checks: bool = False,
+    trace_nvml: bool = False,
+    environ: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """NVIDIA's plugin DaemonSet as its chart renders it with a named-config ConfigMap: an init
     config-manager (ONESHOT) writes /config/config.yaml, the plugin reads it, and the
@@ -233,6 +243,8 @@ def daemonset_body(
             NVIDIA_DRIVER_CAPABILITIES="compute,utility",
             **{FAKE_NVML_CONFIG_ENV: f"{_FAKE_NVML_DIR}/gpus.conf"},
             **({"DP_DISABLE_HEALTHCHECKS": "all"} if disable_health_checks else {}),
+            # The fake library names each NVML call on stderr: the plugin's log.
+            **({"GPUSHARE_FAKE_NVML_TRACE": "1"} if trace_nvml else {}),
         ),
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
         "volumeMounts": [
@@ -328,6 +340,7 @@ async def install(
     *,
     gpus: str | None = None,
     disable_health_checks: bool = False,
+    trace_nvml: bool = False,
 ) -> None:
     """NVIDIA's plugin on the real nodes labelled :data:`NODE_SELECTOR`: its image imported into
     their containerd, namespace, RBAC, the named configs (``configs``: name -> plugin config YAML,
@@ -348,7 +361,7 @@ async def install(
         (FAKE_NVML_CONFIGMAP, {"gpus.conf": gpus or fake_nvml_config()}),
     ):
         await _apply_configmap(core, name, data)
-    ds = daemonset_body(disable_health_checks=disable_health_checks)
+    ds = daemonset_body(disable_health_checks=disable_health_checks, trace_nvml=trace_nvml)
     await _apply(
         lambda: apps.create_namespaced_daemon_set(NAMESPACE, cast(Any, ds)),
         lambda: apps.replace_namespaced_daemon_set(DS_NAME, NAMESPACE, cast(Any, ds)),
