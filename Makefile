@@ -9,7 +9,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 
 .PHONY: manifests help setup test test-unit test-integration lint fmt crds crds-check control-plane cluster cluster-down \
         bench bench-webhook demo demo-down gpu-check e2e-kind image image-check image-local helm lock clean \
-        promtool monitoring-check realnode realnode-prereqs kubelet realnode-bins docs docs-serve
+        promtool monitoring-check realnode realnode-prereqs kubelet realnode-bins nvidia-plugin fake-nvml docs docs-serve
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -53,25 +53,32 @@ realnode-bins: ## Build the real node's Go programs (device plugin, pause, workl
 image-local: setup ## Build the image without Docker (debootstrapped Debian, the locked wheels; cached in ~/.cache/gpushare/image) as a docker-archive for the real node (root)
 	bash hack/build-image-local.sh
 
-realnode: realnode-prereqs kubelet realnode-bins ## Everything the real-node tier needs
+nvidia-plugin: ## Build (or reuse) NVIDIA's device plugin and config-manager (realnode/nvidia/go.mod's version) in ~/.cache/gpushare (real-node tier)
+	bash hack/build-nvidia-plugin.sh
+
+fake-nvml: ## Build the project's own libnvidia-ml.so.1 (pretends GPUs; realnode/fakenvml) into build/realnode/driver-root (gcc, Go)
+	bash hack/build-fake-nvml.sh
+
+realnode: realnode-prereqs kubelet realnode-bins nvidia-plugin fake-nvml ## Everything the real-node tier needs
 
 CLUSTER_DIR ?= .cluster
 
 CLUSTER_REAL_NODES ?= 0
-cluster: setup control-plane ## Start a local control plane in the background, with the fake GPU node pools examples/ selects (CLUSTER_REAL_NODES=1: and a real kubelet node)
+CLUSTER_NVIDIA ?= 0
+cluster: setup control-plane ## Start a local control plane in the background, with the fake GPU node pools examples/ selects (CLUSTER_REAL_NODES=1: and a real kubelet node; CLUSTER_NVIDIA=1: running NVIDIA's device plugin)
 	$(if $(filter-out 0,$(CLUSTER_REAL_NODES)),$(MAKE) realnode)
-	$(BIN)/python -m gpushare.devcluster up --dir $(CLUSTER_DIR) --real-nodes $(CLUSTER_REAL_NODES)
+	$(BIN)/python -m gpushare.devcluster up --dir $(CLUSTER_DIR) --real-nodes $(CLUSTER_REAL_NODES) $(if $(filter-out 0,$(CLUSTER_NVIDIA)),--nvidia-plugin)
 
 cluster-down: ## Stop the control plane started by `make cluster`
 	$(BIN)/python -m gpushare.devcluster down --dir $(CLUSTER_DIR)
 
-test: setup control-plane helm promtool $(REALNODE_DEPS) ## Run every test: unit, property, integration (real kube-apiserver) and the real-node tier (REAL_NODES=0: without it)
+test: setup control-plane helm promtool fake-nvml $(REALNODE_DEPS) ## Run every test: unit, property, integration (real kube-apiserver) and the real-node tier (REAL_NODES=0: without it)
 	GPUSHARE_TEST_PROGRESS=1 GPUSHARE_REAL_NODES=$(REAL_NODES) GPUSHARE_REAL_NODES_ORIGIN="$(origin REAL_NODES)" $(BIN)/pytest tests
 
 test-integration: setup control-plane helm $(REALNODE_DEPS) ## Run only the tests against the local control plane (and the real node)
 	GPUSHARE_TEST_PROGRESS=1 GPUSHARE_REAL_NODES=$(REAL_NODES) GPUSHARE_REAL_NODES_ORIGIN="$(origin REAL_NODES)" $(BIN)/pytest tests -m integration
 
-test-unit: setup helm promtool ## Run the tests that need no control plane
+test-unit: setup helm promtool fake-nvml ## Run the tests that need no control plane
 	GPUSHARE_TEST_PROGRESS=1 $(BIN)/pytest tests -m "not integration"
 
 promtool: ## Find promtool, or install it (Debian's prometheus package) to check the monitoring rules

@@ -132,3 +132,84 @@ def test_host_state_round_trips(tmp_path: Path) -> None:
     )
     before.save(tmp_path / "b.json")
     assert realnode.HostBefore.load(tmp_path / "b.json") == before
+
+
+def test_nvidia_daemonset_is_the_charts_shape_with_flags_that_need_no_device_nodes() -> None:
+    from gpushare.devcluster import nvidia as nv
+
+    pod = nv.daemonset_body()["spec"]["template"]["spec"]
+    assert pod["shareProcessNamespace"] is True  # the sidecar signals the plugin's process
+    (init,) = pod["initContainers"]
+    sidecar, plugin = pod["containers"]
+    env = {c["name"]: {e["name"]: e.get("value") for e in c["env"]} for c in (init, sidecar, plugin)}
+    assert plugin["command"] == ["nvidia-device-plugin"]  # argv[0], what PROCESS_TO_SIGNAL names
+    assert env[sidecar["name"]]["PROCESS_TO_SIGNAL"] == "nvidia-device-plugin"
+    assert (env[sidecar["name"]]["ONESHOT"], env[init["name"]]["ONESHOT"]) == ("false", "true")
+    assert env[sidecar["name"]]["NODE_LABEL"] == "nvidia.com/device-plugin.config"
+    assert env[plugin["name"]]["CONFIG_FILE"] == env[sidecar["name"]]["CONFIG_FILE_DST"]
+    assert "DP_DISABLE_HEALTHCHECKS" not in env[plugin["name"]]
+    assert set(plugin["args"]) == {
+        "--device-discovery-strategy=nvml",
+        "--device-list-strategy=envvar",
+        "--pass-device-specs=false",
+    }
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["available-configs"]["configMap"]["name"] == nv.CONFIGS_CONFIGMAP
+    assert volumes["driver-root"]["hostPath"]["path"] == str(nv.driver_root())
+    assert env[plugin["name"]][nv.FAKE_NVML_CONFIG_ENV].startswith("/etc/gpushare-fake-nvml/")
+
+
+def test_nvidia_time_slicing_configs() -> None:
+    import yaml
+
+    from gpushare.devcluster import nvidia as nv
+
+    ts4 = yaml.safe_load(nv.time_slicing_config(4))
+    assert ts4["sharing"]["timeSlicing"]["resources"] == [{"name": "nvidia.com/gpu", "replicas": 4}]
+    assert "sharing" not in yaml.safe_load(nv.time_slicing_config(1))
+    assert nv.fake_nvml_config(3, uuids={1: "GPU-x"}) == "count=3\ngpu.1.uuid=GPU-x\n"
+
+
+def test_files_image_holds_each_file_under_its_parent_dirs(tmp_path: Path) -> None:
+    from gpushare.devcluster.images import build_files_image
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.write_bytes(b"a")
+    b.write_bytes(b"b")
+    out = build_files_image(
+        "x:1",
+        {"usr/bin/a": a, "lib64/b.so": b},
+        tmp_path / "img.tar",
+        entrypoint=["a"],
+        env=["PATH=/usr/bin"],
+    )
+    with tarfile.open(out) as tar:
+        manifest = json.loads(tar.extractfile("manifest.json").read())  # type: ignore[union-attr]
+        config = json.loads(tar.extractfile(manifest[0]["Config"]).read())  # type: ignore[union-attr]
+        with tarfile.open(fileobj=tar.extractfile(manifest[0]["Layers"][0])) as inner:
+            members = {m.name: m for m in inner.getmembers()}
+    assert config["config"]["Entrypoint"] == ["a"] and config["config"]["Env"] == ["PATH=/usr/bin"]
+    assert members["usr"].isdir() and members["usr/bin"].isdir() and members["lib64"].isdir()
+    assert members["usr/bin/a"].mode == 0o755 and members["lib64/b.so"].size == 1
+
+
+def test_nvidia_plugin_option_needs_a_real_node_and_its_builds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpushare.devcluster.__main__ import main
+
+    monkeypatch.setenv("GPUSHARE_NVIDIA_PLUGIN_BIN", str(tmp_path / "no-plugin"))
+    assert main(["up", "--dir", str(tmp_path / "c"), "--nvidia-plugin"]) == 1
+    err = capsys.readouterr().err
+    assert "--nvidia-plugin: missing" in err and "(make nvidia-plugin)" in err, err
+    assert not (tmp_path / "c").exists()  # nothing started
+
+
+def test_nvidia_plugin_version_is_the_go_mod_pin_and_the_cache_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpushare.devcluster import nvidia as nv
+
+    assert nv.plugin_version() == "v0.19.3"
+    monkeypatch.delenv("GPUSHARE_NVIDIA_PLUGIN_BIN", raising=False)
+    monkeypatch.setenv("GPUSHARE_CACHE", "/cache")
+    assert nv.plugin_bin_dir() == Path("/cache/bin/nvidia-device-plugin-v0.19.3")
+    assert nv.image_ref() == "localhost/gpushare/nvidia-device-plugin:v0.19.3"

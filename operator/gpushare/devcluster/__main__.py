@@ -20,6 +20,7 @@ from pathlib import Path
 
 from kubernetes_asyncio import client
 
+from gpushare.devcluster import nvidia as nv
 from gpushare.devcluster.binaries import BinariesMissing
 from gpushare.devcluster.cluster import ClusterInfo, DevCluster, read_info
 from gpushare.devcluster.crds import install_crd_files
@@ -57,24 +58,36 @@ def _supervisor_pid(d: Path) -> int | None:
 
 #: The node pool of the real nodes (``--real-nodes``).
 REAL_NODEPOOL = "np-real"
+#: NVIDIA's named configs on the real nodes (``--nvidia-plugin``): label a node
+#: nvidia.com/device-plugin.config=<name>; without the label, ``default`` (no sharing).
+NVIDIA_CONFIGS = {f"ts{n}": nv.time_slicing_config(n) for n in (2, 4)}
 
 
-async def _populate(info: ClusterInfo, nodes_per_pool: int, pools: int | None, crds: list[Path]) -> None:
+async def _populate(
+    info: ClusterInfo,
+    nodes_per_pool: int,
+    pools: int | None,
+    crds: list[Path],
+    nvidia: DevCluster | None = None,
+) -> None:
     """CRDs, the stand-in device plugin, and the fake GPU nodes: ``pools`` None (``make cluster``)
     makes the node pools examples/ selects (``DEMO_POOLS``: np-cgpu, np-cgpu-no-isolation,
     np-gpu-core, two nodes each, one agent pass each); a number makes that many generic pools
     np-a, np-b, ... of ``nodes_per_pool`` nodes (tests, benchmarks). Real nodes (``--real-nodes``)
-    get the device plugin's nodeSelector and node pool np-real."""
+    get the device plugin's nodeSelector and node pool np-real; with ``nvidia`` (the cluster,
+    ``--nvidia-plugin``) NVIDIA's device plugin runs there instead of the stand-in (both would
+    register nvidia.com/gpu), over the fake NVML, with the named configs of :data:`NVIDIA_CONFIGS`."""
     api = await make_api_client(str(info.kubeconfig))
     async with api:
         await install_crd_files(api, crds)
         real = RealNodePlugin(api_port=info.ports["kube-apiserver"]) if info.real_nodes else None
         await ensure_device_plugin_daemonset(api, real_nodes=real)
+        if nvidia is not None and info.real_nodes:
+            await nv.install(api, nvidia, NVIDIA_CONFIGS)
+        labels = dict(nv.NODE_SELECTOR) if nvidia is not None else {"gpushare": "true"}
         core = client.CoreV1Api(api)
         for node in info.real_nodes:
-            await core.patch_node(
-                node, {"metadata": {"labels": {"gpushare": "true", POOL_LABEL: REAL_NODEPOOL}}}
-            )
+            await core.patch_node(node, {"metadata": {"labels": {**labels, POOL_LABEL: REAL_NODEPOOL}}})
     if pools is None:
         await create_demo_nodes(str(info.kubeconfig))
         return
@@ -105,7 +118,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     (d / "supervisor.pid").write_text(str(os.getpid()))
     try:
         info = cluster.start()
-        asyncio.run(_populate(info, args.nodes, args.pools, crds))
+        nvidia = cluster if args.nvidia_plugin else None
+        asyncio.run(_populate(info, args.nodes, args.pools, crds, nvidia))
         (d / "ready").write_text(str(time.time()))
         while not stop.wait(1.0):
             for proc in cluster.all_procs():
@@ -152,6 +166,19 @@ def cmd_up(args: argparse.Namespace) -> int:
         except RealNodeUnavailable as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
+    if args.nvidia_plugin:
+        missing = [
+            f"{path} (make {target})"
+            for path, target in (
+                (nv.plugin_bin_dir() / "nvidia-device-plugin", "nvidia-plugin"),
+                (nv.fake_nvml_lib(), "fake-nvml"),
+            )
+            if not path.exists()
+        ]
+        if not args.real_nodes or missing:
+            why = f"missing {', '.join(missing)}" if missing else "it runs on real nodes: add --real-nodes 1"
+            print(f"error: --nvidia-plugin: {why}", file=sys.stderr)
+            return 1
     d.mkdir(parents=True, exist_ok=True)
     (d / "ready").unlink(missing_ok=True)
     started = time.monotonic()
@@ -162,6 +189,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                 *("--nodes", str(args.nodes)),
                 *(("--pools", str(args.pools)) if args.pools is not None else ()),
                 *("--real-nodes", str(args.real_nodes)),
+                *(("--nvidia-plugin",) if args.nvidia_plugin else ()),
                 *(f"--crd={p}" for p in args.crd),
             ],
             stdin=subprocess.DEVNULL,
@@ -181,6 +209,13 @@ def cmd_up(args: argparse.Namespace) -> int:
         time.sleep(0.2)
     print(f"# control plane ready in {time.monotonic() - started:.1f}s ({d})", file=sys.stderr)
     _print_usage(read_info(d), examples_layout=args.pools is None)
+    if args.nvidia_plugin:
+        print(
+            f"# NVIDIA's device plugin on the real nodes (namespace {nv.NAMESPACE}); configs: default, ",
+            end="",
+        )
+        print(", ".join(NVIDIA_CONFIGS))
+        print(f"#       kubectl label node <real node> --overwrite {nv.CONFIG_LABEL}=ts4   # 2 fake GPUs x 4")
     return 0
 
 
@@ -251,6 +286,12 @@ def main(argv: list[str] | None = None) -> int:
             type=_real_nodes_arg,
             default=0,
             help="real kubelet nodes beside the kwok ones (0 or 1; root, containerd: `make realnode`)",
+        )
+        p.add_argument(
+            "--nvidia-plugin",
+            action="store_true",
+            help="run NVIDIA's device plugin and config-manager on the real nodes (over the project's fake "
+            "NVML: `make nvidia-plugin fake-nvml`) instead of the stand-in of ACK's",
         )
         p.add_argument(
             "--crd", action="append", default=[], help="CRD file to install (default: crds/*.yaml if present)"

@@ -13,16 +13,23 @@ import hashlib
 import io
 import json
 import tarfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
 _DIRS = ("dev", "etc", "proc", "sys", "tmp", "var", "var/run")
 
 
-def _layer(binary: Path, name: str, links: dict[str, str]) -> bytes:
+def _layer(files: Mapping[str, Path], links: Mapping[str, str]) -> bytes:
+    """One uncompressed layer: the runtime's mount points, ``links`` and ``files`` (path in the
+    image -> file here, mode 0755), parent directories included, in a fixed order."""
     buf = io.BytesIO()
+    dirs = set(_DIRS)
+    for path in files:
+        parts = path.split("/")[:-1]
+        dirs.update("/".join(parts[: i + 1]) for i in range(len(parts)))
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for d in _DIRS:
+        for d in sorted(dirs):
             info = tarfile.TarInfo(d)
             info.type = tarfile.DIRTYPE
             info.mode = 0o1777 if d == "tmp" else 0o755
@@ -32,11 +39,12 @@ def _layer(binary: Path, name: str, links: dict[str, str]) -> bytes:
             info.type = tarfile.SYMTYPE
             info.linkname = target
             tar.addfile(info)
-        data = binary.read_bytes()
-        info = tarfile.TarInfo(name)
-        info.size = len(data)
-        info.mode = 0o755
-        tar.addfile(info, io.BytesIO(data))
+        for path, source in sorted(files.items()):
+            data = source.read_bytes()
+            info = tarfile.TarInfo(path)
+            info.size = len(data)
+            info.mode = 0o755
+            tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
 
 
@@ -54,18 +62,32 @@ def build_image(
     mounted from the host gives the container a dynamic loader and libc.
     """
     name = binary.name
-    layer = _layer(binary, name, links or {})
+    return build_files_image(
+        ref, {name: binary}, out, entrypoint=entrypoint or [f"/{name}"], env=["PATH=/"], links=links
+    )
+
+
+def build_files_image(
+    ref: str,
+    files: Mapping[str, Path],
+    out: Path,
+    *,
+    entrypoint: list[str],
+    env: list[str],
+    links: Mapping[str, str] | None = None,
+) -> Path:
+    """Write a docker-archive of image ``ref`` holding ``files`` (path in the image, without a
+    leading ``/`` -> file here) to ``out``, e.g. a dynamically linked program with its libraries."""
+    layer = _layer(files, links or {})
     diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
     config = {
         "architecture": "amd64",
         "os": "linux",
-        "config": {
-            "Entrypoint": entrypoint or [f"/{name}"],
-            "Env": ["PATH=/"],
-            "WorkingDir": "/",
-        },
+        "config": {"Entrypoint": entrypoint, "Env": env, "WorkingDir": "/"},
         "rootfs": {"type": "layers", "diff_ids": [diff_id]},
-        "history": [{"created_by": f"gpushare.devcluster.images: /{name}"}],
+        "history": [
+            {"created_by": f"gpushare.devcluster.images: {', '.join('/' + f for f in sorted(files))}"}
+        ],
     }
     return _archive(ref, config, io.BytesIO(layer), len(layer), diff_id, out)
 

@@ -1,0 +1,475 @@
+"""NVIDIA's real device plugin and config-manager on the real node, over the project's own NVML.
+
+No GPU here, so the GPUs come from ``libnvidia-ml.so.1`` of the project's own
+(``realnode/fakenvml``, ``make fake-nvml``): it pretends the GPUs of a small key=value file whose
+path is in ``GPUSHARE_FAKE_NVML_CONFIG`` (default: 2 x A100-SXM4-40GB). It lies in a driver root
+(``build/realnode/driver-root/usr/lib64``), mounted into the plugin's pod as NVIDIA's Helm chart
+mounts the host's driver root: at ``/driver-root``. NVIDIA's two programs (``make nvidia-plugin``)
+are packed with their C library into an image imported into the node's containerd (no registry).
+:func:`install` puts it all on a cluster with a real node (tests/integration/test_realnode_nvidia.py).
+
+Seen on this test bed (kubelet v1.34, 2 shared CPUs; December 2026):
+
+* What the plugin (v0.19.3, nvml discovery, health checks on) called in the fake library, traced
+  (``install(trace_nvml=True)``) over a start, two SIGHUPs, an Allocate and its health loop:
+  nvmlInit_v2, nvmlShutdown, nvmlDeviceGetCount_v2, nvmlDeviceGetHandleByIndex_v2,
+  nvmlDeviceGetHandleByUUID, nvmlDeviceGetUUID, nvmlDeviceGetName, nvmlDeviceGetMinorNumber,
+  nvmlDeviceGetMemoryInfo (v1), nvmlDeviceGetPciInfo_v3, nvmlDeviceGetCudaComputeCapability,
+  nvmlDeviceGetMigMode, nvmlEventSetCreate/Free, nvmlDeviceGetSupportedEventTypes,
+  nvmlDeviceRegisterEvents, nvmlEventSetWait_v2; no generated stub. The health checks run
+  (their waits time out): ``DP_DISABLE_HEALTHCHECKS`` is not needed. A pod asking for 2 of the
+  ts4 replicas got both GPUs' UUIDs in ``NVIDIA_VISIBLE_DEVICES``.
+* Label ``nvidia.com/device-plugin.config=ts4`` (replicas 4, 2 GPUs) on a node whose plugin pod
+  was just created: allocatable ``nvidia.com/gpu: 8`` 8.8 s later; relabelled ``ts2``: 4, 10.3 s
+  later (config-manager relinks and sends SIGHUP at once; the wait is the kubelet's 10 s node
+  status sync).
+* A key added to the named-config ConfigMap reached the running pod's mounted directory after
+  59 s, 73 s and 90 s (three keys in a row): the kubelet rewrites a pod's ConfigMap volumes at
+  its periodic pod sync (``syncFrequency``, 1 min, plus jitter), not when the ConfigMap changes.
+  A label naming a key not yet there is an unknown name (next point) until then.
+* An unknown config name makes the sidecar exit ("specified config ... does not exist"); each
+  restart first applies ``DEFAULT_CONFIG`` (its first read of the label is empty), sends SIGHUP,
+  and then fails again: the node falls back to the default (unshared) count, silently.
+  The same first empty read shows at every pod start: the ONESHOT init container links the
+  default (not the label's config) and exits, the plugin starts on it, and the sidecar signals
+  it twice, default then the label's config: three registrations within a second (seen: node
+  labelled ts4 before the pod existed; the plugin's log shows the two SIGHUPs 20 ms apart).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import yaml
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from gpushare.devcluster.images import build_files_image
+from gpushare.devcluster.realnode import REPO, programs_dir
+
+if TYPE_CHECKING:
+    from gpushare.devcluster.cluster import DevCluster
+
+#: Environment variable naming the fake library's GPU file (read by realnode/fakenvml at init).
+FAKE_NVML_CONFIG_ENV = "GPUSHARE_FAKE_NVML_CONFIG"
+#: The UUID of the fake library's GPU ``i`` when its file does not name one.
+DEFAULT_UUID_PREFIX = "GPU-fa4e0000-0000-4000-8000-"
+DEFAULT_GPUS = 2
+
+
+def default_uuid(index: int) -> str:
+    return f"{DEFAULT_UUID_PREFIX}{index:012x}"
+
+
+def plugin_version() -> str:
+    """The k8s-device-plugin version realnode/nvidia/go.mod pins (the cache key of its build)."""
+    for line in (REPO / "realnode/nvidia/go.mod").read_text().splitlines():
+        words = line.split()
+        if len(words) >= 2 and words[0] == "github.com/NVIDIA/k8s-device-plugin":
+            return words[1]
+    raise RuntimeError("realnode/nvidia/go.mod does not require github.com/NVIDIA/k8s-device-plugin")
+
+
+def plugin_bin_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """Where ``make nvidia-plugin`` puts nvidia-device-plugin and config-manager."""
+    env = os.environ if environ is None else environ
+    if env.get("GPUSHARE_NVIDIA_PLUGIN_BIN"):
+        return Path(env["GPUSHARE_NVIDIA_PLUGIN_BIN"])
+    cache = Path(env["GPUSHARE_CACHE"]) if env.get("GPUSHARE_CACHE") else Path.home() / ".cache/gpushare"
+    return cache / "bin" / f"nvidia-device-plugin-{plugin_version()}"
+
+
+def driver_root(environ: Mapping[str, str] | None = None) -> Path:
+    """The fake driver root: ``usr/lib64/libnvidia-ml.so.1`` in it (``make fake-nvml``)."""
+    return programs_dir(environ) / "driver-root"
+
+
+def fake_nvml_lib(environ: Mapping[str, str] | None = None) -> Path:
+    return driver_root(environ) / "usr/lib64/libnvidia-ml.so.1"
+
+
+def fake_nvml_config(
+    count: int = DEFAULT_GPUS,
+    *,
+    name: str | None = None,
+    memory_mib: int | None = None,
+    uuids: Mapping[int, str] | None = None,
+) -> str:
+    """The text of a fake library's GPU file (realnode/fakenvml/fakenvml.c documents its keys)."""
+    lines = [f"count={count}"]
+    if name is not None:
+        lines.append(f"name={name}")
+    if memory_mib is not None:
+        lines.append(f"memory_mib={memory_mib}")
+    lines += [f"gpu.{i}.uuid={uuid}" for i, uuid in sorted((uuids or {}).items())]
+    return "\n".join(lines) + "\n"
+
+
+# -- the DaemonSet, as NVIDIA's Helm chart (nvidia-device-plugin v0.19) deploys it ----------------
+
+NAMESPACE = "nvidia-device-plugin"
+DS_NAME = "nvidia-device-plugin"
+SERVICE_ACCOUNT = "nvidia-device-plugin"
+#: The ConfigMap of named plugin configs (one key per config name) and the one of the fake GPUs.
+CONFIGS_CONFIGMAP = "nvidia-device-plugin-configs"
+FAKE_NVML_CONFIGMAP = "gpushare-fake-nvml"
+#: The label config-manager reads on its own Node: the name of the config (a key of the ConfigMap).
+CONFIG_LABEL = "nvidia.com/device-plugin.config"
+#: The config the node gets without the label (a key every install has).
+DEFAULT_CONFIG = "default"
+#: The DaemonSet's nodeSelector (GPU Feature Discovery sets it on GPU nodes; here the test does).
+NODE_SELECTOR = {"nvidia.com/gpu.present": "true"}
+RESOURCE = "nvidia.com/gpu"
+APP_LABELS = {"app.kubernetes.io/name": "nvidia-device-plugin"}
+_FAKE_NVML_DIR = "/etc/gpushare-fake-nvml"
+
+
+def image_ref() -> str:
+    return f"localhost/gpushare/nvidia-device-plugin:{plugin_version()}"
+
+
+def time_slicing_config(replicas: int, *, rename_by_default: bool = False) -> str:
+    """A plugin config (YAML) sharing every GPU ``replicas`` times (``sharing.timeSlicing``)."""
+    body: dict[str, Any] = {"version": "v1", "flags": {"migStrategy": "none"}}
+    if replicas > 1:
+        body["sharing"] = {
+            "timeSlicing": {
+                "renameByDefault": rename_by_default,
+                "resources": [{"name": RESOURCE, "replicas": replicas}],
+            }
+        }
+    return yaml.safe_dump(body, sort_keys=False)
+
+
+def _shared_libraries(binary: Path) -> list[Path]:
+    """The libraries ``binary`` loads (``ldd``), the dynamic loader included."""
+    out = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=True).stdout
+    libs = []
+    for line in out.splitlines():
+        words = line.split()
+        path = words[2] if len(words) >= 3 and words[1] == "=>" else words[0] if words else ""
+        if path.startswith("/"):
+            libs.append(Path(path))
+    return libs
+
+
+def build_plugin_image(out_dir: Path, environ: Mapping[str, str] | None = None) -> Path:
+    """A docker-archive of :func:`image_ref`: NVIDIA's two programs in /usr/bin (as in NVIDIA's
+    image, so that the sidecar finds the plugin by its argv[0]) and the C library they link."""
+    bins = plugin_bin_dir(environ)
+    programs = {f"usr/bin/{p}": bins / p for p in ("nvidia-device-plugin", "config-manager")}
+    absent = [str(p) for p in programs.values() if not p.exists()]
+    if absent:
+        raise FileNotFoundError(f"{', '.join(absent)} not built: run `make nvidia-plugin`")
+    files = dict(programs)
+    for program in programs.values():
+        for lib in _shared_libraries(program):
+            files[str(lib).lstrip("/")] = lib.resolve()
+    return build_files_image(
+        image_ref(),
+        files,
+        out_dir / "nvidia-device-plugin.tar",
+        entrypoint=["nvidia-device-plugin"],
+        env=["PATH=/usr/bin:/bin"],
+    )
+
+
+def _env(**values: str) -> list[dict[str, Any]]:
+    return [{"name": k, "value": v} for k, v in values.items()]
+
+
+def _config_manager(name: str, *, oneshot: bool) -> dict[str, Any]:
+    env = [
+        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        *_env(
+            ONESHOT=str(oneshot).lower(),
+            KUBECONFIG="",
+            NODE_LABEL=CONFIG_LABEL,
+            CONFIG_FILE_SRCDIR="/available-configs",
+            CONFIG_FILE_DST="/config/config.yaml",
+            DEFAULT_CONFIG=DEFAULT_CONFIG,
+            FALLBACK_STRATEGIES="named,single",
+            SEND_SIGNAL=str(not oneshot).lower(),
+            SIGNAL="1" if not oneshot else "",
+            PROCESS_TO_SIGNAL="nvidia-device-plugin" if not oneshot else "",
+        ),
+    ]
+    return {
+        "name": name,
+        "image": image_ref(),
+        "imagePullPolicy": "Never",
+        "command": ["config-manager"],
+        "env": env,
+        "securityContext": {"privileged": False},
+        "volumeMounts": [
+            {"name": "available-configs", "mountPath": "/available-configs"},
+            {"name": "config", "mountPath": "/config"},
+        ],
+    }
+
+
+def daemonset_body(
+    *,
+    disable_health_checks: bool = False,
+    trace_nvml: bool = False,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """NVIDIA's plugin DaemonSet as its chart renders it with a named-config ConfigMap: an init
+    config-manager (ONESHOT) writes /config/config.yaml, the plugin reads it, and the
+    config-manager sidecar relinks it and sends the plugin SIGHUP when the node's
+    ``nvidia.com/device-plugin.config`` label changes (``shareProcessNamespace``).
+
+    What differs from the chart: the image (built here), the driver root (the fake NVML's, not the
+    host's ``/``), the fake GPUs' file, and the flags that need no device nodes, CDI or container
+    toolkit (nvml discovery, envvar device lists, no device specs)."""
+    plugin = {
+        "name": "nvidia-device-plugin-ctr",
+        "image": image_ref(),
+        "imagePullPolicy": "Never",
+        "command": ["nvidia-device-plugin"],
+        "args": [
+            "--device-discovery-strategy=nvml",
+            "--device-list-strategy=envvar",
+            "--pass-device-specs=false",
+        ],
+        "env": _env(
+            CONFIG_FILE="/config/config.yaml",
+            NVIDIA_MIG_MONITOR_DEVICES="all",
+            NVIDIA_VISIBLE_DEVICES="all",
+            NVIDIA_DRIVER_CAPABILITIES="compute,utility",
+            **{FAKE_NVML_CONFIG_ENV: f"{_FAKE_NVML_DIR}/gpus.conf"},
+            **({"DP_DISABLE_HEALTHCHECKS": "all"} if disable_health_checks else {}),
+            # The fake library names each NVML call on stderr: the plugin's log.
+            **({"GPUSHARE_FAKE_NVML_TRACE": "1"} if trace_nvml else {}),
+        ),
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "volumeMounts": [
+            {"name": "device-plugin", "mountPath": "/var/lib/kubelet/device-plugins"},
+            {"name": "driver-root", "mountPath": "/driver-root", "readOnly": True},
+            {"name": "available-configs", "mountPath": "/available-configs"},
+            {"name": "config", "mountPath": "/config"},
+            {"name": "fake-nvml", "mountPath": _FAKE_NVML_DIR, "readOnly": True},
+        ],
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": DS_NAME, "namespace": NAMESPACE, "labels": dict(APP_LABELS)},
+        "spec": {
+            "selector": {"matchLabels": dict(APP_LABELS)},
+            "updateStrategy": {"type": "RollingUpdate"},
+            "template": {
+                "metadata": {"labels": dict(APP_LABELS)},
+                "spec": {
+                    "priorityClassName": "system-node-critical",
+                    "serviceAccountName": SERVICE_ACCOUNT,
+                    "shareProcessNamespace": True,
+                    "nodeSelector": dict(NODE_SELECTOR),
+                    "tolerations": [{"key": RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+                    "initContainers": [_config_manager("nvidia-device-plugin-init", oneshot=True)],
+                    "containers": [_config_manager("nvidia-device-plugin-sidecar", oneshot=False), plugin],
+                    "volumes": [
+                        {"name": "device-plugin", "hostPath": {"path": "/var/lib/kubelet/device-plugins"}},
+                        {"name": "driver-root", "hostPath": {"path": str(driver_root(environ))}},
+                        {"name": "available-configs", "configMap": {"name": CONFIGS_CONFIGMAP}},
+                        {"name": "config", "emptyDir": {}},
+                        {"name": "fake-nvml", "configMap": {"name": FAKE_NVML_CONFIGMAP}},
+                    ],
+                },
+            },
+        },
+    }
+
+
+def rbac_bodies() -> list[dict[str, Any]]:
+    """The chart's ServiceAccount and ClusterRole (config-manager watches its own Node)."""
+    name = SERVICE_ACCOUNT
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": NAMESPACE}},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": name},
+            "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}],
+        },
+    ]
+
+
+def configmap_body(name: str, data: Mapping[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "data": dict(data),
+    }
+
+
+async def _apply(create: Callable[[], Awaitable[Any]], replace: Callable[[], Awaitable[Any]] | None) -> None:
+    try:
+        await create()
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+        if replace is not None:
+            await replace()
+
+
+async def _apply_configmap(core: client.CoreV1Api, name: str, data: Mapping[str, str]) -> None:
+    body = cast(Any, configmap_body(name, data))
+    await _apply(
+        lambda: core.create_namespaced_config_map(NAMESPACE, body),
+        lambda: core.replace_namespaced_config_map(name, NAMESPACE, body),
+    )
+
+
+async def install(
+    api: client.ApiClient,
+    dev: DevCluster,
+    configs: Mapping[str, str],
+    *,
+    gpus: str | None = None,
+    disable_health_checks: bool = False,
+    trace_nvml: bool = False,
+) -> None:
+    """NVIDIA's plugin on the real nodes labelled :data:`NODE_SELECTOR`: its image imported into
+    their containerd, namespace, RBAC, the named configs (``configs``: name -> plugin config YAML,
+    :data:`DEFAULT_CONFIG` added when absent), the fake GPUs (``gpus``: a fake NVML file,
+    :func:`fake_nvml_config`; default 2 GPUs) and the DaemonSet. Creates or replaces each object."""
+    if dev.info is None:
+        raise RuntimeError("the control plane is not started")
+    dev.import_image(build_plugin_image(dev.info.dir / "realnode" / "images"))
+    core, rbac, apps = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api), client.AppsV1Api(api)
+    await _apply(lambda: core.create_namespace(cast(Any, {"metadata": {"name": NAMESPACE}})), None)
+    sa, role, binding = rbac_bodies()
+    await _apply(lambda: core.create_namespaced_service_account(NAMESPACE, cast(Any, sa)), None)
+    await _apply(lambda: rbac.create_cluster_role(cast(Any, role)), None)
+    await _apply(lambda: rbac.create_cluster_role_binding(cast(Any, binding)), None)
+    named = {DEFAULT_CONFIG: time_slicing_config(1), **configs}
+    for name, data in (
+        (CONFIGS_CONFIGMAP, named),
+        (FAKE_NVML_CONFIGMAP, {"gpus.conf": gpus or fake_nvml_config()}),
+    ):
+        await _apply_configmap(core, name, data)
+    ds = daemonset_body(disable_health_checks=disable_health_checks, trace_nvml=trace_nvml)
+    await _apply(
+        lambda: apps.create_namespaced_daemon_set(NAMESPACE, cast(Any, ds)),
+        lambda: apps.replace_namespaced_daemon_set(DS_NAME, NAMESPACE, cast(Any, ds)),
+    )
+
+
+async def plugin_pods_on(api: client.ApiClient, node: str) -> list[Any]:
+    selector = ",".join(f"{k}={v}" for k, v in APP_LABELS.items())
+    pods = await client.CoreV1Api(api).list_namespaced_pod(
+        NAMESPACE, label_selector=selector, field_selector=f"spec.nodeName={node}"
+    )
+    return list(pods.items)
+
+
+async def set_configs(api: client.ApiClient, configs: Mapping[str, str]) -> None:
+    """Replace the named configs (a key added here reaches the plugin pods' mounted directory only
+    at the kubelet's next sync of the pod's volumes; see docs of the real node)."""
+    named = {DEFAULT_CONFIG: time_slicing_config(1), **configs}
+    await client.CoreV1Api(api).patch_namespaced_config_map(CONFIGS_CONFIGMAP, NAMESPACE, {"data": named})
+
+
+# -- the node agent over the same library -----------------------------------------------------
+
+AGENT_DS_NAME = "gpushare-agent"
+AGENT_SERVICE_ACCOUNT = "gpushare-agent"
+AGENT_LABELS = {"app.kubernetes.io/name": "gpushare-agent"}
+
+
+def agent_daemonset_body(
+    image: str, *, interval_s: int = 5, environ: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """``gpushare agent`` (the product's image, as the chart runs it: uid 65532, read-only root)
+    on the nodes NVIDIA's plugin runs on, reading NVML through pynvml over the fake library: the
+    driver root mounted at /driver-root and named by ``LD_LIBRARY_PATH`` (what the NVIDIA
+    container runtime's library mount does on a GPU node), the same fake GPUs' ConfigMap."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": AGENT_DS_NAME, "namespace": NAMESPACE, "labels": dict(AGENT_LABELS)},
+        "spec": {
+            "selector": {"matchLabels": dict(AGENT_LABELS)},
+            "template": {
+                "metadata": {"labels": dict(AGENT_LABELS)},
+                "spec": {
+                    "serviceAccountName": AGENT_SERVICE_ACCOUNT,
+                    "nodeSelector": dict(NODE_SELECTOR),
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532},
+                    "containers": [
+                        {
+                            "name": "agent",
+                            "image": image,
+                            "imagePullPolicy": "Never",
+                            "command": ["gpushare", "agent"],
+                            "args": [f"--interval={interval_s}", "--log-format=console"],
+                            "env": [
+                                {
+                                    "name": "NODE_NAME",
+                                    "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}},
+                                },
+                                *_env(
+                                    LD_LIBRARY_PATH="/driver-root/usr/lib64",
+                                    **{FAKE_NVML_CONFIG_ENV: f"{_FAKE_NVML_DIR}/gpus.conf"},
+                                ),
+                            ],
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "readOnlyRootFilesystem": True,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
+                            "volumeMounts": [
+                                {"name": "driver-root", "mountPath": "/driver-root", "readOnly": True},
+                                {"name": "fake-nvml", "mountPath": _FAKE_NVML_DIR, "readOnly": True},
+                                {"name": "tmp", "mountPath": "/tmp"},
+                            ],
+                        }
+                    ],
+                    "volumes": [
+                        {"name": "driver-root", "hostPath": {"path": str(driver_root(environ))}},
+                        {"name": "fake-nvml", "configMap": {"name": FAKE_NVML_CONFIGMAP}},
+                        {"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": "8Mi"}},
+                    ],
+                },
+            },
+        },
+    }
+
+
+async def install_agent(api: client.ApiClient, dev: DevCluster, archive: Path, image: str) -> None:
+    """The node agent beside NVIDIA's plugin (after :func:`install`): ``archive`` (the product's
+    image, ``make image-local``) imported as ``image``, the agent's RBAC and its DaemonSet."""
+    dev.import_image(archive)
+    core, rbac, apps = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api), client.AppsV1Api(api)
+    name = AGENT_SERVICE_ACCOUNT
+    sa = {"metadata": {"name": name, "namespace": NAMESPACE}}
+    role = {
+        "metadata": {"name": name},
+        "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}],
+    }
+    binding = {
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}],
+    }
+    await _apply(lambda: core.create_namespaced_service_account(NAMESPACE, cast(Any, sa)), None)
+    await _apply(lambda: rbac.create_cluster_role(cast(Any, role)), None)
+    await _apply(lambda: rbac.create_cluster_role_binding(cast(Any, binding)), None)
+    ds = cast(Any, agent_daemonset_body(image))
+    await _apply(
+        lambda: apps.create_namespaced_daemon_set(NAMESPACE, ds),
+        lambda: apps.replace_namespaced_daemon_set(AGENT_DS_NAME, NAMESPACE, ds),
+    )
