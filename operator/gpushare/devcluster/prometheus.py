@@ -154,7 +154,7 @@ def servicemonitor_target_groups(
     by_pod = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in pods}
     out: list[list[dict[str, Any]]] = []
     for ep in spec["endpoints"]:
-        groups = []
+        groups: list[dict[str, Any]] = []
         for sl in slices:
             ns = sl["metadata"]["namespace"]
             svc_name = (sl["metadata"].get("labels") or {}).get("kubernetes.io/service-name", "")
