@@ -41,6 +41,7 @@ import yaml
 from gpushare import constants as c
 from gpushare.devcluster import BinariesMissing, ClusterInfo, DevCluster, DevClusterError, find_binaries
 from gpushare.devcluster.cluster import free_port
+from gpushare.devcluster.fakes import POOL_LABEL
 from gpushare.devcluster.prometheus import (
     APIServerTarget,
     Prometheus,
@@ -541,3 +542,61 @@ async def test_replicas_stopped_on_the_real_node_the_operator_alerts_are_pending
     await sc.cleared(down, "-")
     await sc.cleared(hooks, "-")
     report(".realnode-operator", sc.table())
+
+
+async def test_the_leader_alone_exports_a_pools_gauges_and_a_degraded_pool_is_pending(
+    release: Release, monitoring: Monitoring
+) -> None:
+    """A pool (devicePlugin.restart Never) over the Node that has no kubelet and so no device plugin:
+    labelled, it does not advertise the pool's mode and nobody will restart its plugin, so the
+    chart's operator reports it Degraded (PluginRestartNeeded). GPUSharePoolDegraded is pending from
+    the series the ServiceMonitor's scrape gives, which come from one pod only (the replica that
+    reconciles; the standby exports no pool gauges). Deleted, the pool's gauges go and the alert is
+    inactive."""
+    prom = monitoring.prom
+    sc = Scenario(prom)
+    pool = "rn-chart-gone"
+    _wait(lambda: _all_up(release, monitoring, 2), "both replicas scraped, up", release)
+    release.kubectl("label", "node", OTHER_NODE, f"{POOL_LABEL}={pool}")
+    body = {
+        "apiVersion": f"{c.GROUP}/{c.VERSION}",
+        "kind": c.KIND,
+        "metadata": {"name": pool},
+        # restart Never: no device plugin restart is waited for (there is none on that Node).
+        "spec": {
+            "nodeSelector": {"matchLabels": {POOL_LABEL: pool}},
+            "devicePlugin": {"restart": "Never", "readyTimeoutSeconds": 15},
+        },
+    }
+    release.kubectl("create", "-f", "-", stdin=json.dumps(body))
+    try:
+
+        def node_degraded() -> bool:
+            status = release.get_json(c.PLURAL, pool).get("status") or {}
+            return [s.get("phase") for s in status.get("nodeStatuses") or []] == ["Degraded"]
+
+        if not _eventually(node_degraded, WAIT):
+            pytest.fail(
+                f"pool {pool} status: {release.get_json(c.PLURAL, pool).get('status')}", pytrace=False
+            )
+        row = await sc.pending(
+            "GPUSharePoolDegraded",
+            "chart's operator: a pool (restart Never) over a Node without plugin (PluginRestartNeeded)",
+            pool,
+            timeout_s=60,
+        )
+        status = release.get_json(c.PLURAL, pool).get("status") or {}
+        reasons = {s["name"]: s.get("reason") for s in status.get("nodeStatuses") or []}
+        assert reasons == {OTHER_NODE: "PluginRestartNeeded"}, status
+        series = prom.query(f'gpushare_pool_condition{{pool="{pool}"}}')
+        pods = {s["metric"].get("pod") for s in series}
+        assert len(pods) == 1 and {s["metric"]["container"] for s in series} == {"operator"}, series
+        assert {s["metric"]["condition"]: s["value"][1] for s in series}["Degraded"] == "1", series
+        print(f"pool {pool}: gauges from {pods} only: {sorted(s['metric']['condition'] for s in series)}")
+    finally:
+        release.kubectl("delete", c.PLURAL, pool, "--wait=false", check=False)
+    _wait(lambda: not release.get_json(c.PLURAL)["items"], f"pool {pool} deleted", release)
+    await sc.cleared(row, pool)
+    assert not prom.query(f'gpushare_pool_condition{{pool="{pool}"}}')
+    release.kubectl("label", "node", OTHER_NODE, f"{POOL_LABEL}-")
+    report(".realnode-chart-pool", sc.table())
