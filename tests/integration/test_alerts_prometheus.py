@@ -33,7 +33,7 @@ import secrets
 import signal
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -56,6 +56,8 @@ from gpushare.devcluster.prometheus import (
     panel_report,
     rule_file,
 )
+from support.alerts import Scenario
+from support.alerts import report as _report
 from support.kube import Kube
 from support.operator_proc import OperatorProc, launch_operator
 from support.pools import MERGE, PoolApi
@@ -74,64 +76,6 @@ NOT_CAUSED = {
     "GPUShareWebhookSlow": "the webhook's own decision time grows only with slow rules; a frozen process"
     " is measured by the API server (GPUShareWebhookSlowAtAPIServer), not by the webhook",
 }
-
-
-def _report(suffix: str, text: str) -> None:
-    """Print ``text``; also write it to $GPUSHARE_ALERTS_REPORT + ``suffix`` when that is set."""
-    print("\n" + text)
-    if os.environ.get("GPUSHARE_ALERTS_REPORT"):
-        Path(os.environ["GPUSHARE_ALERTS_REPORT"] + suffix).write_text(text + "\n")
-
-
-@dataclass
-class Row:
-    alert: str
-    cause: str
-    pending: list[str] = field(default_factory=list)
-    cleared: bool = False
-
-
-class Scenario:
-    def __init__(self, prom: Prometheus) -> None:
-        self.prom = prom
-        self.rows: list[Row] = []
-
-    async def pending(self, alert: str, cause: str, key: str, timeout_s: float = 120) -> Row:
-        """Wait until ``alert`` for ``key`` (pool, instance, or webhook name) is pending or firing."""
-
-        async def seen() -> str | None:
-            states = await asyncio.to_thread(self.prom.alert_states, alert)
-            return states.get(key) if states.get(key) in ("pending", "firing") else None
-
-        state = await wait_for(seen, what=f"{alert} pending for {key} ({cause})", timeout_s=timeout_s)
-        row = next((r for r in self.rows if r.alert == alert and r.cause == cause), None)
-        if row is None:
-            row = Row(alert, cause)
-            self.rows.append(row)
-        row.pending.append(f"{key}: {state}")
-        return row
-
-    async def cleared(self, row: Row, key: str, timeout_s: float = 120) -> None:
-        async def gone() -> bool:
-            return key not in await asyncio.to_thread(self.prom.alert_states, row.alert)
-
-        await wait_for(
-            gone, what=f"{row.alert} inactive for {key} after the cause was removed", timeout_s=timeout_s
-        )
-        row.cleared = True
-
-    def absent(self, alert: str) -> None:
-        states = self.prom.alert_states(alert)
-        assert not states, f"{alert} should not be active: {states}"
-
-    def table(self) -> str:
-        lines = ["| alert | cause | seen pending | cleared |", "|---|---|---|---|"]
-        lines.extend(
-            f"| {r.alert} | {r.cause} | {'; '.join(r.pending)} | {'yes' if r.cleared else 'NO'} |"
-            for r in self.rows
-        )
-        lines.extend(f"| {alert} | not caused: {why} | - | - |" for alert, why in NOT_CAUSED.items())
-        return "\n".join(lines)
 
 
 @dataclass
@@ -265,7 +209,7 @@ async def test_each_alert_is_pending_while_its_cause_holds_and_clears_after(
             )
         except PrometheusMissing as exc:
             pytest.fail(str(exc), pytrace=False)
-        sc = Scenario(prom)
+        sc = Scenario(prom, NOT_CAUSED)
         await _run(sc, cluster, api, kube, fake_nodes, pools, namespace, leader, standby, tag, started)
     finally:
         if sc is not None:

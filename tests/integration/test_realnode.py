@@ -7,6 +7,10 @@ device-plugin API, ACK's environment). Pods are real containers of the locally b
 image, which prints its environment. Everything here is marked ``realnode``:
 ``make test REAL_NODES=0`` deselects it and says so; without root or cgroups it FAILS, never skips.
 
+The last test reads the alerts back from a live Prometheus (Debian's ``prometheus``, the shipped rule
+groups) that scrapes the module's operator: the degraded-pool alert while the plugin is kept off the
+real node (issue 38).
+
 The tests share the node but not their fate: each one's setup (``pools``) resets the node to a
 known state, whatever an earlier test left (a failure half-way, a ``restart: Never`` pool): no
 pool, the default mode's labels, no test annotations, schedulable, and a Ready plugin pod that
@@ -35,8 +39,10 @@ from gpushare.devcluster import (
     find_binaries,
     wait_for,
 )
+from gpushare.devcluster.cluster import free_port
 from gpushare.devcluster.crds import install_crd_files
 from gpushare.devcluster.fakes import (
+    PLUGIN_NODE_SELECTOR,
     POOL_LABEL,
     RealNodePlugin,
     ensure_device_plugin_daemonset,
@@ -44,8 +50,10 @@ from gpushare.devcluster.fakes import (
     pod_running_and_ready,
 )
 from gpushare.devcluster.pluginsim import ANNOTATION_HANG
+from gpushare.devcluster.prometheus import Prometheus, PrometheusMissing, rule_file
 from gpushare.devcluster.realnode import IMAGE_WORKLOAD, RealNodeUnavailable, preflight
 from gpushare.k8s.client import make_api_client
+from support.alerts import Scenario, report
 from support.cluster import serve
 from support.operator_proc import OperatorProc, launch_operator
 from support.pools import PoolApi
@@ -103,6 +111,25 @@ def real_operator(
     op.wait_serving()
     yield op
     op.stop()
+
+
+@pytest.fixture(scope="module")
+def real_prometheus(
+    real_operator: OperatorProc, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Prometheus]:
+    """A real Prometheus with the shipped rule groups scraping the module's operator every second
+    (its metrics endpoint only: this ``gpushare run`` serves no webhook)."""
+    try:
+        prom = Prometheus.start(
+            tmp_path_factory.mktemp("prometheus"),
+            free_port(),
+            [f"127.0.0.1:{real_operator.metrics_port}"],
+            webhooks=[],
+        )
+    except PrometheusMissing as exc:
+        pytest.fail(str(exc), pytrace=False)
+    yield prom
+    prom.stop()
 
 
 @pytest.fixture
@@ -206,8 +233,9 @@ async def _in_default_mode(core: client.CoreV1Api) -> bool:
 
 async def reset_node(api: client.ApiClient) -> None:
     """The real node as every test starts: no GPUSharePool, none of the operator's labels, no loan
-    or hang annotation, schedulable, and a Ready plugin pod advertising the default mode (the
-    plugin is restarted when it advertises anything else, e.g. after a ``restart: Never`` pool)."""
+    or hang annotation, the plugin DaemonSet's nodeSelector label, schedulable, and a Ready plugin
+    pod advertising the default mode (the plugin is restarted when it advertises anything else,
+    e.g. after a ``restart: Never`` pool)."""
     core = client.CoreV1Api(api)
     helper = PoolApi(api)
     left = await helper.custom.list_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL)
@@ -224,7 +252,7 @@ async def reset_node(api: client.ApiClient) -> None:
         await wait_for(gone, what=f"pool {name}, left by an earlier test, deleted", timeout_s=WAIT)
     patch: dict[str, Any] = {
         "metadata": {
-            "labels": dict.fromkeys(c.MANAGED_LABELS) | {POOL_LABEL: NODEPOOL},
+            "labels": dict.fromkeys(c.MANAGED_LABELS) | {POOL_LABEL: NODEPOOL} | PLUGIN_NODE_SELECTOR,
             "annotations": {ANNOTATION_HANG: None, c.ANNOTATION_LOAN: None},
         },
         "spec": {"unschedulable": None},
@@ -624,3 +652,64 @@ async def test_a_rolling_plugin_restart_leaves_running_gpu_work_running(
     assert status.restart_count == 0, status
     assert status.state.running is not None and status.state.running.started_at == started, status
     await core.delete_namespaced_pod("runner", ns)
+
+
+async def test_plugin_kept_off_the_real_node_the_degraded_alert_is_pending_then_clears(
+    rapi: client.ApiClient, pools: Pools, real_prometheus: Prometheus
+) -> None:
+    """Issue 38 on the real node: the device plugin's pod deleted and kept away (the node loses the
+    label its DaemonSet selects, so the controller deletes the pod and makes no other); the real
+    kubelet marks the plugin's devices unhealthy, allocatable gpu-mem drops to 0 at its next status
+    sync, the operator reports the pool Degraded, and the live Prometheus has GPUSharePoolDegraded
+    pending. The label back: a new plugin pod registers, the pool is Ready, the alert inactive."""
+    core = client.CoreV1Api(rapi)
+    prom = real_prometheus
+    groups = {g["name"]: [r["name"] for r in g["rules"]] for g in await asyncio.to_thread(prom.rule_groups)}
+    assert groups == {g["name"]: [r["alert"] for r in g["rules"]] for g in rule_file()["groups"]}
+    sc = Scenario(prom)
+    pool = "rn-alert"
+    # readyTimeoutSeconds: the label change's grace ("restart in progress") ends soon after.
+    await pools.create(pool, memoryIsolation=True, devicePlugin={"readyTimeoutSeconds": 15})
+    await pools.wait_ready(pool)
+
+    async def scraped(condition: str, value: str) -> bool:
+        q = f'gpushare_pool_condition{{pool="{pool}", condition="{condition}"}}'
+        return [s["value"][1] for s in await asyncio.to_thread(prom.query, q)] == [value]
+
+    await wait_for(lambda: scraped("Ready", "1"), what=f"{pool} Ready scraped", timeout_s=60)
+    await wait_for(lambda: scraped("Degraded", "0"), what=f"{pool} not Degraded scraped", timeout_s=60)
+    sc.absent("GPUSharePoolDegraded")
+    old = await plugin_pod(rapi)
+    unlabel = {"metadata": {"labels": dict.fromkeys(PLUGIN_NODE_SELECTOR)}}
+    await core.patch_node(NODE, unlabel)
+    try:
+
+        async def plugin_gone() -> bool:
+            return not await plugin_pods_on(rapi, NODE)
+
+        await wait_for(plugin_gone, what=f"no device plugin pod on {NODE}", timeout_s=WAIT)
+
+        async def unhealthy() -> bool:
+            capacity, alloc = await node_status(core)
+            return capacity.get(c.RES_GPU_MEM) == str(GPU_MEM_GIB) and alloc.get(c.RES_GPU_MEM) == "0"
+
+        # The real kubelet: capacity stays (for endpointStopGracePeriod), allocatable drops to 0.
+        await wait_for(unhealthy, what="gpu-mem capacity 16, allocatable 0", timeout_s=WAIT)
+        status = await pools.wait_node_reason(pool, "PluginNotRegistered")
+        assert status["phase"] == "Degraded", status
+        cause = "device plugin pod deleted and kept off the real node (allocatable gpu-mem 0)"
+        row = await sc.pending("GPUSharePoolDegraded", cause, pool)
+        # What the operator really exports for it (the promtool tests' series have this shape).
+        series = await asyncio.to_thread(prom.query, f'gpushare_pool_condition{{pool="{pool}"}}')
+        assert {s["metric"]["condition"]: s["value"][1] for s in series} == {
+            "Ready": "0", "Progressing": "0", "Degraded": "1", "Conflict": "0",
+        }, series  # fmt: skip
+        print("live series: " + "; ".join(json.dumps(s["metric"], sort_keys=True) for s in series))
+        sc.absent("GPUSharePoolRolloutStuck")  # nothing is rolling out: the pool is not Progressing
+    finally:
+        await core.patch_node(NODE, {"metadata": {"labels": PLUGIN_NODE_SELECTOR}})
+    assert (await plugin_pod(rapi, other_than=old.metadata.uid)).metadata.uid != old.metadata.uid
+    await wait_for(lambda: _advertised(core, c.RES_GPU_MEM, str(GPU_MEM_GIB)), what="gpu-mem", timeout_s=WAIT)
+    await pools.wait_ready(pool)
+    await sc.cleared(row, pool)
+    report(".realnode-degraded", sc.table())

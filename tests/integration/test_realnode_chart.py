@@ -9,13 +9,22 @@ Kopf peering), which serves the webhook that the apiserver reaches through its S
 the pods' IPs), and the agent DaemonSet, whose pod-bound token the kubelet projected. Pods reach
 the apiserver at the kubernetes Service's ClusterIP (a DNAT set up by the devcluster).
 
+A real Prometheus (Debian's ``prometheus``, the shipped rule groups) scrapes the release's pods as
+the chart's ServiceMonitor selects them: the Service ``gpushare-operator-metrics``, its ports
+``metrics`` and ``webhook-metrics``, path ``/metrics``, the pods' IPs on the real node (which the host
+reaches over the pods' bridge), with the labels the Prometheus Operator's jobs set. Debian's build has
+no Kubernetes service discovery, so ``ServiceMonitorDiscovery`` lists the EndpointSlices and feeds
+the targets as file_sd. The last tests stop replicas and read the operator alerts back (issue 38).
+
 Marked ``realnode``: ``make test REAL_NODES=0`` deselects it; without root or cgroups it FAILS.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import ssl
 import subprocess
 import time
@@ -27,10 +36,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gpushare import constants as c
 from gpushare.devcluster import BinariesMissing, ClusterInfo, DevCluster, DevClusterError, find_binaries
+from gpushare.devcluster.cluster import free_port
+from gpushare.devcluster.fakes import POOL_LABEL
+from gpushare.devcluster.prometheus import (
+    APIServerTarget,
+    Prometheus,
+    PrometheusMissing,
+    ServiceMonitorDiscovery,
+    rule_file,
+)
 from gpushare.devcluster.realnode import RealNodeUnavailable, preflight
+from support.alerts import Row, Scenario, report
 
 pytestmark = pytest.mark.realnode
 
@@ -321,3 +341,272 @@ def test_the_agent_publishes_its_nodes_inventory_and_may_not_write_another_node(
     # Its own node, the annotation it owns: allowed.
     code, body = _patch_node(release, token, NODE, {c.ANNOTATION_INVENTORY: json.dumps(inventory)})
     assert code == 200, body
+
+
+# --- the release scraped by a real Prometheus, as its ServiceMonitor selects (issue 38) -----------------
+
+
+@dataclass
+class Monitoring:
+    prom: Prometheus
+    discovery: ServiceMonitorDiscovery
+    monitor: dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def monitoring(
+    release: Release, helm_bin: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Monitoring]:
+    """Prometheus scraping the release's pods through the chart's own ServiceMonitor (rendered with
+    monitoring.serviceMonitor.enabled, as a cluster with the Prometheus Operator gets it)."""
+    rendered = release.run([
+        helm_bin, "template", RELEASE, str(CHART), "--namespace", NS,
+        "--set", "monitoring.serviceMonitor.enabled=true", "--api-versions", "monitoring.coreos.com/v1",
+        "--show-only", "templates/monitoring.yaml",
+    ]).stdout  # fmt: skip
+    (monitor,) = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "ServiceMonitor"]
+    work = tmp_path_factory.mktemp("prometheus")
+    token = work / "apiserver.token"
+    token.write_text(release.info.token)
+    token.chmod(0o600)
+    discovery = ServiceMonitorDiscovery(
+        monitor, APIServerTarget(release.info.server, token, release.info.ca_path), work / "sd"
+    )
+    discovery.start()
+    try:
+        prom = Prometheus.start(work, free_port(), [], scrape_configs=discovery.scrape_configs())
+    except PrometheusMissing as exc:
+        discovery.stop()
+        pytest.fail(str(exc), pytrace=False)
+    yield Monitoring(prom, discovery, monitor)
+    prom.stop()
+    discovery.stop()
+
+
+def _targets(mon: Monitoring) -> list[tuple[str, str, str, str, str]]:
+    """(endpoint, pod, container, scrape URL, health) of every active target of the operator's job."""
+    return sorted(
+        (
+            t["labels"].get("endpoint", ""),
+            t["labels"].get("pod", ""),
+            t["labels"].get("container", ""),
+            t["scrapeUrl"],
+            t["health"],
+        )
+        for t in mon.prom.targets()
+        if t["labels"].get("job") == "gpushare-operator"
+    )
+
+
+def _expected_targets(release: Release) -> list[tuple[str, str, str, str, str]]:
+    out = []
+    for pod in release.pods("operator"):
+        ip, name = pod["status"].get("podIP", ""), pod["metadata"]["name"]
+        out += [
+            ("metrics", name, "operator", f"http://{ip}:8080/metrics", "up"),
+            ("webhook-metrics", name, "webhook", f"http://{ip}:8082/metrics", "up"),
+        ]
+    return sorted(out)
+
+
+def _all_up(release: Release, mon: Monitoring, replicas: int) -> bool:
+    pods = release.pods("operator")
+    if len(pods) != replicas or not all(map(_ready, pods)):
+        return False
+    return _targets(mon) == _expected_targets(release)
+
+
+def _container_pids(pod: dict[str, Any], container: str) -> list[int]:
+    """The host PIDs of ``container`` of ``pod`` (its processes' cgroup paths name the container's id)."""
+    (status,) = [s for s in pod["status"]["containerStatuses"] if s["name"] == container]
+    cid = status["containerID"].rpartition("//")[2]
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if cid in (proc / "cgroup").read_text():
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
+
+
+def test_prometheus_scrapes_both_replicas_and_webhooks_through_the_servicemonitors_ports(
+    release: Release, monitoring: Monitoring
+) -> None:
+    prom = monitoring.prom
+    groups = {g["name"]: [r["name"] for r in g["rules"]] for g in prom.rule_groups()}
+    assert groups == {g["name"]: [r["alert"] for r in g["rules"]] for g in rule_file()["groups"]}
+    endpoints = [(e["port"], e["path"]) for e in monitoring.monitor["spec"]["endpoints"]]
+    assert endpoints == [("metrics", "/metrics"), ("webhook-metrics", "/metrics")]
+    _wait(lambda: _all_up(release, monitoring, 2), "both replicas' two endpoints scraped, up", release)
+    targets = [t for t in prom.targets() if t["labels"].get("job") == "gpushare-operator"]
+    lines = []
+    for t in sorted(targets, key=lambda t: t["scrapeUrl"]):
+        labels = t["labels"]
+        assert labels["namespace"] == NS and labels["service"] == "gpushare-operator-metrics", labels
+        assert labels["instance"] == t["scrapeUrl"].split("/")[2], t
+        lines.append(f"{t['scrapeUrl']} {t['health']} {json.dumps(labels, sort_keys=True)}")
+    report(".realnode-targets", "\n".join(lines))
+    # Both endpoints serve what the alerts read: the operator's own metrics, and the webhook's
+    # decisions (the earlier tests had it deny pods).
+    ups = prom.query('up{job="gpushare-operator"}')
+    assert sorted(x["metric"]["endpoint"] for x in ups) == ["metrics"] * 2 + ["webhook-metrics"] * 2, ups
+    _wait(
+        lambda: bool(prom.query('gpushare_admission_requests_total{endpoint="webhook-metrics"}')),
+        "the webhook containers' admission counters scraped",
+        release,
+        timeout_s=60,
+    )
+    for alert in ("GPUShareOperatorDown", "GPUShareWebhookDown", "GPUShareOperatorReplicaDown"):
+        assert not prom.alert_states(alert), (alert, prom.alert_states(alert))
+
+
+async def test_replicas_stopped_on_the_real_node_the_operator_alerts_are_pending_then_clear(
+    release: Release, monitoring: Monitoring
+) -> None:
+    prom = monitoring.prom
+    sc = Scenario(prom)
+    _wait(lambda: _all_up(release, monitoring, 2), "both replicas scraped, up", release)
+    try:
+        # A container frozen (SIGSTOP on the host): its pod is still an endpoint of the Service (not
+        # ready once its probe fails), scraped, and the scrape times out. One replica's operator
+        # container, then the other replica's webhook container.
+        pods = sorted(release.pods("operator"), key=lambda p: p["metadata"]["name"])
+        for pod, container, port in ((pods[0], "operator", 8080), (pods[1], "webhook", 8082)):
+            instance = f"{pod['status']['podIP']}:{port}"
+            pids = _container_pids(pod, container)
+            assert pids, f"no host process of {pod['metadata']['name']}'s {container} container"
+            for pid in pids:
+                os.kill(pid, signal.SIGSTOP)
+            try:
+                frozen = await sc.pending(
+                    "GPUShareOperatorReplicaDown",
+                    f"one replica's {container} container frozen (SIGSTOP)",
+                    instance,
+                )
+                sc.absent("GPUShareOperatorDown")
+                sc.absent("GPUShareWebhookDown")
+            finally:
+                for pid in pids:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGCONT)
+            await sc.cleared(frozen, instance)
+
+        # One replica scaled away: once its pod is gone it is no endpoint of the Service, so no
+        # target at all, and `up == 0` does not name it (watched until its targets are gone).
+        release.kubectl("scale", "-n", NS, "deployment/gpushare-operator", "--replicas=1")
+        seen: set[str] = set()
+
+        def one_left() -> bool:
+            seen.update(prom.alert_states("GPUShareOperatorReplicaDown"))
+            return _all_up(release, monitoring, 1)
+
+        _wait(one_left, "one replica left, its two endpoints scraped", release)
+
+        # While the pod terminates it stays in the EndpointSlice (terminating): once its processes
+        # have exited, its scrapes fail, and the alert may be pending for that moment (sampled every
+        # second here, so not asserted); it is inactive once the pod is gone (its targets dropped,
+        # their series marked stale).
+        def replica_down_inactive() -> bool:
+            seen.update(prom.alert_states("GPUShareOperatorReplicaDown"))
+            return not prom.alert_states("GPUShareOperatorReplicaDown")
+
+        _wait(replica_down_inactive, "GPUShareOperatorReplicaDown inactive with one replica", release, 60)
+        sc.rows.append(
+            Row(
+                "GPUShareOperatorReplicaDown",
+                "deployment scaled 2 -> 1 (the pod deleted): only while it terminates",
+                [f"{k}: seen" for k in sorted(seen)] or ["not seen"],
+                cleared=True,
+            )
+        )
+        sc.absent("GPUShareOperatorDown")
+        sc.absent("GPUShareWebhookDown")
+
+        # No replica: no target up.
+        release.kubectl("scale", "-n", NS, "deployment/gpushare-operator", "--replicas=0")
+        down = await sc.pending(
+            "GPUShareOperatorDown", "deployment scaled to 0 replicas", "-", timeout_s=WAIT
+        )
+        hooks = await sc.pending(
+            "GPUShareWebhookDown", "deployment scaled to 0 replicas", "-", timeout_s=WAIT
+        )
+    except BaseException:
+        report(".realnode-operator", sc.table())
+        raise
+    finally:
+        release.kubectl("scale", "-n", NS, "deployment/gpushare-operator", "--replicas=2")
+    _wait(lambda: _all_up(release, monitoring, 2), "both replicas back, scraped, up", release)
+    await sc.cleared(down, "-")
+    await sc.cleared(hooks, "-")
+    report(".realnode-operator", sc.table())
+
+
+async def test_the_leader_alone_exports_a_pools_gauges_and_a_degraded_pool_is_pending(
+    release: Release, monitoring: Monitoring
+) -> None:
+    """A pool (devicePlugin.restart Never, no memory isolation) over the real node, where this module
+    runs no device plugin: labelled, the node does not advertise the pool's mode and nobody will
+    restart its plugin, so the chart's operator reports the pool Degraded (PluginRestartNeeded).
+    GPUSharePoolDegraded is pending from the series the ServiceMonitor's scrape gives, which come
+    from one pod only (the replica that reconciles; the standby exports no pool gauges). Deleted
+    (its cleanup restores the node's labels), the pool's gauges go and the alert is inactive.
+
+    (The Node without kubelet would not do: once the node lifecycle controller marks it Ready
+    Unknown, its node status is NodeNotReady, which leaves the pool not Ready but not Degraded.)"""
+    prom = monitoring.prom
+    sc = Scenario(prom)
+    pool = "rn-chart-degraded"
+    _wait(lambda: _all_up(release, monitoring, 2), "both replicas scraped, up", release)
+    release.kubectl("label", "node", NODE, f"{POOL_LABEL}={pool}")
+    body = {
+        "apiVersion": f"{c.GROUP}/{c.VERSION}",
+        "kind": c.KIND,
+        "metadata": {"name": pool},
+        "spec": {
+            "nodeSelector": {"matchLabels": {POOL_LABEL: pool}},
+            "memoryIsolation": False,
+            "devicePlugin": {"restart": "Never"},
+        },
+    }
+    release.kubectl("create", "-f", "-", stdin=json.dumps(body))
+    try:
+
+        def condition(ctype: str) -> dict[str, Any]:
+            status = release.get_json(c.PLURAL, pool).get("status") or {}
+            return next((x for x in status.get("conditions") or [] if x["type"] == ctype), {})
+
+        if not _eventually(lambda: condition("Degraded").get("status") == "True", WAIT):
+            pytest.fail(
+                f"pool {pool} not Degraded: {release.get_json(c.PLURAL, pool).get('status')}", pytrace=False
+            )
+        reason = condition("Degraded")["reason"]
+        try:
+            row = await sc.pending(
+                "GPUSharePoolDegraded",
+                f"chart's operator: a pool (restart Never) over the real node without plugin ({reason})",
+                pool,
+                timeout_s=90,
+            )
+        except TimeoutError as exc:
+            series = prom.query(f'gpushare_pool_condition{{pool="{pool}"}}')
+            pytest.fail(
+                f"{exc}\nseries: {series}\nalerts: {prom.alerts()}\n"
+                f"pool status: {release.get_json(c.PLURAL, pool).get('status')}\n{release.diagnose()}",
+                pytrace=False,
+            )
+        series = prom.query(f'gpushare_pool_condition{{pool="{pool}"}}')
+        pods = {s["metric"].get("pod") for s in series}
+        assert len(pods) == 1 and {s["metric"]["container"] for s in series} == {"operator"}, series
+        assert {s["metric"]["condition"]: s["value"][1] for s in series}["Degraded"] == "1", series
+        conditions = sorted(s["metric"]["condition"] for s in series)
+        print(f"pool {pool} ({reason}): gauges from {pods} only: {conditions}")
+    finally:
+        release.kubectl("delete", c.PLURAL, pool, "--wait=false", check=False)
+    _wait(lambda: not release.get_json(c.PLURAL)["items"], f"pool {pool} deleted (its cleanup done)", release)
+    await sc.cleared(row, pool)
+    assert not prom.query(f'gpushare_pool_condition{{pool="{pool}"}}')
+    release.kubectl("label", "node", NODE, f"{POOL_LABEL}-")
+    report(".realnode-chart-pool", sc.table())

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -16,9 +17,11 @@ from gpushare.devcluster.prometheus import (
     OPERATOR_JOB,
     RULES,
     APIServerTarget,
+    ServiceMonitorDiscovery,
     config,
     dashboard_queries,
     rule_file,
+    servicemonitor_target_groups,
 )
 
 
@@ -62,6 +65,87 @@ def test_the_config_scrapes_each_replica_as_the_servicemonitor_does_and_promtool
     assert own[1] == {"targets": ["127.0.0.1:3"], "labels": {"endpoint": "webhook-metrics"}}
     assert jobs["apiserver"]["scheme"] == "https"
     assert jobs["apiserver"]["static_configs"] == [{"targets": ["127.0.0.1:6443"]}]
+    path = tmp_path / "prometheus.yml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = subprocess.run(
+        [_promtool(), "check", "config", str(path)], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _pod(name: str, phase: str = "Running") -> dict[str, Any]:
+    ports = {"operator": [8080, 8081], "webhook": [9443, 8082, 8083]}
+    containers = [{"name": n, "ports": [{"containerPort": p} for p in ps]} for n, ps in ports.items()]
+    return {
+        "metadata": {"namespace": "gpushare-system", "name": name},
+        "spec": {"containers": containers},
+        "status": {"phase": phase},
+    }
+
+
+def _slice(
+    service: str, ports: dict[str, int], endpoints: dict[str, str], ns: str = "gpushare-system"
+) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "namespace": ns,
+            "name": f"{service}-x",
+            "labels": {"kubernetes.io/service-name": service},
+        },
+        "ports": [{"name": n, "port": p} for n, p in ports.items()],
+        "endpoints": [
+            {"addresses": [ip], "conditions": {"ready": True}, "targetRef": {"kind": "Pod", "name": pod}}
+            for pod, ip in endpoints.items()
+        ],
+    }
+
+
+def test_the_servicemonitors_targets_are_its_services_named_ports_with_the_labels_its_jobs_set(
+    tmp_path: Path,
+) -> None:
+    monitor = yaml.safe_load((RULES.parent / "servicemonitor.yaml").read_text())
+    metrics_labels = {"app.kubernetes.io/name": "gpushare-operator", "app.kubernetes.io/component": "metrics"}
+    services = [
+        {"metadata": {"namespace": "gpushare-system", "name": "gpushare-operator-metrics",
+                      "labels": metrics_labels}},
+        # the webhook's Service: not selected (no component=metrics)
+        {"metadata": {"namespace": "gpushare-system", "name": "gpushare-webhook",
+                      "labels": {"app.kubernetes.io/name": "gpushare-operator"}}},
+        # selected labels, another namespace: not selected
+        {"metadata": {"namespace": "other", "name": "gpushare-operator-metrics", "labels": metrics_labels}},
+    ]  # fmt: skip
+    both = {"op-a": "10.88.0.5", "op-b": "10.88.0.6"}
+    slices = [
+        _slice(
+            "gpushare-operator-metrics",
+            {"metrics": 8080, "webhook-metrics": 8082},
+            {**both, "op-old": "10.88.0.4"},
+        ),
+        _slice("gpushare-webhook", {"https": 9443}, both),
+        _slice("gpushare-operator-metrics", {"metrics": 8080}, {"x": "10.0.0.9"}, ns="other"),
+    ]
+    pods = [_pod("op-a"), _pod("op-b"), _pod("op-old", phase="Succeeded")]
+    groups = servicemonitor_target_groups(monitor, services, slices, pods)
+    common = {"job": OPERATOR_JOB, "namespace": "gpushare-system", "service": "gpushare-operator-metrics"}
+    assert groups == [
+        [
+            {"targets": [f"{ip}:{port}"], "labels": {**common, "endpoint": ep, "pod": pod, "container": ctr}}
+            for pod, ip in both.items()
+        ]
+        for ep, port, ctr in (("metrics", 8080, "operator"), ("webhook-metrics", 8082, "webhook"))
+    ]
+    token, ca = tmp_path / "token", tmp_path / "ca.crt"
+    discovery = ServiceMonitorDiscovery(
+        monitor, APIServerTarget("https://127.0.0.1:6443", token, ca), tmp_path / "sd"
+    )
+    jobs = discovery.scrape_configs()
+    assert [(j["job_name"], j["metrics_path"]) for j in jobs] == [
+        ("serviceMonitor/gpushare-system/gpushare-operator/0", "/metrics"),
+        ("serviceMonitor/gpushare-system/gpushare-operator/1", "/metrics"),
+    ]
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(yaml.safe_dump(rule_file()))
+    cfg = config([], rules) | {"scrape_configs": jobs}
     path = tmp_path / "prometheus.yml"
     path.write_text(yaml.safe_dump(cfg))
     proc = subprocess.run(

@@ -8,6 +8,11 @@ and ``make demo``: the shipped alert rules, scraping the operator and the kube-a
   is the one the ServiceMonitor's ``jobLabel`` gives), job ``apiserver`` the kube-apiserver's
   ``/metrics`` (the admission-webhook alerts read what it measures). Scrape and rule evaluation
   every second here, so an alert's expression shows up as ``pending`` within seconds.
+- ``ServiceMonitorDiscovery``: where the operator runs in pods (the chart), the targets the
+  Prometheus Operator's jobs for a ServiceMonitor find instead of static ones (the Services it
+  selects, their EndpointSlices' named ports, the labels it sets: ``job`` from ``jobLabel``,
+  ``endpoint``, ``namespace``, ``service``, ``pod``, ``container``), fed to Prometheus as file_sd
+  targets: Debian's build has no Kubernetes service discovery.
 - ``Prometheus``: start, wait ready, query (``/api/v1/query``, ``/alerts``, ``/rules``,
   ``/targets``), stop.
 - ``panel_report()``: every dashboard panel query run against it: which return data.
@@ -22,8 +27,10 @@ import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -120,6 +127,146 @@ def config(
     }
 
 
+def servicemonitor_target_groups(
+    monitor: dict[str, Any],
+    services: Sequence[dict[str, Any]],
+    slices: Sequence[dict[str, Any]],
+    pods: Sequence[dict[str, Any]],
+) -> list[list[dict[str, Any]]]:
+    """For each endpoint of the ServiceMonitor ``monitor`` (a manifest), the targets the Prometheus
+    Operator's scrape job for it finds (``serviceDiscoveryRole: EndpointSlice``) among these
+    Services, EndpointSlices and Pods (API objects as JSON), as file_sd target groups: every endpoint
+    of the slices of the Services its ``selector.matchLabels`` picks in its namespaces, the named port
+    only, not-ready and terminating endpoints included (only pods Failed or Succeeded are dropped),
+    with the labels its relabelling sets: ``job`` (the Service's ``jobLabel`` label, else its name),
+    ``endpoint`` (the port's name), ``namespace``, ``service``, ``pod`` and ``container`` (the
+    container that has the port)."""
+    spec = monitor["spec"]
+    namespaces = (spec.get("namespaceSelector") or {}).get("matchNames") or [monitor["metadata"]["namespace"]]
+    match = (spec.get("selector") or {}).get("matchLabels") or {}
+    job_label = spec.get("jobLabel")
+    chosen = {
+        (svc["metadata"]["namespace"], svc["metadata"]["name"]): svc
+        for svc in services
+        if svc["metadata"]["namespace"] in namespaces
+        and all((svc["metadata"].get("labels") or {}).get(k) == v for k, v in match.items())
+    }
+    by_pod = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in pods}
+    out: list[list[dict[str, Any]]] = []
+    for ep in spec["endpoints"]:
+        groups: list[dict[str, Any]] = []
+        for sl in slices:
+            ns = sl["metadata"]["namespace"]
+            svc_name = (sl["metadata"].get("labels") or {}).get("kubernetes.io/service-name", "")
+            svc = chosen.get((ns, svc_name))
+            if svc is None:
+                continue
+            job = (svc["metadata"].get("labels") or {}).get(job_label or "") or svc_name
+            for port in sl.get("ports") or []:
+                if port.get("name") != ep["port"]:
+                    continue
+                for endpoint in sl.get("endpoints") or []:
+                    ref = endpoint.get("targetRef") or {}
+                    pod = by_pod.get((ns, ref.get("name", ""))) if ref.get("kind") == "Pod" else None
+                    if pod is not None and (pod.get("status") or {}).get("phase") in ("Failed", "Succeeded"):
+                        continue
+                    labels = {"job": job, "endpoint": ep["port"], "namespace": ns, "service": svc_name}
+                    if pod is not None:
+                        labels["pod"] = pod["metadata"]["name"]
+                        for ctr in pod["spec"].get("containers") or []:
+                            if any(cp.get("containerPort") == port["port"] for cp in ctr.get("ports") or []):
+                                labels["container"] = ctr["name"]
+                    groups.extend(
+                        {"targets": [f"{addr}:{port['port']}"], "labels": dict(labels)}
+                        for addr in endpoint.get("addresses") or []
+                    )
+        out.append(sorted(groups, key=lambda g: (g["targets"], sorted(g["labels"].items()))))
+    return out
+
+
+class ServiceMonitorDiscovery:
+    """The Prometheus Operator's scrape jobs for a ServiceMonitor, on a Prometheus without Kubernetes
+    service discovery. Debian's ``prometheus`` package is built without it (``promtool check config``:
+    "field kubernetes_sd_configs not found in type config.ScrapeConfig"): here the discovery reads the
+    Services, EndpointSlices and Pods of the monitor's namespaces from the API server every
+    ``period_s`` and writes what :func:`servicemonitor_target_groups` makes of them to the file_sd
+    files of :meth:`scrape_configs`' jobs (one per endpoint); the rest is Prometheus's own."""
+
+    def __init__(
+        self, monitor: dict[str, Any], apiserver: APIServerTarget, workdir: Path, period_s: float = 1.0
+    ):
+        self.monitor = monitor
+        self.apiserver = apiserver
+        self.dir = workdir
+        self.period_s = period_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.errors: list[str] = []
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    def _file(self, i: int) -> Path:
+        return self.dir / f"endpoint-{i}.json"
+
+    def scrape_configs(self, interval: str = "1s") -> list[dict[str, Any]]:
+        meta = self.monitor["metadata"]
+        return [
+            {
+                "job_name": f"serviceMonitor/{meta['namespace']}/{meta['name']}/{i}",
+                "metrics_path": ep.get("path", "/metrics"),
+                "scrape_interval": interval,
+                "scrape_timeout": interval,
+                "file_sd_configs": [{"files": [str(self._file(i))], "refresh_interval": "1s"}],
+            }
+            for i, ep in enumerate(self.monitor["spec"]["endpoints"])
+        ]
+
+    def _list(self, path: str) -> list[dict[str, Any]]:
+        req = urllib.request.Request(
+            self.apiserver.server + path,
+            headers={"Authorization": f"Bearer {self.apiserver.token_file.read_text().strip()}"},
+        )
+        ctx = ssl.create_default_context(cafile=str(self.apiserver.ca_file))
+        with urllib.request.urlopen(req, timeout=10, context=ctx) as resp:
+            return list(json.loads(resp.read())["items"])
+
+    def refresh(self) -> list[list[dict[str, Any]]]:
+        """List the objects once and rewrite the target files (atomically); returns the groups."""
+        spec = self.monitor["spec"]
+        namespaces = (spec.get("namespaceSelector") or {}).get("matchNames") or [
+            self.monitor["metadata"]["namespace"]
+        ]
+        services, slices, pods = [], [], []
+        for ns in namespaces:
+            services += self._list(f"/api/v1/namespaces/{ns}/services")
+            slices += self._list(f"/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices")
+            pods += self._list(f"/api/v1/namespaces/{ns}/pods")
+        groups = servicemonitor_target_groups(self.monitor, services, slices, pods)
+        for i, targets in enumerate(groups):
+            tmp = self._file(i).with_suffix(".tmp")
+            tmp.write_text(json.dumps(targets, indent=1))
+            tmp.replace(self._file(i))
+        return groups
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.refresh()
+            except (OSError, ValueError, KeyError) as exc:
+                self.errors.append(repr(exc))
+            self._stop.wait(self.period_s)
+
+    def start(self) -> None:
+        """One refresh now (errors raise), then one every ``period_s`` in a thread."""
+        self.refresh()
+        self._thread = threading.Thread(target=self._loop, name="servicemonitor-discovery", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=15)
+
+
 @dataclass
 class Prometheus:
     """A prometheus process with its config, data and log under ``dir``."""
@@ -148,13 +295,20 @@ class Prometheus:
         *,
         interval: str = "1s",
         detach: bool = False,
+        webhooks: Sequence[str] | None = None,
+        scrape_configs: Sequence[dict[str, Any]] | None = None,
     ) -> Prometheus:
+        """``webhooks``: as :func:`config`. ``scrape_configs``: these jobs instead of the static ones
+        (e.g. :func:`servicemonitor_scrape_configs`); ``operators`` is then unused."""
         exe = find_prometheus()
         workdir.mkdir(parents=True, exist_ok=True)
         rules = workdir / "gpushare-rules.yaml"
         rules.write_text(yaml.safe_dump(rule_file(), sort_keys=False))
         cfg = workdir / "prometheus.yml"
-        cfg.write_text(yaml.safe_dump(config(operators, rules, apiserver, interval), sort_keys=False))
+        conf = config(operators, rules, apiserver, interval, webhooks)
+        if scrape_configs is not None:
+            conf["scrape_configs"] = list(scrape_configs)
+        cfg.write_text(yaml.safe_dump(conf, sort_keys=False))
         cmd = [
             exe,
             f"--config.file={cfg}",
