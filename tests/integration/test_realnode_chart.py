@@ -41,7 +41,6 @@ import yaml
 from gpushare import constants as c
 from gpushare.devcluster import BinariesMissing, ClusterInfo, DevCluster, DevClusterError, find_binaries
 from gpushare.devcluster.cluster import free_port
-from gpushare.devcluster.fakes import POOL_LABEL
 from gpushare.devcluster.prometheus import (
     APIServerTarget,
     Prometheus,
@@ -542,71 +541,3 @@ async def test_replicas_stopped_on_the_real_node_the_operator_alerts_are_pending
     await sc.cleared(down, "-")
     await sc.cleared(hooks, "-")
     report(".realnode-operator", sc.table())
-
-
-async def test_the_leader_alone_exports_a_pools_gauges_and_a_degraded_pool_is_pending(
-    release: Release, monitoring: Monitoring
-) -> None:
-    """A pool (devicePlugin.restart Never, no memory isolation) over the real node, where this module
-    runs no device plugin: labelled, the node does not advertise the pool's mode and nobody will
-    restart its plugin, so the chart's operator reports the pool Degraded (PluginRestartNeeded).
-    GPUSharePoolDegraded is pending from the series the ServiceMonitor's scrape gives, which come
-    from one pod only (the replica that reconciles; the standby exports no pool gauges). Deleted
-    (its cleanup restores the node's labels), the pool's gauges go and the alert is inactive.
-
-    (The Node without kubelet would not do: once the node lifecycle controller marks it Ready
-    Unknown, its node status is NodeNotReady, which leaves the pool not Ready but not Degraded.)"""
-    prom = monitoring.prom
-    sc = Scenario(prom)
-    pool = "rn-chart-degraded"
-    _wait(lambda: _all_up(release, monitoring, 2), "both replicas scraped, up", release)
-    release.kubectl("label", "node", NODE, f"{POOL_LABEL}={pool}")
-    body = {
-        "apiVersion": f"{c.GROUP}/{c.VERSION}",
-        "kind": c.KIND,
-        "metadata": {"name": pool},
-        "spec": {
-            "nodeSelector": {"matchLabels": {POOL_LABEL: pool}},
-            "memoryIsolation": False,
-            "devicePlugin": {"restart": "Never"},
-        },
-    }
-    release.kubectl("create", "-f", "-", stdin=json.dumps(body))
-    try:
-
-        def condition(ctype: str) -> dict[str, Any]:
-            status = release.get_json(c.PLURAL, pool).get("status") or {}
-            return next((x for x in status.get("conditions") or [] if x["type"] == ctype), {})
-
-        if not _eventually(lambda: condition("Degraded").get("status") == "True", WAIT):
-            pytest.fail(
-                f"pool {pool} not Degraded: {release.get_json(c.PLURAL, pool).get('status')}", pytrace=False
-            )
-        reason = condition("Degraded")["reason"]
-        try:
-            row = await sc.pending(
-                "GPUSharePoolDegraded",
-                f"chart's operator: a pool (restart Never) over the real node without plugin ({reason})",
-                pool,
-                timeout_s=90,
-            )
-        except TimeoutError as exc:
-            series = prom.query(f'gpushare_pool_condition{{pool="{pool}"}}')
-            pytest.fail(
-                f"{exc}\nseries: {series}\nalerts: {prom.alerts()}\n"
-                f"pool status: {release.get_json(c.PLURAL, pool).get('status')}\n{release.diagnose()}",
-                pytrace=False,
-            )
-        series = prom.query(f'gpushare_pool_condition{{pool="{pool}"}}')
-        pods = {s["metric"].get("pod") for s in series}
-        assert len(pods) == 1 and {s["metric"]["container"] for s in series} == {"operator"}, series
-        assert {s["metric"]["condition"]: s["value"][1] for s in series}["Degraded"] == "1", series
-        conditions = sorted(s["metric"]["condition"] for s in series)
-        print(f"pool {pool} ({reason}): gauges from {pods} only: {conditions}")
-    finally:
-        release.kubectl("delete", c.PLURAL, pool, "--wait=false", check=False)
-    _wait(lambda: not release.get_json(c.PLURAL)["items"], f"pool {pool} deleted (its cleanup done)", release)
-    await sc.cleared(row, pool)
-    assert not prom.query(f'gpushare_pool_condition{{pool="{pool}"}}')
-    release.kubectl("label", "node", NODE, f"{POOL_LABEL}-")
-    report(".realnode-chart-pool", sc.table())
