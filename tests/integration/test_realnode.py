@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import secrets
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -55,6 +54,7 @@ from gpushare.devcluster.realnode import IMAGE_WORKLOAD, RealNodeUnavailable, pr
 from gpushare.k8s.client import make_api_client
 from support.alerts import Scenario, report
 from support.cluster import serve
+from support.namespaces import fresh_namespace
 from support.operator_proc import OperatorProc, launch_operator
 from support.pools import PoolApi
 
@@ -141,23 +141,8 @@ async def rapi(real_cluster: ClusterInfo, real_operator: OperatorProc) -> AsyncI
 
 @pytest.fixture
 async def ns(rapi: client.ApiClient) -> AsyncIterator[str]:
-    """A fresh namespace with its default ServiceAccount (ServiceAccount admission is on here)."""
-    core = client.CoreV1Api(rapi)
-    name = f"rn-{secrets.token_hex(3)}"
-    await core.create_namespace(cast(Any, {"metadata": {"name": name}}))
-
-    async def has_sa() -> bool:
-        try:
-            await core.read_namespaced_service_account("default", name)
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
-        return True
-
-    await wait_for(has_sa, what=f"ServiceAccount {name}/default", timeout_s=60)
-    yield name
-    await core.delete_namespace(name)
+    async with fresh_namespace(rapi, "rn") as name:
+        yield name
 
 
 class Pools(PoolApi):

@@ -15,7 +15,6 @@ the two builds above, it FAILS, never skips.
 from __future__ import annotations
 
 import json
-import secrets
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -23,7 +22,6 @@ from typing import Any, cast
 
 import pytest
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import __version__
 from gpushare import constants as c
@@ -32,6 +30,7 @@ from gpushare.devcluster import nvidia as nv
 from gpushare.devcluster.realnode import IMAGE_WORKLOAD, RealNodeUnavailable, preflight
 from gpushare.k8s.client import make_api_client
 from support.cluster import serve
+from support.namespaces import fresh_namespace
 
 pytestmark = pytest.mark.realnode
 
@@ -98,23 +97,8 @@ async def label_and_wait(core: client.CoreV1Api, config: str, count: int) -> Non
 
 @pytest.fixture
 async def ns(napi: client.ApiClient) -> AsyncIterator[str]:
-    """A fresh namespace with its default ServiceAccount (ServiceAccount admission is on here)."""
-    core = client.CoreV1Api(napi)
-    name = f"nv-{secrets.token_hex(3)}"
-    await core.create_namespace(cast(Any, {"metadata": {"name": name}}))
-
-    async def has_sa() -> bool:
-        try:
-            await core.read_namespaced_service_account("default", name)
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
-        return True
-
-    await wait_for(has_sa, what=f"ServiceAccount {name}/default", timeout_s=60)
-    yield name
-    await core.delete_namespace(name)
+    async with fresh_namespace(napi, "nv") as name:
+        yield name
 
 
 async def test_the_node_label_picks_the_time_slicing_config(napi: client.ApiClient) -> None:
