@@ -18,12 +18,22 @@ LABEL_CGPU: Final = "cgpu"
 LABEL_DISABLE_ISOLATION: Final = "cgpu.disable.isolation"
 LABEL_SCHEDULE: Final = "ack.node.gpu.schedule"
 LABEL_PLACEMENT: Final = "ack.node.gpu.placement"
+#: NVIDIA's device plugin: the node label its config-manager sidecar reads, the name of the
+#: node's sharing config.
+LABEL_NVIDIA_CONFIG: Final = "nvidia.com/device-plugin.config"
 # Our own node labels.
 LABEL_POOL: Final = f"{GROUP}/pool"
 LABEL_SKIP: Final = f"{GROUP}/skip"
 
 #: Every node label the operator may write. Nothing else is ever touched.
-MANAGED_LABELS: Final = (LABEL_CGPU, LABEL_DISABLE_ISOLATION, LABEL_SCHEDULE, LABEL_PLACEMENT, LABEL_POOL)
+MANAGED_LABELS: Final = (
+    LABEL_CGPU,
+    LABEL_DISABLE_ISOLATION,
+    LABEL_SCHEDULE,
+    LABEL_PLACEMENT,
+    LABEL_NVIDIA_CONFIG,
+    LABEL_POOL,
+)
 
 SCHEDULE_DEFAULT: Final = "default"
 SCHEDULE_CGPU: Final = "cgpu"
@@ -76,5 +86,16 @@ WEBHOOK_IGNORE: Final = "ignore"
 # Device plugin defaults.
 DEFAULT_PLUGIN_NAMESPACE: Final = "kube-system"
 DEFAULT_PLUGIN_LABELS: Final = {"name": "gpushare-device-plugin-ds"}
+
+# NVIDIA's device plugin (k8s-device-plugin), as its Helm chart deploys it.
+#: With renameByDefault, shared GPUs are advertised under this name.
+RES_NVIDIA_GPU_SHARED: Final = "nvidia.com/gpu.shared"
+#: GPU Feature Discovery's count of a node's physical GPUs.
+LABEL_NVIDIA_GPU_COUNT: Final = "nvidia.com/gpu.count"
+NVIDIA_PLUGIN_NAMESPACE: Final = "nvidia-device-plugin"
+NVIDIA_PLUGIN_LABELS: Final = {"app.kubernetes.io/name": "nvidia-device-plugin"}
+NVIDIA_CONFIGS_CONFIGMAP: Final = "nvidia-device-plugin-configs"
+#: ConfigMap annotation: the keys gpushare wrote there and when (JSON {key: RFC 3339}).
+ANNOTATION_CONFIGS: Final = f"{GROUP}/configs"
 
 FINALIZER: Final = f"{GROUP}/cleanup"

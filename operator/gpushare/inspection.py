@@ -349,7 +349,9 @@ def build_report(
             f"{n.effective_mode}; it has not restarted since the labels changed"
             for n in lines
             if by_name[n.name].labels.get(c.LABEL_SCHEDULE) == pool.spec.mode
-            and not backend_for(pool.spec).advertises(pool.spec.mode, by_name[n.name].allocatable)
+            and not backend_for(pool.spec).advertises(
+                pool.spec.mode, by_name[n.name].allocatable, by_name[n.name].labels
+            )
         ]
         sections.append(
             PoolSection(

@@ -6,6 +6,7 @@ from gpushare import constants as c
 from gpushare.api.v1alpha1 import parse_pool
 from gpushare.backends import BACKENDS, DEFAULT, OWNED_LABELS, backend_for
 from gpushare.backends.ack import ACK
+from gpushare.backends.nvidia import NVIDIA
 from gpushare.policy.planner import Ownership, desired_labels, restore_labels
 
 
@@ -18,14 +19,18 @@ def test_every_v1alpha1_pool_is_acks_and_owns_what_the_operator_always_owned() -
             "spec": {"nodeSelector": {"matchLabels": {"np": "a"}}, "computeAllocation": True},
         }
     )
-    assert backend_for(pool.spec) is ACK and DEFAULT is ACK and BACKENDS == {"ack": ACK}
-    # The ownership annotation keeps its keys, in their order: an older operator's annotation
-    # reads the same, and one written now reads the same in it.
+    assert backend_for(pool.spec) is ACK and DEFAULT is ACK and BACKENDS == {"ack": ACK, "nvidia": NVIDIA}
+    # The ownership annotation keeps its keys (NVIDIA's config label added): an older operator's
+    # annotation reads the same (the new key absent: it was not set), and one written now reads
+    # the same in an older operator (which ignores the key it does not know).
     assert OWNED_LABELS == c.MANAGED_LABELS
     assert Ownership.capture("p", {c.LABEL_SCHEDULE: "share"}).dump() == (
         '{"pool":"p","prior":{"ack.node.gpu.placement":null,"ack.node.gpu.schedule":"share",'
-        '"cgpu":null,"cgpu.disable.isolation":null,"gpushare.io/pool":null}}'
+        '"cgpu":null,"cgpu.disable.isolation":null,"gpushare.io/pool":null,'
+        '"nvidia.com/device-plugin.config":null}}'
     )
+    old = '{"pool":"p","prior":{"ack.node.gpu.schedule":"share","gpushare.io/pool":null}}'
+    assert Ownership.parse(old) == Ownership.capture("p", {c.LABEL_SCHEDULE: "share"})
     assert desired_labels(pool.spec, "p") == {
         c.LABEL_CGPU: "true",
         c.LABEL_DISABLE_ISOLATION: "false",
@@ -51,5 +56,5 @@ def test_ack_says_which_switches_disrupt_which_pods() -> None:
     assert ACK.disrupts("share", "core_mem") and not ACK.disrupts("share", "share")
     assert ACK.holds_shared_gpu({c.RES_GPU_MEM: 4}) and not ACK.holds_shared_gpu({c.RES_GPU_COUNT: 1})
     core_mem = {c.RES_GPU_MEM: "30", c.RES_GPU_CORE: "200"}
-    assert ACK.advertises("core_mem", core_mem) and not ACK.advertises("share", core_mem)
-    assert "gpu-core.percentage" in ACK.pending_message("share", core_mem)
+    assert ACK.advertises("core_mem", core_mem, {}) and not ACK.advertises("share", core_mem, {})
+    assert "gpu-core.percentage" in ACK.pending_message("share", core_mem, {})

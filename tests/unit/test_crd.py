@@ -47,16 +47,21 @@ def test_crd_shape() -> None:
     assert version["subresources"] == {"status": {}}
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert spec["required"] == ["nodeSelector"]
-    assert spec["properties"]["memoryIsolation"]["default"] is True
-    assert spec["properties"]["computeAllocation"]["default"] is False
+    # ACK's fields have no default in the CRD (the models default them), so that a pool with
+    # spec.nvidia can be told to leave them out.
+    assert "default" not in spec["properties"]["memoryIsolation"]
+    assert "default" not in spec["properties"]["computeAllocation"]
     assert spec["properties"]["placement"]["enum"] == ["binpack", "spread"]
     assert spec["properties"]["rollout"]["properties"]["maxUnavailable"]["x-kubernetes-int-or-string"]
     rules = [v["rule"] for v in spec["x-kubernetes-validations"]]
-    assert "!self.computeAllocation || self.memoryIsolation" in rules
+    assert (
+        "!(has(self.computeAllocation) && self.computeAllocation) || !has(self.memoryIsolation) "
+        "|| self.memoryIsolation"
+    ) in rules
     status = version["schema"]["openAPIV3Schema"]["properties"]["status"]
     assert status["properties"]["conditions"]["x-kubernetes-list-type"] == "map"
     columns = [col["name"] for col in version["additionalPrinterColumns"]]
-    assert columns == ["Schedule", "Placement", "Nodes", "Ready", "Status", "Age"]
+    assert columns == ["Schedule", "Backend", "Nodes", "Ready", "Status", "Age"]
     paths = [col["jsonPath"] for col in version["additionalPrinterColumns"]]
     assert len(set(paths)) == len(paths), "two columns show the same field"
 

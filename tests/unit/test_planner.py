@@ -65,7 +65,11 @@ def test_desired_labels(spec: dict[str, Any], expected: tuple[str, str, str]) ->
         c.LABEL_PLACEMENT: expected[2],
         c.LABEL_POOL: "p",
     }
-    assert set(labels) == set(c.MANAGED_LABELS)
+    assert set(labels) == set(c.MANAGED_LABELS) - {c.LABEL_NVIDIA_CONFIG}
+
+
+#: What ACK's restore writes: its labels and gpushare.io/pool.
+ACK_LABELS = tuple(k for k in c.MANAGED_LABELS if k != c.LABEL_NVIDIA_CONFIG)
 
 
 @pytest.mark.parametrize(
@@ -73,12 +77,12 @@ def test_desired_labels(spec: dict[str, Any], expected: tuple[str, str, str]) ->
     [
         pytest.param(
             dict.fromkeys(c.MANAGED_LABELS),
-            {**dict.fromkeys(c.MANAGED_LABELS), c.LABEL_SCHEDULE: "default"},
+            {**dict.fromkeys(ACK_LABELS), c.LABEL_SCHEDULE: "default"},
             id="nothing-before-schedule-default",
         ),
         pytest.param(
             {**dict.fromkeys(c.MANAGED_LABELS), c.LABEL_SCHEDULE: "share", c.LABEL_CGPU: "true"},
-            {**dict.fromkeys(c.MANAGED_LABELS), c.LABEL_SCHEDULE: "share", c.LABEL_CGPU: "true"},
+            {**dict.fromkeys(ACK_LABELS), c.LABEL_SCHEDULE: "share", c.LABEL_CGPU: "true"},
             id="prior-values-back",
         ),
     ],

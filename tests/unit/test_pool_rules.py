@@ -12,6 +12,8 @@ from gpushare.api.rules import (
     COMPUTE_WITHOUT_ISOLATION,
     EMPTY_SELECTOR,
     MANAGED_SELECTOR,
+    ONE_BACKEND,
+    REPLICAS_FIT_STRATEGY,
     SPEC_RULES,
     VALUES_FIT_OPERATOR,
     SpecRule,
@@ -44,6 +46,12 @@ BROKEN: list[tuple[SpecRule, dict[str, Any], str]] = [
         "spec.nodeSelector",
     ),
     (
+        ONE_BACKEND,
+        _pool(nodeSelector=NP, placement="spread", nvidia={"strategy": "TimeSlicing", "replicas": 4}),
+        "spec",
+    ),
+    (REPLICAS_FIT_STRATEGY, _pool(nodeSelector=NP, nvidia={"strategy": "MPS"}), "spec.nvidia"),
+    (
         VALUES_FIT_OPERATOR,
         _pool(nodeSelector={"matchExpressions": [{"key": "k", "operator": "Exists", "values": ["v"]}]}),
         "spec.nodeSelector.matchExpressions[0]",
@@ -66,6 +74,8 @@ def test_every_rule_is_in_the_crd_where_it_says(rule: SpecRule) -> None:
             "matchExpressions"
         ]
         assert rule.validation() in pod_terms["items"]["x-kubernetes-validations"]
+    elif rule.cel_on == "Nvidia":
+        terms = _schema_node("nvidia")
     else:
         terms = _schema_node(rule.cel_on)
     assert rule.validation() in terms["x-kubernetes-validations"]

@@ -56,6 +56,7 @@ class FakeCluster:
             }
         self.writes: list[tuple[str, str, Any]] = []
         self.plugin: dict[str, list[PluginPod]] = {}
+        self.configmaps: dict[tuple[str, str], dict[str, Any]] = {}
 
     def views(self) -> list[NodeView]:
         return [NodeView.from_obj(copy.deepcopy(obj)) for obj in self.nodes.values()]
@@ -78,6 +79,25 @@ class FakeCluster:
 
     async def pods_on_node(self, node: str) -> list[PodView]:
         return []
+
+    async def read_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return copy.deepcopy(self.configmaps.get((namespace, name)))
+
+    async def patch_configmap(
+        self, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        obj = self.configmaps.get((namespace, name))
+        if obj is None:
+            return None
+        patch = copy.deepcopy(patch)
+        wanted = patch.get("metadata", {}).pop("resourceVersion", None)
+        if wanted is not None and wanted != obj["metadata"]["resourceVersion"]:
+            raise Conflict("HTTP 409 Conflict")
+        self.writes.append(("configmap", name, patch))
+        self.rv += 1
+        _merge(obj, patch)
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        return copy.deepcopy(obj)
 
     async def plugin_pods(
         self, namespace: str, label_selector: str, node: str | None = None
@@ -477,3 +497,67 @@ async def test_the_one_wait_tells_a_wake_up_from_a_timeout_and_a_stop() -> None:
             return None
 
     assert await wait_woken(asyncio.Event(), Stopped(), 5.0) is False  # stopped, not woken
+
+
+# --- an NVIDIA pool: its config in the plugin's ConfigMap first, then the label, then the count ----
+
+
+def _nvidia_pool(replicas: int) -> dict[str, Any]:
+    spec = {
+        "nodeSelector": {"matchLabels": {NP: "a"}},
+        "nvidia": {"strategy": "TimeSlicing", "replicas": replicas, "configPropagationSeconds": 60},
+    }
+    return {**POOL, "spec": spec}
+
+
+async def test_an_nvidia_pool_labels_its_nodes_only_once_its_config_can_have_reached_the_plugin() -> None:
+    fake = FakeCluster(["n0"])
+    node = fake.nodes["n0"]
+    node["metadata"]["labels"][c.LABEL_GPU_COUNT] = "2"
+    node["status"]["allocatable"] = {c.RES_NVIDIA_GPU: "2"}
+    foreign = {"default": "version: v1\n", "theirs": "x"}
+    fake.configmaps[(c.NVIDIA_PLUGIN_NAMESPACE, c.NVIDIA_CONFIGS_CONFIGMAP)] = {
+        "metadata": {"name": c.NVIDIA_CONFIGS_CONFIGMAP, "resourceVersion": "1"},
+        "data": dict(foreign),
+    }
+    plugin = PodView(
+        c.NVIDIA_PLUGIN_NAMESPACE,
+        "nvdp-0",
+        uid="p0",
+        node_name="n0",
+        phase="Running",
+        labels=dict(c.NVIDIA_PLUGIN_LABELS),
+        created="2026-11-29T11:00:00Z",
+        ready=True,
+    )
+    clock = [T0]
+    rec = Reconciler(fake, clock=lambda: clock[0])
+    pool = _nvidia_pool(4)
+
+    first = await _pass(rec, "gpu", pools=[pool], nodes=fake.views(), pods=[plugin])
+    cm = fake.configmaps[(c.NVIDIA_PLUGIN_NAMESPACE, c.NVIDIA_CONFIGS_CONFIGMAP)]
+    (name,) = set(cm["data"]) - set(foreign)
+    assert name.startswith("gpushare-ts4-") and {k: cm["data"][k] for k in foreign} == foreign
+    assert _node_writes(fake) == [] and not first.done  # the config is not in the pods' directory yet
+    status = [w[2] for w in fake.writes if w[0] == "status"][-1]
+    (shown,) = status["nodeStatuses"]
+    assert (shown["phase"], shown["reason"]) == ("Pending", "ConfigPropagating")
+    assert status["backend"] == "nvidia" and status["schedule"] == name
+
+    clock[0] = T0 + timedelta(seconds=61)
+    fake.writes.clear()
+    await _pass(rec, "gpu", pools=[pool], nodes=fake.views(), pods=[plugin])
+    (patch,) = _node_writes(fake)
+    assert patch[2]["metadata"]["labels"] == {c.LABEL_NVIDIA_CONFIG: name, c.LABEL_POOL: "gpu"}
+    assert [w for w in fake.writes if w[0] == "delete"] == []  # config-manager reloads the plugin
+
+    # The node advertises replicas x GPUs: the reload is recorded Done, the pool is Ready.
+    node["status"]["allocatable"] = {c.RES_NVIDIA_GPU: "8"}
+    clock[0] = T0 + timedelta(seconds=75)
+    fake.writes.clear()
+    done = await _pass(rec, "gpu", pools=[pool], nodes=fake.views(), pods=[plugin])
+    (record,) = _node_writes(fake)
+    assert '"state":"Done"' in record[2]["metadata"]["annotations"][c.ANNOTATION_PLUGIN_RESTART]
+    status = [w[2] for w in fake.writes if w[0] == "status"][-1]
+    ready = next(cond for cond in status["conditions"] if cond["type"] == "Ready")
+    assert ready["status"] == "True" and done.done

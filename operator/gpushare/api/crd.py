@@ -72,9 +72,15 @@ def _printer_columns() -> list[dict[str, Any]]:
             "name": "Schedule",
             "type": "string",
             "jsonPath": ".status.schedule",
-            "description": f"The {c.LABEL_SCHEDULE} value the pool puts on its nodes",
+            "description": f"The mode the pool puts on its nodes: {c.LABEL_SCHEDULE} (ACK) or the "
+            f"{c.LABEL_NVIDIA_CONFIG} config name (NVIDIA)",
         },
-        {"name": "Placement", "type": "string", "jsonPath": ".spec.placement"},
+        {
+            "name": "Backend",
+            "type": "string",
+            "jsonPath": ".status.backend",
+            "description": "The pool's GPU-sharing backend: ack or nvidia",
+        },
         {
             "name": "Nodes",
             "type": "integer",
@@ -101,8 +107,8 @@ def build_crd() -> dict[str, Any]:
     """The CRD object for GPUSharePool, as a plain dict."""
     spec_schema = _schema(GPUSharePoolSpec)
     spec_schema["description"] = (
-        "Which nodes form the pool and how their GPUs are shared (memory isolation, compute allocation, "
-        "placement), plus how changes roll out."
+        "Which nodes form the pool and how their GPUs are shared (ACK's memory isolation, compute "
+        "allocation and placement, or NVIDIA's time-slicing or MPS), plus how changes roll out."
     )
     status_schema = _schema(GPUSharePoolStatus)
     status_schema["description"] = (

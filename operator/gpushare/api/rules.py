@@ -76,6 +76,20 @@ def _compute_without_isolation(compute_allocation: bool, memory_isolation: bool)
     return {} if compute_allocation and not memory_isolation else None
 
 
+#: The ACK fields of a pool spec (wire names): an NVIDIA pool sets none of them.
+ACK_FIELDS = ("memoryIsolation", "computeAllocation", "placement")
+
+
+def _one_backend(nvidia: bool, ack_fields_set: Sequence[str]) -> Broken:
+    return {"fields": ", ".join(ack_fields_set)} if nvidia and ack_fields_set else None
+
+
+def _replicas_fit_strategy(strategy: str, replicas: int) -> Broken:
+    if (strategy == "None") == (replicas == 1):
+        return None
+    return {"got": f" (strategy {strategy} with replicas {replicas})"}
+
+
 def _values_fit_operator(operator: str, values: Sequence[str]) -> Broken:
     if (operator in ("In", "NotIn")) == bool(values):
         return None
@@ -116,11 +130,35 @@ COMPUTE_WITHOUT_ISOLATION = SpecRule(
     id="GP002-pool-compute-without-isolation",
     field="computeAllocation",
     cel_on="spec",
-    cel="!self.computeAllocation || self.memoryIsolation",
+    cel="!(has(self.computeAllocation) && self.computeAllocation) || !has(self.memoryIsolation) "
+    "|| self.memoryIsolation",
     message="computeAllocation: true requires memoryIsolation: true (compute isolation, "
     f"{c.LABEL_SCHEDULE}=core_mem, only exists with cGPU memory isolation)",
     fix="set memoryIsolation: true, or computeAllocation: false",
     predicate=_compute_without_isolation,
+)
+
+ONE_BACKEND = SpecRule(
+    id="GP001-pool-schema",
+    field="nvidia",
+    cel_on="spec",
+    cel="!has(self.nvidia) || (" + " && ".join(f"!has(self.{f})" for f in ACK_FIELDS) + ")",
+    message="a pool has exactly one backend: with nvidia set it takes none of ACK's fields ({fields}); "
+    "remove them, or remove nvidia for an ACK pool",
+    fix="remove either spec.nvidia or the ACK fields (memoryIsolation, computeAllocation, placement)",
+    predicate=_one_backend,
+    cel_values={"fields": ", ".join(ACK_FIELDS)},
+)
+
+REPLICAS_FIT_STRATEGY = SpecRule(
+    id="GP001-pool-schema",
+    field="nvidia.replicas",
+    cel_on="Nvidia",
+    cel="self.strategy == 'None' ? self.replicas == 1 : self.replicas >= 2",
+    message="TimeSlicing and MPS share each GPU between replicas >= 2; strategy None takes replicas 1{got}",
+    fix="set replicas >= 2, or strategy None",
+    predicate=_replicas_fit_strategy,
+    cel_values={"got": ""},
 )
 
 VALUES_FIT_OPERATOR = SpecRule(
@@ -139,6 +177,8 @@ SPEC_RULES: tuple[SpecRule, ...] = (
     COMPUTE_WITHOUT_ISOLATION,
     EMPTY_SELECTOR,
     MANAGED_SELECTOR,
+    ONE_BACKEND,
+    REPLICAS_FIT_STRATEGY,
     VALUES_FIT_OPERATOR,
 )
 

@@ -29,6 +29,11 @@ from gpushare import constants as c
 from gpushare.api import rules
 from gpushare.api import selector as sel
 
+
+def _snake(name: str) -> str:
+    return re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), name)
+
+
 PERCENT_RE = re.compile(r"^([1-9][0-9]?|100)%$")
 
 PoolMode = Literal["cgpu", "share", "core_mem"]
@@ -123,6 +128,12 @@ class LabelSelector(_Model):
         return sel.render(self.requirements())
 
 
+def _no_crd_default(schema: dict[str, Any]) -> None:
+    """Keep a field's default out of the CRD (it is the model's alone): the default depends on the
+    pool's backend, or the field belongs to one backend and must stay absent under the other."""
+    schema.pop("default", None)
+
+
 def _default_plugin_selector() -> LabelSelector:
     return LabelSelector(match_labels=dict(c.DEFAULT_PLUGIN_LABELS))
 
@@ -136,24 +147,29 @@ class DevicePlugin(_Model):
         default=c.DEFAULT_PLUGIN_NAMESPACE,
         min_length=1,
         max_length=63,
-        description="Namespace of the gpushare device plugin DaemonSet's pods. "
-        f"Default {c.DEFAULT_PLUGIN_NAMESPACE}.",
+        json_schema_extra=_no_crd_default,
+        description="Namespace of the device plugin DaemonSet's pods. Default "
+        f"{c.DEFAULT_PLUGIN_NAMESPACE} (ACK's gpushare device plugin), {c.NVIDIA_PLUGIN_NAMESPACE} for a "
+        "pool with spec.nvidia.",
     )
     pod_selector: LabelSelector = Field(
         default_factory=_default_plugin_selector,
-        json_schema_extra={"default": {"matchLabels": dict(c.DEFAULT_PLUGIN_LABELS)}},
+        json_schema_extra=_no_crd_default,
         description="Labels of the device plugin pods, matched together with the node name to find the "
-        "pod to restart on a node. Default matchLabels "
+        "pod on a node (to restart it, or to read its state). Default matchLabels "
         + ", ".join(f"{k}={v}" for k, v in c.DEFAULT_PLUGIN_LABELS.items())
-        + " (the ACK gpushare-device-plugin-ds DaemonSet).",
+        + " (the ACK gpushare-device-plugin-ds DaemonSet), "
+        + ", ".join(f"{k}={v}" for k, v in c.NVIDIA_PLUGIN_LABELS.items())
+        + " for a pool with spec.nvidia (NVIDIA's Helm chart).",
     )
     restart: Literal["Rolling", "Never"] = Field(
         default="Rolling",
-        description="Rolling (default): after a node's labels change, delete its device plugin pod and wait "
-        "until the DaemonSet's new pod is Ready, at most rollout.maxUnavailable nodes at a time. Never: "
+        description="ACK: Rolling (default): after a node's labels change, delete its device plugin pod and "
+        "wait until the DaemonSet's new pod is Ready, at most rollout.maxUnavailable nodes at a time. Never: "
         "only relabel; you restart the plugin yourself (until then the node still advertises its old "
         "mode's resources and is reported PluginRestartNeeded, not Ready). Going back to Rolling "
-        "restarts the plugins that were skipped.",
+        "restarts the plugins that were skipped. No effect on a pool with spec.nvidia: NVIDIA's "
+        "config-manager sidecar reloads its plugin itself when the node's config label changes.",
     )
     ready_timeout_seconds: int = Field(
         default=300,
@@ -166,10 +182,12 @@ class DevicePlugin(_Model):
     )
     memory_unit: Literal["GiB", "MiB"] = Field(
         default="GiB",
+        json_schema_extra=_no_crd_default,
         description=(
             "The unit of aliyun.com/gpu-mem on this pool's nodes: the device plugin's --memory-unit flag"
             " (GiB by default, or MiB). Admission judges requests, inspect shows capacity and the"
             " quota helper reads ALIYUN_COM_GPU_MEM_* in this unit. gpushare does not set the flag."
+            " ACK pools only."
         ),
     )
 
@@ -266,9 +284,90 @@ class Lending(_Model):
 _OBJ_DEFAULT: dict[str, Any] = {"default": {}}
 
 
+class NvidiaConfigMap(_Model):
+    """The ConfigMap of named configs that NVIDIA's device plugin pods mount (its Helm chart's
+    ``config.name``)."""
+
+    namespace: str = Field(
+        default=c.NVIDIA_PLUGIN_NAMESPACE,
+        min_length=1,
+        max_length=63,
+        description=f"Its namespace (the plugin's). Default {c.NVIDIA_PLUGIN_NAMESPACE}.",
+    )
+    name: str = Field(
+        default=c.NVIDIA_CONFIGS_CONFIGMAP,
+        min_length=1,
+        max_length=253,
+        description=f"Its name. Default {c.NVIDIA_CONFIGS_CONFIGMAP}. gpushare adds one key per config its "
+        "pools need (named after the config's content) and never touches the others.",
+    )
+
+
+class Nvidia(_Model):
+    """NVIDIA's device plugin shares the pool's GPUs (time-slicing or MPS): one named config per
+    pool, picked on each node by the nvidia.com/device-plugin.config label."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": rules.validations("Nvidia")})
+    strategy: Literal["TimeSlicing", "MPS", "None"] = Field(
+        description="How each GPU is shared: TimeSlicing (the plugin advertises each GPU replicas times; "
+        "pods interleave in time, with no memory or fault isolation), MPS (replicas clients of one MPS "
+        "daemon per GPU, each with an equal share of memory and compute; needs the MPS daemon of NVIDIA's "
+        "chart) or None (no sharing: one pod per GPU).",
+    )
+    replicas: int = Field(
+        default=1,
+        ge=1,
+        le=1024,
+        description="How many pods may share each GPU: 2 or more for TimeSlicing and MPS, 1 for None. "
+        "The node advertises replicas x GPUs of nvidia.com/gpu (nvidia.com/gpu.shared with "
+        "renameByDefault). Fewer replicas, or another strategy, is a mode switch (rollout.modeSwitch "
+        "guards the pods running there); more replicas is not.",
+    )
+    rename_by_default: bool = Field(
+        default=False,
+        description="Advertise shared GPUs as nvidia.com/gpu.shared instead of nvidia.com/gpu, so that a pod "
+        "asks for a shared GPU by name. Default false.",
+    )
+    fail_requests_greater_than_one: bool = Field(
+        default=False,
+        description="Make the plugin refuse a container that asks for more than one shared GPU (such a "
+        "request gets no more of the GPU, only more replicas of it). Admission denies those pods at "
+        "kubectl apply. Default false (MPS always refuses them).",
+    )
+    config_map: NvidiaConfigMap = Field(
+        default_factory=NvidiaConfigMap,
+        json_schema_extra=_OBJ_DEFAULT,
+        description="The ConfigMap of named configs the plugin pods mount.",
+    )
+    config_propagation_seconds: int = Field(
+        default=90,
+        ge=0,
+        le=900,
+        description="How long after a key is added to the ConfigMap before a node's label may name it: "
+        "the kubelet rewrites a pod's ConfigMap volume only at its periodic sync (syncFrequency, 1 "
+        "minute, plus up to half of it in jitter), and a label naming a config the plugin's directory "
+        "does not hold yet makes config-manager fail. Seconds, default 90.",
+    )
+
+    @model_validator(mode="after")
+    def _replicas_fit_strategy(self) -> Nvidia:
+        rules.REPLICAS_FIT_STRATEGY.check(self.strategy, self.replicas)
+        return self
+
+    @property
+    def resource(self) -> str:
+        """The resource the node advertises the shared GPUs as."""
+        return (
+            c.RES_NVIDIA_GPU_SHARED
+            if self.rename_by_default and self.strategy != "None"
+            else c.RES_NVIDIA_GPU
+        )
+
+
 class GPUSharePoolSpec(_Model):
-    """Which nodes form the pool and how their GPUs are shared (memory isolation, compute allocation,
-    placement), plus how changes roll out."""
+    """Which nodes form the pool and how their GPUs are shared, plus how changes roll out. A pool has
+    one backend: ACK's GPU sharing (memoryIsolation, computeAllocation, placement; the default) or
+    NVIDIA's device plugin (spec.nvidia)."""
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": rules.validations("spec")})
     node_selector: LabelSelector = Field(
@@ -280,6 +379,7 @@ class GPUSharePoolSpec(_Model):
     )
     memory_isolation: bool = Field(
         default=True,
+        json_schema_extra=_no_crd_default,
         description="true (default): cGPU isolates each pod's GPU memory; nodes get "
         f"{c.LABEL_SCHEDULE}=cgpu (core_mem with computeAllocation) and {c.LABEL_DISABLE_ISOLATION}=false. "
         f"false: sharing without isolation ({c.LABEL_SCHEDULE}=share, {c.LABEL_DISABLE_ISOLATION}=true); "
@@ -287,14 +387,23 @@ class GPUSharePoolSpec(_Model):
     )
     compute_allocation: bool = Field(
         default=False,
+        json_schema_extra=_no_crd_default,
         description=f"true: compute is allocated too ({c.LABEL_SCHEDULE}=core_mem); pods request "
         f"{c.RES_GPU_CORE} (5 to 100, multiples of 5) with {c.RES_GPU_MEM}. Requires memoryIsolation: "
         "true. Default false.",
     )
     placement: Literal["binpack", "spread"] = Field(
         default="binpack",
+        json_schema_extra=_no_crd_default,
         description=f"Card-level placement on multi-GPU nodes ({c.LABEL_PLACEMENT}): binpack (default) "
         "fills one GPU before the next; spread distributes pods across the GPUs.",
+    )
+    nvidia: Nvidia | None = Field(
+        default=None,
+        description="Share the pool's GPUs with NVIDIA's device plugin (time-slicing or MPS) instead of "
+        "ACK's GPU sharing: gpushare writes the pool's config into the plugin's ConfigMap and sets "
+        f"{c.LABEL_NVIDIA_CONFIG} on the pool's nodes. With it, the ACK fields (memoryIsolation, "
+        "computeAllocation, placement) must be absent.",
     )
     device_plugin: DevicePlugin = Field(
         default_factory=DevicePlugin,
@@ -334,6 +443,38 @@ class GPUSharePoolSpec(_Model):
         rules.EMPTY_SELECTOR.check(selector.requirements())
         rules.MANAGED_SELECTOR.check(selector.requirements())
         return selector
+
+    @model_validator(mode="before")
+    @classmethod
+    def _backend_defaults(cls, data: Any) -> Any:
+        """An NVIDIA pool's device plugin is NVIDIA's unless it says otherwise."""
+        if not isinstance(data, dict) or data.get("nvidia") is None:
+            return data
+        plugin = data.get("devicePlugin", data.get("device_plugin"))
+        plugin = dict(plugin) if isinstance(plugin, Mapping) else {}
+        if plugin.get("namespace") is None:
+            plugin["namespace"] = c.NVIDIA_PLUGIN_NAMESPACE
+        if plugin.get("podSelector", plugin.get("pod_selector")) is None:
+            plugin["podSelector"] = {"matchLabels": dict(c.NVIDIA_PLUGIN_LABELS)}
+        out = {k: v for k, v in data.items() if k != "device_plugin"}
+        out["devicePlugin"] = plugin
+        return out
+
+    @model_validator(mode="after")
+    def _one_backend(self) -> GPUSharePoolSpec:
+        ack = [f for f in rules.ACK_FIELDS if _snake(f) in self.model_fields_set]
+        rules.ONE_BACKEND.check(self.nvidia is not None, ack)
+        return self
+
+    @property
+    def isolates_memory(self) -> bool:
+        """Whether the pool demands cGPU memory isolation (an ACK pool with memoryIsolation)."""
+        return self.nvidia is None and self.memory_isolation
+
+    @property
+    def backend(self) -> str:
+        """The pool's backend: ``nvidia`` or ``ack``."""
+        return "nvidia" if self.nvidia is not None else "ack"
 
     @field_validator("compute_allocation")
     @classmethod
@@ -481,10 +622,12 @@ class GPUSharePoolStatus(_Model):
     observed_generation: int | None = Field(
         default=None, description="The metadata.generation of the spec the operator last acted on."
     )
+    backend: str | None = Field(default=None, description="The pool's GPU-sharing backend: ack or nvidia.")
     schedule: str | None = Field(
         default=None,
-        description=f"The {c.LABEL_SCHEDULE} value the pool puts on its nodes: cgpu, share or core_mem "
-        "(the GPU sharing mode; spec.admission.mode is about the admission webhook).",
+        description=f"The mode the pool puts on its nodes (the GPU sharing mode; spec.admission.mode is "
+        f"about the admission webhook): the {c.LABEL_SCHEDULE} value, cgpu, share or core_mem, of an ACK "
+        f"pool; the {c.LABEL_NVIDIA_CONFIG} config name of an NVIDIA pool.",
     )
     conditions: list[Condition] = Field(
         default_factory=list,

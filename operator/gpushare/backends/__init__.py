@@ -13,9 +13,10 @@ from gpushare import constants as c
 from gpushare.api.v1alpha1 import GPUSharePoolSpec
 from gpushare.backends.ack import ACK
 from gpushare.backends.base import SharingBackend
+from gpushare.backends.nvidia import NVIDIA
 
 #: Every backend, by name.
-BACKENDS: Final[dict[str, SharingBackend]] = {ACK.name: ACK}
+BACKENDS: Final[dict[str, SharingBackend]] = {ACK.name: ACK, NVIDIA.name: NVIDIA}
 #: The backend of a node whose pool is gone.
 DEFAULT: Final[SharingBackend] = ACK
 #: Every node label the operator may write (the backends' and ``gpushare.io/pool``).
@@ -23,8 +24,8 @@ OWNED_LABELS: Final = (*dict.fromkeys(k for b in BACKENDS.values() for k in b.ow
 
 
 def backend_for(spec: GPUSharePoolSpec | None) -> SharingBackend:
-    """The backend of a pool with ``spec`` (v1alpha1 pools are ACK's)."""
-    return ACK
+    """The backend of a pool with ``spec``: NVIDIA's with ``spec.nvidia``, else ACK's."""
+    return NVIDIA if spec is not None and spec.nvidia is not None else ACK
 
 
 __all__ = ["BACKENDS", "DEFAULT", "OWNED_LABELS", "SharingBackend", "backend_for"]

@@ -12,7 +12,8 @@ backend of a pool what to do, and names none of the stack's labels or resources 
 * **the device plugin**: where its pods live by default and the labels they carry.
 
 A backend is pure: no client, no clock. ``gpushare.backends.ack`` is the first (Alibaba ACK's
-cGPU and GPU sharing).
+cGPU and GPU sharing), ``gpushare.backends.nvidia`` the second (NVIDIA's device plugin:
+time-slicing and MPS).
 """
 
 from __future__ import annotations
@@ -30,8 +31,11 @@ class SharingBackend(Protocol):
     name: str
     #: Node labels the backend owns: written on a pool's nodes, their prior values restored.
     owned_labels: tuple[str, ...]
-    #: Those its device plugin reads only when it starts: changing one owes a plugin restart.
+    #: Those its device plugin reads: changing one owes a plugin restart (or reload).
     plugin_labels: tuple[str, ...]
+    #: Whether the operator restarts the plugin (deletes its pod) after such a change; False: the
+    #: plugin reloads itself, and the operator only waits for the node to advertise the new mode.
+    restarts_plugin: bool
     #: The label that names a node's mode (in messages: "<label> a -> b is blocked by ...").
     mode_label: str
     #: The resource a mode switch disrupts (in messages: "... pod(s) using <resource>").
@@ -44,6 +48,10 @@ class SharingBackend(Protocol):
 
     def labels_for(self, spec: GPUSharePoolSpec) -> dict[str, str]:
         """The owned labels' values on a node of a pool with this spec (every owned label)."""
+        ...
+
+    def pool_mode(self, spec: GPUSharePoolSpec) -> str:
+        """The mode a node of a pool with this spec is in (``mode_of(labels_for(spec))``)."""
         ...
 
     def restored(self, prior: Mapping[str, str | None]) -> dict[str, str | None]:
@@ -63,8 +71,8 @@ class SharingBackend(Protocol):
         """Whether a pod with these requests holds what a mode switch takes away."""
         ...
 
-    def advertises(self, mode: str, allocatable: Mapping[str, str]) -> bool:
-        """Whether a node with this allocatable advertises what ``mode`` implies."""
+    def advertises(self, mode: str, allocatable: Mapping[str, str], labels: Mapping[str, str]) -> bool:
+        """Whether a node with this allocatable (and labels) advertises what ``mode`` implies."""
         ...
 
     def plugin_unregistered(self, capacity: Mapping[str, str], allocatable: Mapping[str, str]) -> bool:
@@ -73,10 +81,10 @@ class SharingBackend(Protocol):
 
     def unregistered_message(self, capacity: Mapping[str, str]) -> str: ...
 
-    def stale_message(self, mode: str, allocatable: Mapping[str, str]) -> str:
+    def stale_message(self, mode: str, allocatable: Mapping[str, str], labels: Mapping[str, str]) -> str:
         """Why a node labelled for ``mode`` does not advertise it (for the pool's node status)."""
         ...
 
-    def pending_message(self, mode: str, allocatable: Mapping[str, str]) -> str:
+    def pending_message(self, mode: str, allocatable: Mapping[str, str], labels: Mapping[str, str]) -> str:
         """What a node whose plugin was restarted waits for (for the pool's node status)."""
         ...

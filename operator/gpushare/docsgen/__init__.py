@@ -294,6 +294,8 @@ REASONS: dict[str, str] = {
     cond.NODE_RESTORING: "leaving the pool, its labels are being restored (`cleanup: Restore`)",
     cond.NODE_RELEASING: "leaving the pool, its labels are kept (`cleanup: Retain`)",
     cond.NODE_LABELS_CHANGED: "its labels differ from what the pool wants; waiting for its turn",
+    cond.NODE_CONFIG_PROPAGATING: "(NVIDIA) its new config label waits until the config gpushare added to "
+    "the plugin's ConfigMap can have reached the plugin pods (nvidia.configPropagationSeconds)",
     cond.NODE_POOL_INVALID: "the pool's spec is invalid: nothing is changed on the node",
     cond.NODE_NOT_READY: "the Node's own Ready condition is not True",
     cond.NODE_ISOLATION_UNAVAILABLE: "the pool wants memory isolation, the node agent found no cGPU module",

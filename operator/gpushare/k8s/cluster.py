@@ -6,7 +6,8 @@ where 404 means gone) and every write is counted in
 ``gpushare.policy``.
 
 RBAC: nodes get/list/watch/patch; pods list/watch (cluster-wide) and delete (only in the
-device-plugin namespaces, one Role each); pods/eviction create; events create; gpusharepools
+device-plugin namespaces, one Role each); configmaps get/patch (NVIDIA's named configs, in the
+plugin namespaces); pods/eviction create; events create; gpusharepools
 get/list/watch/patch and gpusharepools/status patch (docs/security.md).
 """
 
@@ -129,6 +130,30 @@ class Cluster:
             ),
             verb="patch",
             resource="nodes",
+        )
+
+    # --- NVIDIA's named-config ConfigMap ----------------------------------------------------------
+
+    async def read_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return await call_or_absent(
+            lambda: self.rest.get(path(CORE, "namespaces", namespace, "configmaps", name)),
+            verb="get",
+            resource="configmaps",
+        )
+
+    async def patch_configmap(
+        self, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """A JSON merge patch of gpushare's keys (with ``metadata.resourceVersion``: 409 if the
+        ConfigMap changed since it was read)."""
+        return await call_or_absent(
+            lambda: self.rest.patch(
+                path(CORE, "namespaces", namespace, "configmaps", name),
+                dict(patch),
+                query={"fieldManager": FIELD_MANAGER},
+            ),
+            verb="patch",
+            resource="configmaps",
         )
 
     # --- pods ----------------------------------------------------------------------------------

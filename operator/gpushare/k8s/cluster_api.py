@@ -44,6 +44,16 @@ class ClusterAPI(Protocol):
         """Evict through the Eviction API: "evicted", "gone" or "blocked"."""
         ...
 
+    async def read_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The ConfigMap; None if it does not exist."""
+        ...
+
+    async def patch_configmap(
+        self, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """One JSON merge patch of the ConfigMap (409 on a stale resourceVersion); None if it is gone."""
+        ...
+
     async def patch_pool_status(self, name: str, status: Mapping[str, Any]) -> bool:
         """Merge-patch the pool's status subresource; False if the pool is gone."""
         ...

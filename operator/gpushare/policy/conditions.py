@@ -37,6 +37,8 @@ NODE_MODE_SWITCH_BLOCKED = "ModeSwitchBlocked"
 NODE_RESTORING = "Restoring"
 NODE_RELEASING = "Releasing"
 NODE_LABELS_CHANGED = "LabelsChanged"
+#: An NVIDIA node waits for its pool's config to reach the device plugin pods before it is labelled.
+NODE_CONFIG_PROPAGATING = "ConfigPropagating"
 NODE_POOL_INVALID = "PoolInvalid"
 NODE_NOT_READY = "NodeNotReady"
 NODE_ISOLATION_UNAVAILABLE = "IsolationUnavailable"

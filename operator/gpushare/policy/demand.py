@@ -190,7 +190,8 @@ def idle_nodes(
         view = nodes.get(p.node)
         if view is None or not view.ready or view.unschedulable or p.node in busy:
             continue
-        if not backend_for(pool.spec).advertises(pool.spec.mode, view.allocatable):
+        backend = backend_for(pool.spec)
+        if not backend.advertises(backend.pool_mode(pool.spec), view.allocatable, view.labels):
             continue
         out.append(p.node)
     return sorted(out)

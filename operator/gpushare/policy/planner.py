@@ -374,7 +374,7 @@ def awaiting_mode(node: NodeView, record: RestartRecord | None, backend: Sharing
         return False
     if record.hash != plugin_labels_hash(node.labels, backend):
         return False
-    return not backend.advertises(backend.mode_of(node.labels), node.allocatable)
+    return not backend.advertises(backend.mode_of(node.labels), node.allocatable, node.labels)
 
 
 @dataclass(frozen=True)
@@ -384,12 +384,23 @@ class _Target:
     rollout: Rollout
     restart_policy: Literal["Rolling", "Never"]
     backend: SharingBackend
+    #: The backend the node leaves for ``backend`` (a move between pools of two backends): its
+    #: labels are restored in the same patch, and its pods are disrupted too.
+    leaving: SharingBackend | None = None
 
 
-def _blocking(pods: Iterable[PodView], backend: SharingBackend) -> tuple[PodView, ...]:
-    """The running pods a mode switch of their node would disrupt."""
-    held = (p for p in pods if not p.terminated and backend.holds_shared_gpu(p.requests))
+def _blocking(pods: Iterable[PodView], backends: Iterable[SharingBackend]) -> tuple[PodView, ...]:
+    """The running pods a mode switch of their node would disrupt (holding what any of
+    ``backends`` shares)."""
+    bs = tuple(backends)
+    held = (p for p in pods if not p.terminated and any(b.holds_shared_gpu(p.requests) for b in bs))
     return tuple(sorted(held, key=lambda p: p.ref))
+
+
+def changed_by(labels: Mapping[str, str], prior: Mapping[str, str | None]) -> list[SharingBackend]:
+    """The backends whose labels on a node differ from what restoring ``prior`` would put back:
+    those that labelled it (for a node whose pool is gone, and so cannot say)."""
+    return [b for b in BACKENDS.values() if any(labels.get(k) != v for k, v in b.restored(prior).items())]
 
 
 def _change(
@@ -416,7 +427,13 @@ def _change(
     backend = target.backend
     old_mode, new_mode = backend.mode_of(node.labels), backend.mode_of(target.labels)
     mode_switch = (old_mode, new_mode) if old_mode != new_mode else None
-    blocking = _blocking(pods, backend) if mode_switch and backend.disrupts(old_mode, new_mode) else ()
+    disrupting = target.leaving is not None or (
+        mode_switch is not None and backend.disrupts(old_mode, new_mode)
+    )
+    if target.leaving is not None and mode_switch is None:
+        mode_switch = (f"{target.leaving.name}:{target.leaving.mode_of(node.labels)}", new_mode)
+    leaving = (target.leaving,) if target.leaving is not None else ()
+    blocking = _blocking(pods, (backend, *leaving)) if disrupting else ()
     hold: ModeSwitchPolicy | None = None
     common: dict[str, Any] = {
         "node": node.name,
@@ -545,6 +562,14 @@ def _untouched(
     )
 
 
+def _owner_backend(owned: Ownership, pools: Mapping[str, GPUSharePool], node: NodeView) -> SharingBackend:
+    """The backend of the pool that owns the node (read from its labels when that pool is gone)."""
+    owner = pools.get(owned.pool)
+    if owner is not None:
+        return backend_for(owner.spec)
+    return next(iter(changed_by(node.labels, owned.prior)), DEFAULT)
+
+
 def _plan_node(
     node: NodeView,
     active: Sequence[GPUSharePool],
@@ -604,15 +629,22 @@ def _plan_node(
             reason, message = "Adopted", f"joins pool {pool.name}"
         else:
             reason, message = cond.NODE_LABELS_CHANGED, f"labels differ from what pool {pool.name} wants"
+        backend = backend_for(pool.spec)
+        wanted: dict[str, str | None] = dict(desired_labels(pool.spec, pool.name))
+        before = _owner_backend(owned, pools, node) if moving and owned is not None else backend
+        if before is not backend:
+            # Leaving another backend's pool: its labels go back to their prior values together.
+            wanted = {**restore_labels(new_owner.prior, before), **wanted}
         plan = _change(
             node,
             Action.APPLY,
             _Target(
                 pool.name,
-                desired_labels(pool.spec, pool.name),
+                wanted,
                 pool.spec.rollout,
                 pool.spec.device_plugin.restart,
-                backend_for(pool.spec),
+                backend,
+                leaving=before if before is not backend else None,
             ),
             owned=owned,
             new_owner=new_owner,
@@ -624,7 +656,7 @@ def _plan_node(
         )
         if plan.drift:
             plan = replace(plan, reason="DriftCorrected", message="managed labels were edited by hand")
-        if plan.action in (Action.APPLY, Action.NOOP) and awaiting_mode(node, record, backend_for(pool.spec)):
+        if plan.action in (Action.APPLY, Action.NOOP) and awaiting_mode(node, record, backend):
             plan = replace(plan, awaiting_mode=True)
         return plan
     if owned is None:
@@ -673,10 +705,10 @@ def _plan_node(
         Action.RESTORE,
         _Target(
             owned.pool,
-            restore_labels(owned.prior, backend_for(owner.spec) if owner else DEFAULT),
+            restore_labels(owned.prior, _owner_backend(owned, pools, node)),
             owner.spec.rollout if owner else Rollout(),
             owner.spec.device_plugin.restart if owner else "Rolling",
-            backend_for(owner.spec) if owner else DEFAULT,
+            _owner_backend(owned, pools, node),
         ),
         owned=owned,
         new_owner=None,
@@ -796,7 +828,7 @@ def plan(
     for node in sorted(nodes, key=lambda n: n.name):
         on = on_node.get(node.name, ())
         # Without a memo, or with pods that may hold a mode switch (named in the plan): planned.
-        if memo is None or (on and any(_blocking(on, b) for b in BACKENDS.values())):
+        if memo is None or (on and _blocking(on, BACKENDS.values())):
             out.append(_plan_node(node, active, by_name, deleting, bad, on, stamp))
             continue
         key = memo.key(node, stamp)

@@ -58,6 +58,45 @@ def watched(dp: DevicePlugin) -> bool:
     )
 
 
+def reload_step(
+    node: str,
+    record: RestartRecord,
+    pods: Sequence[PluginPod],
+    *,
+    now: datetime,
+    plugin: DevicePlugin,
+    advertised: bool,
+    stale: str,
+) -> RestartStep:
+    """The step of a plugin that reloads itself when the node's labels change (NVIDIA's
+    config-manager): nothing to delete. Done once the node advertises the mode of its labels
+    (``advertised``) with a Ready plugin pod; Failed past ``readyTimeoutSeconds``, saying why
+    (``stale``: what the node advertises instead; the plugin pods' state)."""
+    ready = [p for p in pods if p.ready and not p.deleting]
+    if advertised and ready:
+        metric = "ready" if record.state == "Pending" else None
+        return RestartStep("Done", "Reloaded", metric=metric)
+    if record.state == "Failed":
+        return RestartStep()
+    since = parse_time(record.since) or now
+    if now - since <= timedelta(seconds=plugin.ready_timeout_seconds):
+        return RestartStep()
+    where = f"({plugin.namespace}, {plugin.pod_selector.to_query()})"
+    if not pods:
+        why = f"no device plugin pod {where} on {node}"
+    elif not ready:
+        why = f"device plugin pod {pods[0].name} is not Ready{_waiting(pods[0])}"
+    else:
+        why = stale
+    return RestartStep(
+        "Failed", f"{why}, {plugin.ready_timeout_seconds}s after the labels changed", metric="timeout"
+    )
+
+
+def _waiting(pod: PluginPod) -> str:
+    return f" ({pod.problem})" if pod.problem else ""
+
+
 def restart_step(
     node: str,
     record: RestartRecord,

@@ -69,6 +69,7 @@ def node_state(
     restart_never: bool = False,
     now: datetime | None = None,
     backend: SharingBackend = DEFAULT,
+    held: Mapping[str, str] | None = None,
 ) -> NodeState | None:
     """The phase of one node as pool ``pool`` reports it, or None when the pool does not list it.
 
@@ -108,6 +109,8 @@ def node_state(
             p.message,
         )
     if p.action is Action.APPLY:
+        if held and p.node in held:
+            return NodeState(p.node, "Pending", cond.NODE_CONFIG_PROPAGATING, held[p.node])
         return NodeState(p.node, "Pending", p.reason or cond.NODE_LABELS_CHANGED, p.message)
     record = p.plugin_restart
     if record is not None and record.pool == pool:
@@ -144,6 +147,7 @@ def node_state(
             restart_never=restart_never,
             now=now,
             capacity=node.capacity,
+            labels=node.labels,
             backend=backend,
         )
         if stale is not None:
@@ -201,6 +205,7 @@ def plugin_mode_state(
     restart_never: bool,
     now: datetime | None,
     capacity: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
     backend: SharingBackend = DEFAULT,
 ) -> NodeState | None:
     """None when the node advertises what ``mode`` implies (``backend.advertises``); else why it is
@@ -214,9 +219,10 @@ def plugin_mode_state(
     * ``restart_never``: nobody will restart the plugin: Degraded ``PluginRestartNeeded`` at once.
     * later: Degraded ``PluginModeStale``.
     """
-    if backend.advertises(mode, allocatable):
+    labels = labels or {}
+    if backend.advertises(mode, allocatable, labels):
         return None
-    message = backend.stale_message(mode, allocatable)
+    message = backend.stale_message(mode, allocatable, labels)
     since = _since(record)
     in_window = since is not None and now is not None and now - since <= timedelta(seconds=ready_timeout_s)
     if backend.plugin_unregistered(capacity or {}, allocatable) and not (in_window and not restart_never):
@@ -235,7 +241,7 @@ def plugin_mode_state(
             node,
             "Restarting",
             cond.PLUGIN_MODE_PENDING,
-            backend.pending_message(mode, allocatable),
+            backend.pending_message(mode, allocatable, labels),
         )
     return NodeState(node, "Degraded", cond.PLUGIN_MODE_STALE, message)
 
@@ -254,16 +260,22 @@ def pool_status(
     *,
     now: datetime,
     errors: Mapping[str, str] | None = None,
+    held: Mapping[str, str] | None = None,
     deleting: bool = False,
 ) -> dict[str, Any]:
     """The full ``status`` of ``pool`` (Kubernetes JSON) with conditions merged into the old ones.
+
+    ``held``: node → why its change waits for something besides the rollout (an NVIDIA config
+    still reaching the plugin pods); such a node is Pending, reason ``ConfigPropagating``.
 
     ``errors``: node → message for writes that failed in this pass (the node is reported Failed).
     """
     errors = errors or {}
     name = pool.name
     plans = cluster_plan.for_pool(name)
-    isolation = pool.spec.memory_isolation
+    backend = backend_for(pool.spec)
+    mode = backend.pool_mode(pool.spec)
+    isolation = pool.spec.isolates_memory
     plugin = pool.spec.device_plugin
     states = [
         s
@@ -273,9 +285,10 @@ def pool_status(
                 p,
                 nodes.get(p.node),
                 errors,
+                held=held or {},
                 memory_isolation=isolation,
-                mode=pool.spec.mode,
-                backend=backend_for(pool.spec),
+                mode=mode,
+                backend=backend,
                 ready_timeout_s=plugin.ready_timeout_seconds,
                 restart_never=plugin.restart == "Never",
                 now=now,
@@ -362,7 +375,7 @@ def pool_status(
             + refused_note,
         )
 
-    held = [s for s in states if s.phase == "Held"]
+    held_nodes = [s for s in states if s.phase == "Held"]
     moving = [s for s in states if s.phase in ("Pending", "Restarting")]
     # Nodes whose plugin gpushare restarted and that still do not show the pool's mode (or whose
     # plugin never got Ready) keep using rollout.maxUnavailable (policy.rollout.in_flight): when
@@ -371,13 +384,13 @@ def pool_status(
     stuck = [s for s in states if s.name in awaiting and s.phase in ("Degraded", "Failed")]
     waiting = [s for s in moving if s.phase == "Pending" and s.name in member]
     stalled = bool(waiting) and len(stuck) >= pool.spec.rollout.max_unavailable_for(max(matched, 1))
-    if held:
+    if held_nodes:
         put(
             cond.PROGRESSING,
             "True",
             cond.REASON_NODES_HELD,
-            f"{len(held)} node(s) held by running GPU pods: "
-            + "; ".join(f"{s.name}: {s.message}" for s in held[:3]),
+            f"{len(held_nodes)} node(s) held by running GPU pods: "
+            + "; ".join(f"{s.name}: {s.message}" for s in held_nodes[:3]),
         )
     elif stalled and not deleting:
         put(
@@ -386,16 +399,18 @@ def pool_status(
             cond.REASON_ROLLOUT_STALLED,
             f"{len(waiting)} node(s) wait for their turn: rollout.maxUnavailable is used up by "
             f"{_names([s.name for s in stuck])}, whose device plugin does not advertise "
-            f"{pool.spec.mode} resources {plugin.ready_timeout_seconds}s "
+            f"{mode} resources {plugin.ready_timeout_seconds}s "
             "(devicePlugin.readyTimeoutSeconds) after its restart. Fix or restart the device plugin "
             f"there, or label the node {c.LABEL_SKIP}=true to leave it out",
         )
     elif moving:
+        propagating = [s for s in moving if s.reason == cond.NODE_CONFIG_PROPAGATING]
         put(
             cond.PROGRESSING,
             "True",
             cond.REASON_ROLLING_OUT,
-            f"{len(moving)} node(s) changing: {_names([s.name for s in moving])}",
+            f"{len(moving)} node(s) changing: {_names([s.name for s in moving])}"
+            + (f"; {len(propagating)} {propagating[0].message}" if propagating else ""),
         )
     else:
         put(cond.PROGRESSING, "False", cond.REASON_ROLLOUT_COMPLETE, "no node is changing")
@@ -412,7 +427,7 @@ def pool_status(
                 cond.DEGRADED,
                 "True",
                 cond.PLUGIN_RESTART_NEEDED,
-                f"{len(stale)} node(s) need a device plugin restart to advertise {pool.spec.mode} "
+                f"{len(stale)} node(s) need a device plugin restart to advertise {mode} "
                 f"resources (devicePlugin.restart is Never): {_names([s.name for s in stale])}",
             )
         else:
@@ -420,7 +435,7 @@ def pool_status(
                 cond.DEGRADED,
                 "True",
                 cond.PLUGIN_MODE_STALE,
-                f"{len(stale)} node(s) do not advertise {pool.spec.mode} resources: "
+                f"{len(stale)} node(s) do not advertise {mode} resources: "
                 + "; ".join(f"{s.name}: {s.message}" for s in stale[:3]),
             )
     elif unregistered_nodes and not failed:
@@ -474,7 +489,8 @@ def pool_status(
     status = GPUSharePoolStatus.model_validate(
         {
             "observedGeneration": generation,
-            "schedule": pool.spec.mode,
+            "backend": backend.name,
+            "schedule": mode,
             "conditions": conditions,
             "nodes": counts,
             "capacity": capacity,

@@ -12,6 +12,9 @@ from gpushare import constants as c
 from gpushare.api.quantity import quantity_int as quantity_int  # re-exported: the planner's lenient reading
 from gpushare.backends import BACKENDS
 
+#: The GPU resources of every backend: ACK's ``aliyun.com/gpu*`` and NVIDIA's ``nvidia.com/gpu*``.
+_GPU_PREFIXES = (c.GPU_RESOURCE_PREFIX, c.RES_NVIDIA_GPU)
+
 
 def _container_requests(container: Mapping[str, Any]) -> dict[str, int]:
     """Requests of one container; for extended resources a limit alone implies the request."""
@@ -19,7 +22,7 @@ def _container_requests(container: Mapping[str, Any]) -> dict[str, int]:
     out: dict[str, int] = {}
     for source in ("limits", "requests"):  # requests win when both are given
         for name, value in (resources.get(source) or {}).items():
-            if str(name).startswith(c.GPU_RESOURCE_PREFIX):
+            if str(name).startswith(_GPU_PREFIXES):
                 out[str(name)] = quantity_int(value)
     return out
 
@@ -138,11 +141,16 @@ class PodView:
     gpu_mem: int = 0
     gpu_core: int = 0
     gpu_count: int = 0
+    #: ``nvidia.com/gpu`` and ``nvidia.com/gpu.shared`` (whole or time-sliced GPUs).
+    nvidia_gpu: int = 0
+    nvidia_gpu_shared: int = 0
     labels: Mapping[str, str] = field(default_factory=dict)
     created: str = ""
     ready: bool = False
     #: ``status.reason`` of a Failed pod (e.g. ``UnexpectedAdmissionError``: the kubelet refused it)
     reason: str = ""
+    #: Why a pod that is not Ready has a container down (:func:`container_problem`).
+    problem: str = ""
 
     @classmethod
     def from_obj(cls, obj: Mapping[str, Any]) -> PodView:
@@ -164,19 +172,24 @@ class PodView:
             gpu_mem=requests.get(c.RES_GPU_MEM, 0),
             gpu_core=requests.get(c.RES_GPU_CORE, 0),
             gpu_count=requests.get(c.RES_GPU_COUNT, 0),
+            nvidia_gpu=requests.get(c.RES_NVIDIA_GPU, 0),
+            nvidia_gpu_shared=requests.get(c.RES_NVIDIA_GPU_SHARED, 0),
             labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
             created=str(meta.get("creationTimestamp") or ""),
             ready=ready,
             reason=sys.intern(str(status.get("reason") or "")) if status.get("phase") == "Failed" else "",
+            problem="" if ready else container_problem(status),
         )
 
     @property
     def requests(self) -> dict[str, int]:
-        """The pod's GPU-sharing requests by resource name (the non-zero ones)."""
+        """The pod's GPU requests by resource name (the non-zero ones)."""
         pairs = (
             (c.RES_GPU_MEM, self.gpu_mem),
             (c.RES_GPU_CORE, self.gpu_core),
             (c.RES_GPU_COUNT, self.gpu_count),
+            (c.RES_NVIDIA_GPU, self.nvidia_gpu),
+            (c.RES_NVIDIA_GPU_SHARED, self.nvidia_gpu_shared),
         )
         return {name: amount for name, amount in pairs if amount}
 
@@ -187,6 +200,26 @@ class PodView:
     @property
     def ref(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+def container_problem(status: Mapping[str, Any]) -> str:
+    """The first container (init containers first) that is waiting or has restarted, as
+    ``container C: CrashLoopBackOff, 4 restarts, last exit 1: <message>``; "" when none."""
+    for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+        waiting = ((cs.get("state") or {}).get("waiting") or {}).get("reason")
+        restarts = int(cs.get("restartCount") or 0)
+        if not waiting and not restarts:
+            continue
+        parts = [f"container {cs.get('name')}: {waiting or 'restarted'}"]
+        if restarts:
+            parts.append(f"{restarts} restarts")
+        last = (cs.get("lastState") or {}).get("terminated") or {}
+        if last:
+            text = str(last.get("message") or "").strip().splitlines()
+            exit_info = f"last exit {last.get('exitCode')}"
+            parts.append(f"{exit_info}: {text[-1][:200]}" if text else exit_info)
+        return ", ".join(parts)
+    return ""
 
 
 def pods_by_node(pods: Iterable[PodView]) -> dict[str, list[PodView]]:
@@ -208,6 +241,9 @@ class PluginPod:
     created: datetime | None
     ready: bool
     deleting: bool
+    #: Why a container is not running, from its status: "container C: CrashLoopBackOff (3
+    #: restarts): <last termination message>"; "" when none says.
+    problem: str = ""
 
 
 def parse_time(value: str) -> datetime | None:
@@ -228,4 +264,5 @@ def plugin_pod(pod: PodView) -> PluginPod:
         created=parse_time(pod.created) if pod.created else None,
         ready=pod.ready and pod.phase == "Running",
         deleting=pod.deletion,
+        problem=pod.problem,
     )

@@ -1,7 +1,8 @@
 """One reconcile pass of one pool, as a list of named phases over a :class:`PassScope`.
 
-observe (plan the dirty nodes) → decide (pure: batch, evictions) → confirm → write the nodes →
-evict → move plugin restarts → report (status, metrics, Events) → settle (when to look again,
+observe (plan the dirty nodes) → decide (pure: batch, evictions) → keep the pool's named config
+(NVIDIA: hold back labels naming a config not yet visible to the plugin) → confirm → write the
+nodes → evict → move plugin restarts → report (status, metrics, Events) → settle (when to look again,
 decided once in ``policy.decide``).
 """
 
@@ -28,6 +29,7 @@ from gpushare.policy.decide import (
 from gpushare.policy.events import restart_events, write_events
 from gpushare.reconcile.apply import confirm, evict, write_nodes
 from gpushare.reconcile.calls import PassCalls
+from gpushare.reconcile.configs import keep_configs
 from gpushare.reconcile.memory import ReportMemory, RestartMemory
 from gpushare.reconcile.plans import PlanCache
 from gpushare.reconcile.report import report, report_invalid
@@ -112,7 +114,10 @@ async def run_pass(parts: Parts, name: str, now: datetime, apply: Apply) -> Pass
         )
         return PassResult(name, summary="invalid spec")
     decision = decide_pass(s, parts)
-    confirmed = await confirm(s, decision.patches, state, cache, writes)
+    configs = await keep_configs(s, state, writes)
+    held = {p.node: configs.why() for p in decision.patches if configs.holds(p)}
+    patches = [p for p in decision.patches if p.node not in held]
+    confirmed = await confirm(s, patches, state, cache, writes)
     apply(name, s.effects.drain())
     written = await write_nodes(s, confirmed, state, cache, writes)
     apply(name, s.effects.drain())
@@ -120,6 +125,9 @@ async def run_pass(parts: Parts, name: str, now: datetime, apply: Apply) -> Pass
     restarts = await move_restarts(s, owed(s, state, cache), state, cache, writes, parts.restarts)
     apply(name, s.effects.drain())
     errors = {**written.errors, **evicted, **restarts.errors}
+    if configs.error is not None:
+        errors.update(held)
+        held = {}
     after = cache.of_pool(name, orphans=False)
     failed = bool(errors or written.conflicts)
     settled = settle(name, after, waiting=decision.waiting, restarting=restarts.running, failed_writes=failed)
@@ -138,6 +146,7 @@ async def run_pass(parts: Parts, name: str, now: datetime, apply: Apply) -> Pass
         invalid_pools=cache.invalid_pools,
         writes=writes,
         memory=memory,
+        held=held,
     )
     settled = look_again(
         settled, status_wait=shown.status_wait, awaiting_plugin=shown.awaiting_plugin, deleting=s.deleting

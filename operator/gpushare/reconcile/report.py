@@ -92,6 +92,7 @@ async def report(
     invalid_pools: Mapping[str, str],
     writes: PassCalls,
     memory: ReportMemory,
+    held: Mapping[str, str] | None = None,
 ) -> Report:
     """Post the pass's Events (``events`` and new holds/conflicts), publish metrics and the status
     (not for an invalid pool being deleted: its cleanup only posts the Events of its writes)."""
@@ -102,7 +103,7 @@ async def report(
     current = dict(s.raw.get("status") or {})
     base = memory.status if memory.status is not None else current
     status = _status_of(
-        s, state, _based(model, base), plans, invalid_pools, errors=errors, deleting=s.deleting
+        s, state, _based(model, base), plans, invalid_pools, errors=errors, held=held, deleting=s.deleting
     )
     counts = status.get("nodes", {})
     metrics.set_pool_nodes(

@@ -11,11 +11,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gpushare import metrics
+from gpushare.backends import backend_for
 from gpushare.k8s import ApiError
 from gpushare.policy import RestartRecord
 from gpushare.policy.events import names
 from gpushare.policy.planner import RestartState, restart_outcome_patch
-from gpushare.policy.restart import restart_step, watched
+from gpushare.policy.restart import RestartStep, reload_step, restart_step, watched
 from gpushare.policy.views import PluginPod, plugin_pod
 from gpushare.reconcile.apply import PER_NODE_LISTS, remember
 from gpushare.reconcile.batch import for_each
@@ -112,6 +113,45 @@ async def _record(s: PassScope, node: str, updated: RestartRecord, parts: _Parts
     return NodeRestart(node, state=updated.state)
 
 
+def _take_step(
+    s: PassScope,
+    node: str,
+    record: RestartRecord,
+    pods: Sequence[PluginPod],
+    state: ClusterState,
+    memory: RestartMemory,
+) -> RestartStep:
+    """The pure step for the node's backend: a restart (its pods deleted), or a reload its plugin
+    does itself (waited for until the node advertises the mode of its labels)."""
+    model = state.model(record.pool)
+    backend = backend_for(model.spec if model else None)
+    plugin = state.plugin_of(record.pool)
+    if not backend.restarts_plugin:
+        view = state.view(node)
+        labels = view.labels if view else {}
+        allocatable = view.allocatable if view else {}
+        mode = backend.mode_of(labels)
+        return reload_step(
+            node,
+            record,
+            pods,
+            now=s.now,
+            plugin=plugin,
+            advertised=backend.advertises(mode, allocatable, labels),
+            stale=backend.stale_message(mode, allocatable, labels),
+        )
+    return restart_step(
+        node,
+        record,
+        pods,
+        now=s.now,
+        plugin=plugin,
+        deleted_uids=memory.deleted_uids,
+        deleted_since=memory.deleted_since.get(node),
+        took_over_at=memory.took_over_at,
+    )
+
+
 async def _step(
     s: PassScope,
     node: str,
@@ -129,16 +169,7 @@ async def _step(
             pods = await writes.cluster.plugin_pods(*key, node)
         except ApiError as exc:
             return NodeRestart(node, error=f"listing device plugin pods failed: {exc}")
-    step = restart_step(
-        node,
-        record,
-        pods,
-        now=s.now,
-        plugin=state.plugin_of(record.pool),
-        deleted_uids=memory.deleted_uids,
-        deleted_since=memory.deleted_since.get(node),
-        took_over_at=memory.took_over_at,
-    )
+    step = _take_step(s, node, record, pods, state, memory)
     memory.deleted_uids.difference_update(step.forget)
     for pod in await writes.delete_plugin_pods(s.name, step.delete):
         memory.deleted_since[node] = record.since

@@ -15,6 +15,7 @@ from typing import Any
 import structlog
 
 from gpushare.api.v1alpha1 import GPUSharePool
+from gpushare.backends import backend_for
 from gpushare.policy.decide import RESYNC
 
 
@@ -77,4 +78,4 @@ class PassScope:
 
     @property
     def mode(self) -> str:
-        return self.model.spec.mode if self.model else ""
+        return backend_for(self.model.spec).pool_mode(self.model.spec) if self.model else ""

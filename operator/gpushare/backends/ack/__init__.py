@@ -29,6 +29,8 @@ class AckBackend:
         c.LABEL_PLACEMENT,
     )
     owned_labels: tuple[str, ...] = plugin_labels
+    #: The plugin reads its labels only when it starts: its pod is deleted.
+    restarts_plugin: bool = True
     mode_label: str = c.LABEL_SCHEDULE
     shared_resource: str = c.RES_GPU_MEM
     #: ``aliyun.com/gpu*``, and the exclusive ``nvidia.com/gpu`` that tells a node whose plugin
@@ -44,6 +46,9 @@ class AckBackend:
             c.LABEL_SCHEDULE: spec.mode,
             c.LABEL_PLACEMENT: spec.placement,
         }
+
+    def pool_mode(self, spec: GPUSharePoolSpec) -> str:
+        return spec.mode
 
     def restored(self, prior: Mapping[str, str | None]) -> dict[str, str | None]:
         """Prior values; ``ack.node.gpu.schedule`` never absent (deleting it would not bring back
@@ -63,7 +68,7 @@ class AckBackend:
     def holds_shared_gpu(self, requests: Mapping[str, int]) -> bool:
         return requests.get(c.RES_GPU_MEM, 0) > 0
 
-    def advertises(self, mode: str, allocatable: Mapping[str, str]) -> bool:
+    def advertises(self, mode: str, allocatable: Mapping[str, str], labels: Mapping[str, str]) -> bool:
         return evidence.advertises(mode, allocatable)
 
     def plugin_unregistered(self, capacity: Mapping[str, str], allocatable: Mapping[str, str]) -> bool:
@@ -72,10 +77,10 @@ class AckBackend:
     def unregistered_message(self, capacity: Mapping[str, str]) -> str:
         return evidence.unregistered_message(capacity)
 
-    def stale_message(self, mode: str, allocatable: Mapping[str, str]) -> str:
+    def stale_message(self, mode: str, allocatable: Mapping[str, str], labels: Mapping[str, str]) -> str:
         return evidence.stale_message(mode, allocatable)
 
-    def pending_message(self, mode: str, allocatable: Mapping[str, str]) -> str:
+    def pending_message(self, mode: str, allocatable: Mapping[str, str], labels: Mapping[str, str]) -> str:
         return (
             f"waiting for the device plugin to advertise "
             f"{evidence.describe(evidence.expected_effective_mode(mode))}; "

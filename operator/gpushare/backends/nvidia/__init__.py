@@ -1,0 +1,141 @@
+"""NVIDIA's device plugin (k8s-device-plugin): time-slicing and MPS pools, the second backend.
+
+NVIDIA's plugin reads one sharing config; several named configs live in one ConfigMap that its
+pods mount, and the node label ``nvidia.com/device-plugin.config`` picks one per node. Its
+``config-manager`` sidecar links the picked config and signals the plugin when the label's value
+changes, so the plugin is never restarted by the operator (``restarts_plugin`` is False): the
+operator writes the label and waits for the node to advertise ``replicas x GPUs``.
+
+A pool's config is named after its content (``gpushare.backends.nvidia.config``): an edited config
+is a new name, so it reaches the node as a new label value (config-manager acts only on a change of
+value). The mode of a node is that name; what it means (strategy, replicas, resource) is read back
+from the name itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+from gpushare import constants as c
+from gpushare.api.quantity import quantity_int
+from gpushare.api.v1alpha1 import GPUSharePoolSpec
+from gpushare.backends.nvidia import config
+from gpushare.backends.nvidia.config import ConfigName
+
+
+def _gpus(labels: Mapping[str, str]) -> int | None:
+    """The node's physical GPUs, as the node agent or GPU Feature Discovery labelled them."""
+    for key in (c.LABEL_GPU_COUNT, c.LABEL_NVIDIA_GPU_COUNT):
+        value = labels.get(key, "")
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return None
+
+
+def _count(allocatable: Mapping[str, str], resource: str) -> int:
+    return quantity_int(allocatable.get(resource)) or 0
+
+
+def _describe(allocatable: Mapping[str, str]) -> str:
+    shown = [
+        f"{r}: {allocatable[r]}" for r in (c.RES_NVIDIA_GPU, c.RES_NVIDIA_GPU_SHARED) if r in allocatable
+    ]
+    return ", ".join(shown) if shown else f"no {c.RES_NVIDIA_GPU}"
+
+
+class NvidiaBackend:
+    """NVIDIA's config label, plugin and evidence behind :class:`gpushare.backends.base.SharingBackend`."""
+
+    name: str = "nvidia"
+    plugin_labels: tuple[str, ...] = (c.LABEL_NVIDIA_CONFIG,)
+    owned_labels: tuple[str, ...] = plugin_labels
+    #: config-manager reloads the plugin itself when the label changes.
+    restarts_plugin: bool = False
+    mode_label: str = c.LABEL_NVIDIA_CONFIG
+    shared_resource: str = c.RES_NVIDIA_GPU
+    node_resources: tuple[str, ...] = (c.RES_NVIDIA_GPU,)
+    default_plugin_namespace: str = c.NVIDIA_PLUGIN_NAMESPACE
+    default_plugin_labels: Mapping[str, str] = c.NVIDIA_PLUGIN_LABELS
+
+    def labels_for(self, spec: GPUSharePoolSpec) -> dict[str, str]:
+        return {c.LABEL_NVIDIA_CONFIG: self.pool_mode(spec)}
+
+    def pool_mode(self, spec: GPUSharePoolSpec) -> str:
+        if spec.nvidia is None:
+            raise ValueError("not an NVIDIA pool: spec.nvidia is absent")
+        return config.name_of(spec.nvidia)
+
+    def restored(self, prior: Mapping[str, str | None]) -> dict[str, str | None]:
+        return {key: prior.get(key) for key in self.owned_labels}
+
+    def mode_of(self, labels: Mapping[str, str | None]) -> str:
+        return labels.get(c.LABEL_NVIDIA_CONFIG) or ""
+
+    def disrupts(self, old_mode: str, new_mode: str) -> bool:
+        """Another strategy or resource name, or fewer replicas: pods running on replicas that go
+        away (or on a GPU now shared differently) would oversubscribe it. More replicas of the
+        same sharing add slots and disrupt nothing. A name gpushare did not write (or none: the
+        plugin's default config) is read as a switch."""
+        old, new = ConfigName.parse(old_mode), ConfigName.parse(new_mode)
+        if old is None or new is None:
+            return old_mode != new_mode
+        return (old.strategy, old.renamed) != (new.strategy, new.renamed) or new.replicas < old.replicas
+
+    def holds_shared_gpu(self, requests: Mapping[str, int]) -> bool:
+        return requests.get(c.RES_NVIDIA_GPU, 0) > 0 or requests.get(c.RES_NVIDIA_GPU_SHARED, 0) > 0
+
+    def expected(self, mode: str, labels: Mapping[str, str]) -> tuple[str, int | None] | None:
+        """The resource and count a node labelled ``mode`` advertises (count None: GPUs unknown);
+        None for a config gpushare did not name."""
+        name = ConfigName.parse(mode)
+        if name is None:
+            return None
+        gpus = _gpus(labels)
+        return name.resource, None if gpus is None else gpus * name.replicas
+
+    def advertises(self, mode: str, allocatable: Mapping[str, str], labels: Mapping[str, str]) -> bool:
+        """``replicas x GPUs`` of the config's resource. GPUs come from ``gpushare.io/gpu.count``
+        (the node agent) or ``nvidia.com/gpu.count`` (GPU Feature Discovery); without either, any
+        positive multiple of ``replicas``. A config gpushare did not name: any GPU advertised."""
+        name = ConfigName.parse(mode)
+        if name is None:
+            return _count(allocatable, c.RES_NVIDIA_GPU) + _count(allocatable, c.RES_NVIDIA_GPU_SHARED) > 0
+        count = _count(allocatable, name.resource)
+        gpus = _gpus(labels)
+        if gpus is not None:
+            return count == gpus * name.replicas
+        return count > 0 and count % name.replicas == 0
+
+    def plugin_unregistered(self, capacity: Mapping[str, str], allocatable: Mapping[str, str]) -> bool:
+        known = [r for r in (c.RES_NVIDIA_GPU, c.RES_NVIDIA_GPU_SHARED) if r in capacity]
+        return bool(known) and all(_count(allocatable, r) == 0 for r in known)
+
+    def unregistered_message(self, capacity: Mapping[str, str]) -> str:
+        return (
+            f"the kubelet knows {c.RES_NVIDIA_GPU} but none is allocatable: NVIDIA's device plugin is "
+            "not registered (not running, or its config-manager sidecar failed)"
+        )
+
+    def _wants(self, mode: str, labels: Mapping[str, str]) -> str:
+        want = self.expected(mode, labels)
+        if want is None:
+            return f"config {mode or '<the plugin default>'}"
+        resource, count = want
+        return f"{resource}: {count}" if count is not None else f"a multiple of its replicas of {resource}"
+
+    def stale_message(self, mode: str, allocatable: Mapping[str, str], labels: Mapping[str, str]) -> str:
+        return (
+            f"labelled {c.LABEL_NVIDIA_CONFIG}={mode}, which means {self._wants(mode, labels)}, but the node "
+            f"advertises {_describe(allocatable)}: the config-manager sidecar did not switch the plugin "
+            "(config missing from its ConfigMap, sidecar not running or crash-looping)"
+        )
+
+    def pending_message(self, mode: str, allocatable: Mapping[str, str], labels: Mapping[str, str]) -> str:
+        return (
+            f"waiting for NVIDIA's device plugin to advertise {self._wants(mode, labels)} "
+            f"(config {mode}); it advertises {_describe(allocatable)}"
+        )
+
+
+NVIDIA: Final = NvidiaBackend()
