@@ -27,10 +27,13 @@ from gpushare import __version__
 from gpushare import constants as c
 from gpushare.devcluster import BinariesMissing, ClusterInfo, DevCluster, find_binaries, wait_for
 from gpushare.devcluster import nvidia as nv
+from gpushare.devcluster.crds import install_crd_files
 from gpushare.devcluster.realnode import IMAGE_WORKLOAD, RealNodeUnavailable, preflight
 from gpushare.k8s.client import make_api_client
 from support.cluster import serve
 from support.namespaces import fresh_namespace
+from support.operator_proc import OperatorProc, launch_operator
+from support.pools import PoolApi
 
 pytestmark = pytest.mark.realnode
 
@@ -41,6 +44,9 @@ CONFIGS = {"ts4": nv.time_slicing_config(4), "ts2": nv.time_slicing_config(2)}
 #: Generous: a config switch is a label watch, a SIGHUP, a re-registration and a kubelet status
 #: sync (10 s); a crash-looping sidecar waits out its back-off; 2 CPUs shared with other tests.
 WAIT = 180.0
+#: A pool's config reaches the plugin pods' directory at the kubelet's next pod sync (up to 90 s,
+#: nvidia.configPropagationSeconds' default): the operator labels the node only after that.
+POOL_WAIT = WAIT + 120.0
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +73,7 @@ def nvidia_cluster() -> Iterator[ClusterInfo]:
     async def prepare(info: ClusterInfo) -> None:
         api = await make_api_client(str(info.kubeconfig))
         async with api:
+            await install_crd_files(api, sorted((REPO / "crds").glob("*.yaml")))
             await nv.install(api, dev, CONFIGS)
 
     yield from serve(dev, prepare, "control plane with a real node")
@@ -109,37 +116,49 @@ async def test_the_node_label_picks_the_time_slicing_config(napi: client.ApiClie
     await label_and_wait(core, "ts4", 4 * GPUS)
 
 
-async def test_a_pod_asking_for_one_gpu_gets_a_uuid_of_the_library(napi: client.ApiClient, ns: str) -> None:
-    core = client.CoreV1Api(napi)
-    await label_and_wait(core, "ts4", 4 * GPUS)
-    body = {
+def gpu_pod(name: str, *args: str) -> dict[str, Any]:
+    """A pod of the workload image asking for one ``nvidia.com/gpu`` on the real node (it prints
+    its environment; ``--sleep N`` keeps it running)."""
+    return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": "one-gpu"},
+        "metadata": {"name": name},
         "spec": {
             "restartPolicy": "Never",
             "nodeSelector": dict(nv.NODE_SELECTOR),
+            "terminationGracePeriodSeconds": 1,
             "containers": [
                 {
                     "name": "main",
                     "image": IMAGE_WORKLOAD,
                     "imagePullPolicy": "Never",
+                    "args": list(args),
                     "resources": {"limits": {"cpu": "100m", "memory": "32Mi", nv.RESOURCE: "1"}},
                 }
             ],
         },
     }
-    await core.create_namespaced_pod(ns, cast(Any, body))
+
+
+async def run_to_completion(core: client.CoreV1Api, ns: str, name: str) -> dict[str, str]:
+    """Run :func:`gpu_pod` ``name`` to its end on the real node; the environment it printed."""
+    await core.create_namespaced_pod(ns, cast(Any, gpu_pod(name)))
 
     async def finished() -> Any:
-        pod = await core.read_namespaced_pod("one-gpu", ns)
+        pod = await core.read_namespaced_pod(name, ns)
         return pod if pod.status.phase in ("Succeeded", "Failed") else None
 
-    pod = await wait_for(finished, what=f"pod {ns}/one-gpu to run on {NODE}", timeout_s=WAIT)
+    pod = await wait_for(finished, what=f"pod {ns}/{name} to run on {NODE}", timeout_s=WAIT)
     assert pod.status.phase == "Succeeded", pod.status
     assert pod.spec.node_name == NODE
-    log: str = await core.read_namespaced_pod_log("one-gpu", ns)
-    env = dict(line[4:].partition("=")[::2] for line in log.splitlines() if line.startswith("env "))
+    log: str = await core.read_namespaced_pod_log(name, ns)
+    return dict(line[4:].partition("=")[::2] for line in log.splitlines() if line.startswith("env "))
+
+
+async def test_a_pod_asking_for_one_gpu_gets_a_uuid_of_the_library(napi: client.ApiClient, ns: str) -> None:
+    core = client.CoreV1Api(napi)
+    await label_and_wait(core, "ts4", 4 * GPUS)
+    env = await run_to_completion(core, ns, "one-gpu")
     # The plugin's Allocate (envvar device list): one time-sliced replica of one of the 2 GPUs.
     assert env.get("NVIDIA_VISIBLE_DEVICES") in {nv.default_uuid(i) for i in range(GPUS)}, env
 
@@ -192,21 +211,221 @@ async def test_the_agent_reads_the_same_gpus_through_pynvml(
 ) -> None:
     """The node agent (the product's image) beside NVIDIA's plugin reads the library the plugin
     reads: it publishes the 2 GPUs, and their UUIDs are the ones the plugin hands to pods."""
-    dev = DevCluster.of(nvidia_cluster)
-    await nv.install_agent(napi, dev, product_image, f"localhost/gpushare-operator:{__version__}")
-    core = client.CoreV1Api(napi)
-
-    async def published() -> Any:
-        node = await core.read_node(NODE)
-        labels = node.metadata.labels or {}
-        return node if labels.get(c.LABEL_GPU_COUNT) == str(GPUS) else None
-
-    node = await wait_for(
-        published, what=f"the agent to publish {c.LABEL_GPU_COUNT}={GPUS} on {NODE}", timeout_s=WAIT
-    )
+    node = await agent_published(nvidia_cluster, napi, product_image)
     labels = node.metadata.labels
     assert labels[c.LABEL_GPU_PRODUCT] == "NVIDIA-A100-SXM4-40GB", labels
     assert labels[c.LABEL_GPU_MEMORY_MIB] == "40960", labels
     inventory = json.loads(node.metadata.annotations[c.ANNOTATION_INVENTORY])
     assert inventory["state"] == "ok", inventory
     assert [g["uuid"] for g in inventory["gpus"]] == [nv.default_uuid(i) for i in range(GPUS)], inventory
+
+
+# --- GPUSharePools with spec.nvidia, driven by the operator ----------------------------------------
+
+
+async def agent_published(nvidia_cluster: ClusterInfo, napi: client.ApiClient, product_image: Path) -> Any:
+    """The node agent runs on the node and has published its GPU count (what the operator reads
+    to know how much a node of an NVIDIA pool must advertise)."""
+    core = client.CoreV1Api(napi)
+    node = await core.read_node(NODE)
+    if (node.metadata.labels or {}).get(c.LABEL_GPU_COUNT) == str(GPUS):
+        return node
+    # The agent runs where NVIDIA's plugin runs (its node selector).
+    await core.patch_node(NODE, {"metadata": {"labels": dict(nv.NODE_SELECTOR)}})
+    dev = DevCluster.of(nvidia_cluster)
+    await nv.install_agent(napi, dev, product_image, f"localhost/gpushare-operator:{__version__}")
+
+    async def published() -> Any:
+        node = await core.read_node(NODE)
+        return node if (node.metadata.labels or {}).get(c.LABEL_GPU_COUNT) == str(GPUS) else None
+
+    return await wait_for(
+        published, what=f"the agent to publish {c.LABEL_GPU_COUNT}={GPUS} on {NODE}", timeout_s=WAIT
+    )
+
+
+@pytest.fixture
+async def operator(
+    nvidia_cluster: ClusterInfo, napi: client.ApiClient, product_image: Path, tmp_path: Path
+) -> AsyncIterator[OperatorProc]:
+    await agent_published(nvidia_cluster, napi, product_image)
+    op = launch_operator(nvidia_cluster.kubeconfig, tmp_path / "operator.log")
+    op.wait_serving()
+    yield op
+    op.stop()
+
+
+@pytest.fixture
+async def pools(napi: client.ApiClient) -> AsyncIterator[PoolApi]:
+    api = PoolApi(napi)
+    yield api
+    for name in api.created:
+        await api.delete(name)
+
+
+def _nvidia(replicas: int, **more: Any) -> dict[str, Any]:
+    return {"nvidia": {"strategy": "TimeSlicing", "replicas": replicas, **more}}
+
+
+def _condition(pool: dict[str, Any] | None, kind: str) -> dict[str, Any]:
+    conds = ((pool or {}).get("status") or {}).get("conditions") or []
+    return next((cond for cond in conds if cond.get("type") == kind), {})
+
+
+def _node_status(pool: dict[str, Any] | None) -> dict[str, Any]:
+    return next(iter(((pool or {}).get("status") or {}).get("nodeStatuses") or []), {})
+
+
+async def ready_with(core: client.CoreV1Api, pools: PoolApi, name: str, count: int) -> dict[str, Any]:
+    """Wait until pool ``name`` is Ready; every time it says Ready, the node already advertises
+    ``count`` (the pool is Ready only once the node does)."""
+
+    async def ready() -> dict[str, Any] | None:
+        pool = await pools.get(name)
+        if _condition(pool, "Ready").get("status") != "True":
+            return None
+        advertised = await _allocatable(core)
+        assert advertised == (str(count), str(count)), (advertised, pool)
+        return pool
+
+    pool: dict[str, Any] = await wait_for(
+        ready, what=f"pool {name} Ready with {NODE} advertising {count}", timeout_s=POOL_WAIT
+    )
+    return pool
+
+
+async def test_a_time_slicing_pool_switches_the_real_plugin_and_restores_the_node_on_delete(
+    napi: client.ApiClient, ns: str, operator: OperatorProc, pools: PoolApi
+) -> None:
+    """The operator writes the pool's config into NVIDIA's ConfigMap, labels the node once the
+    config can have reached the plugin pod, and the real config-manager switches the real plugin
+    to 4 replicas of the library's 2 GPUs. Deleting the pool puts the node's config back."""
+    core = client.CoreV1Api(napi)
+    await label_and_wait(core, "ts2", 2 * GPUS)  # the node's config before gpushare
+    await pools.create_pool("ts", {c.LABEL_HOSTNAME: NODE}, **_nvidia(4))
+    pool = await ready_with(core, pools, "ts", 4 * GPUS)
+    config = pool["status"]["schedule"]
+    assert pool["status"]["backend"] == "nvidia" and config.startswith("gpushare-ts4-"), pool["status"]
+    node = await core.read_node(NODE)
+    assert node.metadata.labels[nv.CONFIG_LABEL] == config
+    configs = await core.read_namespaced_config_map(nv.CONFIGS_CONFIGMAP, nv.NAMESPACE)
+    assert set(CONFIGS) <= set(configs.data), "keys gpushare did not write are kept"
+    env = await run_to_completion(core, ns, "ts-job")
+    assert env.get("NVIDIA_VISIBLE_DEVICES") in {nv.default_uuid(i) for i in range(GPUS)}, env
+
+    await pools.delete("ts")
+
+    async def restored() -> bool:
+        node = await core.read_node(NODE)
+        return (node.metadata.labels or {}).get(nv.CONFIG_LABEL) == "ts2" and await _allocatable(core) == (
+            str(2 * GPUS),
+            str(2 * GPUS),
+        )
+
+    await wait_for(restored, what=f"{NODE} back on its own config ts2", timeout_s=WAIT)
+
+
+async def test_fewer_replicas_wait_for_the_running_pod_and_more_replicas_switch_at_once(
+    napi: client.ApiClient, ns: str, operator: OperatorProc, pools: PoolApi
+) -> None:
+    core = client.CoreV1Api(napi)
+    await label_and_wait(core, "ts2", 2 * GPUS)
+    await pools.create_pool("tsw", {c.LABEL_HOSTNAME: NODE}, **_nvidia(4), rollout={"modeSwitch": "Wait"})
+    await ready_with(core, pools, "tsw", 4 * GPUS)
+    await core.create_namespaced_pod(ns, cast(Any, gpu_pod("holder", "--sleep", "900")))
+
+    async def running() -> bool:
+        pod = await core.read_namespaced_pod("holder", ns)
+        return bool(pod.status.phase == "Running")
+
+    await wait_for(running, what="the holder pod to run", timeout_s=WAIT)
+
+    # 4 -> 2 under the running pod: held, and the node and the pod are named.
+    await pools.patch_spec("tsw", _nvidia(2))
+
+    async def held() -> dict[str, Any] | None:
+        pool = await pools.get("tsw")
+        shown = _node_status(pool)
+        return pool if shown.get("phase") == "Held" else None
+
+    pool = await wait_for(held, what="the node held by the running pod", timeout_s=WAIT)
+    shown = _node_status(pool)
+    assert shown["name"] == NODE and f"{ns}/holder" in shown["message"], shown
+    assert _condition(pool, "Progressing").get("reason") == "NodesHeld", pool["status"]
+    assert await _allocatable(core) == (str(4 * GPUS), str(4 * GPUS)), "the node did not switch"
+
+    # The pod ends: the node switches to 2 replicas.
+    await core.delete_namespaced_pod("holder", ns, grace_period_seconds=0)
+    await ready_with(core, pools, "tsw", 2 * GPUS)
+
+    # 2 -> 4 with a pod running: more replicas disrupt nothing, no hold (the ts4 config is still
+    # in the ConfigMap from before: ready at once).
+    await core.create_namespaced_pod(ns, cast(Any, gpu_pod("holder2", "--sleep", "900")))
+
+    async def running2() -> bool:
+        pod = await core.read_namespaced_pod("holder2", ns)
+        return bool(pod.status.phase == "Running")
+
+    await wait_for(running2, what="the second holder pod to run", timeout_s=WAIT)
+    await pools.patch_spec("tsw", _nvidia(4))
+    await ready_with(core, pools, "tsw", 4 * GPUS)
+
+
+async def test_an_edited_config_reaches_the_node_under_a_new_name(
+    napi: client.ApiClient, operator: OperatorProc, pools: PoolApi
+) -> None:
+    """config-manager acts only when the label's value changes: an edit of the pool's config
+    (same replicas) is a new config name, so it reaches the node."""
+    core = client.CoreV1Api(napi)
+    await label_and_wait(core, "ts2", 2 * GPUS)
+    await pools.create_pool("tse", {c.LABEL_HOSTNAME: NODE}, **_nvidia(4))
+    before = (await ready_with(core, pools, "tse", 4 * GPUS))["status"]["schedule"]
+    await pools.patch_spec("tse", _nvidia(4, failRequestsGreaterThanOne=True))
+
+    async def relabelled() -> str | None:
+        node = await core.read_node(NODE)
+        value = (node.metadata.labels or {}).get(nv.CONFIG_LABEL)
+        return value if value not in (before, None) else None
+
+    after = await wait_for(relabelled, what=f"{NODE} labelled with the edited config", timeout_s=POOL_WAIT)
+    assert after.startswith("gpushare-ts4-") and after != before
+    configs = await core.read_namespaced_config_map(nv.CONFIGS_CONFIGMAP, nv.NAMESPACE)
+    assert "failRequestsGreaterThanOne: true" in configs.data[after], configs.data[after]
+    await ready_with(core, pools, "tse", 4 * GPUS)
+
+
+async def test_a_config_the_sidecar_cannot_find_fails_the_node_and_says_why(
+    napi: client.ApiClient, operator: OperatorProc, pools: PoolApi
+) -> None:
+    """The pool points at a ConfigMap the plugin pods do not mount: gpushare writes its config
+    there and labels the node, the real sidecar cannot find the config and crash-loops. The pool
+    names the node and the reason once devicePlugin.readyTimeoutSeconds has passed."""
+    core = client.CoreV1Api(napi)
+    await label_and_wait(core, "ts2", 2 * GPUS)
+    elsewhere = "gpushare-test-unmounted"
+    await core.create_namespaced_config_map(
+        nv.NAMESPACE, cast(Any, {"metadata": {"name": elsewhere}, "data": {"unrelated": "x"}})
+    )
+    try:
+        spec = _nvidia(4, configMap={"name": elsewhere}, configPropagationSeconds=5)
+        await pools.create_pool(
+            "tsbad", {c.LABEL_HOSTNAME: NODE}, **spec, devicePlugin={"readyTimeoutSeconds": 30}
+        )
+
+        async def failed() -> dict[str, Any] | None:
+            pool = await pools.get("tsbad")
+            shown = _node_status(pool)
+            return pool if shown.get("phase") in ("Failed", "Degraded") else None
+
+        pool = await wait_for(failed, what="the pool to report the node failed", timeout_s=POOL_WAIT)
+        shown = _node_status(pool)
+        assert shown["name"] == NODE, shown
+        assert "nvidia-device-plugin-sidecar" in shown["message"] or "advertises" in shown["message"], shown
+        assert _condition(pool, "Ready").get("status") == "False", pool["status"]
+        cm = await core.read_namespaced_config_map(elsewhere, nv.NAMESPACE)
+        assert cm.data["unrelated"] == "x"
+    finally:
+        await pools.delete("tsbad")
+        await core.delete_namespaced_config_map(elsewhere, nv.NAMESPACE)
+    # Its prior config back: the sidecar, restarted after its back-off, applies it.
+    await label_and_wait(core, "ts2", 2 * GPUS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -48,3 +49,16 @@ class PoolApi:
         await self.custom.patch_cluster_custom_object(
             c.GROUP, c.VERSION, c.PLURAL, name, {"spec": spec}, **MERGE
         )
+
+    async def delete(self, name: str, *, timeout_s: float = 180.0) -> None:
+        """Delete pool ``name`` and wait until it is gone (its cleanup done by the operator)."""
+        try:
+            await self.custom.delete_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL, name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while await self.get(name) is not None:
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"GPUSharePool/{name} still exists {timeout_s:g}s after its deletion")
+            await asyncio.sleep(0.5)
