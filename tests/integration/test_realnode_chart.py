@@ -32,8 +32,9 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 import yaml
@@ -41,6 +42,7 @@ import yaml
 from gpushare import constants as c
 from gpushare.devcluster import BinariesMissing, ClusterInfo, DevCluster, DevClusterError, find_binaries
 from gpushare.devcluster.cluster import free_port
+from gpushare.devcluster.fakes import POOL_LABEL
 from gpushare.devcluster.prometheus import (
     APIServerTarget,
     Prometheus,
@@ -61,6 +63,8 @@ NS = "gpushare-system"
 RELEASE = "gpushare"
 IMAGE_REPO = "localhost/gpushare-operator"
 WAIT = 240.0
+#: The chart's ClusterKopfPeering (``gpushare run --peering``).
+PEERING = "gpushare-operator"
 
 
 def _version() -> str:
@@ -125,6 +129,12 @@ class Release:
             )  # fmt: skip
             logs += f"--- operator logs {prev} ---\n{res.stdout[-4000:]}{res.stderr[-500:]}\n"
         return f"--- pods ---\n{out.stdout}{out.stderr}\n--- events in {NS} ---\n{ev.stdout[-3000:]}\n{logs}"
+
+
+def _active(release: Release, pod: str) -> bool:
+    """Whether Kopf runs the handlers in ``pod``'s operator (its log's last word on peering)."""
+    log = release.kubectl("logs", "-n", NS, pod, "-c", "operator", check=False).stdout
+    return log.rfind("Resuming operations") > log.rfind("Pausing operations")
 
 
 def _ready(pod: dict[str, Any]) -> bool:
@@ -216,26 +226,22 @@ def test_operator_and_webhook_pods_ready_with_leader_election(release: Release) 
 
     # Kopf peering: both replicas are peers of the chart's ClusterKopfPeering (POD_ID = pod name).
     def peers() -> bool:
-        status = release.get_json("clusterkopfpeering", "gpushare-operator").get("status") or {}
+        status = release.get_json("clusterkopfpeering", PEERING).get("status") or {}
         return sorted(status) == names
 
     _wait(peers, f"both replicas {names} in the peering", release)
 
     # Mandatory peering: each replica starts paused, and Kopf resumes the one that sees no live peer
     # of a higher priority; a replica that sees one later pauses again.
-    def active(name: str) -> bool:
-        log = release.kubectl("logs", "-n", NS, name, "-c", "operator", check=False).stdout
-        return log.rfind("Resuming operations") > log.rfind("Pausing operations")
-
     def one_leader() -> bool:
-        status = release.get_json("clusterkopfpeering", "gpushare-operator").get("status") or {}
+        status = release.get_json("clusterkopfpeering", PEERING).get("status") or {}
         if sorted(status) != names:
             return False
         highest = max(names, key=lambda n: int(status[n]["priority"]))
-        return [n for n in names if active(n)] == [highest]
+        return [n for n in names if _active(release, n)] == [highest]
 
     if not _eventually(one_leader, WAIT):
-        status = release.get_json("clusterkopfpeering", "gpushare-operator").get("status")
+        status = release.get_json("clusterkopfpeering", PEERING).get("status")
         lines = {
             n: [
                 ln[:300]
@@ -541,3 +547,135 @@ async def test_replicas_stopped_on_the_real_node_the_operator_alerts_are_pending
     await sc.cleared(down, "-")
     await sc.cleared(hooks, "-")
     report(".realnode-operator", sc.table())
+
+
+def _pool_gauges(prom: Prometheus, pool: str) -> list[dict[str, Any]]:
+    """The pool's ``gpushare_pool_*`` series (all gauges) as Prometheus last scraped them."""
+    series: list[dict[str, Any]] = prom.query(f'{{__name__=~"gpushare_pool_.+", pool="{pool}"}}')
+    return series
+
+
+#: What ``kopf freeze`` records in the peering object: a peer above any replica's priority
+#: (``gpushare run`` draws 1..32767), alive for its lifetime unless removed first.
+FREEZER = "gpushare-tests-freeze"
+
+
+async def test_the_leader_alone_exports_a_pools_gauges_and_a_degraded_pool_is_pending(
+    release: Release, monitoring: Monitoring
+) -> None:
+    """A pool (devicePlugin.restart Never, no memory isolation) over the real node, where this module
+    runs no device plugin: labelled, the node does not advertise the pool's mode and nobody will
+    restart its plugin, so the chart's operator reports the pool Degraded (PluginRestartNeeded), and
+    GPUSharePoolDegraded is pending from the series the ServiceMonitor's scrape gives.
+
+    The pool's gauges come from one pod only: the replica Kopf runs (the other is paused by
+    peering). A peer above both (as ``kopf freeze`` records it) pauses both: the replica that
+    reconciled the pool gives its gauges up, and no pod exports any; once that peer is gone, the
+    leader exports them again, alone. Deleted (its cleanup restores the node's labels), the pool's
+    gauges go and the alert is inactive. Every step is awaited with a deadline, none timed.
+
+    (The Node without kubelet would not do: once the node lifecycle controller marks it Ready
+    Unknown, its node status is NodeNotReady, which leaves the pool not Ready but not Degraded.)"""
+    prom = monitoring.prom
+    sc = Scenario(prom)
+    pool = "rn-chart-degraded"
+    _wait(lambda: _all_up(release, monitoring, 2), "both replicas scraped, up", release)
+    names = sorted(p["metadata"]["name"] for p in release.pods("operator"))
+
+    def exporters() -> set[str]:
+        return {str(s["metric"].get("pod")) for s in _pool_gauges(prom, pool)}
+
+    def leader_alone() -> bool:
+        """Series of the pool from one pod, the one replica active, and Degraded 1 there."""
+        series = _pool_gauges(prom, pool)
+        degraded = [
+            s["value"][1]
+            for s in series
+            if s["metric"]["__name__"] == "gpushare_pool_condition" and s["metric"]["condition"] == "Degraded"
+        ]
+        active = [n for n in names if _active(release, n)]
+        return (
+            len(active) == 1
+            and {s["metric"].get("pod") for s in series} == set(active)
+            and {s["metric"].get("container") for s in series} == {"operator"}
+            and degraded == ["1"]
+        )
+
+    def fail(what: str) -> NoReturn:
+        active = [n for n in names if _active(release, n)]
+        peering = release.get_json("clusterkopfpeering", PEERING).get("status")
+        pytest.fail(
+            f"{what}\nseries: {_pool_gauges(prom, pool)}\nactive: {active}\npeering: {peering}"
+            f"\n{release.diagnose()}",
+            pytrace=False,
+        )
+
+    release.kubectl("label", "node", NODE, f"{POOL_LABEL}={pool}")
+    body = {
+        "apiVersion": f"{c.GROUP}/{c.VERSION}",
+        "kind": c.KIND,
+        "metadata": {"name": pool},
+        "spec": {
+            "nodeSelector": {"matchLabels": {POOL_LABEL: pool}},
+            "memoryIsolation": False,
+            "devicePlugin": {"restart": "Never"},
+        },
+    }
+    release.kubectl("create", "-f", "-", stdin=json.dumps(body))
+    try:
+
+        def condition(ctype: str) -> dict[str, Any]:
+            status = release.get_json(c.PLURAL, pool).get("status") or {}
+            return next((x for x in status.get("conditions") or [] if x["type"] == ctype), {})
+
+        if not _eventually(lambda: condition("Degraded").get("status") == "True", WAIT):
+            pytest.fail(
+                f"pool {pool} not Degraded: {release.get_json(c.PLURAL, pool).get('status')}", pytrace=False
+            )
+        reason = condition("Degraded")["reason"]
+        try:
+            row = await sc.pending(
+                "GPUSharePoolDegraded",
+                f"chart's operator: a pool (restart Never) over the real node without plugin ({reason})",
+                pool,
+                timeout_s=90,
+            )
+        except TimeoutError as exc:
+            status = release.get_json(c.PLURAL, pool).get("status")
+            fail(f"{exc}\nalerts: {prom.alerts()}\npool status: {status}")
+        if not _eventually(leader_alone, WAIT):
+            fail("the pool's gauges not from the active replica alone (Degraded 1)")
+        print(f"pool {pool} ({reason}): gauges from the leader {sorted(exporters())} only")
+
+        # Kopf freeze: both replicas pause; the leader gives the pool's gauges up.
+        freezer = {"priority": 65535, "lifetime": 600, "lastseen": datetime.now(UTC).isoformat()}
+        release.kubectl(
+            "patch",
+            "clusterkopfpeering",
+            PEERING,
+            "--type=merge",
+            "-p",
+            json.dumps({"status": {FREEZER: freezer}}),
+        )
+        try:
+            if not _eventually(lambda: not any(_active(release, n) for n in names), WAIT):
+                fail("both replicas not paused behind a peer of a higher priority")
+            if not _eventually(lambda: not exporters(), WAIT):
+                fail("a paused replica still exports the pool's gauges")
+            print(f"both replicas paused: no pod exports {pool}'s gauges")
+        finally:
+            release.kubectl(
+                "patch", "clusterkopfpeering", PEERING, "--type=merge", "-p",
+                json.dumps({"status": {FREEZER: None}}), check=False,
+            )  # fmt: skip
+        if not _eventually(leader_alone, WAIT):
+            fail("resumed, the pool's gauges not from the active replica alone (Degraded 1)")
+        print(f"resumed: gauges from {sorted(exporters())} only")
+    finally:
+        release.kubectl("delete", c.PLURAL, pool, "--wait=false", check=False)
+    _wait(lambda: not release.get_json(c.PLURAL)["items"], f"pool {pool} deleted (its cleanup done)", release)
+    await sc.cleared(row, pool)
+    if not _eventually(lambda: not _pool_gauges(prom, pool), WAIT):
+        fail(f"pool {pool} deleted, its gauges still exported")
+    release.kubectl("label", "node", NODE, f"{POOL_LABEL}-")
+    report(".realnode-chart-pool", sc.table())

@@ -13,12 +13,16 @@ import itertools
 import json
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
+import kopf
 import pytest
+from kopf._cogs.aiokits.aioenums import AsyncFlagWaiter, FlagSetter
 
 from gpushare import constants as c
 from gpushare import metrics
+from gpushare.handlers import pools as pools_handlers
+from gpushare.handlers.state import OperatorState, Started
 from gpushare.k8s import Conflict
 from gpushare.policy import NodeView, PodView
 from gpushare.policy.restart import PLUGIN_RECREATE_GRACE
@@ -561,3 +565,80 @@ async def test_an_nvidia_pool_labels_its_nodes_only_once_its_config_can_have_rea
     status = [w[2] for w in fake.writes if w[0] == "status"][-1]
     ready = next(cond for cond in status["conditions"] if cond["type"] == "Ready")
     assert ready["status"] == "True" and done.done
+
+
+# --- a pool's reconcile daemon stopped by Kopf (gpushare.handlers.pools) -------------------------
+
+#: Kopf's decorator types the daemon as its callback protocol: untyped here, called with its kwargs.
+reconcile_loop: Any = pools_handlers.reconcile_loop
+REASON = kopf.DaemonStoppingReason
+
+
+def _gauge(pool: str, condition: str) -> float | None:
+    return metrics.REGISTRY.get_sample_value(
+        "gpushare_pool_condition", {"pool": pool, "condition": condition}
+    )
+
+
+@pytest.mark.parametrize(
+    ("reason", "gives_up"),
+    [
+        (REASON.OPERATOR_PAUSING, True),
+        (REASON.OPERATOR_PAUSING | REASON.DAEMON_CANCELLED, True),
+        (REASON.OPERATOR_EXITING, True),
+        (REASON.RESOURCE_DELETED, False),
+        (REASON.RESOURCE_DELETED | REASON.OPERATOR_EXITING, False),
+        (None, False),
+    ],
+)
+def test_a_replica_gives_a_pool_up_when_its_daemon_stops_unless_the_pool_is_being_deleted(
+    reason: kopf.DaemonStoppingReason | None, gives_up: bool
+) -> None:
+    assert pools_handlers.gives_up_pool(reason) is gives_up
+
+
+class _ReportingCluster(FakeCluster):
+    """Says when a pass wrote the pool's status (its report, after the gauges)."""
+
+    def __init__(self, nodes: list[str]) -> None:
+        super().__init__(nodes)
+        self.reported = asyncio.Event()
+
+    async def patch_pool_status(self, name: str, status: Mapping[str, Any]) -> bool:
+        self.reported.set()
+        return await super().patch_pool_status(name, status)
+
+
+@pytest.mark.parametrize("reason", [REASON.OPERATOR_PAUSING, REASON.RESOURCE_DELETED])
+async def test_a_replica_paused_by_peering_exports_none_of_the_pools_gauges(
+    reason: kopf.DaemonStoppingReason,
+) -> None:
+    """Issue 38, seen live with the chart's two replicas: a replica that reconciled a pool and was
+    then paused by peering (a replica of a higher priority took over) went on exporting the pool's
+    last gauges, next to the new leader's. Paused, it forgets them (and the pool's wake-up, so its
+    probe says 0); stopped because the pool is being deleted, it keeps them for the cleanup."""
+    fake = _ReportingCluster(["n0"])
+    rec = Reconciler(fake, clock=lambda: T0)
+    for view in fake.views():
+        rec.observe_node(view)
+    rec.nodes_listed({v.name for v in fake.views()})
+    rec.pods_listed(set())
+    memo = OperatorState(started=Started(api=cast(Any, None), cluster=cast(Any, fake), reconciler=rec))
+    setter: FlagSetter[kopf.DaemonStoppingReason] = FlagSetter()
+    daemon = asyncio.create_task(
+        reconcile_loop(name="gpu", memo=memo, stopped=AsyncFlagWaiter(setter), gpushare_pools={"gpu": [POOL]})
+    )
+    try:
+        await asyncio.wait_for(fake.reported.wait(), timeout=10)  # a pass reported the pool
+        assert _gauge("gpu", "Ready") is not None
+        assert "gpu" in rec.wakeups
+        setter.set(reason=reason)
+        await asyncio.wait_for(daemon, timeout=10)
+        if reason is REASON.OPERATOR_PAUSING:
+            assert [_gauge("gpu", ctype) for ctype in metrics.CONDITIONS] == [None] * 4
+            assert rec.wakeups == {} and rec.reports == {}
+        else:
+            assert _gauge("gpu", "Ready") is not None and "gpu" in rec.wakeups
+    finally:
+        daemon.cancel()
+        metrics.forget_pool("gpu")

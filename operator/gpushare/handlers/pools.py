@@ -38,9 +38,32 @@ async def reconcile_loop(
     name: str, memo: OperatorState, stopped: kopf.DaemonStopped, gpushare_pools: PoolIndex, **_: Any
 ) -> None:
     """A pass now, then again when woken (a node, pod or pool it concerns changed) or requeued;
-    every ``RESYNC`` seconds of quiet a pass plans every node again."""
+    every ``RESYNC`` seconds of quiet a pass plans every node again. Stopped, the replica gives
+    the pool up unless it is being deleted (``gives_up_pool``)."""
     listed = memo.watches.wait_listed if memo.watches is not None else None
-    await pool_loop(name, memo.reconciler, lambda: _values(gpushare_pools), listed=listed, stopped=stopped)
+    try:
+        await pool_loop(
+            name, memo.reconciler, lambda: _values(gpushare_pools), listed=listed, stopped=stopped
+        )
+    finally:
+        if gives_up_pool(stopped.reason):
+            memo.reconciler.forget(name)
+
+
+def gives_up_pool(reason: kopf.DaemonStoppingReason | None) -> bool:
+    """Whether a replica whose reconcile daemon of a pool stopped for ``reason`` forgets the pool
+    (its gauges, wake-up, status and Event memory; ``Reconciler.forget``), as a replica that never
+    reconciled it.
+
+    Paused by peering (another replica now reconciles), exiting, or cancelled: yes, or the standby
+    would go on exporting the pool's last ``gpushare_pool_*`` values next to the leader's, stale,
+    and a sum or an alert over the replicas would count them (a resumed replica starts again from
+    the pool's stored status). Being deleted: no, the cleanup handler runs the pool's passes on in
+    this replica and forgets the pool when its cleanup is done. Not stopped (None): no.
+    """
+    if reason is None:
+        return False
+    return not reason & kopf.DaemonStoppingReason.RESOURCE_DELETED
 
 
 @kopf.on.update(c.GROUP, c.VERSION, c.PLURAL, field="spec")
