@@ -14,6 +14,7 @@ the two builds above, it FAILS, never skips.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 from collections.abc import AsyncIterator, Iterator
@@ -282,8 +283,10 @@ async def ready_with(core: client.CoreV1Api, pools: PoolApi, name: str, count: i
 
     async def ready() -> dict[str, Any] | None:
         pool = await pools.get(name)
-        if _condition(pool, "Ready").get("status") != "True":
-            return None
+        ready = _condition(pool, "Ready")
+        current = (pool or {}).get("metadata", {}).get("generation")
+        if ready.get("status") != "True" or ready.get("observedGeneration") != current:
+            return None  # not Ready, or Ready for the spec before the last change
         advertised = await _allocatable(core)
         assert advertised == (str(count), str(count)), (advertised, pool)
         return pool
@@ -369,6 +372,8 @@ async def test_fewer_replicas_wait_for_the_running_pod_and_more_replicas_switch_
     await wait_for(running2, what="the second holder pod to run", timeout_s=WAIT)
     await pools.patch_spec("tsw", _nvidia(4))
     await ready_with(core, pools, "tsw", 4 * GPUS)
+    # Gone before the pool is deleted: its restore (4 -> the node's own ts2) would wait for it.
+    await core.delete_namespaced_pod("holder2", ns, grace_period_seconds=0)
 
 
 async def test_an_edited_config_reaches_the_node_under_a_new_name(
@@ -429,3 +434,51 @@ async def test_a_config_the_sidecar_cannot_find_fails_the_node_and_says_why(
         await core.delete_namespaced_config_map(elsewhere, nv.NAMESPACE)
     # Its prior config back: the sidecar, restarted after its back-off, applies it.
     await label_and_wait(core, "ts2", 2 * GPUS)
+
+
+async def test_the_operator_killed_mid_switch_converges_and_switches_the_node_once(
+    nvidia_cluster: ClusterInfo, napi: client.ApiClient, product_image: Path, pools: PoolApi, tmp_path: Path
+) -> None:
+    """SIGKILL right after the operator labelled the node, before the plugin advertises the new
+    count: a new operator picks up where it stopped (the restart record on the node), and the
+    node's config label went from its prior value to the pool's config once, never back."""
+    core = client.CoreV1Api(napi)
+    await agent_published(nvidia_cluster, napi, product_image)
+    await label_and_wait(core, "ts2", 2 * GPUS)
+    seen: list[str | None] = []
+    stop = asyncio.Event()
+
+    async def record() -> None:
+        while not stop.is_set():
+            node = await core.read_node(NODE)
+            value = (node.metadata.labels or {}).get(nv.CONFIG_LABEL)
+            if not seen or seen[-1] != value:
+                seen.append(value)
+            await asyncio.sleep(0.1)
+
+    watcher = asyncio.create_task(record())
+    first = launch_operator(nvidia_cluster.kubeconfig, tmp_path / "first.log")
+    second: OperatorProc | None = None
+    try:
+        first.wait_serving()
+        await pools.create_pool("tsk", {c.LABEL_HOSTNAME: NODE}, **_nvidia(4))
+
+        async def labelled() -> str | None:
+            node = await core.read_node(NODE)
+            value = (node.metadata.labels or {}).get(nv.CONFIG_LABEL)
+            return value if value not in ("ts2", None) else None
+
+        config = await wait_for(labelled, what=f"{NODE} labelled by the pool", timeout_s=POOL_WAIT)
+        first.kill()
+        assert await _allocatable(core) != (str(4 * GPUS), str(4 * GPUS)), "killed too late: switched"
+        second = launch_operator(nvidia_cluster.kubeconfig, tmp_path / "second.log")
+        second.wait_serving()
+        await ready_with(core, pools, "tsk", 4 * GPUS)
+        await pools.delete("tsk")
+    finally:
+        stop.set()
+        await watcher
+        first.stop()
+        if second is not None:
+            second.stop()
+    assert seen[:2] == ["ts2", config] and seen.count(config) == 1, seen

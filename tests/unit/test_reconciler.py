@@ -565,6 +565,7 @@ async def test_an_nvidia_pool_labels_its_nodes_only_once_its_config_can_have_rea
     status = [w[2] for w in fake.writes if w[0] == "status"][-1]
     ready = next(cond for cond in status["conditions"] if cond["type"] == "Ready")
     assert ready["status"] == "True" and done.done
+    assert status["capacity"] == {c.RES_NVIDIA_GPU: "8"}  # the pool's slots: 4 replicas x 2 GPUs
 
 
 # --- a pool's reconcile daemon stopped by Kopf (gpushare.handlers.pools) -------------------------

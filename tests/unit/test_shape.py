@@ -235,7 +235,6 @@ _ACK_NOT_YET = frozenset(
         "policy/advise.py",
         "policy/demand.py",
         "policy/lending.py",
-        "policy/status.py",
         "policy/views.py",
         "webhook/registration.py",
     }

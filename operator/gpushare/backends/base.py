@@ -46,6 +46,14 @@ class SharingBackend(Protocol):
     default_plugin_namespace: str
     default_plugin_labels: Mapping[str, str]
 
+    #: The resources a pool's ``status.capacity`` and ``status.allocated`` sum up.
+    status_resources: tuple[str, ...]
+
+    def resource_list(self, spec: GPUSharePoolSpec, totals: Mapping[str, int]) -> dict[str, str]:
+        """``status.capacity`` / ``status.allocated`` from the totals of ``status_resources``: a
+        resource list (name → quantity), as a node's ``status.allocatable``."""
+        ...
+
     def labels_for(self, spec: GPUSharePoolSpec) -> dict[str, str]:
         """The owned labels' values on a node of a pool with this spec (every owned label)."""
         ...

@@ -176,16 +176,6 @@ def status_merge_patch(status: Mapping[str, Any], *previous: Mapping[str, Any]) 
     return out
 
 
-def resource_list(gpus: int, gpu_mem: int, gpu_core: int, *, core: bool) -> dict[str, str]:
-    """``status.capacity`` / ``status.allocated``: a resource list (name → quantity), as a node's
-    ``status.allocatable``; gpu-core.percentage only where it means something (core_mem pools, or
-    a node that still advertises it)."""
-    out = {c.RES_GPU_COUNT: str(gpus), c.RES_GPU_MEM: str(gpu_mem)}
-    if core or gpu_core:
-        out[c.RES_GPU_CORE] = str(gpu_core)
-    return out
-
-
 def _since(record: RestartRecord | None) -> datetime | None:
     if record is None or not record.since:
         return None
@@ -321,18 +311,11 @@ def pool_status(
     refused_note = (
         f"; GPU pods refused by the kubelet ({KUBELET_REFUSED}): {_names(refused)}" if refused else ""
     )
-    capacity = resource_list(
-        sum(n.allocatable_int(c.RES_GPU_COUNT) for n in member_nodes),
-        sum(n.allocatable_int(c.RES_GPU_MEM) for n in member_nodes),
-        sum(n.allocatable_int(c.RES_GPU_CORE) for n in member_nodes),
-        core=pool.spec.compute_allocation,
+    names = backend.status_resources
+    capacity = backend.resource_list(
+        pool.spec, {r: sum(n.allocatable_int(r) for n in member_nodes) for r in names}
     )
-    allocated = resource_list(
-        sum(p.gpu_count for p in live),
-        sum(p.gpu_mem for p in live),
-        sum(p.gpu_core for p in live),
-        core=pool.spec.compute_allocation,
-    )
+    allocated = backend.resource_list(pool.spec, {r: sum(p.requests.get(r, 0) for p in live) for r in names})
 
     generation = pool.metadata.generation
     conditions: list[dict[str, Any]] = [dict(x.dump()) for x in pool.status.conditions]

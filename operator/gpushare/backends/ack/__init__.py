@@ -39,6 +39,20 @@ class AckBackend:
     default_plugin_namespace: str = c.DEFAULT_PLUGIN_NAMESPACE
     default_plugin_labels: Mapping[str, str] = c.DEFAULT_PLUGIN_LABELS
 
+    status_resources: tuple[str, ...] = (c.RES_GPU_COUNT, c.RES_GPU_MEM, c.RES_GPU_CORE)
+
+    def resource_list(self, spec: GPUSharePoolSpec, totals: Mapping[str, int]) -> dict[str, str]:
+        """GPUs and gpu-mem; gpu-core.percentage only where it means something (core_mem pools, or
+        nodes that still advertise it)."""
+        out = {
+            c.RES_GPU_COUNT: str(totals.get(c.RES_GPU_COUNT, 0)),
+            c.RES_GPU_MEM: str(totals.get(c.RES_GPU_MEM, 0)),
+        }
+        core = totals.get(c.RES_GPU_CORE, 0)
+        if spec.compute_allocation or core:
+            out[c.RES_GPU_CORE] = str(core)
+        return out
+
     def labels_for(self, spec: GPUSharePoolSpec) -> dict[str, str]:
         return {
             c.LABEL_CGPU: "true",

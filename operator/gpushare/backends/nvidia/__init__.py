@@ -58,6 +58,14 @@ class NvidiaBackend:
     default_plugin_namespace: str = c.NVIDIA_PLUGIN_NAMESPACE
     default_plugin_labels: Mapping[str, str] = c.NVIDIA_PLUGIN_LABELS
 
+    status_resources: tuple[str, ...] = (c.RES_NVIDIA_GPU, c.RES_NVIDIA_GPU_SHARED)
+
+    def resource_list(self, spec: GPUSharePoolSpec, totals: Mapping[str, int]) -> dict[str, str]:
+        """The pool's slots: ``nvidia.com/gpu`` (or ``.shared`` with renameByDefault), replicas x
+        GPUs summed over its nodes."""
+        resource = spec.nvidia.resource if spec.nvidia is not None else c.RES_NVIDIA_GPU
+        return {resource: str(totals.get(resource, 0))}
+
     def labels_for(self, spec: GPUSharePoolSpec) -> dict[str, str]:
         return {c.LABEL_NVIDIA_CONFIG: self.pool_mode(spec)}
 
