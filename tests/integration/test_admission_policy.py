@@ -359,6 +359,7 @@ VALUES = {
     "aliyun.com/gpu": ["1"],
     "cpu": ["1"],
     "nvidia.com/gpu": ["1", "2"],
+    "nvidia.com/gpu.shared": ["1", "2"],
 }
 
 
@@ -379,7 +380,8 @@ def containers(draw: st.DrawFn, prefix: str) -> list[dict[str, Any]]:
         # Whole GPUs beside GPU sharing in the same container (GS018; in another container of the
         # pod only the webhook and check deny it: the policy judges one container at a time).
         if {MEM, CORE} & set(limits) and draw(st.integers(0, 4)) == 0:
-            limits["nvidia.com/gpu"] = draw(st.sampled_from(VALUES["nvidia.com/gpu"]))
+            nvidia = draw(st.sampled_from(["nvidia.com/gpu", "nvidia.com/gpu.shared"]))
+            limits[nvidia] = draw(st.sampled_from(VALUES[nvidia]))
         out.append(container(f"{prefix}{i}", limits, requests))
     return out
 
@@ -592,6 +594,16 @@ def _train(limits: dict[str, Any], requests: dict[str, Any] | None = None) -> di
             pod("p", [container("c", {MEM: "2", "nvidia.com/gpu": "1"})]),
             "GS018-shared-and-whole-gpu",
             id="GS018",
+        ),
+        pytest.param(
+            pod("p", [container("c", {CORE: "30", MEM: "2", "nvidia.com/gpu.shared": "2"})]),
+            "GS018-shared-and-whole-gpu",
+            id="GS018-nvidia-shared",
+        ),
+        pytest.param(
+            wrap("Job", pod("p", [container("c", {MEM: "2", "nvidia.com/gpu.shared": "1"})])),
+            "GS018-shared-and-whole-gpu",
+            id="GS018-nvidia-shared-job",
         ),
         pytest.param(
             pod("p", [container("c", {MEM: "2"})], nodeName="gpu-node-1"), "GS017-node-name-set", id="GS017"
