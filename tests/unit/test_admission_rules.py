@@ -831,6 +831,12 @@ RULE_CASES = [
     pytest.param(
         pod({NVS: 1}, selector={"accelerator": "a100"}), NV_CTX, [], id="nv-shared-may-reach-renamed-pool"
     ),
+    pytest.param(
+        pod({NVG: 1}, selector=on("tss")),
+        NV_CTX,
+        [("GS011-pool-target-unknown", "deny")],
+        id="nv-pool-name-typo",
+    ),
     # GS014: CGPU_DISABLE in the env
     pytest.param(
         pod(

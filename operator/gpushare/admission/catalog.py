@@ -388,6 +388,11 @@ TARGET_UNKNOWN = AdmissionRule(
     fix="fix the pool name or labels in the nodeSelector / node affinity, or create a pool of the kind"
     " asked for",
     cases={
+        "nvidia-pool-unknown": Case(
+            f"names pool {{wanted}}, which no GPUSharePool is (known pools: {{known}}): no node carries"
+            f" {c.LABEL_POOL}={{wanted}}, so {{asker}} would stay Pending",
+            "fix the pool name ({suggestion})",
+        ),
         "no-shared-pool": Case(
             f'lets {{asker}} ask for "{_NVS}", which only the nodes of NVIDIA pools with'
             " renameByDefault: true advertise, but the pod reaches no such pool and no node that"

@@ -737,6 +737,28 @@ def _evaluate_nvidia_pod(em: _Emitter, pod: PodLike, constraints: Constraints, c
         return  # names a pool that cannot be resolved offline
     wanted = {name for _, name, _, _ in asks}
     nv_asker, resource = asks[0][0], asks[0][1]
+    if target is not None and target.missing and not target.pools and not target.unconfined:
+        # Aimed by name at pools that do not exist: no node carries the label.
+        verdict, note = _pool_verdict(TARGET_UNKNOWN, ctx, {p.name for p in ctx.pools}, False)
+        if verdict:
+            problem, fix = TARGET_UNKNOWN.text(
+                "nvidia-pool-unknown",
+                wanted=", ".join(sorted(target.missing)),
+                known=", ".join(sorted(p.name for p in ctx.pools)),
+                asker=nv_asker.display,
+                suggestion=_nvidia_suggest(ctx, resource),
+            )
+            em.add(
+                TARGET_UNKNOWN,
+                container=None,
+                field=field,
+                value=value,
+                problem=problem,
+                fix=fix,
+                verdict=verdict,
+                note=note,
+            )
+        return
     # Confined to pools (or ACK-labelled nodes) none of which offers what the pod asks for.
     if target is not None and not target.unconfined and (target.pools or target.labels):
         offering = {

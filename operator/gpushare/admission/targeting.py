@@ -380,6 +380,8 @@ class NvidiaTarget:
     unconfined: bool = False
     #: Some term names a pool that is not known (offline): nothing can be judged.
     unknown: bool = False
+    #: Pool names the terms ask for that no known pool has (with pools known).
+    missing: set[str] = field(default_factory=set)
 
 
 def _named_pools(term: Term, ctx: Context) -> tuple[set[str], bool] | None:
@@ -417,6 +419,8 @@ def nvidia_target(constraints: Constraints, ctx: Context) -> NvidiaTarget:
             known = {p.name for p, cand in candidates if p.name in wanted and term_possible(term, cand)}
             out.pools |= known
             out.unknown |= not known and not ctx.pools
+            if ctx.pools:
+                out.missing |= {name for name in wanted if ctx.pool(name) is None}
             continue
         implied = {
             p.name
