@@ -895,10 +895,11 @@ def test_nvidia_requests_are_judged_against_nvidia_pools(webhook: Webhook) -> No
     """An MPS pool (NVIDIA's device plugin): more than one shared GPU aimed at it is denied (GS019),
     nvidia.com/gpu aimed at an ACK pool and ACK sharing aimed at the MPS pool are kind mismatches
     (GS009), and whole GPUs aimed at no pool are admitted (never sent)."""
-    pool = {
+    name = f"mps-{SUFFIX}"
+    pool: dict[str, Any] = {
         "apiVersion": "gpushare.io/v1alpha1",
         "kind": "GPUSharePool",
-        "metadata": {"name": f"mps-{SUFFIX}"},
+        "metadata": {"name": name},
         "spec": {
             "nodeSelector": {"matchLabels": {"alibabacloud.com/nodepool-id": f"np-mps-{SUFFIX}"}},
             "nvidia": {"strategy": "MPS", "replicas": 2},
@@ -907,7 +908,6 @@ def test_nvidia_requests_are_judged_against_nvidia_pools(webhook: Webhook) -> No
     r = webhook.kube.create(pool, dry_run=False)
     assert r.status == 201, r.body
     try:
-        name = pool["metadata"]["name"]
         two = _pod_in(webhook.namespace, {"nvidia.com/gpu": "2"}, nodeSelector={"gpushare.io/pool": name})
         deadline = time.monotonic() + 60
         while (r := webhook.kube.create(two)).status != 403:  # until the webhook's index has the pool

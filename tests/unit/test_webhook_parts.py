@@ -38,7 +38,7 @@ from gpushare.admission.webhook_config import (
     build_configuration,
     render_manifest,
 )
-from gpushare.api.v1alpha1 import parse_pool
+from gpushare.api.v1alpha1 import GPUSharePool, parse_pool
 from gpushare.cli.run import add_webhook_arguments, webhook_options
 from gpushare.k8s.retry import Backoff
 from gpushare.k8s.webhook_api import WebhookCertError
@@ -333,9 +333,7 @@ def test_admit_denies_and_warns_like_the_engine() -> None:
     assert warned.allowed and len(warned.warnings) == 1 and "GS010" in warned.warnings[0]
 
 
-def _nvidia_pool(name: str, **nvidia: Any) -> Any:
-    from gpushare.api.v1alpha1 import parse_pool
-
+def _nvidia_pool(name: str, **nvidia: Any) -> GPUSharePool:
     return parse_pool(
         {
             "apiVersion": "gpushare.io/v1alpha1",

@@ -384,7 +384,9 @@ TARGET_UNKNOWN = AdmissionRule(
     verdict="deny",
     pool_mode=True,
     what="the pod's node constraints match at least one known pool or GPU-sharing node (ACK labels"
-    " that no known node has and no pool writes match nothing: see below)",
+    " that no known node has and no pool writes match nothing: see below); a pod asking for"
+    f" `{c.RES_NVIDIA_GPU_SHARED}` reaches an NVIDIA pool with renameByDefault or a node that advertises"
+    f" it, and one asking for `{c.RES_NVIDIA_GPU}` names (`{c.LABEL_POOL}`) a pool that exists",
     fix="fix the pool name or labels in the nodeSelector / node affinity, or create a pool of the kind"
     " asked for",
     cases={
