@@ -732,7 +732,7 @@ def _evaluate_nvidia_pod(em: _Emitter, pod: PodLike, constraints: Constraints, c
         return
     value = constraints.render() if constraints.present else None
     field = constraints.field
-    target = nvidia_target(constraints, ctx) if pod.own_constraints or constraints.present else None
+    target = nvidia_target(constraints, ctx) if constraints.present else None
     if target is not None and target.unknown:
         return  # names a pool that cannot be resolved offline
     wanted = {name for _, name, _, _ in asks}
