@@ -39,6 +39,8 @@ SCHEDULE_DEFAULT: Final = "default"
 SCHEDULE_CGPU: Final = "cgpu"
 SCHEDULE_SHARE: Final = "share"
 SCHEDULE_CORE_MEM: Final = "core_mem"
+#: The kind of a pool of NVIDIA's device plugin (``GPUSharePoolSpec.mode``; not an ACK schedule).
+POOL_KIND_NVIDIA: Final = "nvidia"
 
 # Node annotations written by the operator.
 #: JSON: {"pool": name, "prior": {label: value-or-null}} — what we replaced, for Restore.

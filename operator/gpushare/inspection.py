@@ -45,6 +45,7 @@ MODE_TEXT = {
     c.SCHEDULE_CGPU: "memory isolation",
     c.SCHEDULE_SHARE: "sharing, no isolation",
     c.SCHEDULE_CORE_MEM: "memory isolation + compute allocation",
+    c.POOL_KIND_NVIDIA: "NVIDIA's device plugin",
 }
 
 #: Pod annotations that say which GPU a pod got (gpushare v1 protocol; ACK scheduler v2).
@@ -341,23 +342,25 @@ def build_report(
         pool_warnings = [
             f"node {n.name}: pool demands memory isolation but the agent reports cGPU isolation absent"
             for n in lines
-            if pool.spec.memory_isolation and n.isolation == "absent"
+            if pool.spec.isolates_memory and n.isolation == "absent"
         ]
         by_name = {n.name: n for n in members[pool.name]}
+        # The backend's own mode label and value (ack.node.gpu.schedule=cgpu, or NVIDIA's
+        # device-plugin.config=<config>): an NVIDIA pool's nodes carry no ACK schedule.
+        backend = backend_for(pool.spec)
+        mode = backend.pool_mode(pool.spec)
         pool_warnings += [
-            f"node {n.name}: labelled {pool.spec.mode} but its device plugin advertises "
+            f"node {n.name}: labelled {mode} but its device plugin advertises "
             f"{n.effective_mode}; it has not restarted since the labels changed"
             for n in lines
-            if by_name[n.name].labels.get(c.LABEL_SCHEDULE) == pool.spec.mode
-            and not backend_for(pool.spec).advertises(
-                pool.spec.mode, by_name[n.name].allocatable, by_name[n.name].labels
-            )
+            if by_name[n.name].labels.get(backend.mode_label) == mode
+            and not backend.advertises(mode, by_name[n.name].allocatable, by_name[n.name].labels)
         ]
         sections.append(
             PoolSection(
                 name=pool.name,
                 mode=pool.spec.mode,
-                memory_isolation=pool.spec.memory_isolation,
+                memory_isolation=pool.spec.isolates_memory,
                 ready=_ready_text(pool),
                 memory_unit=pool.spec.device_plugin.memory_unit,
                 nodes=lines,

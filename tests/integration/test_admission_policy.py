@@ -240,6 +240,23 @@ def test_objects_without_gpu_sharing_are_admitted_while_the_webhook_is_down(
     assert env.kube.create(pod("in-operator-ns", [container("c", {MEM: "2"})], ns=OPERATOR_NS)).status == 201
 
 
+def test_nvidia_pods_reach_the_webhook_only_when_they_can_aim_at_a_pool(
+    env: Env, dead_webhook: WebhookSettings
+) -> None:
+    """Whole GPUs without node constraints never reach the webhook (they keep working while it is
+    down); nvidia.com/gpu with a nodeSelector and nvidia.com/gpu.shared are sent (the NVIDIA pool
+    rules need the pools), so with failurePolicy Fail they are refused while it is down."""
+    whole = pod("whole-gpus", [container("c", {"nvidia.com/gpu": "4"})])
+    assert (r := env.kube.create(whole)).status == 201, r.message
+    assert (r := env.kube.create(wrap("Deployment", copy.deepcopy(whole)))).status == 201, r.message
+    aimed = pod("aimed", [container("c", {"nvidia.com/gpu": "2"})], nodeSelector={"gpushare.io/pool": "ts"})
+    shared = pod("shared", [container("c", {"nvidia.com/gpu.shared": "1"})])
+    for obj in (aimed, shared, wrap("Job", copy.deepcopy(aimed))):
+        r = env.kube.create(obj)
+        assert r.status >= 500, (obj["kind"], r.status, r.message)
+        assert "failed calling webhook" in r.message and "gpushare.io" in r.message, r.message
+
+
 def test_pool_writes_are_admitted_and_still_checked_by_the_crd_while_the_webhook_is_down(
     env: Env, dead_webhook: WebhookSettings
 ) -> None:
@@ -359,6 +376,7 @@ VALUES = {
     "aliyun.com/gpu": ["1"],
     "cpu": ["1"],
     "nvidia.com/gpu": ["1", "2"],
+    "nvidia.com/gpu.shared": ["1", "2"],
 }
 
 
@@ -379,7 +397,8 @@ def containers(draw: st.DrawFn, prefix: str) -> list[dict[str, Any]]:
         # Whole GPUs beside GPU sharing in the same container (GS018; in another container of the
         # pod only the webhook and check deny it: the policy judges one container at a time).
         if {MEM, CORE} & set(limits) and draw(st.integers(0, 4)) == 0:
-            limits["nvidia.com/gpu"] = draw(st.sampled_from(VALUES["nvidia.com/gpu"]))
+            nvidia = draw(st.sampled_from(["nvidia.com/gpu", "nvidia.com/gpu.shared"]))
+            limits[nvidia] = draw(st.sampled_from(VALUES[nvidia]))
         out.append(container(f"{prefix}{i}", limits, requests))
     return out
 
@@ -592,6 +611,16 @@ def _train(limits: dict[str, Any], requests: dict[str, Any] | None = None) -> di
             pod("p", [container("c", {MEM: "2", "nvidia.com/gpu": "1"})]),
             "GS018-shared-and-whole-gpu",
             id="GS018",
+        ),
+        pytest.param(
+            pod("p", [container("c", {CORE: "30", MEM: "2", "nvidia.com/gpu.shared": "2"})]),
+            "GS018-shared-and-whole-gpu",
+            id="GS018-nvidia-shared",
+        ),
+        pytest.param(
+            wrap("Job", pod("p", [container("c", {MEM: "2", "nvidia.com/gpu.shared": "1"})])),
+            "GS018-shared-and-whole-gpu",
+            id="GS018-nvidia-shared-job",
         ),
         pytest.param(
             pod("p", [container("c", {MEM: "2"})], nodeName="gpu-node-1"), "GS017-node-name-set", id="GS017"

@@ -889,3 +889,42 @@ def test_a_crd_installed_while_the_operator_runs_is_checked_without_a_restart(we
         webhook.kube.request(
             "DELETE", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/tfjobs.kubeflow.org"
         )
+
+
+def test_nvidia_requests_are_judged_against_nvidia_pools(webhook: Webhook) -> None:
+    """An MPS pool (NVIDIA's device plugin): more than one shared GPU aimed at it is denied (GS019),
+    nvidia.com/gpu aimed at an ACK pool and ACK sharing aimed at the MPS pool are kind mismatches
+    (GS009), and whole GPUs aimed at no pool are admitted (never sent)."""
+    name = f"mps-{SUFFIX}"
+    pool: dict[str, Any] = {
+        "apiVersion": "gpushare.io/v1alpha1",
+        "kind": "GPUSharePool",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"matchLabels": {"alibabacloud.com/nodepool-id": f"np-mps-{SUFFIX}"}},
+            "nvidia": {"strategy": "MPS", "replicas": 2},
+        },
+    }
+    r = webhook.kube.create(pool, dry_run=False)
+    assert r.status == 201, r.body
+    try:
+        two = _pod_in(webhook.namespace, {"nvidia.com/gpu": "2"}, nodeSelector={"gpushare.io/pool": name})
+        deadline = time.monotonic() + 60
+        while (r := webhook.kube.create(two)).status != 403:  # until the webhook's index has the pool
+            assert time.monotonic() < deadline, (r.status, r.message)
+            time.sleep(0.5)
+        assert "GS019-nvidia-more-than-one-shared-gpu" in r.message and f"pool {name}" in r.message
+        assert 'resources.limits["nvidia.com/gpu"]=2' in r.message and "MPS" in r.message
+        one = _pod_in(webhook.namespace, {"nvidia.com/gpu": "1"}, nodeSelector={"gpushare.io/pool": name})
+        assert (r := webhook.kube.create(one)).status == 201, r.message
+        on_ack = _pod_in(webhook.namespace, {"nvidia.com/gpu": "1"})  # gpushare.io/pool: cgpu
+        r = webhook.kube.create(on_ack)
+        assert r.status == 403 and "GS009-pool-kind-mismatch" in r.message and "pool cgpu" in r.message
+        ack = _pod_in(webhook.namespace, {MEM: "2"}, nodeSelector={"gpushare.io/pool": name})
+        r = webhook.kube.create(ack)
+        assert r.status == 403 and "GS009-pool-kind-mismatch" in r.message, r.message
+        whole = _pod_in(webhook.namespace, {"nvidia.com/gpu": "4"})
+        del whole["spec"]["nodeSelector"]
+        assert (r := webhook.kube.create(whole)).status == 201, r.message
+    finally:
+        webhook.kube.delete(pool)

@@ -75,7 +75,20 @@ CASES: list[tuple[AdmissionRule, str, dict[str, Any], dict[str, Any] | None, dic
     (cat.REQUEST_LIMIT, "differs", {MEM: "2"}, {MEM: "3"}, {"limit": "2"}),
     (cat.REQUEST_LIMIT, "no-limit", {}, {MEM: "3"}, {"resource": MEM}),
     (cat.UNKNOWN_RESOURCE, "unknown", {MEM: "2", "aliyun.com/gpu-xyz": "1"}, None, {"suggestion": ""}),
-    (cat.SHARED_WITH_WHOLE_GPU, "both", {MEM: "2", "nvidia.com/gpu": "1"}, None, {"shared": MEM}),
+    (
+        cat.SHARED_WITH_WHOLE_GPU,
+        "both",
+        {MEM: "2", "nvidia.com/gpu": "1"},
+        None,
+        {"shared": MEM, "what": "whole GPUs", "resource": "nvidia.com/gpu"},
+    ),
+    (
+        cat.SHARED_WITH_WHOLE_GPU,
+        "both",
+        {MEM: "2"},
+        {"nvidia.com/gpu.shared": "1"},
+        {"shared": MEM, "what": "NVIDIA's shared GPUs", "resource": "nvidia.com/gpu.shared"},
+    ),
 ]
 
 
@@ -104,7 +117,9 @@ def test_whole_gpus_in_another_container_name_the_sharing_one() -> None:
     pod["spec"]["initContainers"] = [
         {"name": "i", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
     ]
-    problem, fix = cat.SHARED_WITH_WHOLE_GPU.text("pod", sharing='container "c"')
+    problem, fix = cat.SHARED_WITH_WHOLE_GPU.text(
+        "pod", sharing='container "c"', what="whole GPUs", resource="nvidia.com/gpu"
+    )
     (f,) = [f for f in evaluate(pod, EMPTY_CONTEXT) if f.rule_id == cat.SHARED_WITH_WHOLE_GPU.id]
     assert f.message == (
         f'Pod/ns/p: init container "i": resources.limits["nvidia.com/gpu"]=1 {problem}'

@@ -151,6 +151,24 @@ def _pod(**spec: Any) -> dict[str, Any]:
             id="cronjob-template-label",
         ),
         pytest.param({"kind": "Deployment", "spec": {"template": "nonsense"}}, False, id="malformed"),
+        pytest.param(
+            _pod(containers=[{"resources": {"limits": {"nvidia.com/gpu": 1}}}]), False, id="whole-gpu"
+        ),
+        pytest.param(
+            _pod(nodeSelector={"a": "b"}, containers=[{"resources": {"limits": {"nvidia.com/gpu": 1}}}]),
+            True,
+            id="whole-gpu-with-selector",
+        ),
+        pytest.param(
+            _pod(nodeName="n", initContainers=[{"resources": {"requests": {"nvidia.com/gpu": 1}}}]),
+            True,
+            id="whole-gpu-init-with-node-name",
+        ),
+        pytest.param(
+            _pod(containers=[{"resources": {"requests": {"nvidia.com/gpu.shared": 1}}}]),
+            True,
+            id="shared-gpu",
+        ),
     ],
 )
 def test_python_gate_asks_what_the_match_condition_asks(obj: dict[str, Any], asks: bool) -> None:

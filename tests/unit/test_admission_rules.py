@@ -143,6 +143,38 @@ SEED_POOLS = (
 SEED_CTX = Context.build(SEED_POOLS)
 
 
+def nvidia_pool(name: str, mode: str = "Enforce", **nvidia: Any) -> GPUSharePool:
+    """An NVIDIA device-plugin pool (TimeSlicing, 4 replicas unless ``nvidia`` says otherwise)."""
+    return parse_pool(
+        {
+            "apiVersion": "gpushare.io/v1alpha1",
+            "kind": "GPUSharePool",
+            "metadata": {"name": name},
+            "spec": {
+                "nodeSelector": {"matchLabels": {"alibabacloud.com/nodepool-id": f"np-{name}"}},
+                "nvidia": {"strategy": "TimeSlicing", "replicas": 4, **nvidia},
+                "admission": {"mode": mode},
+            },
+        }
+    )
+
+
+#: The seed pools and four NVIDIA pools: plain time-slicing, failing requests > 1, MPS, renamed.
+NV_POOLS = (
+    nvidia_pool("ts"),
+    nvidia_pool("ts-strict", failRequestsGreaterThanOne=True),
+    nvidia_pool("mps", strategy="MPS", replicas=2),
+    nvidia_pool("ts-shared", renameByDefault=True, failRequestsGreaterThanOne=True),
+)
+NV_CTX = Context.build((*SEED_POOLS, *NV_POOLS))
+NVG = "nvidia.com/gpu"
+NVS = "nvidia.com/gpu.shared"
+
+
+def on(pool_name: str) -> dict[str, str]:
+    return {"gpushare.io/pool": pool_name}
+
+
 def seed_nodes(per_gpu_mib: int = 15360) -> Context:
     nodes = [
         node_info(
@@ -694,6 +726,116 @@ RULE_CASES = [
         SEED_CTX,
         [],
         id="nvidia-gpu-alone",
+    ),
+    pytest.param(
+        pod({MEM: 2, NVS: 1}, selector=CGPU_SEL),
+        NV_CTX,
+        [("GS018-shared-and-whole-gpu", "deny")],
+        id="mem-and-nvidia-shared-gpu",
+    ),
+    pytest.param(
+        pod(containers=[container("a", {MEM: 2}), container("b", requests={NVS: 1})], selector=CGPU_SEL),
+        NV_CTX,
+        [("GS018-shared-and-whole-gpu", "deny")],
+        id="mem-and-nvidia-shared-gpu-in-two-containers",
+    ),
+    # GS019: more than one shared GPU where NVIDIA's plugin refuses it at Allocate
+    pytest.param(
+        pod({NVG: 2}, selector=on("ts-strict")),
+        NV_CTX,
+        [("GS019-nvidia-more-than-one-shared-gpu", "deny")],
+        id="nv-2-fail",
+    ),
+    pytest.param(
+        pod({NVG: "2"}, selector={"alibabacloud.com/nodepool-id": "np-mps"}),
+        NV_CTX,
+        [("GS019-nvidia-more-than-one-shared-gpu", "deny")],
+        id="nv-2-mps-by-selector",
+    ),
+    pytest.param(
+        pod({NVS: 3}),
+        NV_CTX,
+        [("GS019-nvidia-more-than-one-shared-gpu", "deny")],
+        id="nv-shared-3-reaches-strict",
+    ),
+    pytest.param(pod({NVG: 1}, selector=on("ts-strict")), NV_CTX, [], id="nv-1-fail-ok"),
+    pytest.param(pod({NVG: 1}, selector=on("mps")), NV_CTX, [], id="nv-1-mps-ok"),
+    pytest.param(pod({NVG: 2}, selector=on("ts")), NV_CTX, [], id="nv-2-timeslicing-ok"),
+    pytest.param(pod({NVG: 4}), NV_CTX, [], id="nv-whole-gpus-no-selector-ok"),
+    pytest.param(
+        pod({NVG: 4}, selector={"accelerator": "a100"}), NV_CTX, [], id="nv-whole-gpus-elsewhere-ok"
+    ),
+    pytest.param(
+        pod({NVG: 2}, selector=on("ts-strict")),
+        Context.build((nvidia_pool("ts-strict", mode="Warn", failRequestsGreaterThanOne=True),)),
+        [("GS019-nvidia-more-than-one-shared-gpu", "warn")],
+        id="nv-2-fail-warn-mode",
+    ),
+    # GS009: NVIDIA resources aimed at ACK pools, ACK sharing aimed at NVIDIA pools, the other name
+    pytest.param(
+        pod({NVG: 1}, selector=on("cgpu")),
+        NV_CTX,
+        [("GS009-pool-kind-mismatch", "deny")],
+        id="nv-on-ack-pool",
+    ),
+    pytest.param(
+        pod({NVG: 1}, selector={"ack.node.gpu.schedule": "core_mem"}),
+        NV_CTX,
+        [("GS009-pool-kind-mismatch", "deny")],
+        id="nv-on-ack-schedule",
+    ),
+    pytest.param(
+        pod({NVS: 1}, selector=on("gpu-core")),
+        NV_CTX,
+        [("GS009-pool-kind-mismatch", "deny")],
+        id="nv-shared-on-ack-pool",
+    ),
+    pytest.param(
+        pod({MEM: 2}, selector=on("ts")),
+        NV_CTX,
+        [("GS009-pool-kind-mismatch", "deny")],
+        id="ack-on-nvidia-pool",
+    ),
+    pytest.param(
+        pod({NVG: 1}, selector=on("ts-shared")),
+        NV_CTX,
+        [("GS009-pool-kind-mismatch", "deny")],
+        id="nv-gpu-on-renamed-pool",
+    ),
+    pytest.param(
+        pod({NVS: 1}, selector=on("ts")),
+        NV_CTX,
+        [("GS009-pool-kind-mismatch", "deny")],
+        id="nv-shared-on-plain-pool",
+    ),
+    pytest.param(pod({NVS: 1}, selector=on("ts-shared")), NV_CTX, [], id="nv-shared-on-renamed-pool-ok"),
+    pytest.param(
+        pod({MEM: 2}, selector={"alibabacloud.com/nodepool-id": "np-cgpu"}),
+        NV_CTX,
+        [],
+        id="ack-pool-beside-nvidia-ok",
+    ),
+    # GS011: nvidia.com/gpu.shared that no pool or node it reaches advertises
+    pytest.param(
+        pod({NVS: 1}, selector={"accelerator": "a100"}),
+        SEED_CTX,
+        [("GS011-pool-target-unknown", "deny")],
+        id="nv-shared-no-renamed-pool",
+    ),
+    pytest.param(
+        pod({NVS: 1}),
+        SEED_CTX,
+        [("GS011-pool-target-unknown", "deny")],
+        id="nv-shared-no-selector-no-renamed-pool",
+    ),
+    pytest.param(
+        pod({NVS: 1}, selector={"accelerator": "a100"}), NV_CTX, [], id="nv-shared-may-reach-renamed-pool"
+    ),
+    pytest.param(
+        pod({NVG: 1}, selector=on("tss")),
+        NV_CTX,
+        [("GS011-pool-target-unknown", "deny")],
+        id="nv-pool-name-typo",
     ),
     # GS014: CGPU_DISABLE in the env
     pytest.param(

@@ -19,6 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 EX = REPO / "examples"
 POOLS = [EX / "pool-cgpu.yaml", EX / "pool-cgpu-no-isolation.yaml", EX / "pool-gpu-core.yaml"]
 NODES = EX / "context" / "nodes.yaml"
+MEM = "aliyun.com/gpu-mem"
 
 
 def _context_args(with_nodes: bool = True) -> list[str]:
@@ -530,3 +531,47 @@ def test_any_object_gives_an_exit_code_never_a_traceback(
     assert "Traceback" not in captured.err
     if code == 2:
         assert len(captured.err.strip().splitlines()) == 1
+
+
+def test_check_judges_nvidia_requests_against_nvidia_pools(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`check` with an NVIDIA pool among the context: the pool's kind is nvidia (never cgpu), a
+    container asking for more than one shared GPU where the plugin refuses it is denied (GS019),
+    and ACK sharing aimed at the NVIDIA pool is a kind mismatch (GS009)."""
+    pool = {
+        "apiVersion": "gpushare.io/v1alpha1",
+        "kind": "GPUSharePool",
+        "metadata": {"name": "mps"},
+        "spec": {
+            "nodeSelector": {"matchLabels": {"alibabacloud.com/nodepool-id": "np-mps"}},
+            "nvidia": {"strategy": "MPS", "replicas": 2},
+        },
+    }
+
+    def pod(name: str, limits: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "nodeSelector": {"gpushare.io/pool": "mps"},
+                "containers": [{"name": "c", "image": "x", "resources": {"limits": limits}}],
+            },
+        }
+
+    f = tmp_path / "all.yaml"
+    docs = [pool, pod("two", {"nvidia.com/gpu": 2}), pod("one", {"nvidia.com/gpu": 1}), pod("ack", {MEM: 2})]
+    f.write_text("\n---\n".join(json.dumps(d) for d in docs))
+    code, findings = run_check(capsys, "--offline", "-f", str(f))
+    assert code == 1
+    assert [(x["object"], x["rule_id"]) for x in findings] == [
+        ("Pod/default/two", "GS019-nvidia-more-than-one-shared-gpu"),
+        ("Pod/default/ack", "GS009-pool-kind-mismatch"),
+    ]
+    two = findings[0]
+    assert two["field"] == 'spec.containers[0].resources.limits["nvidia.com/gpu"]' and two["value"] == "2"
+    assert (
+        "pool mps shares its GPUs with MPS" in two["message"]
+        and 'ask for 1 "nvidia.com/gpu"' in two["message"]
+    )

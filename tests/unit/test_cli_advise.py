@@ -10,7 +10,11 @@ import pytest
 import yaml
 
 from gpushare import constants as c
+from gpushare.admission.targeting import node_constraints
+from gpushare.api.v1alpha1 import parse_pool
 from gpushare.cli import main
+from gpushare.policy.advise import kind_problem
+from gpushare.policy.demand import WaitingPod
 
 NP = "alibabacloud.com/nodepool-id"
 
@@ -159,3 +163,22 @@ def test_inspect_shows_each_pools_demand(files: list[str], capsys: pytest.Captur
     demand = {p["name"]: p["demand"] for p in report["pools"]}
     assert demand["core"]["pods"] == ["ml/huge", "ml/train"] and demand["core"]["pendingPods"] == 2
     assert demand["cgpu"]["idleNodeNames"] == ["a1"]
+
+
+def test_an_nvidia_pool_is_never_lent_to_ack_gpu_sharing_pods() -> None:
+    """An NVIDIA pool reads as kind nvidia, not cgpu: advise names the mismatch instead of
+    planning a loan of its nodes to a pod asking for aliyun.com/gpu-mem."""
+    nv = parse_pool(
+        {
+            "apiVersion": "gpushare.io/v1alpha1",
+            "kind": "GPUSharePool",
+            "metadata": {"name": "ts"},
+            "spec": {
+                "nodeSelector": {"matchLabels": {"np": "ts"}},
+                "nvidia": {"strategy": "TimeSlicing", "replicas": 4},
+            },
+        }
+    )
+    waiting = WaitingPod("default", "p", "u", 2, 0, 1, node_constraints("spec", {}), None)
+    problem = kind_problem(waiting, nv)
+    assert problem is not None and "pool ts is an NVIDIA device-plugin pool" in problem

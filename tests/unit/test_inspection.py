@@ -271,3 +271,18 @@ def test_effective_mode_is_shown_next_to_the_labelled_mode_and_a_stale_plugin_is
     row = next(line for line in text.splitlines() if line.strip().startswith("stale"))
     assert row.split()[:3] == ["stale", "core_mem", "cgpu|share"]
     assert report.to_dict()["pools"][0]["nodes"][1]["effectiveMode"] == "cgpu|share"
+
+
+def test_an_nvidia_pool_is_shown_as_nvidia_and_not_held_to_cgpu_isolation() -> None:
+    """An NVIDIA pool keeps the ACK fields' defaults (memoryIsolation true) in its model: inspect
+    shows its kind, not cgpu, and an agent reporting cGPU isolation absent is no warning there."""
+    nv = pool("ts", "np-ts")
+    nv["spec"] = {
+        "nodeSelector": nv["spec"]["nodeSelector"],
+        "nvidia": {"strategy": "TimeSlicing", "replicas": 4},
+    }
+    absent = node("n1", "np-ts", labels={c.LABEL_CGPU_ISOLATION: "absent"})
+    report = build_report([absent], [], [nv])
+    (section,) = report.pools
+    assert (section.mode, section.memory_isolation, section.warnings) == ("nvidia", False, ())
+    assert "mode=nvidia (NVIDIA's device plugin)" in render_text(report)

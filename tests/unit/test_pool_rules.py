@@ -126,3 +126,17 @@ def test_a_rule_is_reported_beside_other_field_errors() -> None:
 
 def test_isolation_left_at_its_default_allows_compute() -> None:
     assert parse_pool(_pool(nodeSelector=NP, computeAllocation=True)).spec.mode == "core_mem"
+
+
+def test_an_nvidia_pools_kind_is_nvidia_not_an_ack_schedule() -> None:
+    """Admission, advise and inspect read a pool's kind from spec.mode: an NVIDIA pool keeps the
+    ACK fields' model defaults (memoryIsolation true), which must not make it a cgpu pool."""
+    nv = parse_pool(
+        {
+            "apiVersion": "gpushare.io/v1alpha1",
+            "kind": "GPUSharePool",
+            "metadata": {"name": "ts"},
+            "spec": {"nodeSelector": NP, "nvidia": {"strategy": "TimeSlicing", "replicas": 4}},
+        }
+    )
+    assert nv.spec.mode == "nvidia" and nv.spec.backend == "nvidia" and not nv.spec.isolates_memory

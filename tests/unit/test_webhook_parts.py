@@ -38,7 +38,7 @@ from gpushare.admission.webhook_config import (
     build_configuration,
     render_manifest,
 )
-from gpushare.api.v1alpha1 import parse_pool
+from gpushare.api.v1alpha1 import GPUSharePool, parse_pool
 from gpushare.cli.run import add_webhook_arguments, webhook_options
 from gpushare.k8s.retry import Backoff
 from gpushare.k8s.webhook_api import WebhookCertError
@@ -331,6 +331,36 @@ def test_admit_denies_and_warns_like_the_engine() -> None:
     assert not d.allowed and d.code == 422 and d.message == evaluate(bad)[0].message
     warned = admit(pods, _pod({MEM: "2"}, {"cgpu.disable.isolation": "true"}), "CREATE", Context)
     assert warned.allowed and len(warned.warnings) == 1 and "GS010" in warned.warnings[0]
+
+
+def _nvidia_pool(name: str, **nvidia: Any) -> GPUSharePool:
+    return parse_pool(
+        {
+            "apiVersion": "gpushare.io/v1alpha1",
+            "kind": "GPUSharePool",
+            "metadata": {"name": name},
+            "spec": {
+                "nodeSelector": {"matchLabels": {"np": name}},
+                "nvidia": {"strategy": "TimeSlicing", "replicas": 4, **nvidia},
+            },
+        }
+    )
+
+
+def test_admit_judges_nvidia_requests_aimed_at_pools() -> None:
+    pods = TARGETS_BY_ID["validate-pods"]
+    strict = _nvidia_pool("strict", failRequestsGreaterThanOne=True)
+
+    def ctx() -> Context:
+        return Context.build([strict])
+
+    two = _pod({"nvidia.com/gpu": "2"}, {"gpushare.io/pool": "strict"})
+    d = admit(pods, two, "CREATE", ctx)
+    assert not d.allowed and d.code == 403 and d.message == evaluate(two, ctx())[0].message
+    assert "GS019-nvidia-more-than-one-shared-gpu" in d.message and "pool strict" in d.message
+    # Whole GPUs aimed at no pool never reach the rules (the matchCondition leaves them out).
+    assert admit(pods, _pod({"nvidia.com/gpu": "4"}), "CREATE", _never) == Decision(True)
+    assert admit(pods, _pod({"nvidia.com/gpu": "1"}, {"gpushare.io/pool": "strict"}), "CREATE", ctx).allowed
 
 
 def test_admit_turns_a_crash_into_a_400_denial() -> None:

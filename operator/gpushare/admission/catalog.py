@@ -328,17 +328,47 @@ TARGET_AMBIGUOUS = AdmissionRule(
     id="GS008-pool-target-ambiguous",
     verdict="deny",
     pool_mode=True,
-    what="the pod's node constraints confine it to pools of exactly one kind (cgpu, share or core_mem)",
+    what="the pod's node constraints confine it to pools of exactly one kind (cgpu, share or core_mem; an"
+    " NVIDIA pool, kind nvidia, offers no aliyun.com/gpu* and is left out when another kind is reached)",
     fix=f"select one pool, e.g. `{c.LABEL_POOL}: <pool>` or `{c.LABEL_SCHEDULE}: <mode>`",
 )
+
+_NV = c.RES_NVIDIA_GPU
+_NVS = c.RES_NVIDIA_GPU_SHARED
 
 KIND_MISMATCH = AdmissionRule(
     id="GS009-pool-kind-mismatch",
     verdict="deny",
     pool_mode=True,
     what="memory-only pods target pools without compute allocation; pods with "
-    f"`{CORE}` target pools with it (no mixing of job types on a node)",
-    fix="target a pool of the matching kind, or add/remove the gpu-core.percentage request",
+    f"`{CORE}` target pools with it (no mixing of job types on a node). An NVIDIA pool (spec.nvidia) is"
+    f" a kind of its own, `nvidia`: a pod asking for `{c.GPU_RESOURCE_PREFIX}*` does not target only"
+    f" NVIDIA pools, a pod asking for `{_NV}` or `{_NVS}` confined to pools (by `{c.LABEL_POOL}`, the"
+    f" pool's nodeSelector, node names or `{c.LABEL_SCHEDULE}`) targets an NVIDIA pool that advertises"
+    f" the resource it asks for (`{_NVS}` with renameByDefault, else `{_NV}`)",
+    fix="target a pool of the matching kind, or add/remove the gpu-core.percentage request; ask for the"
+    " resource the NVIDIA pool advertises",
+    cases={
+        "ack-on-nvidia": Case(
+            "targets {where} (nvidia: {kind_text}) but {asker} asks for ACK GPU sharing"
+            ' ("{resource}"); the nodes of an NVIDIA pool offer no ' + c.GPU_RESOURCE_PREFIX + "*, so the"
+            " pod would stay Pending",
+            "target a pool of ACK's GPU sharing ({suggestion}), or ask for {offered} on the NVIDIA pool"
+            " instead of the " + c.GPU_RESOURCE_PREFIX + "* resources",
+        ),
+        "nvidia-on-ack": Case(
+            'targets {where} but {asker} asks for "{resource}": the nodes there run ACK\'s GPU sharing'
+            " ({kinds}), which offers " + c.GPU_RESOURCE_PREFIX + "* and no {resource}, so the pod would"
+            " stay Pending",
+            "target an NVIDIA pool ({suggestion}), or ask for " + MEM + " to share a GPU of the ACK pool",
+        ),
+        "nvidia-resource": Case(
+            'targets {where} but {asker} asks for "{resource}": the pool\'s nodes advertise "{offered}"'
+            " ({why}) and no {resource}, so the pod would stay Pending",
+            'ask for "{offered}" instead, or target an NVIDIA pool that advertises "{resource}"'
+            " ({suggestion})",
+        ),
+    },
 )
 
 NO_ISOLATION = AdmissionRule(
@@ -354,9 +384,25 @@ TARGET_UNKNOWN = AdmissionRule(
     verdict="deny",
     pool_mode=True,
     what="the pod's node constraints match at least one known pool or GPU-sharing node (ACK labels"
-    " that no known node has and no pool writes match nothing: see below)",
+    " that no known node has and no pool writes match nothing: see below); a pod asking for"
+    f" `{c.RES_NVIDIA_GPU_SHARED}` reaches an NVIDIA pool with renameByDefault or a node that advertises"
+    f" it, and one asking for `{c.RES_NVIDIA_GPU}` names (`{c.LABEL_POOL}`) a pool that exists",
     fix="fix the pool name or labels in the nodeSelector / node affinity, or create a pool of the kind"
     " asked for",
+    cases={
+        "nvidia-pool-unknown": Case(
+            f"names pool {{wanted}}, which no GPUSharePool is (known pools: {{known}}): no node carries"
+            f" {c.LABEL_POOL}={{wanted}}, so {{asker}} would stay Pending",
+            "fix the pool name ({suggestion})",
+        ),
+        "no-shared-pool": Case(
+            f'lets {{asker}} ask for "{_NVS}", which only the nodes of NVIDIA pools with'
+            " renameByDefault: true advertise, but the pod reaches no such pool and no node that"
+            " advertises it (NVIDIA pools with renameByDefault: {known}); the pod would stay Pending",
+            f"target an NVIDIA pool with renameByDefault: true ({{suggestion}}), set renameByDefault: true"
+            f' on the NVIDIA pool it should run on, or ask for "{_NV}"',
+        ),
+    },
 )
 
 _OFFERS = f"the device plugin offers {MEM} and {CORE}"
@@ -473,45 +519,89 @@ NODE_NAME_SET = AdmissionRule(
     " rule's summary, without the template's path",
 )
 
+#: What each NVIDIA resource is, in GS018's messages.
+NVIDIA_WHAT: dict[str, str] = {_NV: "whole GPUs", _NVS: "NVIDIA's shared GPUs"}
+
+
+def _nvidia_in(m: str) -> str:
+    return " || ".join(f"{cel.string_literal(r)} in e.{m}" for r in NVIDIA_WHAT)
+
+
 SHARED_WITH_WHOLE_GPU = AdmissionRule(
     id="GS018-shared-and-whole-gpu",
     verdict="deny",
     pool_mode=False,
     code=CODE_INVALID,
-    what=f"a pod asking for `{MEM}` or `{CORE}` does not also ask for `{c.RES_NVIDIA_GPU}` (in the same"
-    " container or another): a node runs one GPU scheduling mode, and enabling one sets the other"
-    " modes' resources to 0, so no node offers both",
-    fix=f"ask for either GPU sharing ({MEM}) or whole GPUs ({c.RES_NVIDIA_GPU}), not both in one pod",
+    what=f"a pod asking for `{MEM}` or `{CORE}` does not also ask for `{_NV}` or `{_NVS}` (in the same"
+    " container or another): a node runs one GPU scheduling mode (ACK's GPU sharing, or NVIDIA's device"
+    " plugin with whole, time-sliced or MPS GPUs), and enabling one sets the other modes' resources to"
+    " 0, so no node offers both",
+    fix=f"ask for either ACK GPU sharing ({MEM}) or NVIDIA's GPUs ({_NV}, {_NVS}), not both in one pod",
     cases={
         "both": Case(
-            'asks for whole GPUs in a container that also asks for GPU sharing ("{shared}"); a node'
-            " runs one GPU scheduling mode, so no node offers both and the pod would stay Pending",
-            f'drop "{c.RES_NVIDIA_GPU}" to share a GPU, or drop the {c.GPU_RESOURCE_PREFIX}* resources'
-            " for whole GPUs",
+            'asks for {what} in a container that also asks for ACK GPU sharing ("{shared}"); a node'
+            " runs one GPU scheduling mode (ACK's GPU sharing or NVIDIA's device plugin), so no node"
+            " offers both and the pod would stay Pending",
+            'drop "{resource}" to share a GPU the ACK way, or drop the ' + c.GPU_RESOURCE_PREFIX + "*"
+            " resources for {what}",
         ),
         "pod": Case(
-            "asks for whole GPUs in a pod whose {sharing} asks for GPU sharing; a node runs one GPU"
-            " scheduling mode, so no node offers both and the pod would stay Pending",
-            f'drop "{c.RES_NVIDIA_GPU}" to share a GPU, or run the two in separate pods',
+            "asks for {what} in a pod whose {sharing} asks for ACK GPU sharing; a node runs one GPU"
+            " scheduling mode (ACK's GPU sharing or NVIDIA's device plugin), so no node offers both and"
+            " the pod would stay Pending",
+            'drop "{resource}" to share a GPU the ACK way, or run the two in separate pods',
         ),
     },
     cel=CelForm(
-        broken=f"(e.mn != -2 || e.cn != -2) && ({cel.string_literal(c.RES_NVIDIA_GPU)} in e.l"
-        f" || {cel.string_literal(c.RES_NVIDIA_GPU)} in e.q)",
+        broken=f"(e.mn != -2 || e.cn != -2) && ({_nvidia_in('l')} || {_nvidia_in('q')})",
         messages=tuple(
             CelMessage(
-                f"{cel.string_literal(c.RES_NVIDIA_GPU)} in e.{m}" if m == "l" else "true",
+                "true" if (m, res) == ("q", _NVS) else f"{cel.string_literal(res)} in e.{m}",
                 "both",
-                cel.res_field(f"'{where}'", c.RES_NVIDIA_GPU),
-                cel.shown(f"e.{m}[{cel.string_literal(c.RES_NVIDIA_GPU)}]"),
-                {"shared": f"e.mn != -2 ? {cel.string_literal(MEM)} : {cel.string_literal(CORE)}"},
+                cel.res_field(f"'{where}'", res),
+                cel.shown(f"e.{m}[{cel.string_literal(res)}]"),
+                {
+                    "shared": f"e.mn != -2 ? {cel.string_literal(MEM)} : {cel.string_literal(CORE)}",
+                    "what": cel.string_literal(NVIDIA_WHAT[res]),
+                    "resource": cel.string_literal(res),
+                },
             )
             for m, where in (("l", "limits"), ("q", "requests"))
+            for res in NVIDIA_WHAT
         ),
-        summary=f"asks for both GPU sharing and whole GPUs ({c.RES_NVIDIA_GPU})",
+        summary=f"asks for both ACK GPU sharing and NVIDIA's GPUs ({_NV} or {_NVS})",
     ),
     differs="the policy judges one container at a time: whole GPUs in one container and GPU sharing"
     " in another of the same pod are denied by the webhook and `check` only",
+)
+
+NVIDIA_MORE_THAN_ONE = AdmissionRule(
+    id="GS019-nvidia-more-than-one-shared-gpu",
+    verdict="deny",
+    pool_mode=True,
+    what=f"a container asks for at most one `{_NV}` (or `{_NVS}`) when it can land on an NVIDIA pool whose"
+    " device plugin refuses more at Allocate: `failRequestsGreaterThanOne: true`, or strategy MPS (NVIDIA's"
+    " plugin always refuses more than one MPS replica); for `" + _NV + "` the pod is confined to such"
+    " pools by its node constraints, for `" + _NVS + "` it can reach one",
+    fix="ask for 1, or set `failRequestsGreaterThanOne: false` on a TimeSlicing pool (more than one"
+    " time-sliced replica gives a container no more of the GPU)",
+    cases={
+        "fail": Case(
+            "asks for {count} shared GPUs, but pool {pool} (NVIDIA {strategy}, failRequestsGreaterThanOne:"
+            " true) makes the device plugin refuse a container asking for more than one at Allocate"
+            " (UnexpectedAdmissionError)",
+            'ask for 1 "{resource}", or set spec.nvidia.failRequestsGreaterThanOne: false on pool {pool};'
+            " more than one time-sliced replica gives the container no more of the GPU, only more"
+            " shares of the same one",
+        ),
+        "mps": Case(
+            "asks for {count} shared GPUs, but pool {pool} shares its GPUs with MPS, and NVIDIA's device"
+            " plugin refuses a container asking for more than one MPS replica at Allocate"
+            " (UnexpectedAdmissionError)",
+            'ask for 1 "{resource}"; for a larger share of each GPU, lower spec.nvidia.replicas on'
+            " pool {pool}",
+        ),
+    },
 )
 
 # --- the pool rules (their CRD/pydantic record is gpushare.api.rules) ------------------------------
@@ -569,6 +659,7 @@ ALL_RULES: tuple[AdmissionRule, ...] = (
     GPU_COUNT_EXCEEDS_NODE,
     NODE_NAME_SET,
     SHARED_WITH_WHOLE_GPU,
+    NVIDIA_MORE_THAN_ONE,
     POOL_SCHEMA,
     POOL_COMPUTE_WITHOUT_ISOLATION,
     POOL_EMPTY_SELECTOR,

@@ -197,8 +197,8 @@ def _walk(base: str, steps: Sequence[Step], leaf: Callable[[str], str], quant: s
     return f"({guard}{join}{_walk(node, rest, leaf, quant, fresh)})"
 
 
-def exists_at(path: str, leaf: Callable[[str], str], base: str = "object") -> str:
-    return _walk(base, parse_path(path), leaf, "exists", _Vars())
+def exists_at(path: str, leaf: Callable[[str], str], base: str = "object", fresh: _Vars | None = None) -> str:
+    return _walk(base, parse_path(path), leaf, "exists", fresh or _Vars())
 
 
 def all_at(path: str, leaf: Callable[[str], str], base: str = "object") -> str:
@@ -232,11 +232,53 @@ def clipped(v: str) -> str:
     return f"(size({v}) <= {MAX_SHOWN} ? {v} : {cut})"
 
 
-def gpu_sharing_condition(kind: KindPaths) -> str:
+def _names(container: str, names: Sequence[str]) -> str:
+    """Any of ``names`` in the container's requests or limits."""
+    out = []
+    for where in ("requests", "limits"):
+        m = f"{container}.resources.{where}"
+        found = " || ".join(f"{_str(n)} in {m}" for n in names)
+        out.append(f"(has({container}.resources) && has({m}) && ({found}))")
+    return f"({' || '.join(out)})"
+
+
+#: Pod spec fields that constrain its nodes (podspecs.NODE_CONSTRAINT_FIELDS).
+_CONSTRAINT_FIELDS = ("nodeSelector", "affinity", "nodeName")
+
+
+def _nvidia_parts(kind: KindPaths) -> list[str]:
+    """The NVIDIA part of the webhook's matchCondition (:func:`gpushare.admission.podspecs.
+    requests_gpu_sharing`): a container asking for ``nvidia.com/gpu.shared``, or for
+    ``nvidia.com/gpu`` in a pod spec with its own nodeSelector, affinity or nodeName."""
+    parts = [
+        exists_at(path, lambda x: _names(x, (c.RES_NVIDIA_GPU_SHARED,))) for path, _ in kind.all_containers()
+    ]
+    for spec in kind.pod_specs:
+        rels = [p.removeprefix(spec + ".") for p, _ in kind.all_containers() if p.startswith(spec + ".")]
+        if not rels:
+            continue
+        fresh = _Vars()
+
+        def whole(node: str, rels: list[str] = rels, fresh: _Vars = fresh) -> str:
+            constrained = " || ".join(f"has({node}.{f})" for f in _CONSTRAINT_FIELDS)
+            asks = " || ".join(
+                exists_at(rel, lambda x: _names(x, (c.RES_NVIDIA_GPU,)), node, fresh) for rel in rels
+            )
+            return f"({constrained}) && ({asks})"
+
+        parts.append(exists_at(spec, whole, fresh=fresh))
+    return parts
+
+
+def gpu_sharing_condition(kind: KindPaths, nvidia: bool = False) -> str:
     """The webhook's matchCondition: does the object ask for GPU sharing anywhere (a container's
-    ``aliyun.com/gpu*`` resource, or ACK's ``aliyun.com/gpu-count`` pod label)?"""
+    ``aliyun.com/gpu*`` resource, or ACK's ``aliyun.com/gpu-count`` pod label)? With ``nvidia``
+    (the webhook's), NVIDIA's shared GPUs too (:func:`_nvidia_parts`); the policy's condition
+    leaves them out (its rules judge the ``aliyun.com/gpu*`` containers only)."""
     parts = [exists_at(path, container_asks_gpu) for path, _ in kind.all_containers()]
     parts.extend(exists_at(path, lambda m: f"{_str(POD_LABEL_GPU_COUNT)} in {m}") for path in kind.labels)
+    if nvidia:
+        parts.extend(_nvidia_parts(kind))
     if not parts:
         return "object != null"  # nothing known to look at: match everything
     return "object != null && (" + " || ".join(parts) + ")"

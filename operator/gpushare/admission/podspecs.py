@@ -30,6 +30,12 @@ from gpushare.admission.kinds import (
 #: ACK's multi-GPU sharing pod label: a pod carrying it asks for GPU sharing even without resources.
 POD_LABEL_GPU_COUNT = c.RES_GPU_COUNT
 
+#: NVIDIA's device plugin: whole or time-sliced GPUs, and shared GPUs under renameByDefault.
+NVIDIA_RESOURCES: tuple[str, ...] = (c.RES_NVIDIA_GPU, c.RES_NVIDIA_GPU_SHARED)
+#: The pod spec fields that constrain its nodes: an NVIDIA GPU pod with none of them is aimed at
+#: no pool (whole GPUs anywhere), and the webhook is not sent it.
+NODE_CONSTRAINT_FIELDS: tuple[str, ...] = ("nodeSelector", "affinity", "nodeName")
+
 #: Scheduling fields a pod-like may inherit (Argo: the workflow's, when the template has none).
 SCHEDULING_FIELDS: tuple[str, ...] = ("nodeSelector", "affinity", "tolerations")
 
@@ -67,6 +73,9 @@ class PodLike:
     labels: Mapping[str, Any]
     labels_path: str
     containers: tuple[ContainerRef, ...] = field(default_factory=tuple)
+    #: Whether the pod-like's own fields constrain its nodes (nodeSelector, affinity or nodeName,
+    #: not inherited): what the webhook's matchConditions read for whole-GPU requests.
+    own_constraints: bool = False
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -118,7 +127,8 @@ def _pod_like(obj: Mapping[str, Any], path: str, node: Mapping[str, Any], source
             spec.update(inherited)
     labels = resolve_relative(obj, path, source.labels)
     labels_path = pod_labels_path(path, source.labels)
-    return PodLike(path, spec, constraints_path, _mapping(labels), labels_path, containers)
+    own = any(k in node for k in NODE_CONSTRAINT_FIELDS)
+    return PodLike(path, spec, constraints_path, _mapping(labels), labels_path, containers, own)
 
 
 def pod_likes(obj: Mapping[str, Any], table: KindTable = DEFAULT_TABLE) -> list[PodLike]:
@@ -155,10 +165,27 @@ def asks_gpu(ref: ContainerRef) -> bool:
     return any(is_gpu_resource(k) for k in ref.limits) or any(is_gpu_resource(k) for k in ref.requests)
 
 
+def asks_nvidia(ref: ContainerRef, resources: tuple[str, ...] = NVIDIA_RESOURCES) -> bool:
+    """Does the container ask for one of NVIDIA's GPU resources (``nvidia.com/gpu``,
+    ``nvidia.com/gpu.shared``)?"""
+    return any(r in ref.limits or r in ref.requests for r in resources)
+
+
+def judged_nvidia(pod: PodLike) -> bool:
+    """Whether the NVIDIA rules judge the pod: a container asks for ``nvidia.com/gpu.shared``, or
+    for ``nvidia.com/gpu`` in a pod whose own fields constrain its nodes (the webhook's
+    matchConditions ask the same: :func:`requests_gpu_sharing`)."""
+    if any(asks_nvidia(ref, (c.RES_NVIDIA_GPU_SHARED,)) for ref in pod.containers):
+        return True
+    return pod.own_constraints and any(asks_nvidia(ref, (c.RES_NVIDIA_GPU,)) for ref in pod.containers)
+
+
 def requests_gpu_sharing(obj: Mapping[str, Any], table: KindTable = DEFAULT_TABLE) -> bool:
-    """Fast check: does any container of the object's pods mention an ``aliyun.com/gpu*`` resource,
-    or does a pod carry ACK's multi-GPU label ``aliyun.com/gpu-count``? (The webhook's
-    matchConditions, :func:`gpushare.admission.cel.gpu_sharing_condition`, ask the same.)
+    """Fast check: does any container of the object's pods mention an ``aliyun.com/gpu*`` resource
+    or ``nvidia.com/gpu.shared``, does a container ask for ``nvidia.com/gpu`` in a pod spec with
+    its own nodeSelector, affinity or nodeName (a pod that may be aimed at a pool), or does a pod
+    carry ACK's multi-GPU label ``aliyun.com/gpu-count``? (The webhook's matchConditions,
+    :func:`gpushare.admission.cel.gpu_sharing_condition` with ``nvidia``, ask the same.)
 
     It runs on every review the webhook gets, so it only reads: the kind's paths are parsed once
     (:func:`_gate`), and the containers are looked at where :func:`pod_likes` finds them without
@@ -173,9 +200,10 @@ def requests_gpu_sharing(obj: Mapping[str, Any], table: KindTable = DEFAULT_TABL
             return True
     for steps, containers in sources:
         for node in _values(obj, steps):
-            if isinstance(node, Mapping) and any(
-                _names_gpu(item) for rel in containers for item in _values(node, rel)
-            ):
+            if not isinstance(node, Mapping):
+                continue
+            constrained = any(k in node for k in NODE_CONSTRAINT_FIELDS)
+            if any(_names_gpu(item, constrained) for rel in containers for item in _values(node, rel)):
                 return True
     return False
 
@@ -211,13 +239,20 @@ def _values(node: Any, steps: Steps) -> Iterator[Any]:
         yield from _values(node[head], rest)
 
 
-def _names_gpu(item: Any) -> bool:
-    """A container whose resources name an ``aliyun.com/gpu*`` resource (as :func:`asks_gpu`)."""
+def _names_gpu(item: Any, constrained: bool = False) -> bool:
+    """A container whose resources name an ``aliyun.com/gpu*`` resource (as :func:`asks_gpu`) or
+    ``nvidia.com/gpu.shared``, or ``nvidia.com/gpu`` when its pod spec is ``constrained``."""
     resources = item.get("resources") if isinstance(item, Mapping) else None
     if not isinstance(resources, Mapping):
         return False
     return any(
-        isinstance(names, Mapping) and any(is_gpu_resource(name) for name in names)
+        isinstance(names, Mapping)
+        and any(
+            is_gpu_resource(name)
+            or name == c.RES_NVIDIA_GPU_SHARED
+            or (constrained and name == c.RES_NVIDIA_GPU)
+            for name in names
+        )
         for names in (resources.get("limits"), resources.get("requests"))
     )
 

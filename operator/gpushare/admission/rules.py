@@ -27,6 +27,8 @@ from gpushare.admission.catalog import (
     MEM_POSITIVE,
     NO_ISOLATION,
     NODE_NAME_SET,
+    NVIDIA_MORE_THAN_ONE,
+    NVIDIA_WHAT,
     POOL_OVERLAP,
     POOL_SCHEMA,
     REQUEST_LIMIT,
@@ -47,13 +49,18 @@ from gpushare.admission.podspecs import (
     asks_gpu,
     find_gpu_container,
     is_gpu_resource,
+    judged_nvidia,
     pod_likes,
 )
 from gpushare.admission.quantity import Amount, clip, parse_amount, parse_count, same_amount, shown_value
 from gpushare.admission.targeting import (
     KIND_TEXT,
+    Constraints,
     node_constraints,
+    nvidia_target,
     pools_of_kind,
+    reaches_node,
+    reaches_pool,
     resolve,
 )
 from gpushare.api.rules import EMPTY_SELECTOR, SCHEMA_FIX, SPEC_RULES, SpecRule
@@ -93,7 +100,9 @@ def evaluate(obj: Any, ctx: Context = EMPTY_CONTEXT, table: KindTable = DEFAULT_
     if kind is None:
         return _unknown_kind(obj, table)
     pods = pod_likes(obj, table)
-    if not any(asks_gpu(ref) for pod in pods for ref in pod.containers):
+    if not any(asks_gpu(ref) for pod in pods for ref in pod.containers) and not any(
+        judged_nvidia(pod) for pod in pods
+    ):
         return []
     name = object_name(obj, table)
     findings: list[Finding] = []
@@ -330,15 +339,26 @@ def _check_container(em: _Emitter, ref: ContainerRef, unit: str) -> _ContainerGP
 
 
 def _check_whole_gpus(em: _Emitter, ref: ContainerRef, case: str, **values: object) -> bool:
-    """``SHARED_WITH_WHOLE_GPU``: whole GPUs (``nvidia.com/gpu``) asked for by a container of a pod
-    that asks for GPU sharing (``case`` "both": in the same container; "pod": in another one): a
-    node runs one GPU scheduling mode, whose resources are the only ones it offers."""
+    """``SHARED_WITH_WHOLE_GPU``: NVIDIA's GPUs (``nvidia.com/gpu``, ``nvidia.com/gpu.shared``)
+    asked for by a container of a pod that asks for ACK GPU sharing (``case`` "both": in the same
+    container; "pod": in another one): a node runs one GPU scheduling mode, whose resources are the
+    only ones it offers. The first one found (limits before requests, as the policy)."""
     for where, resources in (("limits", ref.limits), ("requests", ref.requests)):
-        if c.RES_NVIDIA_GPU in resources:
-            shown = parse_amount(resources[c.RES_NVIDIA_GPU]).shown
-            field = f"{ref.path}.{_res_field(where, c.RES_NVIDIA_GPU)}"
-            em.case(SHARED_WITH_WHOLE_GPU, case, container=ref, field=field, value=shown, **values)
-            return True
+        for name, what in NVIDIA_WHAT.items():
+            if name in resources:
+                shown = parse_amount(resources[name]).shown
+                field = f"{ref.path}.{_res_field(where, name)}"
+                em.case(
+                    SHARED_WITH_WHOLE_GPU,
+                    case,
+                    container=ref,
+                    field=field,
+                    value=shown,
+                    what=what,
+                    resource=name,
+                    **values,
+                )
+                return True
     return False
 
 
@@ -478,8 +498,16 @@ def _evaluate_pod(obj_name: str, pod: PodLike, ctx: Context, several: bool = Fal
     em = _Emitter(obj_name, pod.path if several else None)
     constraints = node_constraints(pod.constraints_path, pod.spec)
     res = resolve(constraints, ctx)
-    all_pools = {p.name for p in ctx.pools}
+    if len(res.kinds) > 1:
+        # NVIDIA pools offer no aliyun.com/gpu*: the scheduler cannot place the pod there, so they
+        # make no ambiguity beside another kind (only an NVIDIA pool alone is a mismatch).
+        res.kinds.pop(c.POOL_KIND_NVIDIA, None)
+    all_pools = {p.name for p in ctx.pools if p.spec.mode != c.POOL_KIND_NVIDIA}
     unit = _unit(ctx, res.pools) if res.pools else "GiB"
+    if not any(asks_gpu(ref) for ref in pod.containers):
+        if judged_nvidia(pod):
+            _evaluate_nvidia_pod(em, pod, constraints, ctx)
+        return em.out
     containers = [_check_container(em, ref, unit) for ref in pod.containers]
     gpu = [g for g in containers if g.mem is not None or g.core is not None]
     if not gpu:
@@ -568,6 +596,30 @@ def _evaluate_pod(obj_name: str, pod: PodLike, ctx: Context, several: bool = Fal
     (kind,) = res.kinds
     pools = res.kinds[kind]
     where = f"pool {', '.join(sorted(pools))}" if pools else f"{c.LABEL_SCHEDULE}={kind} nodes"
+    if kind == c.POOL_KIND_NVIDIA:
+        verdict, note = _pool_verdict(KIND_MISMATCH, ctx, pools, res.unpooled)
+        if verdict:
+            first = gpu[0]
+            problem, fix = KIND_MISMATCH.text(
+                "ack-on-nvidia",
+                where=where,
+                kind_text=KIND_TEXT[kind],
+                asker=first.ref.display,
+                resource=c.RES_GPU_MEM if first.mem is not None else c.RES_GPU_CORE,
+                suggestion=_suggest(ctx, compute, multi),
+                offered=" or ".join(sorted(_offered(ctx, pools))),
+            )
+            em.add(
+                KIND_MISMATCH,
+                container=None,
+                field=constraints.field,
+                value=value,
+                problem=problem,
+                fix=fix,
+                verdict=verdict,
+                note=note,
+            )
+        return em.out
     if compute != (kind == c.SCHEDULE_CORE_MEM):
         verdict, note = _pool_verdict(KIND_MISMATCH, ctx, pools, res.unpooled)
         if verdict:
@@ -622,6 +674,250 @@ def _evaluate_pod(obj_name: str, pod: PodLike, ctx: Context, several: bool = Fal
     if not res.unpooled:
         _check_fits(em, ctx, res.pools, gpu, pod.path, split, total)
     return em.out
+
+
+# --- NVIDIA's resources ---------------------------------------------------------------------------
+
+
+def _nvidia_pools(ctx: Context, names: set[str] | None = None) -> list[GPUSharePool]:
+    return [
+        p
+        for p in ctx.pools
+        if p.spec.nvidia is not None
+        and p.spec.mode == c.POOL_KIND_NVIDIA
+        and (names is None or p.name in names)
+    ]
+
+
+def _offered(ctx: Context, pools: set[str]) -> set[str]:
+    """The NVIDIA resources the NVIDIA pools among ``pools`` advertise."""
+    return {p.spec.nvidia.resource for p in _nvidia_pools(ctx, pools) if p.spec.nvidia is not None}
+
+
+def _nvidia_why(pool: GPUSharePool) -> str:
+    nv = pool.spec.nvidia
+    assert nv is not None
+    if nv.strategy == "None":
+        return "strategy None: whole GPUs"
+    return f"{nv.strategy}, renameByDefault: {'true' if nv.rename_by_default else 'false'}"
+
+
+def _nvidia_asks(pod: PodLike) -> list[tuple[ContainerRef, str, str, Amount]]:
+    """(container, resource, limits|requests, amount) of every NVIDIA resource a container asks for."""
+    out = []
+    for ref in pod.containers:
+        for name in NVIDIA_WHAT:
+            if name in ref.limits:
+                out.append((ref, name, "limits", parse_amount(ref.limits[name])))
+            elif name in ref.requests:
+                out.append((ref, name, "requests", parse_amount(ref.requests[name])))
+    return out
+
+
+def _nvidia_suggest(ctx: Context, resource: str | None = None) -> str:
+    pools = sorted(p.name for p in _nvidia_pools(ctx) if p.spec.nvidia and p.spec.nvidia.resource == resource)
+    if not pools:
+        return f"e.g. nodeSelector {{{c.LABEL_POOL}: <pool>}}"
+    listed = ", ".join(pools)
+    return f"e.g. nodeSelector {{{c.LABEL_POOL}: {pools[0]}}} (NVIDIA pools advertising {resource}: {listed})"
+
+
+def _evaluate_nvidia_pod(em: _Emitter, pod: PodLike, constraints: Constraints, ctx: Context) -> None:
+    """The rules for a pod asking for NVIDIA's GPU resources and no ``aliyun.com/gpu*``:
+    ``KIND_MISMATCH`` (confined to ACK pools, or to NVIDIA pools advertising the other resource),
+    ``TARGET_UNKNOWN`` (``nvidia.com/gpu.shared`` that no pool or node it reaches advertises) and
+    ``NVIDIA_MORE_THAN_ONE`` (more than one shared GPU where the plugin refuses it)."""
+    asks = _nvidia_asks(pod)
+    if not asks:
+        return
+    value = constraints.render() if constraints.present else None
+    field = constraints.field
+    target = nvidia_target(constraints, ctx) if constraints.present else None
+    if target is not None and target.unknown:
+        return  # names a pool that cannot be resolved offline
+    wanted = {name for _, name, _, _ in asks}
+    nv_asker, resource = asks[0][0], asks[0][1]
+    if target is not None and target.missing and not target.pools and not target.unconfined:
+        # Aimed by name at pools that do not exist: no node carries the label.
+        verdict, note = _pool_verdict(TARGET_UNKNOWN, ctx, {p.name for p in ctx.pools}, False)
+        if verdict:
+            problem, fix = TARGET_UNKNOWN.text(
+                "nvidia-pool-unknown",
+                wanted=", ".join(sorted(target.missing)),
+                known=", ".join(sorted(p.name for p in ctx.pools)),
+                asker=nv_asker.display,
+                suggestion=_nvidia_suggest(ctx, resource),
+            )
+            em.add(
+                TARGET_UNKNOWN,
+                container=None,
+                field=field,
+                value=value,
+                problem=problem,
+                fix=fix,
+                verdict=verdict,
+                note=note,
+            )
+        return
+    # Confined to pools (or ACK-labelled nodes) none of which offers what the pod asks for.
+    if target is not None and not target.unconfined and (target.pools or target.labels):
+        offering = {
+            p.name
+            for p in _nvidia_pools(ctx, target.pools)
+            if p.spec.nvidia and p.spec.nvidia.resource in wanted
+        }
+        if not offering:
+            ack = {
+                p.name: p.spec.mode
+                for p in ctx.pools
+                if p.name in target.pools and p.spec.mode != c.POOL_KIND_NVIDIA
+            }
+            nvidia = _nvidia_pools(ctx, target.pools)
+            verdict, note = _pool_verdict(KIND_MISMATCH, ctx, target.pools, not target.pools)
+            if verdict and (ack or target.labels):
+                kinds = sorted({*ack.values(), *target.labels})
+                where = ", ".join(
+                    [
+                        *(f"pool {n}" for n in sorted(ack)),
+                        *(f"{c.LABEL_SCHEDULE}={k} nodes" for k in sorted(target.labels)),
+                    ]
+                )
+                problem, fix = KIND_MISMATCH.text(
+                    "nvidia-on-ack",
+                    where=where,
+                    asker=nv_asker.display,
+                    resource=resource,
+                    kinds=", ".join(f"{k}: {KIND_TEXT[k]}" for k in kinds),
+                    suggestion=_nvidia_suggest(ctx, resource),
+                )
+                em.add(
+                    KIND_MISMATCH,
+                    container=None,
+                    field=field,
+                    value=value,
+                    problem=problem,
+                    fix=fix,
+                    verdict=verdict,
+                    note=note,
+                )
+                return
+            if verdict and nvidia:
+                offered = sorted({p.spec.nvidia.resource for p in nvidia if p.spec.nvidia})
+                why = "; ".join(f"pool {p.name}: {_nvidia_why(p)}" for p in nvidia)
+                problem, fix = KIND_MISMATCH.text(
+                    "nvidia-resource",
+                    where=f"pool {', '.join(p.name for p in nvidia)}",
+                    asker=nv_asker.display,
+                    resource=resource,
+                    offered=" or ".join(offered),
+                    why=why,
+                    suggestion=_nvidia_suggest(ctx, resource),
+                )
+                em.add(
+                    KIND_MISMATCH,
+                    container=None,
+                    field=field,
+                    value=value,
+                    problem=problem,
+                    fix=fix,
+                    verdict=verdict,
+                    note=note,
+                )
+                return
+    # The NVIDIA pools each request can land on.
+    reach: dict[str, list[GPUSharePool]] = {}
+    if c.RES_NVIDIA_GPU_SHARED in wanted:
+        # Only nodes that advertise nvidia.com/gpu.shared take the pod: the pools it can reach.
+        shared = [
+            p
+            for p in _nvidia_pools(ctx)
+            if p.spec.nvidia
+            and p.spec.nvidia.resource == c.RES_NVIDIA_GPU_SHARED
+            and reaches_pool(constraints, p, ctx)
+        ]
+        reach[c.RES_NVIDIA_GPU_SHARED] = shared
+        in_pools = {p.name for p in shared}
+        elsewhere = any(
+            n.allocatable.get(c.RES_NVIDIA_GPU_SHARED) not in (None, "0")
+            and ctx.node_pool.get(n.name) not in in_pools
+            and reaches_node(constraints, n.labels, n.name)
+            for n in ctx.nodes
+        )
+        if not shared and not elsewhere and (ctx.pools or ctx.nodes):
+            nvidia = _nvidia_pools(ctx)
+            verdict, note = _pool_verdict(TARGET_UNKNOWN, ctx, {p.name for p in nvidia}, False)
+            if verdict:
+                sharer = next(ref for ref, name, _, _ in asks if name == c.RES_NVIDIA_GPU_SHARED)
+                known = (
+                    ", ".join(
+                        p.name
+                        for p in nvidia
+                        if p.spec.nvidia and p.spec.nvidia.resource == c.RES_NVIDIA_GPU_SHARED
+                    )
+                    or "none"
+                )
+                problem, fix = TARGET_UNKNOWN.text(
+                    "no-shared-pool",
+                    asker=sharer.display,
+                    known=known,
+                    suggestion=_nvidia_suggest(ctx, c.RES_NVIDIA_GPU_SHARED),
+                )
+                em.add(
+                    TARGET_UNKNOWN,
+                    container=None,
+                    field=field if constraints.present else f"{pod.constraints_path}.nodeSelector",
+                    value=value,
+                    problem=problem,
+                    fix=fix,
+                    verdict=verdict,
+                    note=note,
+                )
+    if c.RES_NVIDIA_GPU in wanted and target is not None:
+        reach[c.RES_NVIDIA_GPU] = [
+            p
+            for p in _nvidia_pools(ctx, target.pools)
+            if p.spec.nvidia and p.spec.nvidia.resource == c.RES_NVIDIA_GPU
+        ]
+    for ref, name, where, amount in asks:
+        if amount.value is None or amount.value <= 1:
+            continue
+        refusing = [
+            p
+            for p in reach.get(name, [])
+            if p.spec.nvidia
+            and p.spec.nvidia.strategy != "None"
+            and (p.spec.nvidia.strategy == "MPS" or p.spec.nvidia.fail_requests_greater_than_one)
+        ]
+        if not refusing:
+            continue
+        names = {p.name for p in refusing}
+        verdict, note = _pool_verdict(NVIDIA_MORE_THAN_ONE, ctx, names, False)
+        if not verdict:
+            continue
+        mps = [p.name for p in refusing if p.spec.nvidia and p.spec.nvidia.strategy == "MPS"]
+        failing = [p for p in refusing if p.name not in mps]
+        if failing:
+            problem, fix = NVIDIA_MORE_THAN_ONE.text(
+                "fail",
+                count=amount.shown,
+                pool=", ".join(p.name for p in failing),
+                strategy=" / ".join(sorted({p.spec.nvidia.strategy for p in failing if p.spec.nvidia})),
+                resource=name,
+            )
+        else:
+            problem, fix = NVIDIA_MORE_THAN_ONE.text(
+                "mps", count=amount.shown, pool=", ".join(mps), resource=name
+            )
+        em.add(
+            NVIDIA_MORE_THAN_ONE,
+            container=ref,
+            field=f"{ref.path}.{_res_field(where, name)}",
+            value=amount.shown,
+            problem=problem,
+            fix=fix,
+            verdict=verdict,
+            note=note,
+        )
 
 
 def _pod_total(gpu: list[_ContainerGPU]) -> int:

@@ -40,6 +40,7 @@ KIND_TEXT: dict[str, str] = {
     c.SCHEDULE_CGPU: "memory isolation, no compute allocation",
     c.SCHEDULE_SHARE: "no isolation",
     c.SCHEDULE_CORE_MEM: "compute allocation",
+    c.POOL_KIND_NVIDIA: f"NVIDIA's device plugin, {c.RES_NVIDIA_GPU} or {c.RES_NVIDIA_GPU_SHARED}",
 }
 
 
@@ -357,3 +358,110 @@ def _resolve_node(term: Term, entry: _NodeEntry, res: Resolution) -> None:
 
 def pools_of_kind(ctx: Context, kinds: Sequence[str]) -> list[str]:
     return sorted(p.name for p in ctx.pools if p.spec.mode in kinds)
+
+
+# --- NVIDIA's resources ---------------------------------------------------------------------------
+
+
+@dataclass
+class NvidiaTarget:
+    """Where a pod asking for NVIDIA's GPU resources is aimed.
+
+    ``nvidia.com/gpu`` is offered by every whole-GPU node, so such a pod is aimed at a pool only
+    when its constraints confine it there: each term names the pool (``gpushare.io/pool``), pins
+    every label of the pool's nodeSelector, names nodes of pools, or pins ACK's
+    ``ack.node.gpu.schedule`` to a sharing kind (``labels``: no pool, ACK-labelled nodes)."""
+
+    #: The pools the confined terms reach.
+    pools: set[str] = field(default_factory=set)
+    #: ACK sharing kinds pinned by ``ack.node.gpu.schedule`` in terms that reach no pool.
+    labels: set[str] = field(default_factory=set)
+    #: Some term is not confined to pools: the pod may land on any GPU node.
+    unconfined: bool = False
+    #: Some term names a pool that is not known (offline): nothing can be judged.
+    unknown: bool = False
+    #: Pool names the terms ask for that no known pool has (with pools known).
+    missing: set[str] = field(default_factory=set)
+
+
+def _named_pools(term: Term, ctx: Context) -> tuple[set[str], bool] | None:
+    """The pools of the known nodes a term names (and whether one of them is in no pool), or None
+    when the term names no nodes (or the nodes are unknown)."""
+    if not ctx.nodes or not names_nodes(term):
+        return None
+    pools: set[str] = set()
+    loose = False
+    for node in ctx.nodes:
+        if term_possible(term, _exact(node.labels), exact=True, name=node.name):
+            pool = ctx.node_pool.get(node.name)
+            if pool is None:
+                loose = True
+            else:
+                pools.add(pool)
+    return pools, loose
+
+
+def nvidia_target(constraints: Constraints, ctx: Context) -> NvidiaTarget:
+    """Where a pod asking for ``nvidia.com/gpu`` is aimed (:class:`NvidiaTarget`)."""
+    out = NvidiaTarget()
+    if not constraints.present:
+        out.unconfined = True
+        return out
+    candidates = _pool_candidates(ctx)
+    for term in constraints.terms:
+        named = _named_pools(term, ctx)
+        if named is not None:
+            out.pools |= named[0]
+            out.unconfined |= named[1]
+            continue
+        wanted = sel.pinned(term, c.LABEL_POOL)
+        if wanted is not None:
+            known = {p.name for p, cand in candidates if p.name in wanted and term_possible(term, cand)}
+            out.pools |= known
+            out.unknown |= not known and not ctx.pools
+            if ctx.pools:
+                out.missing |= {name for name in wanted if ctx.pool(name) is None}
+            continue
+        implied = {
+            p.name
+            for p, cand in candidates
+            if p.spec.node_selector.requirements()
+            and sel.implies(term, p.spec.node_selector.requirements())
+            and term_possible(term, cand)
+        }
+        if implied:
+            out.pools |= implied
+            continue
+        schedule = sel.pinned(term, c.LABEL_SCHEDULE)
+        if schedule is not None and schedule and schedule <= set(KINDS):
+            by_mode = {
+                p.name for p, cand in candidates if p.spec.mode in schedule and term_possible(term, cand)
+            }
+            out.pools |= by_mode
+            if not by_mode:
+                out.labels |= schedule
+            continue
+        out.unconfined = True
+    return out
+
+
+def reaches_pool(constraints: Constraints, pool: GPUSharePool, ctx: Context) -> bool:
+    """Whether a pod with these constraints can land on a node of ``pool`` (symbolically, as
+    :func:`resolve` reaches pools; a pod without constraints reaches every pool)."""
+    if not constraints.present:
+        return True
+    cand = next((cand for p, cand in _pool_candidates(ctx) if p.name == pool.name), None)
+    if cand is None:
+        return False
+    return any(
+        (not ctx.nodes or not names_nodes(term)) and term_possible(term, cand) for term in constraints.terms
+    ) or any(
+        (named := _named_pools(term, ctx)) is not None and pool.name in named[0] for term in constraints.terms
+    )
+
+
+def reaches_node(constraints: Constraints, labels: Mapping[str, str], name: str) -> bool:
+    """Whether a pod with these constraints can land on the node with these labels."""
+    if not constraints.present:
+        return True
+    return any(term_possible(term, _exact(labels), exact=True, name=name) for term in constraints.terms)

@@ -110,7 +110,7 @@ def match_conditions(target: WebhookTarget) -> list[dict[str, str]]:
     paths = kind_paths(target)
     if paths is None:
         return []
-    return [{"name": MATCH_CONDITION_NAME, "expression": gpu_sharing_condition(paths)}]
+    return [{"name": MATCH_CONDITION_NAME, "expression": gpu_sharing_condition(paths, nvidia=True)}]
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,9 @@ def _snake(name: str) -> str:
 
 PERCENT_RE = re.compile(r"^([1-9][0-9]?|100)%$")
 
-PoolMode = Literal["cgpu", "share", "core_mem"]
+#: The kind of a pool: ACK's ``ack.node.gpu.schedule`` value, or ``nvidia`` for a pool of NVIDIA's
+#: device plugin (whose nodes carry no ACK schedule).
+PoolMode = Literal["cgpu", "share", "core_mem", "nvidia"]
 NodePhase = Literal["Ready", "Pending", "Restarting", "Held", "Conflict", "Failed", "Skipped", "Degraded"]
 
 
@@ -485,7 +487,11 @@ class GPUSharePoolSpec(_Model):
 
     @property
     def mode(self) -> PoolMode:
-        """The ``ack.node.gpu.schedule`` value this pool puts on its nodes."""
+        """The kind of pool: the ``ack.node.gpu.schedule`` value an ACK pool puts on its nodes, or
+        ``nvidia`` for a pool of NVIDIA's device plugin (whose ACK fields keep their model defaults
+        but mean nothing: admission, advise and inspect must not read it as a cgpu pool)."""
+        if self.nvidia is not None:
+            return c.POOL_KIND_NVIDIA
         if self.compute_allocation:
             return "core_mem"
         return "cgpu" if self.memory_isolation else "share"

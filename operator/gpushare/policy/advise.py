@@ -120,6 +120,11 @@ def reachable(pod: WaitingPod, node: NodeView, borrower: GPUSharePool) -> bool:
 
 def kind_problem(pod: WaitingPod, borrower: GPUSharePool) -> str | None:
     core_pool = borrower.spec.mode == c.SCHEDULE_CORE_MEM
+    if borrower.spec.mode == c.POOL_KIND_NVIDIA:
+        return (
+            f"pool {borrower.name} is an NVIDIA device-plugin pool ({c.RES_NVIDIA_GPU}), and the pod asks"
+            f" for ACK GPU sharing ({c.RES_GPU_MEM})"
+        )
     if pod.gpu_mem <= 0:
         return f"requests no {c.RES_GPU_MEM}"
     if core_pool and not pod.gpu_core:
