@@ -646,8 +646,8 @@ class GPUSharePoolStatus(_Model):
         description="GPU resources the pool's nodes advertise as allocatable, summed, as a resource list "
         f"(quantities by resource name, like a node's status.allocatable): {c.RES_GPU_COUNT} (GPUs), "
         f"{c.RES_GPU_MEM} (in devicePlugin.memoryUnit, GiB by default) and, for core_mem pools, "
-        f"{c.RES_GPU_CORE} (100 per GPU); for an NVIDIA pool, {c.RES_NVIDIA_GPU} (or {c.RES_NVIDIA_GPU_SHARED} "
-        "with renameByDefault): replicas x GPUs, the pool's slots.",
+        f"{c.RES_GPU_CORE} (100 per GPU); for an NVIDIA pool, {c.RES_NVIDIA_GPU} "
+        f"(or {c.RES_NVIDIA_GPU_SHARED} with renameByDefault): replicas x GPUs, the pool's slots.",
     )
     allocated: dict[str, str] = Field(
         default_factory=dict,
