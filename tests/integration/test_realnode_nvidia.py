@@ -412,7 +412,9 @@ async def test_a_config_the_sidecar_cannot_find_fails_the_node_and_says_why(
         nv.NAMESPACE, cast(Any, {"metadata": {"name": elsewhere}, "data": {"unrelated": "x"}})
     )
     try:
-        spec = _nvidia(4, configMap={"name": elsewhere}, configPropagationSeconds=5)
+        # 3 replicas: a config no other test puts into the mounted ConfigMap (names follow the
+        # content, so the same config there would be found by the sidecar).
+        spec = _nvidia(3, configMap={"name": elsewhere}, configPropagationSeconds=5)
         await pools.create_pool(
             "tsbad", {c.LABEL_HOSTNAME: NODE}, **spec, devicePlugin={"readyTimeoutSeconds": 30}
         )
@@ -422,7 +424,14 @@ async def test_a_config_the_sidecar_cannot_find_fails_the_node_and_says_why(
             shown = _node_status(pool)
             return pool if shown.get("phase") in ("Failed", "Degraded") else None
 
-        pool = await wait_for(failed, what="the pool to report the node failed", timeout_s=POOL_WAIT)
+        try:
+            pool = await wait_for(failed, what="the pool to report the node failed", timeout_s=POOL_WAIT)
+        except TimeoutError:
+            node = await core.read_node(NODE)
+            raise AssertionError(
+                f"{(await pools.get('tsbad') or {}).get('status')}; node labels {node.metadata.labels}, "
+                f"annotations {node.metadata.annotations}, allocatable {node.status.allocatable}"
+            ) from None
         shown = _node_status(pool)
         assert shown["name"] == NODE, shown
         assert "nvidia-device-plugin-sidecar" in shown["message"] or "advertises" in shown["message"], shown

@@ -567,6 +567,21 @@ async def test_an_nvidia_pool_labels_its_nodes_only_once_its_config_can_have_rea
     assert ready["status"] == "True" and done.done
     assert status["capacity"] == {c.RES_NVIDIA_GPU: "8"}  # the pool's slots: 4 replicas x 2 GPUs
 
+    # Deleted: the node's label goes back to none (the plugin's default config); the reload of a
+    # node whose pool is gone is still NVIDIA's: no pod deleted.
+    meta = {**pool["metadata"], "deletionTimestamp": "2026-11-29T12:02:00Z"}
+    clock[0] = T0 + timedelta(seconds=90)
+    fake.writes.clear()
+    await _pass(rec, "gpu", pools=[{**pool, "metadata": meta}], nodes=fake.views(), pods=[plugin])
+    restore = _node_writes(fake)[0]
+    assert restore[2]["metadata"]["labels"] == {c.LABEL_NVIDIA_CONFIG: None, c.LABEL_POOL: None}
+    assert '"backend":"nvidia"' in restore[2]["metadata"]["annotations"][c.ANNOTATION_PLUGIN_RESTART]
+    # No config of its own to wait for (the plugin's default: any GPU advertised will do): the
+    # reload is done in the same pass, and nothing of gpushare stays on the node.
+    assert [w[0] for w in _node_writes(fake)] == ["patch", "patch"]
+    assert c.ANNOTATION_PLUGIN_RESTART not in node["metadata"].get("annotations", {})
+    assert c.ANNOTATION_OWNED not in node["metadata"].get("annotations", {})
+
 
 # --- a pool's reconcile daemon stopped by Kopf (gpushare.handlers.pools) -------------------------
 

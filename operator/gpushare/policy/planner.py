@@ -129,7 +129,9 @@ class RestartRecord:
     ``hash`` identifies the 4 plugin label values; ``since`` is when they were written: plugin pods
     created before it must be replaced. ``state``: Pending (restart owed), Done (a plugin pod
     created after ``since`` is Ready, or there was none to restart), Failed (timed out),
-    Skipped (the pool says ``devicePlugin.restart: Never``). ``pool`` is who owes the restart.
+    Skipped (the pool says ``devicePlugin.restart: Never``). ``pool`` is who owes the restart;
+    ``backend`` whose plugin it is (absent for ACK's, as written before there were two), so that a
+    restore owed by a pool that is gone is still done the backend's way.
     """
 
     hash: str
@@ -137,6 +139,7 @@ class RestartRecord:
     state: RestartState
     pool: str
     result: str = ""
+    backend: str = ""
 
     @classmethod
     def parse(cls, raw: str | None) -> RestartRecord | None:
@@ -155,6 +158,7 @@ class RestartRecord:
                 state=state,
                 pool=str(data.get("pool", "")),
                 result=str(data.get("result", "")),
+                backend=str(data.get("backend", "")),
             )
         except (ValueError, KeyError, TypeError):
             return None
@@ -168,6 +172,8 @@ class RestartRecord:
         }
         if self.result:
             body["result"] = self.result
+        if self.backend:
+            body["backend"] = self.backend
         return _dump(body)
 
     @property
@@ -469,20 +475,21 @@ def _change(
             after.pop(key, None)
     new_hash = plugin_labels_hash(after, backend)
     plugin_changed = any(key in label_patch for key in backend.plugin_labels)
+    tag = "" if backend is DEFAULT else backend.name
     restart = False
     new_record = record
     if plugin_changed:
         if target.restart_policy == "Never":
-            new_record = RestartRecord(new_hash, now, "Skipped", target.pool, "RestartNever")
+            new_record = RestartRecord(new_hash, now, "Skipped", target.pool, "RestartNever", tag)
         elif record is not None and record.hash == new_hash and record.state in ("Done", "Pending"):
             # The plugin already saw (or is about to see) exactly these values.
             new_record = record
         else:
             restart = True
-            new_record = RestartRecord(new_hash, now, "Pending", target.pool)
+            new_record = RestartRecord(new_hash, now, "Pending", target.pool, backend=tag)
     elif action is Action.APPLY and owned is None and (record is None or record.hash != new_hash):
         # Adopted with the plugin labels already right: nothing to restart.
-        new_record = RestartRecord(new_hash, now, "Done", target.pool, "Adopted")
+        new_record = RestartRecord(new_hash, now, "Done", target.pool, "Adopted", tag)
     elif (
         target.restart_policy == "Rolling"
         and record is not None
@@ -492,7 +499,7 @@ def _change(
         # Labelled under `devicePlugin.restart: Never`, now Rolling: the plugin never saw these
         # labels, so the restart that was skipped is owed now.
         restart = True
-        new_record = RestartRecord(new_hash, now, "Pending", target.pool)
+        new_record = RestartRecord(new_hash, now, "Pending", target.pool, backend=tag)
         if not label_patch:
             reason, message = "PluginRestartOwed", "restarting the device plugin skipped under restart Never"
     if new_owner is None and (new_record is None or not new_record.pending):

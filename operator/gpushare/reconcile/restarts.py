@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gpushare import metrics
-from gpushare.backends import backend_for
+from gpushare.api.v1alpha1 import DevicePlugin, LabelSelector
+from gpushare.backends import BACKENDS, SharingBackend, backend_for
 from gpushare.k8s import ApiError
 from gpushare.policy import RestartRecord
 from gpushare.policy.events import names
@@ -52,8 +53,25 @@ class Restarts:
     errors: dict[str, str] = field(default_factory=dict)
 
 
+def _backend(state: ClusterState, record: RestartRecord) -> SharingBackend:
+    """The backend whose plugin the record is about (the record says; else its pool's)."""
+    model = state.model(record.pool)
+    return BACKENDS.get(record.backend) or backend_for(model.spec if model else None)
+
+
+def _plugin(state: ClusterState, record: RestartRecord) -> DevicePlugin:
+    """The record's pool's device plugin; for a pool that is gone, its backend's default one."""
+    if state.model(record.pool) is not None:
+        return state.plugin_of(record.pool)
+    backend = _backend(state, record)
+    return DevicePlugin(
+        namespace=backend.default_plugin_namespace,
+        pod_selector=LabelSelector(match_labels=dict(backend.default_plugin_labels)),
+    )
+
+
 def _key(state: ClusterState, record: RestartRecord) -> PluginKey:
-    dp = state.plugin_of(record.pool)
+    dp = _plugin(state, record)
     return (dp.namespace, dp.pod_selector.to_query())
 
 
@@ -68,7 +86,7 @@ async def _listed(
     for node, record in owed:
         key = _key(state, record)
         groups[key] = groups.get(key, 0) + 1
-        dp = state.plugin_of(record.pool)
+        dp = _plugin(state, record)
         if watched(dp):
             pods = state.pods.get(node, {}).values()
             mine = [
@@ -123,9 +141,8 @@ def _take_step(
 ) -> RestartStep:
     """The pure step for the node's backend: a restart (its pods deleted), or a reload its plugin
     does itself (waited for until the node advertises the mode of its labels)."""
-    model = state.model(record.pool)
-    backend = backend_for(model.spec if model else None)
-    plugin = state.plugin_of(record.pool)
+    backend = _backend(state, record)
+    plugin = _plugin(state, record)
     if not backend.restarts_plugin:
         view = state.view(node)
         labels = view.labels if view else {}
@@ -178,7 +195,7 @@ async def _step(
         metrics.PLUGIN_RESTARTS.labels(pool=s.name, result=step.metric).inc()
     if step.state is None:
         return NodeRestart(node, running=record.pending)
-    updated = RestartRecord(record.hash, record.since, step.state, record.pool, step.outcome)
+    updated = RestartRecord(record.hash, record.since, step.state, record.pool, step.outcome, record.backend)
     return await _record(s, node, updated, parts)
 
 
