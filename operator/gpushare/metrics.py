@@ -83,9 +83,9 @@ ADMISSION_SECONDS = Histogram(
 
 POOL_INFO = Gauge(
     "gpushare_pool_info",
-    "1 for each pool, labelled with the ack.node.gpu.schedule mode it puts on its nodes "
-    "(cgpu, share, core_mem)",
-    ["pool", "mode"],
+    "1 for each pool, labelled with its sharing backend (ack, nvidia) and the mode it puts on its "
+    "nodes (ACK's ack.node.gpu.schedule: cgpu, share, core_mem; NVIDIA's config name)",
+    ["pool", "backend", "mode"],
     registry=REGISTRY,
 )
 POOL_CONDITION = Gauge(
@@ -159,7 +159,9 @@ LOANS = Counter(
 
 PHASES = ("Ready", "Pending", "Restarting", "Held", "Conflict", "Failed", "Skipped", "Degraded")
 CONDITIONS = ("Ready", "Progressing", "Degraded", "Conflict")
-_MODES = ("cgpu", "share", "core_mem")
+#: The (backend, mode) each pool's ``gpushare_pool_info`` series carries now (NVIDIA's modes are
+#: config names, not a fixed set: the old series is removed by what was set, not by a list).
+_last_info: dict[str, tuple[str, str]] = {}
 #: The last node counts seen per pool, to tell progress from standing still.
 _last_counts: dict[str, tuple[tuple[str, int], ...]] = {}
 
@@ -178,13 +180,15 @@ def set_pool_status(
     ``status`` is the status JSON the operator computed (camelCase keys). Cheap: a handful of
     gauge sets per reconcile pass.
     """
-    mode = str(status.get("schedule") or "")
-    for other in _MODES:
-        if other != mode:
-            with contextlib.suppress(KeyError):
-                POOL_INFO.remove(pool, other)
-    if mode:
-        POOL_INFO.labels(pool=pool, mode=mode).set(1)
+    info = (str(status.get("backend") or "ack"), str(status.get("schedule") or ""))
+    before = _last_info.get(pool)
+    if before is not None and before != info:
+        with contextlib.suppress(KeyError):
+            POOL_INFO.remove(pool, *before)
+        del _last_info[pool]
+    if info[1]:
+        POOL_INFO.labels(pool=pool, backend=info[0], mode=info[1]).set(1)
+        _last_info[pool] = info
     by_type = {str(cond.get("type")): cond for cond in status.get("conditions") or []}
     for ctype in CONDITIONS:
         value = 1 if (by_type.get(ctype) or {}).get("status") == "True" else 0
@@ -230,9 +234,10 @@ def forget_pool(pool: str) -> None:
     for phase in PHASES:
         with contextlib.suppress(KeyError):
             NODES.remove(pool, phase)
-    for mode in _MODES:
+    info = _last_info.pop(pool, None)
+    if info is not None:
         with contextlib.suppress(KeyError):
-            POOL_INFO.remove(pool, mode)
+            POOL_INFO.remove(pool, *info)
     for ctype in CONDITIONS:
         with contextlib.suppress(KeyError):
             POOL_CONDITION.remove(pool, ctype)

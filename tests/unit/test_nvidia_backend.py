@@ -15,6 +15,7 @@ from gpushare.api.v1alpha1 import Nvidia, parse_pool
 from gpushare.backends import backend_for
 from gpushare.backends.nvidia import NVIDIA, config
 from gpushare.backends.nvidia.configmap import Wanted, plan_configmap, written
+from gpushare.policy.demand import busy_nodes
 from gpushare.policy.planner import Action, plan
 from gpushare.policy.views import NodeView, PodView
 
@@ -199,3 +200,12 @@ def test_sharing_needs_two_replicas_and_an_nvidia_pool_takes_no_ack_field(strate
     assert spec.device_plugin.namespace == c.NVIDIA_PLUGIN_NAMESPACE
     assert spec.device_plugin.pod_selector.match_labels == c.NVIDIA_PLUGIN_LABELS
     assert not spec.isolates_memory
+
+
+def test_a_node_running_an_nvidia_gpu_pod_is_busy_never_idle_nor_lent() -> None:
+    pods = [
+        PodView("default", "a", node_name="n0", phase="Running", nvidia_gpu=1),
+        PodView("default", "b", node_name="n1", phase="Succeeded", nvidia_gpu=1),
+        PodView("default", "c", node_name="n2", phase="Running"),
+    ]
+    assert busy_nodes(pods) == {"n0"}

@@ -162,12 +162,9 @@ def _age_key(pod: WaitingPod) -> tuple[datetime, str]:
 
 
 def busy_nodes(pods: Iterable[PodView]) -> set[str]:
-    """Nodes running an unfinished pod that uses GPU sharing."""
-    return {
-        p.node_name
-        for p in pods
-        if p.node_name and not p.terminated and (p.gpu_mem or p.gpu_core or p.gpu_count)
-    }
+    """Nodes running an unfinished pod that uses a GPU (any backend's: ACK's sharing, NVIDIA's
+    ``nvidia.com/gpu``): never idle, never lent."""
+    return {p.node_name for p in pods if p.node_name and not p.terminated and p.requests}
 
 
 def members(cp: ClusterPlan) -> dict[str, list[str]]:
