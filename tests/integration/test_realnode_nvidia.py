@@ -277,6 +277,17 @@ def _node_status(pool: dict[str, Any] | None) -> dict[str, Any]:
     return next(iter(((pool or {}).get("status") or {}).get("nodeStatuses") or []), {})
 
 
+async def hold_a_gpu(core: client.CoreV1Api, ns: str, name: str) -> None:
+    """Start a pod holding one ``nvidia.com/gpu`` of the node for 15 minutes; wait until it runs."""
+    await core.create_namespaced_pod(ns, cast(Any, gpu_pod(name, "--sleep", "900")))
+
+    async def running() -> bool:
+        pod = await core.read_namespaced_pod(name, ns)
+        return bool(pod.status.phase == "Running")
+
+    await wait_for(running, what=f"pod {ns}/{name} to run", timeout_s=WAIT)
+
+
 async def ready_with(core: client.CoreV1Api, pools: PoolApi, name: str, count: int) -> dict[str, Any]:
     """Wait until pool ``name`` is Ready; every time it says Ready, the node already advertises
     ``count`` (the pool is Ready only once the node does)."""
@@ -335,13 +346,7 @@ async def test_fewer_replicas_wait_for_the_running_pod_and_more_replicas_switch_
     await label_and_wait(core, "ts2", 2 * GPUS)
     await pools.create_pool("tsw", {c.LABEL_HOSTNAME: NODE}, **_nvidia(4), rollout={"modeSwitch": "Wait"})
     await ready_with(core, pools, "tsw", 4 * GPUS)
-    await core.create_namespaced_pod(ns, cast(Any, gpu_pod("holder", "--sleep", "900")))
-
-    async def running() -> bool:
-        pod = await core.read_namespaced_pod("holder", ns)
-        return bool(pod.status.phase == "Running")
-
-    await wait_for(running, what="the holder pod to run", timeout_s=WAIT)
+    await hold_a_gpu(core, ns, "holder")
 
     # 4 -> 2 under the running pod: held, and the node and the pod are named.
     await pools.patch_spec("tsw", _nvidia(2))
@@ -363,13 +368,7 @@ async def test_fewer_replicas_wait_for_the_running_pod_and_more_replicas_switch_
 
     # 2 -> 4 with a pod running: more replicas disrupt nothing, no hold (the ts4 config is still
     # in the ConfigMap from before: ready at once).
-    await core.create_namespaced_pod(ns, cast(Any, gpu_pod("holder2", "--sleep", "900")))
-
-    async def running2() -> bool:
-        pod = await core.read_namespaced_pod("holder2", ns)
-        return bool(pod.status.phase == "Running")
-
-    await wait_for(running2, what="the second holder pod to run", timeout_s=WAIT)
+    await hold_a_gpu(core, ns, "holder2")
     await pools.patch_spec("tsw", _nvidia(4))
     await ready_with(core, pools, "tsw", 4 * GPUS)
     # Gone before the pool is deleted: its restore (4 -> the node's own ts2) would wait for it.
