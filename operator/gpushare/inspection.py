@@ -35,6 +35,7 @@ from gpushare.admission.model import Context, node_info
 from gpushare.admission.targeting import node_constraints, node_kind, resolve
 from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
 from gpushare.backends import backend_for
+from gpushare.backends import nvidia
 from gpushare.backends.ack import evidence as pm
 from gpushare.gpu.inventory import inventory_from_annotations, isolation_state
 from gpushare.policy.demand import snapshot
@@ -274,7 +275,10 @@ def _node_line(
             PodLine(p.namespace, p.name, p.phase, p.gpu_mem, p.gpu_core, node=node.name, gpu=_gpu_of(raw))
             for p, raw in sorted(active, key=lambda item: item[0].ref)
         ),
-        effective_mode=pm.effective_mode(node.allocatable),
+        # What the node's device plugin advertises: NVIDIA's count where NVIDIA's config label is.
+        effective_mode=nvidia.describe(node.allocatable)
+        if c.LABEL_NVIDIA_CONFIG in node.labels
+        else pm.effective_mode(node.allocatable),
     )
 
 

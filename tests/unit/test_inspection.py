@@ -286,3 +286,15 @@ def test_an_nvidia_pool_is_shown_as_nvidia_and_not_held_to_cgpu_isolation() -> N
     (section,) = report.pools
     assert (section.mode, section.memory_isolation, section.warnings) == ("nvidia", False, ())
     assert "mode=nvidia (NVIDIA's device plugin)" in render_text(report)
+
+
+def test_an_nvidia_node_shows_what_nvidias_plugin_advertises() -> None:
+    nv = pool("ts", "np-ts")
+    nv["spec"] = {
+        "nodeSelector": nv["spec"]["nodeSelector"],
+        "nvidia": {"strategy": "TimeSlicing", "replicas": 4},
+    }
+    labelled = node("n1", "np-ts", labels={c.LABEL_NVIDIA_CONFIG: "gpushare-ts4-00000000"})
+    labelled["status"]["allocatable"] = {"cpu": "32", c.RES_NVIDIA_GPU: "8"}
+    report = build_report([labelled], [], [nv])
+    assert report.to_dict()["pools"][0]["nodes"][0]["effectiveMode"] == "nvidia.com/gpu: 8"

@@ -37,6 +37,11 @@ def _count(allocatable: Mapping[str, str], resource: str) -> int:
     return quantity_int(allocatable.get(resource)) or 0
 
 
+def describe(allocatable: Mapping[str, str]) -> str:
+    """What a node advertises of NVIDIA's GPUs, e.g. ``nvidia.com/gpu: 8``."""
+    return _describe(allocatable)
+
+
 def _describe(allocatable: Mapping[str, str]) -> str:
     shown = [
         f"{r}: {allocatable[r]}" for r in (c.RES_NVIDIA_GPU, c.RES_NVIDIA_GPU_SHARED) if r in allocatable
