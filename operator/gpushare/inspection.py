@@ -34,8 +34,7 @@ from gpushare import constants as c
 from gpushare.admission.model import Context, node_info
 from gpushare.admission.targeting import node_constraints, node_kind, resolve
 from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
-from gpushare.backends import backend_for
-from gpushare.backends import nvidia
+from gpushare.backends import backend_for, nvidia
 from gpushare.backends.ack import evidence as pm
 from gpushare.gpu.inventory import inventory_from_annotations, isolation_state
 from gpushare.policy.demand import snapshot
