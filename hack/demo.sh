@@ -331,7 +331,7 @@ except RealNodeUnavailable as exc:
     "$KUBECTL" apply -f examples/pool-cgpu.yaml -f examples/pool-cgpu-no-isolation.yaml -f examples/pool-gpu-core.yaml
   step "Wait until the operator has labelled every node and restarted its device plugin" \
     "$KUBECTL" wait gsp --all --for=condition=Ready --timeout="${TIMEOUT}s"
-  step "The pools: schedule (mode), placement, nodes, Ready nodes, why Ready" "$KUBECTL" get gsp
+  step "The pools: schedule (mode), backend, nodes, Ready nodes, why Ready" "$KUBECTL" get gsp
   step "The nodes' labels AFTER: the ACK labels each node pool needs, set by the operator" \
     "$KUBECTL" get nodes -L alibabacloud.com/nodepool-id,$LABEL_COLUMNS
   wait_until "the device plugin pods to be Ready again" \

@@ -125,6 +125,16 @@ INVALID = [
         "spec.nodeSelector.matchLabels: Too many: 33: must have at most 32 items",
         id="selector-too-many-terms",
     ),
+    pytest.param(
+        {"nodeSelector": SEL, "placement": "spread", "nvidia": {"strategy": "TimeSlicing", "replicas": 4}},
+        "a pool has exactly one backend",
+        id="nvidia-with-an-ack-field",
+    ),
+    pytest.param(
+        {"nodeSelector": SEL, "nvidia": {"strategy": "MPS"}},
+        "TimeSlicing and MPS share each GPU between replicas >= 2",
+        id="nvidia-sharing-without-replicas",
+    ),
 ]
 
 
@@ -143,27 +153,42 @@ async def test_invalid_pools_are_rejected_with_clear_messages(
 async def test_round_trip_applies_the_same_defaults_as_the_models(api: client.ApiClient, pools: Any) -> None:
     obj = await pools(pool({"nodeSelector": SEL}))
     spec = obj["spec"]
-    assert spec["memoryIsolation"] is True
-    assert spec["computeAllocation"] is False
-    assert spec["placement"] == "binpack"
+    # ACK's fields and the plugin's location have no server default (they depend on the pool's
+    # backend, and an NVIDIA pool must be able to leave ACK's out): the models default them.
+    for absent in ("memoryIsolation", "computeAllocation", "placement"):
+        assert absent not in spec, spec
     assert spec["cleanup"] == "Restore"
-    assert spec["devicePlugin"] == {
-        "namespace": "kube-system",
-        "podSelector": {"matchLabels": {"name": "gpushare-device-plugin-ds"}},
-        "restart": "Rolling",
-        "readyTimeoutSeconds": 300,
-        "memoryUnit": "GiB",
-    }
+    assert spec["devicePlugin"] == {"restart": "Rolling", "readyTimeoutSeconds": 300}
     assert spec["rollout"] == {"maxUnavailable": 1, "modeSwitch": "Wait"}
     assert spec["admission"] == {"mode": "Enforce"}
-    # The server's defaults equal the pydantic defaults, field for field.
+    # The server's defaults and the models' give the same pool, field for field.
     parsed = parse_pool(obj)
     expected = GPUSharePoolSpec(node_selector=LabelSelector(match_labels=SEL["matchLabels"]))
     assert parsed.spec == expected
     assert parsed.spec.mode == "cgpu"
+    assert parsed.spec.device_plugin.namespace == "kube-system"
+    assert parsed.spec.device_plugin.pod_selector.match_labels == {"name": "gpushare-device-plugin-ds"}
     # What the models dump (every field explicit) is accepted and reads back the same.
     again = await pools(pool(expected.dump()))
     assert parse_pool(again).spec == expected
+
+
+async def test_an_nvidia_pool_gets_nvidias_defaults(api: client.ApiClient, pools: Any) -> None:
+    obj = await pools(pool({"nodeSelector": SEL, "nvidia": {"strategy": "TimeSlicing", "replicas": 4}}))
+    assert obj["spec"]["nvidia"] == {
+        "strategy": "TimeSlicing",
+        "replicas": 4,
+        "renameByDefault": False,
+        "failRequestsGreaterThanOne": False,
+        "configMap": {"namespace": "nvidia-device-plugin", "name": "nvidia-device-plugin-configs"},
+        "configPropagationSeconds": 90,
+    }
+    parsed = parse_pool(obj)
+    assert parsed.spec.backend == "nvidia"
+    assert parsed.spec.device_plugin.namespace == "nvidia-device-plugin"
+    assert parsed.spec.device_plugin.pod_selector.match_labels == {
+        "app.kubernetes.io/name": "nvidia-device-plugin"
+    }
 
 
 async def test_partial_sub_objects_get_their_remaining_defaults(api: client.ApiClient, pools: Any) -> None:
@@ -178,7 +203,10 @@ async def test_partial_sub_objects_get_their_remaining_defaults(api: client.ApiC
         )
     )
     spec = obj["spec"]
-    assert spec["devicePlugin"]["podSelector"] == {"matchLabels": {"name": "gpushare-device-plugin-ds"}}
+    assert "podSelector" not in spec["devicePlugin"]  # the model's default, per backend
+    assert parse_pool(obj).spec.device_plugin.pod_selector.match_labels == {
+        "name": "gpushare-device-plugin-ds"
+    }
     assert spec["devicePlugin"]["namespace"] == "gpu-system"
     assert spec["rollout"] == {"maxUnavailable": "25%", "modeSwitch": "Wait"}
     parsed = parse_pool(obj)

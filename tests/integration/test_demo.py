@@ -109,7 +109,7 @@ def test_demo_up_shows_the_product_and_down_leaves_nothing(
     # the pools are Ready with all their nodes
     gsp = _section(out, "The pools:")
     for pool, mode in (("cgpu", "cgpu"), ("cgpu-no-isolation", "share"), ("gpu-core", "core_mem")):
-        assert re.search(rf"^{re.escape(pool)}\s+{mode}\s+binpack\s+2\s+2\s+AllNodesReady\s", gsp, re.M), gsp
+        assert re.search(rf"^{re.escape(pool)}\s+{mode}\s+ack\s+2\s+2\s+AllNodesReady\s", gsp, re.M), gsp
 
     # labels before: none of ours; after: the mapping, per node pool
     before = _section(out, "The nodes' GPU-sharing labels BEFORE")

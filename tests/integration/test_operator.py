@@ -1380,8 +1380,8 @@ async def test_kubectl_shows_the_pool_in_plain_words(
     assert [w for w in words if w and w[0] == "Mode:"] == [["Mode:", "Enforce"]], described
 
     table = (await asyncio.to_thread(run, "get", "gsp", name)).splitlines()
-    assert table[0].split() == ["NAME", "SCHEDULE", "PLACEMENT", "NODES", "READY", "STATUS", "AGE"], table
-    assert table[1].split()[:6] == [name, "cgpu", "binpack", "2", "2", "AllNodesReady"], table
+    assert table[0].split() == ["NAME", "SCHEDULE", "BACKEND", "NODES", "READY", "STATUS", "AGE"], table
+    assert table[1].split()[:6] == [name, "cgpu", "ack", "2", "2", "AllNodesReady"], table
 
 
 async def test_an_upgraded_operator_deletes_the_status_keys_of_the_old_one(
