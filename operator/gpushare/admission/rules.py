@@ -736,6 +736,20 @@ def _evaluate_nvidia_pod(em: _Emitter, pod: PodLike, constraints: Constraints, c
     if target is not None and target.unknown:
         return  # names a pool that cannot be resolved offline
     wanted = {name for _, name, _, _ in asks}
+
+    def emit(rule: AdmissionRule, problem: str, fix: str, verdict: Verdict, note: str) -> None:
+        """A finding of the pod as a whole, on its node constraints."""
+        em.add(
+            rule,
+            container=None,
+            field=field,
+            value=value,
+            problem=problem,
+            fix=fix,
+            verdict=verdict,
+            note=note,
+        )
+
     nv_asker, resource = asks[0][0], asks[0][1]
     if target is not None and target.missing and not target.pools and not target.unconfined:
         # Aimed by name at pools that do not exist: no node carries the label.
@@ -748,16 +762,7 @@ def _evaluate_nvidia_pod(em: _Emitter, pod: PodLike, constraints: Constraints, c
                 asker=nv_asker.display,
                 suggestion=_nvidia_suggest(ctx, resource),
             )
-            em.add(
-                TARGET_UNKNOWN,
-                container=None,
-                field=field,
-                value=value,
-                problem=problem,
-                fix=fix,
-                verdict=verdict,
-                note=note,
-            )
+            emit(TARGET_UNKNOWN, problem, fix, verdict, note)
         return
     # Confined to pools (or ACK-labelled nodes) none of which offers what the pod asks for.
     if target is not None and not target.unconfined and (target.pools or target.labels):
@@ -790,16 +795,7 @@ def _evaluate_nvidia_pod(em: _Emitter, pod: PodLike, constraints: Constraints, c
                     kinds=", ".join(f"{k}: {KIND_TEXT[k]}" for k in kinds),
                     suggestion=_nvidia_suggest(ctx, resource),
                 )
-                em.add(
-                    KIND_MISMATCH,
-                    container=None,
-                    field=field,
-                    value=value,
-                    problem=problem,
-                    fix=fix,
-                    verdict=verdict,
-                    note=note,
-                )
+                emit(KIND_MISMATCH, problem, fix, verdict, note)
                 return
             if verdict and nvidia:
                 offered = sorted({p.spec.nvidia.resource for p in nvidia if p.spec.nvidia})
@@ -813,16 +809,7 @@ def _evaluate_nvidia_pod(em: _Emitter, pod: PodLike, constraints: Constraints, c
                     why=why,
                     suggestion=_nvidia_suggest(ctx, resource),
                 )
-                em.add(
-                    KIND_MISMATCH,
-                    container=None,
-                    field=field,
-                    value=value,
-                    problem=problem,
-                    fix=fix,
-                    verdict=verdict,
-                    note=note,
-                )
+                emit(KIND_MISMATCH, problem, fix, verdict, note)
                 return
     # The NVIDIA pools each request can land on.
     reach: dict[str, list[GPUSharePool]] = {}
