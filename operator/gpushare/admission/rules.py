@@ -547,20 +547,24 @@ def _evaluate_pod(obj_name: str, pod: PodLike, ctx: Context, several: bool = Fal
     if res.source == "unknown":
         return em.out  # names a pool we cannot resolve offline; nothing more to check
 
+    def on_target(rule: AdmissionRule, problem: str, fix: str, verdict: Verdict, note: str) -> None:
+        """A finding of the pod as a whole, on its node constraints."""
+        em.add(
+            rule,
+            container=None,
+            field=constraints.field,
+            value=value,
+            problem=problem,
+            fix=fix,
+            verdict=verdict,
+            note=note,
+        )
+
     def target_unknown(problem: str, fix: str) -> None:
         """``TARGET_UNKNOWN`` on the pod's targeting (one record for both ways a target can be unknown)."""
         verdict, note = _pool_verdict(TARGET_UNKNOWN, ctx, all_pools, False)
         if verdict:
-            em.add(
-                TARGET_UNKNOWN,
-                container=None,
-                field=constraints.field,
-                value=value,
-                problem=problem,
-                fix=fix,
-                verdict=verdict,
-                note=note,
-            )
+            on_target(TARGET_UNKNOWN, problem, fix, verdict, note)
 
     known = ", ".join(sorted(all_pools)) or "none"
     if res.source == "unmatched":
@@ -580,15 +584,12 @@ def _evaluate_pod(obj_name: str, pod: PodLike, ctx: Context, several: bool = Fal
     if len(res.kinds) > 1:
         verdict, note = _pool_verdict(TARGET_AMBIGUOUS, ctx, res.pools, res.unpooled)
         if verdict:
-            em.add(
+            on_target(
                 TARGET_AMBIGUOUS,
-                container=None,
-                field=constraints.field,
-                value=value,
-                problem=f"lets the pod land on more than one kind of GPU-sharing pool: {res.describe()}",
-                fix=_suggest(ctx, compute, multi, set(res.kinds)),
-                verdict=verdict,
-                note=note,
+                f"lets the pod land on more than one kind of GPU-sharing pool: {res.describe()}",
+                _suggest(ctx, compute, multi, set(res.kinds)),
+                verdict,
+                note,
             )
         if not res.unpooled:
             _check_fits(em, ctx, res.pools, gpu, pod.path, split, total, anywhere=True)
@@ -609,16 +610,7 @@ def _evaluate_pod(obj_name: str, pod: PodLike, ctx: Context, several: bool = Fal
                 suggestion=_suggest(ctx, compute, multi),
                 offered=" or ".join(sorted(_offered(ctx, pools))),
             )
-            em.add(
-                KIND_MISMATCH,
-                container=None,
-                field=constraints.field,
-                value=value,
-                problem=problem,
-                fix=fix,
-                verdict=verdict,
-                note=note,
-            )
+            on_target(KIND_MISMATCH, problem, fix, verdict, note)
         return em.out
     if compute != (kind == c.SCHEDULE_CORE_MEM):
         verdict, note = _pool_verdict(KIND_MISMATCH, ctx, pools, res.unpooled)
@@ -634,16 +626,7 @@ def _evaluate_pod(obj_name: str, pod: PodLike, ctx: Context, several: bool = Fal
                     f"targets {where} ({kind}: {KIND_TEXT[kind]}) but no container asks for"
                     f' "{c.RES_GPU_CORE}"; memory-only and compute jobs must not share a node'
                 )
-            em.add(
-                KIND_MISMATCH,
-                container=None,
-                field=constraints.field,
-                value=value,
-                problem=problem,
-                fix=_suggest(ctx, compute, multi),
-                verdict=verdict,
-                note=note,
-            )
+            on_target(KIND_MISMATCH, problem, _suggest(ctx, compute, multi), verdict, note)
     elif multi and not compute and kind != c.SCHEDULE_CGPU:
         verdict, note = _pool_verdict(GPU_COUNT_SPLIT, ctx, pools, res.unpooled)
         if verdict:
