@@ -568,9 +568,7 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def operator_labels(
-    pool: Pool, watch: LabelWatch, n: int, limit: float, pid: int
-) -> dict[str, float]:
+async def operator_labels(pool: Pool, watch: LabelWatch, n: int, limit: float, pid: int) -> dict[str, float]:
     """Create ``pool`` (labels only); seconds to its first node labelled, to all ``n``, to Ready;
     the CPU seconds the operator process ``pid`` and this process (the observer) spent until all
     were labelled."""

@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import signal
 import ssl
 import statistics
@@ -45,6 +46,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -212,6 +214,32 @@ def summary(latencies: list[float]) -> dict[str, Any]:
         "p99_ms": pct(latencies, 0.99) * 1000,
         "mean_ms": statistics.fmean(latencies) * 1000,
     }
+
+
+def spread(
+    base: list[float], floor: list[float], shipped: list[float], resamples: int = 2000, seed: int = 0
+) -> dict[str, tuple[float, float]]:
+    """95 % bootstrap intervals (ms) of the no-op's and the shipped column's added p50 over
+    ``base`` (nothing installed), and of their ratio: each list resampled with replacement,
+    ``resamples`` times. Says how far the floor itself moves between runs of the same size."""
+    rng = random.Random(seed)
+
+    def med(xs: list[float]) -> float:
+        return statistics.median(rng.choices(xs, k=len(xs))) * 1000
+
+    floors, ships, ratios = [], [], []
+    for _ in range(resamples):
+        b = med(base)
+        f, sh = med(floor) - b, med(shipped) - b
+        floors.append(f)
+        ships.append(sh)
+        ratios.append(sh / f if f > 0 else float("inf"))
+
+    def interval(xs: list[float]) -> tuple[float, float]:
+        xs = sorted(xs)
+        return xs[int(0.025 * len(xs))], xs[min(len(xs) - 1, int(0.975 * len(xs)))]
+
+    return {"noop": interval(floors), "shipped": interval(ships), "ratio": interval(ratios)}
 
 
 async def rate_load(
@@ -643,6 +671,10 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 finally:
                     await asyncio.to_thread(stop_webhook, noop_proc)
                 results["creates"] = {k: summary(v) for k, v in phases.items()}
+                results["spread"] = {
+                    pod: spread(phases[f"none/{pod}"], phases[f"noop/{pod}"], phases[f"shipped/{pod}"])
+                    for pod in ("gpu", "plain")
+                }
                 results["apiserver"] = {k: figure_means(v, len(phases[k])) for k, v in deltas.items()}
                 results["path"] = {"webhook_connections_after_gpu_phases": connections}
                 await install(api, "all", vwc, noop, noop_port, cafile)
@@ -745,6 +777,7 @@ async def burst_scenario(
     await core.delete_collection_namespaced_pod(BENCH_NS, grace_period_seconds=0)
     return {
         "creates": {k: summary(v) for k, v in latencies.items()},
+        "spread": spread(latencies["none"], latencies["noop"], latencies["shipped"]),
         "seconds": elapsed,
         "cpu_s": cpu,
         "pods": len(pods.items),
@@ -755,6 +788,23 @@ async def burst_scenario(
 def _ratio(added: float, floor: float) -> str:
     """``added ÷ floor``, or why there is none (the floor did not add time in this run)."""
     return f"{added / floor:.2f}x" if floor > 0 else f"n/a (floor {floor:+.2f} ms)"
+
+
+def _spread_line(label: str, sp: Mapping[str, Any]) -> str:
+    (f0, f1), (s0, s1), (r0, r1) = sp["noop"], sp["shipped"], sp["ratio"]
+    ratio = (
+        f"{r0:.2f}x .. {r1:.2f}x" if f0 > 0 and r1 != float("inf") else "n/a (the floor's interval reaches 0)"
+    )
+    return f"| {label} | {f0:+.2f} .. {f1:+.2f} | {s0:+.2f} .. {s1:+.2f} | {ratio} |"
+
+
+SPREAD_HEAD = [
+    "",
+    "Spread (95 % bootstrap intervals of the added p50 in ms, and of the ratio, over this run's creates):",
+    "",
+    "| scenario | no-op added p50 | shipped added p50 | shipped ÷ no-op |",
+    "|---|---:|---:|---:|",
+]
 
 
 def render(results: dict[str, Any]) -> str:
@@ -793,6 +843,9 @@ def render(results: dict[str, Any]) -> str:
         for column in ("shipped", "all"):
             ratio_all = cr[f"{column}/{pod}"]["p50_ms"] / base["p50_ms"]
             lines.append(f"| {label} | {column} ÷ nothing (p50) | | {ratio_all:.2f}x | | | | | |")
+    if results.get("spread"):
+        lines += SPREAD_HEAD
+        lines += [_spread_line(f"settled, {pod} pod", results["spread"][pod]) for pod in ("gpu", "plain")]
     burst = results.get("burst")
     if burst:
         bc = burst["creates"]
@@ -817,6 +870,8 @@ def render(results: dict[str, Any]) -> str:
                 f"| {COLUMN_TEXT[column]} | {r['creates']} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} |"
                 f" {add50:+.2f} | {add99:+.2f} | {ratio} |"
             )
+        if burst.get("spread"):
+            lines += [*SPREAD_HEAD, _spread_line("burst, GPU pod", burst["spread"])]
     lines += [
         "",
         "The apiserver's own figures (GPU pods; milliseconds per created pod; the matchConditions are"

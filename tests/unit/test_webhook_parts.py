@@ -406,6 +406,28 @@ def test_the_node_watch_feeds_the_context_and_heartbeats_keep_it() -> None:
     assert [n.name for n in cache.context({}, cache.fed).nodes] == ["n3"]
 
 
+def test_a_review_reads_one_number_for_the_nodes_and_sees_every_pool_change() -> None:
+    """The context is keyed on the fed nodes' version (no scan of every node per review): a
+    heartbeat leaves the version alone, a change bumps it, and a pool added or removed in the
+    index rebuilds the context even when no node changed."""
+    cache = ContextCache()
+    n1 = {"metadata": {"name": "n1", "labels": {"np": "a"}}, "status": {"allocatable": {MEM: "16"}}}
+    cache.node_event("ADDED", n1)
+    version = cache.fed_version
+    cache.node_event("MODIFIED", copy.deepcopy(n1))
+    assert cache.fed_version == version
+    cache.node_event("MODIFIED", {**n1, "metadata": {"name": "n1", "labels": {"np": "b"}}})
+    assert cache.fed_version == version + 1
+    cache.node_event("DELETED", {"metadata": {"name": "absent"}})  # nothing to forget
+    assert cache.fed_version == version + 1
+    ctx1 = cache.context({}, cache.fed)
+    index = {None: [_nvidia_pool("p")]}
+    ctx2 = cache.context(index, cache.fed)
+    assert ctx2 is not ctx1 and [p.name for p in ctx2.pools] == ["p"]
+    assert cache.context(index, cache.fed) is ctx2
+    assert cache.context({}, cache.fed).pools == ()
+
+
 def test_webhook_options_from_args() -> None:
     parser = argparse.ArgumentParser()
     add_webhook_arguments(parser)
@@ -687,6 +709,51 @@ def test_respond_uses_the_rules_and_the_handed_over_indexes() -> None:
         "uid": "u",
         "allowed": True,
     }
+
+
+def test_a_workloads_identical_pods_are_judged_once_while_the_context_holds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CleanAllows: a pod that differs from an allowed one only in its identity is answered
+    without the rules; a denial is judged every time (its message names the object); a changed
+    context or spec is judged again."""
+    pool = parse_pool(
+        {"apiVersion": "gpushare.io/v1alpha1", "kind": "GPUSharePool", "metadata": {"name": "a"},
+         "spec": {"nodeSelector": {"matchLabels": {"np": "a"}}}}
+    )  # fmt: skip
+    labelled = {"metadata": {"name": "n1", "labels": {"np": "a"}}, "status": {"allocatable": {MEM: "16"}}}
+    node = node_info(labelled)
+    ctx = Context.build([pool], [node])
+    calls: list[str] = []
+    real = evaluate
+
+    def counted(obj: Any, *args: Any) -> Any:
+        calls.append(str(obj["metadata"]["name"]))
+        return real(obj, *args)
+
+    monkeypatch.setattr(answer_module, "evaluate", counted)
+    allows = answer_module.CleanAllows(size=2)
+
+    def pod(name: str, limits: dict[str, str], uid: str) -> dict[str, Any]:
+        review = _pod_review(limits)
+        obj = review["request"]["object"]
+        obj["metadata"].update(name=name, uid=uid, generateName="job-")
+        obj["spec"]["nodeSelector"] = {"np": "a"}
+        return review
+
+    first = respond("validate-pods", pod("job-1", {MEM: "2"}, "u1"), ctx, allows=allows)
+    assert first == {"uid": "u", "allowed": True}
+    second = respond("validate-pods", pod("job-2", {MEM: "2"}, "u2"), ctx, allows=allows)
+    assert second == first and calls == ["job-1"] and allows.hits == 1
+    for name in ("bad-1", "bad-2"):  # denied: judged each time, each message names its pod
+        denied = respond("validate-pods", pod(name, {MEM: "2", CORE: "33"}, name), ctx, allows=allows)
+        assert denied is not None and denied["allowed"] is False and name in denied["status"]["message"]
+    assert calls == ["job-1", "bad-1", "bad-2"]
+    respond("validate-pods", pod("job-3", {MEM: "3"}, "u3"), ctx, allows=allows)  # another spec
+    assert calls[-1] == "job-3"
+    fresh = Context.build([pool], [node])  # the context changed: judged again
+    respond("validate-pods", pod("job-4", {MEM: "2"}, "u4"), fresh, allows=allows)
+    assert calls[-1] == "job-4" and allows.hits == 1
 
 
 def test_a_crash_in_the_rules_follows_the_failure_policy(monkeypatch: pytest.MonkeyPatch) -> None:

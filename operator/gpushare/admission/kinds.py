@@ -18,6 +18,7 @@ Administrators add kinds without code: a YAML file (``gpushare check --kinds FIL
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
@@ -300,6 +301,13 @@ def parse_path(path: str) -> tuple[str, ...]:
     """``spec.a[*].b`` -> ``("spec", "a", "[*]", "b")``; raises KindsError when malformed."""
     if not isinstance(path, str) or not path:
         raise KindsError(f"path {path!r} is empty")
+    return _parse_path(path)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_path(path: str) -> tuple[str, ...]:
+    """Cached: the rules parse the same few paths of the kinds table on every review (a path that
+    raises is not cached)."""
     out: list[str] = []
     for part in path.split("."):
         m = _SEGMENT_RE.match(part)

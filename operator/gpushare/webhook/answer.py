@@ -12,6 +12,7 @@ bounds and hands each parsed review here; Kopf's validating handlers
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -42,6 +43,7 @@ def admit(
     table: KindTable = DEFAULT_TABLE,
     failure_policy: str = "Fail",
     old: Mapping[str, Any] | None = None,
+    asks: bool | None = None,
 ) -> Decision:
     """Decide one request (raises nothing; the handler turns a denial into ``kopf.AdmissionError``).
 
@@ -51,7 +53,8 @@ def admit(
 
     A failure inside the rules is answered as the webhook's failure policy says (the target's own
     when it has one: pools are always ``Ignore``): ``Fail`` denies (code 400), ``Ignore`` allows
-    with a warning; either way it is logged in one line."""
+    with a warning; either way it is logged in one line. ``asks``: whether the object asks for GPU
+    sharing, when the caller has looked already (``respond``, after ``fast_allow``)."""
     if operation not in target.operations:
         return Decision(True)
     if (
@@ -62,7 +65,7 @@ def admit(
     ):
         return Decision(True)
     obj = dict(body)
-    if target.kind != c.KIND and not requests_gpu_sharing(obj, table):
+    if target.kind != c.KIND and not (requests_gpu_sharing(obj, table) if asks is None else asks):
         return Decision(True)  # fast path: no GPU sharing, no state
     try:
         return verdict(evaluate(obj, ctx_fn(), table))
@@ -138,6 +141,57 @@ def fast_allow(
     return True
 
 
+#: The metadata that tells apart objects made from one template (a Job's or a ReplicaSet's pods).
+#: The rules never read it: it only names the object in a finding's message.
+IDENTITY_FIELDS = frozenset(
+    {"name", "generateName", "uid", "resourceVersion", "creationTimestamp", "managedFields"}
+)
+
+
+class CleanAllows:
+    """Reviews of the current context that were allowed with nothing to say, by the object less
+    its identity (``IDENTITY_FIELDS``). A burst of a workload's pods (one Job of many replicas)
+    is judged once: the rules are pure functions of the object and the context, and an answer
+    with no finding holds no name. Cleared whenever the context changes (a pool or a node the
+    rules read); at most ``size`` entries, the oldest forgotten first. Denials, warnings and
+    pools are always judged."""
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self._context: Context | None = None
+        self._seen: dict[str, None] = {}
+        self.hits = 0
+
+    @staticmethod
+    def key(kind: str, operation: object, obj: Mapping[str, Any]) -> str | None:
+        meta = obj.get("metadata")
+        if not isinstance(meta, Mapping):
+            return None
+        rest = {k: v for k, v in obj.items() if k != "metadata"}
+        same = {k: v for k, v in meta.items() if k not in IDENTITY_FIELDS}
+        try:
+            return json.dumps([kind, operation, same, rest], separators=(",", ":"))
+        except (TypeError, ValueError):
+            return None
+
+    def holds(self, context: Context, key: str) -> bool:
+        if context is not self._context:
+            self._context = context
+            self._seen.clear()
+            return False
+        if key in self._seen:
+            self.hits += 1
+            return True
+        return False
+
+    def add(self, context: Context, key: str) -> None:
+        if context is not self._context:
+            return
+        if len(self._seen) >= self.size:
+            del self._seen[next(iter(self._seen))]
+        self._seen[key] = None
+
+
 def live_context(cache: ContextCache) -> Context | None:
     """The context ``respond`` judges with, once the startup handler has handed over the indexes
     (read on the event loop: the indexes change there)."""
@@ -151,6 +205,7 @@ def respond(
     targets: Mapping[str, WebhookTarget] = TARGETS_BY_ID,
     table: KindTable = DEFAULT_TABLE,
     failure_policy: str = "Fail",
+    allows: CleanAllows | None = None,
 ) -> dict[str, Any] | None:
     """The answer to one well-formed review, without Kopf's per-request machinery (memos, diffs,
     causes, handler bookkeeping: most of a request's CPU), from the same ``admit`` and the same
@@ -159,7 +214,8 @@ def respond(
     In order: a review routed to another resource than the handler's is denied (code 400: a wrong
     path never allows); one that asks for no GPU sharing, or for an operation the handler does
     not check, is allowed without any state (``fast_allow``); the rest is judged with
-    ``context``. None (let Kopf answer) for a handler id it does not know, a review with no object
+    ``context`` (once per identical object while the context holds, with ``allows``). None (let
+    Kopf answer) for a handler id it does not know, a review with no object
     (a DELETE), or no ``context`` yet (the indexes not handed over, or ``--webhook-via-kopf``)."""
     target = targets.get(handler_id)
     if target is None:
@@ -179,16 +235,24 @@ def respond(
     if not isinstance(obj, Mapping) or context is None:
         return None
     started = time.perf_counter()
-    old = request.get("oldObject")
-    decision = admit(
-        target,
-        obj,
-        request.get("operation"),
-        lambda: context,
-        table,
-        failure_policy,
-        old if isinstance(old, Mapping) else None,
-    )
+    operation = request.get("operation")
+    key = allows.key(target.kind, operation, obj) if allows is not None and target.kind != c.KIND else None
+    if key is not None and allows is not None and allows.holds(context, key):
+        decision = Decision(True)
+    else:
+        old = request.get("oldObject")
+        decision = admit(
+            target,
+            obj,
+            operation,
+            lambda: context,
+            table,
+            failure_policy,
+            old if isinstance(old, Mapping) else None,
+            asks=True if target.kind != c.KIND else None,  # fast_allow looked: it does
+        )
+        if key is not None and allows is not None and decision == Decision(True):  # nothing to say
+            allows.add(context, key)
     record(target.kind, decision, time.perf_counter() - started)
     log_decision(obj, decision, table)
     answer: dict[str, Any] = {"uid": request["uid"], "allowed": decision.allowed}

@@ -38,28 +38,39 @@ class ContextCache:
         self.nodes_index: Any = None
         #: name -> [NodeInfo], kept by ``node_event``/``nodes_listed`` (the Node watch's callbacks).
         self.fed: dict[str, list[NodeInfo]] = {}
+        #: Bumped whenever ``fed`` changes in a way that matters, so that a review reads one
+        #: number instead of scanning every node (at 1000 nodes that scan cost more than the rules).
+        self.fed_version = 0
 
     def node_event(self, type_: str, obj: Mapping[str, Any]) -> None:
         """A Node watch event (``gpushare.k8s.watch.OnEvent``)."""
         name = str((obj.get("metadata") or {}).get("name") or "")
-        if type_ == "DELETED":
-            self.fed.pop(name, None)
-        else:
-            self.fed[name] = [self.node(node_info(obj))]
+        self._feed(name, None if type_ == "DELETED" else node_info(obj))
+
+    def _feed(self, name: str, info: NodeInfo | None) -> None:
+        """Keep ``fed[name]`` (None: the node is gone); bump ``fed_version`` when it changed."""
+        if info is None:
+            if self.fed.pop(name, None) is not None:
+                self.fed_version += 1
+            return
+        stored = self.node(info)
+        old = self.fed.get(name)
+        if old is None or len(old) != 1 or old[0] is not stored:
+            self.fed[name] = [stored]
+            self.fed_version += 1
 
     def node_view(self, type_: str, name: str, view: NodeView | None) -> None:
         """A Node watch event as the operator's projection (``handlers.watch.NodeViewListener``:
         in ``gpushare run --webhook`` the operator's Node watch feeds this cache)."""
         if type_ == "DELETED" or view is None:
-            self.fed.pop(name, None)
+            self._feed(name, None)
         else:
-            info = NodeInfo.of(view.name, view.labels, view.allocatable, view.annotations)
-            self.fed[name] = [self.node(info)]
+            self._feed(name, NodeInfo.of(view.name, view.labels, view.allocatable, view.annotations))
 
     def nodes_listed(self, names: set[str]) -> None:
         """After a complete list (``gpushare.k8s.watch.OnListed``): forget the nodes not in it."""
         for name in set(self.fed) - names:
-            del self.fed[name]
+            self._feed(name, None)
 
     def node(self, info: NodeInfo) -> NodeInfo:
         """The stored NodeInfo when equal (so heartbeats do not invalidate the context)."""
@@ -86,9 +97,14 @@ class ContextCache:
         return self.context(self.pools_index, self.nodes_index)
 
     def context(self, pools_index: Any, nodes_index: Any) -> Context:
-        pools = _values(pools_index, GPUSharePool)
+        pools = _values(pools_index, GPUSharePool)  # a handful: scanned on every review
+        if nodes_index is self.fed:  # ours: its version says whether anything changed
+            key: tuple[int, ...] = (len(pools), *map(id, pools), -1, self.fed_version)
+            if key == self._key:
+                return self._context
         nodes = _values(nodes_index, NodeInfo)
-        key = (len(pools), *map(id, pools), *map(id, nodes))
+        if nodes_index is not self.fed:
+            key = (len(pools), *map(id, pools), *map(id, nodes))
         if key != self._key:
             self._context = Context.build(sorted(pools, key=lambda p: p.name), nodes)
             self._key = key

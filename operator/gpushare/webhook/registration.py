@@ -40,7 +40,7 @@ from gpushare.admission.webhook_config import WebhookTarget
 from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
 from gpushare.k8s.client import ApiClient, load_configuration, new_api_client
 from gpushare.k8s.watch import ListWatch
-from gpushare.webhook.answer import admit, live_context, log_decision, record, respond
+from gpushare.webhook.answer import CleanAllows, admit, live_context, log_decision, record, respond
 from gpushare.webhook.context import ContextCache
 from gpushare.webhook.lifecycle import CertLifecycle
 from gpushare.webhook.options import WebhookOptions
@@ -167,6 +167,7 @@ def build_server(
     unless ``--webhook-via-kopf``), Kopf's handlers as the fallback, and the certificate
     lifecycle's hooks."""
     targets = {t.handler_id: t for t in options.targets}
+    allows = CleanAllows()
     return GPUShareWebhookServer(
         routes={i: (t.group, t.plural) for i, t in targets.items()},
         live_context=lambda: live_context(cache) if options.direct else None,
@@ -177,6 +178,7 @@ def build_server(
             targets,
             options.kinds,
             options.failure_policy,
+            allows,
         ),
         failure_policy=options.failure_policy,
         limits=options.limits,
