@@ -236,6 +236,45 @@ async def test_status_and_advise_name_an_idle_cgpu_node_and_lending_runs_the_job
     await pools.wait_ready(cg)
 
 
+async def test_an_nvidia_pool_counts_its_waiting_pods_in_slots(
+    api: client.ApiClient,
+    cluster: ClusterInfo,
+    fake_nodes: FakeNodeSet,
+    operator: OperatorProc,
+    pools: Pools,
+    namespace: str,
+) -> None:
+    """A Job asking for 3 nvidia.com/gpu aimed at a TimeSlicing pool whose node does not advertise
+    them waits; it is the pool's demand in slots (status.demand and advise), and a whole-GPU pod
+    aimed at an ACK pool is no pool's demand."""
+    tag = secrets.token_hex(3)
+    np_t, np_a = f"np-t-{tag}", f"np-a-{tag}"
+    await fake_nodes.create(1, prefix=f"t{tag}", pool_labels={POOL_LABEL: np_t})
+    await fake_nodes.create(1, prefix=f"a{tag}", pool_labels={POOL_LABEL: np_a})
+    ts, cg = f"ts-{tag}", f"cgpu-{tag}"
+    await pools.create_pool(ts, {POOL_LABEL: np_t}, nvidia={"strategy": "TimeSlicing", "replicas": 4})
+    await pools.create_pool(cg, {POOL_LABEL: np_a})
+    whole = gpu_pod_spec(cg, 0)
+    whole["containers"][0]["resources"]["limits"] = {c.RES_NVIDIA_GPU: "1"}
+    await create_job(api, namespace, "whole", whole)
+    slots = gpu_pod_spec(ts, 0)
+    slots["containers"][0]["resources"]["limits"] = {c.RES_NVIDIA_GPU: "3"}
+    await create_job(api, namespace, "slots", slots)
+    pod = await wait_unschedulable(api, namespace, "slots")
+    await wait_unschedulable(api, namespace, "whole")
+
+    d = await pools.wait_demand(ts, "1 pod waits", lambda d: d.get("pendingPods") == 1)
+    assert d["pods"] == [f"{namespace}/{pod}"] and d["requests"] == {c.RES_NVIDIA_GPU: "3"}
+    assert "oldestPendingSince" in d
+    ack = await pools.wait_demand(cg, "its demand written", lambda d: "requests" in d)
+    assert ack["pendingPods"] == 0 and ack["requests"] == {c.RES_GPU_MEM: "0", c.RES_GPU_CORE: "0"}
+
+    advice = advise(cluster)
+    assert advice["demand"][ts]["requests"] == {c.RES_NVIDIA_GPU: "3"}
+    assert [p["pod"] for p in advice["pending"]] == [f"{namespace}/{pod}"]
+    assert advice["demand"][cg]["pendingPods"] == 0
+
+
 async def test_a_busy_node_is_never_lent_and_a_pool_keeps_its_idle_nodes(
     api: client.ApiClient,
     fake_nodes: FakeNodeSet,
