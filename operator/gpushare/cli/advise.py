@@ -44,11 +44,12 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def _demand_line(d: PoolDemand) -> str:
+def _demand_line(d: PoolDemand, slots_of: str | None = None) -> str:
+    """``slots_of``: the resource of an NVIDIA pool's slots (None: an ACK pool)."""
     oldest = d.oldest
     since = f", the oldest since {oldest.strftime('%Y-%m-%dT%H:%M:%SZ')}" if oldest else ""
-    if c.RES_GPU_MEM not in d.resources:  # an NVIDIA pool: slots of its resource
-        slots = ", ".join(f"{d.requested(r)} {r} slot(s)" for r in d.resources)
+    if slots_of is not None:
+        slots = f"{d.requested(slots_of)} {slots_of} slot(s)"
         return f"pool {d.pool}: {len(d.waiting)} pod(s) wait for GPU ({slots}){since}"
     core = f", gpu-core {d.gpu_core}%" if d.gpu_core else ""
     return f"pool {d.pool}: {len(d.waiting)} pod(s) wait for GPU (gpu-mem {d.gpu_mem}{core}){since}"
@@ -62,7 +63,11 @@ def _slots(snap: Snapshot, pool: str) -> str | None:
 
 def render_text(snap: Snapshot, advice: Advice) -> str:
     lines = [f"warning: {w}" for w in snap.warnings]
-    lines.extend(_demand_line(d) for d in sorted(snap.demand.values(), key=lambda d: d.pool) if d.waiting)
+    lines.extend(
+        _demand_line(d, _slots(snap, d.pool))
+        for d in sorted(snap.demand.values(), key=lambda d: d.pool)
+        if d.waiting
+    )
     units = {p.name: p.spec.device_plugin.memory_unit for p in snap.pools}
     for m in advice.moves:
         lines.append(f"move node {m.node} from pool {m.lender} to pool {m.borrower}:")
