@@ -245,8 +245,8 @@ async def test_an_nvidia_pool_counts_its_waiting_pods_in_slots(
     namespace: str,
 ) -> None:
     """A Job asking for 3 nvidia.com/gpu aimed at a TimeSlicing pool whose node does not advertise
-    them waits; it is the pool's demand in slots (status.demand and advise), and a whole-GPU pod
-    aimed at an ACK pool is no pool's demand."""
+    them waits; it is the pool's demand in slots (status.demand), and advise sizes the move of an
+    idle ACK node to the pool in slots (1 GPU x 4 replicas)."""
     tag = secrets.token_hex(3)
     np_t, np_a = f"np-t-{tag}", f"np-a-{tag}"
     await fake_nodes.create(1, prefix=f"t{tag}", pool_labels={POOL_LABEL: np_t})
@@ -255,14 +255,10 @@ async def test_an_nvidia_pool_counts_its_waiting_pods_in_slots(
     ts, cg = f"ts-{tag}", f"cgpu-{tag}"
     await pools.create_pool(ts, {POOL_LABEL: np_t}, nvidia={"strategy": "TimeSlicing", "replicas": 4})
     await pools.create_pool(cg, {POOL_LABEL: np_a})
-    whole = gpu_pod_spec(cg, 0)
-    whole["containers"][0]["resources"]["limits"] = {c.RES_NVIDIA_GPU: "1"}
-    await create_job(api, namespace, "whole", whole)
     slots = gpu_pod_spec(ts, 0)
     slots["containers"][0]["resources"]["limits"] = {c.RES_NVIDIA_GPU: "3"}
     await create_job(api, namespace, "slots", slots)
     pod = await wait_unschedulable(api, namespace, "slots")
-    await wait_unschedulable(api, namespace, "whole")
 
     d = await pools.wait_demand(ts, "1 pod waits", lambda d: d.get("pendingPods") == 1)
     assert d["pods"] == [f"{namespace}/{pod}"] and d["requests"] == {c.RES_NVIDIA_GPU: "3"}
