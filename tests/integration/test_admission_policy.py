@@ -37,9 +37,10 @@ from hypothesis import strategies as st
 
 from gpushare.admission import EMPTY_CONTEXT, evaluate
 from gpushare.admission.cel import kind_paths
+from gpushare.admission.gate import gate_patch
 from gpushare.admission.kinds import PodSource, WorkloadKind, table_with
 from gpushare.admission.vap import POLICY_RULES, build_binding, build_policies, pod_policy_name
-from gpushare.admission.webhook_config import WebhookSettings, build_configuration
+from gpushare.admission.webhook_config import TARGETS, WebhookSettings, build_configuration
 from gpushare.api.quantity import parse_quantity
 from gpushare.devcluster import ClusterInfo
 from support.kube import ADM, CRDS, Kube, Response
@@ -244,17 +245,35 @@ def test_nvidia_pods_reach_the_webhook_only_when_they_can_aim_at_a_pool(
     env: Env, dead_webhook: WebhookSettings
 ) -> None:
     """Whole GPUs without node constraints never reach the webhook (they keep working while it is
-    down); nvidia.com/gpu with a nodeSelector and nvidia.com/gpu.shared are sent (the NVIDIA pool
-    rules need the pools), so with failurePolicy Fail they are refused while it is down."""
+    down); nvidia.com/gpu.shared is always sent; nvidia.com/gpu with a nodeSelector only while the
+    NVIDIA gate is open (the operator opens it while an NVIDIA pool exists: the NVIDIA pool rules
+    need the pools). So with failurePolicy Fail those sent are refused while it is down."""
     whole = pod("whole-gpus", [container("c", {"nvidia.com/gpu": "4"})])
     assert (r := env.kube.create(whole)).status == 201, r.message
     assert (r := env.kube.create(wrap("Deployment", copy.deepcopy(whole)))).status == 201, r.message
     aimed = pod("aimed", [container("c", {"nvidia.com/gpu": "2"})], nodeSelector={"gpushare.io/pool": "ts"})
     shared = pod("shared", [container("c", {"nvidia.com/gpu.shared": "1"})])
+
+    def refused(r: Response) -> bool:
+        return r.status >= 500 and "failed calling webhook" in r.message and "gpushare.io" in r.message
+
+    # The shipped configuration (the gate closed: no NVIDIA pool): nvidia.com/gpu is never sent.
+    for obj in (aimed, wrap("Job", copy.deepcopy(aimed))):
+        assert (r := env.kube.create(obj)).status == 201, (obj["kind"], r.status, r.message)
+    assert refused(r := env.kube.create(shared)), r.message
+    # The gate opened, as the operator opens it (gpushare.admission.gate): sent, so refused.
+    path = f"{ADM}/validatingwebhookconfigurations/{WEBHOOKS}"
+    patch = gate_patch(env.kube.request("GET", path).body, True, TARGETS)
+    assert patch.ops and not patch.foreign
+    r = env.kube.request("PATCH", path, list(patch.ops), content_type="application/json-patch+json")
+    assert r.status == 200, r.message
+    deadline = time.monotonic() + 60
+    while not refused(r := env.kube.create(aimed)):  # until the apiserver has the patched configuration
+        assert time.monotonic() < deadline, (r.status, r.message)
+        time.sleep(0.5)
     for obj in (aimed, shared, wrap("Job", copy.deepcopy(aimed))):
-        r = env.kube.create(obj)
-        assert r.status >= 500, (obj["kind"], r.status, r.message)
-        assert "failed calling webhook" in r.message and "gpushare.io" in r.message, r.message
+        assert refused(r := env.kube.create(obj)), (obj["kind"], r.status, r.message)
+    assert (r := env.kube.create(whole)).status == 201, r.message
 
 
 def test_pool_writes_are_admitted_and_still_checked_by_the_crd_while_the_webhook_is_down(

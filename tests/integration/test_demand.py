@@ -236,6 +236,46 @@ async def test_status_and_advise_name_an_idle_cgpu_node_and_lending_runs_the_job
     await pools.wait_ready(cg)
 
 
+async def test_an_nvidia_pool_counts_its_waiting_pods_in_slots(
+    api: client.ApiClient,
+    cluster: ClusterInfo,
+    fake_nodes: FakeNodeSet,
+    operator: OperatorProc,
+    pools: Pools,
+    namespace: str,
+) -> None:
+    """A Job asking for 3 nvidia.com/gpu aimed at a TimeSlicing pool whose node does not advertise
+    them waits; it is the pool's demand in slots (status.demand), and advise sizes the move of an
+    idle ACK node to the pool in slots (1 GPU x 4 replicas)."""
+    tag = secrets.token_hex(3)
+    np_t, np_a = f"np-t-{tag}", f"np-a-{tag}"
+    await fake_nodes.create(1, prefix=f"t{tag}", pool_labels={POOL_LABEL: np_t})
+    shape: dict[str, Any] = {"simulate_plugin": True, "gpus_per_node": 1, "gpu_mem_gib_per_gpu": 16}
+    (a_node,) = await fake_nodes.create(1, prefix=f"a{tag}", pool_labels={POOL_LABEL: np_a}, **shape)
+    ts, cg = f"ts-{tag}", f"cgpu-{tag}"
+    await pools.create_pool(ts, {POOL_LABEL: np_t}, nvidia={"strategy": "TimeSlicing", "replicas": 4})
+    await pools.create_pool(cg, {POOL_LABEL: np_a})
+    slots = gpu_pod_spec(ts, 0)
+    slots["containers"][0]["resources"]["limits"] = {c.RES_NVIDIA_GPU: "3"}
+    await create_job(api, namespace, "slots", slots)
+    pod = await wait_unschedulable(api, namespace, "slots")
+
+    d = await pools.wait_demand(ts, "1 pod waits", lambda d: d.get("pendingPods") == 1)
+    assert d["pods"] == [f"{namespace}/{pod}"] and d["requests"] == {c.RES_NVIDIA_GPU: "3"}
+    assert "oldestPendingSince" in d
+    ack = await pools.wait_demand(cg, "its node idle", lambda d: d.get("idleNodes") == 1)
+    assert ack["pendingPods"] == 0 and ack["requests"] == {c.RES_GPU_MEM: "0", c.RES_GPU_CORE: "0"}
+
+    # The ACK pool's idle node (1 GPU) would give the TimeSlicing pool 4 slots: the pod fits.
+    advice = advise(cluster)
+    assert advice["demand"][ts]["requests"] == {c.RES_NVIDIA_GPU: "3"}
+    moves = [m for m in advice["moves"] if m["to"] == ts]
+    assert [(m["node"], m["from"]) for m in moves] == [(a_node, cg)]
+    assert moves[0]["pods"] == [{"pod": f"{namespace}/{pod}", "slots": {c.RES_NVIDIA_GPU: 3}}]
+    assert {"key": c.LABEL_POOL, "from": cg, "to": ts} in moves[0]["labels"]
+    assert advice["pending"] == []
+
+
 async def test_a_busy_node_is_never_lent_and_a_pool_keeps_its_idle_nodes(
     api: client.ApiClient,
     fake_nodes: FakeNodeSet,

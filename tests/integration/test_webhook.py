@@ -38,7 +38,8 @@ from kubernetes_asyncio import client
 
 from gpushare import metrics
 from gpushare.admission import is_denied
-from gpushare.admission.webhook_config import TARGETS, WebhookSettings, build_configuration
+from gpushare.admission.gate import gate_of
+from gpushare.admission.webhook_config import TARGETS, TARGETS_BY_ID, WebhookSettings, build_configuration
 from gpushare.api.v1alpha1 import parse_pool
 from gpushare.cli.check import build_context, check_objects
 from gpushare.devcluster import ClusterInfo
@@ -46,6 +47,7 @@ from gpushare.k8s import webhook_api
 from gpushare.k8s.client import make_api_client
 from gpushare.webhook import lifecycle
 from gpushare.webhook import tls as certs
+from gpushare.webhook.gate import ensure_nvidia_gate
 from gpushare.webhook.options import WebhookOptions
 from gpushare.webhook.registration import register
 from support.kube import Kube, collection_path
@@ -894,7 +896,12 @@ def test_a_crd_installed_while_the_operator_runs_is_checked_without_a_restart(we
 def test_nvidia_requests_are_judged_against_nvidia_pools(webhook: Webhook) -> None:
     """An MPS pool (NVIDIA's device plugin): more than one shared GPU aimed at it is denied (GS019),
     nvidia.com/gpu aimed at an ACK pool and ACK sharing aimed at the MPS pool are kind mismatches
-    (GS009), and whole GPUs aimed at no pool are admitted (never sent)."""
+    (GS009), and whole GPUs aimed at no pool are admitted (never sent).
+
+    No operator runs in this module: the test opens the NVIDIA gate as the operator does while an
+    NVIDIA pool exists (``ensure_nvidia_gate``; tests/integration/test_nvidia_gate.py runs the
+    operator), and this module's local-mode webhook, which brings its entries up to date every
+    second, keeps it open."""
     name = f"mps-{SUFFIX}"
     pool: dict[str, Any] = {
         "apiVersion": "gpushare.io/v1alpha1",
@@ -907,6 +914,7 @@ def test_nvidia_requests_are_judged_against_nvidia_pools(webhook: Webhook) -> No
     }
     r = webhook.kube.create(pool, dry_run=False)
     assert r.status == 201, r.body
+    assert asyncio.run(_nvidia_gate(webhook, True)) == "opened"
     try:
         two = _pod_in(webhook.namespace, {"nvidia.com/gpu": "2"}, nodeSelector={"gpushare.io/pool": name})
         deadline = time.monotonic() + 60
@@ -926,5 +934,26 @@ def test_nvidia_requests_are_judged_against_nvidia_pools(webhook: Webhook) -> No
         whole = _pod_in(webhook.namespace, {"nvidia.com/gpu": "4"})
         del whole["spec"]["nodeSelector"]
         assert (r := webhook.kube.create(whole)).status == 201, r.message
+        # The local-mode webhook replaces an entry it finds out of date, and leaves the gate open.
+        path = f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{CONFIG_NAME}"
+        hooks = webhook.kube.request("GET", path).body["webhooks"]
+        jobs = next(i for i, h in enumerate(hooks) if h["name"] == "validate-jobs.gpushare.io")
+        pods = next(i for i, h in enumerate(hooks) if h["name"] == "validate-pods.gpushare.io")
+        patch = [{"op": "remove", "path": f"/webhooks/{jobs}/matchConditions"}]
+        r = webhook.kube.request("PATCH", path, patch, content_type="application/json-patch+json")
+        assert r.status == 200, r.message
+        deadline = time.monotonic() + 60
+        while "matchConditions" not in (hooks := webhook.kube.request("GET", path).body["webhooks"])[jobs]:
+            assert time.monotonic() < deadline, "the webhook did not restore the matchConditions"
+            time.sleep(0.5)
+        assert gate_of(hooks[pods], TARGETS_BY_ID["validate-pods"]) is True
+        r = webhook.kube.create(two)
+        assert r.status == 403 and "GS019-nvidia-more-than-one-shared-gpu" in r.message, r.message
     finally:
         webhook.kube.delete(pool)
+        assert asyncio.run(_nvidia_gate(webhook, False)) == "closed"
+
+
+async def _nvidia_gate(webhook: Webhook, open_: bool) -> str:
+    async with await make_api_client(webhook.options.kubeconfig) as api:
+        return (await ensure_nvidia_gate(api, CONFIG_NAME, open_, TARGETS)).result

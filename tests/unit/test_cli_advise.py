@@ -182,3 +182,32 @@ def test_an_nvidia_pool_is_never_lent_to_ack_gpu_sharing_pods() -> None:
     waiting = WaitingPod("default", "p", "u", 2, 0, 1, node_constraints("spec", {}), None)
     problem = kind_problem(waiting, nv)
     assert problem is not None and "pool ts is an NVIDIA device-plugin pool" in problem
+
+
+def test_advise_sizes_an_nvidia_pool_in_slots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A TimeSlicing pool (4 replicas) whose pods wait; the ACK pool's idle node of 2 GPUs is 8 of
+    its slots: a pod asking for 3 and one asking for 5 fit, one asking for 9 stays pending."""
+    nvidia = {"strategy": "TimeSlicing", "replicas": 4}
+    pools = [pool("cgpu", "np-a"), pool("ts", "np-t", nvidia=nvidia)]
+    nodes = [node("a1", "np-a", "cgpu", "cgpu", gpus=2)]
+    pods = []
+    for name, slots in (("three", 3), ("five", 5), ("nine", 9)):
+        p = pod(name, mem=0, target="ts")
+        p["spec"]["containers"][0]["resources"]["limits"] = {c.RES_NVIDIA_GPU: str(slots)}
+        pods.append(p)
+    argv = []
+    for kind, objs in (("pools", pools), ("nodes", nodes), ("pods", pods)):
+        path = tmp_path / f"{kind}.yaml"
+        path.write_text(yaml.safe_dump_all(objs))
+        argv += [f"--{kind}", str(path)]
+    assert main(["advise", *argv]) == 0
+    out = capsys.readouterr().out
+    assert "pool ts: 3 pod(s) wait for GPU (17 nvidia.com/gpu slot(s))" in out
+    assert "move node a1 from pool cgpu to pool ts:" in out
+    assert "    schedules ml/five (5 nvidia.com/gpu slot(s))" in out
+    assert "    schedules ml/three (3 nvidia.com/gpu slot(s))" in out
+    assert "stays pending: ml/nine (pool ts): no idle node of another pool fits it" in out
+    assert main(["advise", *argv, "-o", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["demand"]["ts"]["requests"] == {c.RES_NVIDIA_GPU: "17"}
+    assert {"pod": "ml/three", "slots": {c.RES_NVIDIA_GPU: 3}} in report["moves"][0]["pods"]

@@ -281,3 +281,141 @@ def test_admission_counts_a_borrowed_node_in_the_borrower() -> None:
     ctx = Context.build([pool("cgpu", "np-a"), core], [lent])
     assert ctx.node_pool == {"a1": "cgpu"}
     assert resolve(node_constraints("spec", {"nodeSelector": {c.LABEL_POOL: "core"}}), ctx).unpooled
+
+
+# --- NVIDIA pools: demand and advice in slots (replicas x GPUs) ------------------------------------
+
+
+def nvidia_pool(name: str, np: str, replicas: int = 4, **nvidia: Any) -> GPUSharePool:
+    return pool(name, np, nvidia={"strategy": "TimeSlicing", "replicas": replicas, **nvidia})
+
+
+def nvidia_settled(name: str, p: GPUSharePool, *, gpus: int = 2) -> NodeView:
+    """A node of NVIDIA pool ``p``: labelled, its plugin advertising replicas x GPUs."""
+    assert p.spec.nvidia is not None
+    labels = {
+        NP: str(p.spec.node_selector.match_labels[NP]),
+        c.LABEL_NVIDIA_GPU_COUNT: str(gpus),
+        **desired_labels(p.spec, p.name),
+    }
+    owned = json.dumps({"pool": p.name, "prior": {}})
+    alloc = {p.spec.nvidia.resource: str(gpus * p.spec.nvidia.replicas)}
+    return NodeView(name, labels, annotations={c.ANNOTATION_OWNED: owned}, allocatable=alloc)
+
+
+def nvidia_wait(
+    name: str, slots: int, target: str, resource: str = c.RES_NVIDIA_GPU, **kw: Any
+) -> WaitingPod:
+    obj = pending_obj(name, mem=0, selector={c.LABEL_POOL: target}, **kw)
+    obj["spec"]["containers"][0]["resources"]["limits"] = {resource: str(slots)}
+    obj["status"]["conditions"][0]["message"] = f"0/3 nodes are available: 3 Insufficient {resource}."
+    pod = waiting_pod(obj)
+    assert pod is not None
+    return pod
+
+
+def test_nvidia_pods_are_demand_of_the_nvidia_pools_they_aim_at_in_slots() -> None:
+    ts, cg = nvidia_pool("ts", "np-t"), pool("cgpu", "np-a")
+    shared = nvidia_pool("sh", "np-s", renameByDefault=True)
+    nodes = [nvidia_settled("t1", ts), settled("a1", cg), nvidia_settled("s1", shared)]
+    waiting = [
+        nvidia_wait("p1", 3, "ts", since="2026-12-01T11:40:00Z"),
+        nvidia_wait("p2", 1, "ts"),
+        nvidia_wait("whole", 2, "cgpu"),  # whole GPUs on an ACK pool's nodes: not sharing demand
+        nvidia_wait("s", 2, "sh", resource=c.RES_NVIDIA_GPU_SHARED),
+        wait("ack", mem=4, selector={c.LABEL_POOL: "cgpu"}),
+    ]
+    d = _demand([ts, cg, shared], nodes, waiting)
+    assert [p.ref for p in d["ts"].waiting] == ["ns/p1", "ns/p2"]
+    status = d["ts"].status()
+    assert status["requests"] == {c.RES_NVIDIA_GPU: "4"} and status["pendingPods"] == 2
+    assert d["sh"].status()["requests"] == {c.RES_NVIDIA_GPU_SHARED: "2"}
+    assert [p.ref for p in d["cgpu"].waiting] == ["ns/ack"]
+    assert d["cgpu"].status()["requests"] == {c.RES_GPU_MEM: "4", c.RES_GPU_CORE: "0"}
+    assert d["ts"].idle == ("t1",) and d["sh"].idle == ("s1",)
+    # short of cpu only: not GPU demand; short of NVIDIA's GPUs: GPU demand
+    assert gpu_shortage("0/2 nodes are available: 2 Insufficient nvidia.com/gpu.")
+    assert gpu_shortage("0/2 nodes are available: 2 Insufficient nvidia.com/gpu.shared.")
+
+
+def test_advise_moves_an_idle_nvidia_node_sized_in_the_borrowers_slots() -> None:
+    ts, spare = nvidia_pool("ts", "np-t", replicas=4), nvidia_pool("spare", "np-s", replicas=2)
+    cg = pool("cgpu", "np-a")
+    # spare's idle node has 2 GPUs (4 slots there); in ts they are 8 slots
+    nodes = [nvidia_settled("s1", spare, gpus=2), settled("a1", cg, gpus=1)]
+    waiting = [
+        nvidia_wait("p1", 3, "ts", since="2026-12-01T11:40:00Z"),
+        nvidia_wait("p2", 6, "ts", since="2026-12-01T11:41:00Z"),
+        nvidia_wait("p3", 5, "ts", since="2026-12-01T11:42:00Z"),
+        nvidia_wait("p4", 4, "ts", since="2026-12-01T11:43:00Z"),
+        nvidia_wait("wrong-name", 1, "ts", resource=c.RES_NVIDIA_GPU_SHARED),
+    ]
+    pools = [ts, spare, cg]
+    by_name = {n.name: n for n in nodes}
+    d = _demand(pools, nodes, waiting)
+    out = advise(pools, d, by_name, now=NOW, lenders={"ts": ["spare", "cgpu"]})
+    assert check(out, pools, by_name, {p.ref: p for p in waiting}) == []
+    moves = {m.node: m for m in out.moves}
+    assert set(moves) == {"s1", "a1"}
+    assert moves["s1"].pods == ("ns/p1", "ns/p3")  # 3 + 5 of its 8 slots in ts (4 in spare)
+    assert moves["s1"].gpus == ((8, 0),)
+    assert moves["a1"].pods == ("ns/p4",)  # an ACK node of 1 GPU: 4 slots in ts
+    assert moves["a1"].plan is not None and moves["a1"].plan.pool == "ts"
+    stuck = {s.pod.ref: s.why for s in out.pending}
+    assert "no idle node of another pool fits it" in stuck["ns/p2"]
+    assert stuck["ns/wrong-name"] == (
+        f"requests {c.RES_NVIDIA_GPU_SHARED}, and the pool's nodes advertise {c.RES_NVIDIA_GPU}"
+    )
+
+
+NV_POOLS = [
+    nvidia_pool("ts", "np-t", replicas=4),
+    nvidia_pool("two", "np-w", replicas=2),
+    pool("cgpu", "np-a"),
+]
+
+
+@st.composite
+def nvidia_clusters(draw: st.DrawFn) -> tuple[list[NodeView], list[WaitingPod]]:
+    nodes: list[NodeView] = []
+    for i in range(draw(st.integers(0, 4))):
+        p = draw(st.sampled_from(NV_POOLS))
+        gpus = draw(st.integers(1, 4))
+        nodes.append(
+            nvidia_settled(f"n{i}", p, gpus=gpus) if p.spec.nvidia else settled(f"n{i}", p, gpus=gpus)
+        )
+    waiting = []
+    for i in range(draw(st.integers(1, 8))):
+        target = draw(st.sampled_from(["ts", "two"]))
+        since = (NOW - timedelta(minutes=draw(st.integers(0, 60)))).strftime("%Y-%m-%dT%H:%M:%SZ")
+        waiting.append(nvidia_wait(f"p{i}", draw(st.integers(1, 10)), target, since=since))
+    return nodes, waiting
+
+
+@settings(max_examples=200, deadline=None)
+@given(nvidia_clusters())
+def test_advise_for_nvidia_pools_never_overfills_a_node_and_leaves_no_fitting_pod_behind(
+    cluster: tuple[list[NodeView], list[WaitingPod]],
+) -> None:
+    nodes, waiting = cluster
+    by_name = {n.name: n for n in nodes}
+    d = _demand(NV_POOLS, nodes, waiting)
+    out = advise(NV_POOLS, d, by_name, now=NOW)
+    assert check(out, NV_POOLS, by_name, {p.ref: p for p in waiting}) == []
+    requested = {p.ref: p.request(c.RES_NVIDIA_GPU) for p in waiting}
+    for m in out.moves:
+        assert sum(requested[pod] for pod in m.pods) <= m.gpus[0][0]  # at most the node's slots
+    placed = {pod for m in out.moves for pod in m.pods}
+    assert placed | {s.pod.ref for s in out.pending} == {p.ref for dd in d.values() for p in dd.waiting}
+    # a pod left pending could not fit on any node still idle in another pool, fresh
+    for stuck in out.pending:
+        for lender, idle in out.idle_left.items():
+            if lender in stuck.pools:
+                continue
+            for name in idle:
+                gpus = int(by_name[name].labels.get(c.LABEL_NVIDIA_GPU_COUNT) or 0) or by_name[
+                    name
+                ].allocatable_int(c.RES_GPU_COUNT)
+                borrower = next(p for p in NV_POOLS if p.name == stuck.pools[0])
+                assert borrower.spec.nvidia is not None
+                assert requested[stuck.pod.ref] > gpus * borrower.spec.nvidia.replicas

@@ -19,11 +19,22 @@ from kopf._core.engines.admission import serve_admission_request
 from kopf._core.reactor import inventory
 
 from gpushare import metrics
-from gpushare.admission.webhook_config import WebhookSettings, build_configuration
+from gpushare.admission.gate import (
+    GatePatch,
+    check_due,
+    condition,
+    gate_of,
+    gate_patch,
+    gate_wanted,
+    is_nvidia_pool,
+)
+from gpushare.admission.webhook_config import TARGETS, WebhookSettings, build_configuration
 from gpushare.k8s import ApiError, webhook_api
 from gpushare.k8s.retry import Backoff, Conflict
 from gpushare.k8s.webhook_api import StoredSecret, WebhookCertError
+from gpushare.webhook import gate as gate_module
 from gpushare.webhook import lifecycle, tls
+from gpushare.webhook.gate import GateOutcome, NvidiaGate
 from gpushare.webhook.lifecycle import CertLifecycle, configuration_patch
 from gpushare.webhook.options import WebhookOptions
 from gpushare.webhook.registration import Denied, QuietDenials, register
@@ -483,3 +494,151 @@ async def test_namespace_exists_is_false_only_on_404(monkeypatch: pytest.MonkeyP
     assert await webhook_api.namespace_exists(None, "ops") is True  # type: ignore[arg-type]
     answers[:] = [None]
     assert await webhook_api.namespace_exists(None, "ops") is True  # type: ignore[arg-type]
+
+
+# --- the NVIDIA gate: open while an NVIDIA pool exists, closed otherwise ---------------------------
+
+ACK_POOL = {"metadata": {"name": "cgpu"}, "spec": {"nodeSelector": {"matchLabels": {"a": "b"}}}}
+NVIDIA_POOL = {"metadata": {"name": "ts"}, "spec": {"nvidia": {"strategy": "TimeSlicing", "replicas": 4}}}
+
+
+def _conditions(doc: Mapping[str, Any]) -> dict[str, str]:
+    return {
+        h["name"]: h["matchConditions"][0]["expression"] for h in doc["webhooks"] if "matchConditions" in h
+    }
+
+
+def test_the_shipped_configuration_sends_shared_gpus_but_not_whole_ones() -> None:
+    shipped = _conditions(build_configuration(WebhookSettings()))
+    pods = shipped["validate-pods.gpushare.io"]
+    assert "'nvidia.com/gpu.shared' in" in pods and "'nvidia.com/gpu' in" not in pods
+    for target in TARGETS:
+        name = f"{target.handler_id}.gpushare.io"
+        if name in shipped:
+            assert (
+                gate_of(build_configuration(WebhookSettings())["webhooks"][TARGETS.index(target)], target)
+                is False
+            )
+            opened = condition(target, True)
+            assert opened is not None and "'nvidia.com/gpu' in" in opened
+            assert opened.startswith(shipped[name].removesuffix(")"))  # the closed condition, and more
+
+
+def test_the_gate_is_wanted_while_an_nvidia_pool_exists() -> None:
+    assert not gate_wanted([])
+    assert not gate_wanted([ACK_POOL])
+    assert gate_wanted([ACK_POOL, NVIDIA_POOL])
+    deleting = {**NVIDIA_POOL, "metadata": {"name": "ts", "deletionTimestamp": "2026-01-01T00:00:00Z"}}
+    assert gate_wanted([deleting])  # its nodes are NVIDIA-shared until its cleanup is done
+    assert not is_nvidia_pool({"spec": {"nvidia": None}}) and not is_nvidia_pool({"spec": "junk"})
+
+
+def test_gate_patch_opens_and_closes_only_our_conditions() -> None:
+    stored = _stored(build_configuration(WebhookSettings(name="wh", ca_bundle="Q0E=")), "5")
+    assert gate_patch(stored, False, TARGETS) == GatePatch()  # shipped closed: nothing to do
+    opened = gate_patch(stored, True, TARGETS)
+    assert opened.ops[0] == {"op": "test", "path": "/metadata/resourceVersion", "value": "5"}
+    assert {op["op"] for op in opened.ops[1:]} == {"replace"}
+    assert all(op["path"].endswith("/matchConditions/0/expression") for op in opened.ops[1:])
+    assert len(opened.ops) - 1 == len([t for t in TARGETS if condition(t, True) is not None])
+    before = copy.deepcopy(stored)
+    for op in opened.ops[1:]:
+        _apply(stored, op)
+    assert _conditions(stored) == _conditions(build_configuration(WebhookSettings(), nvidia_gate=True))
+    # only the expressions changed: caBundle, rules, selectors and the pools' entry are as they were
+    for was, now in zip(before["webhooks"], stored["webhooks"], strict=True):
+        assert {k: v for k, v in was.items() if k != "matchConditions"} == {
+            k: v for k, v in now.items() if k != "matchConditions"
+        }
+    assert gate_patch(stored, True, TARGETS).ops == ()
+    closed = gate_patch(stored, False, TARGETS)
+    for op in closed.ops[1:]:
+        _apply(stored, op)
+    assert _conditions(stored) == _conditions(before)
+
+
+def test_gate_patch_leaves_a_condition_it_did_not_write_and_says_so() -> None:
+    stored = _stored(build_configuration(WebhookSettings(name="wh")), "5")
+    jobs = next(h for h in stored["webhooks"] if h["name"] == "validate-jobs.gpushare.io")
+    jobs["matchConditions"][0]["expression"] = "object != null"  # the administrator's
+    del stored["webhooks"][0]["matchConditions"]  # pods: sent whole, nothing to gate
+    patch = gate_patch(stored, True, TARGETS)
+    assert patch.foreign == ("validate-jobs.gpushare.io",)
+    paths = {op["path"] for op in patch.ops[1:]}
+    assert "/webhooks/0/matchConditions/0/expression" not in paths
+    index = stored["webhooks"].index(jobs)
+    assert f"/webhooks/{index}/matchConditions/0/expression" not in paths and paths
+    # entries that are not gpushare's (another tool's, same configuration) are never looked at
+    stored["webhooks"].append({"name": "other.example.com", "matchConditions": [jobs["matchConditions"][0]]})
+    assert gate_patch(stored, True, TARGETS).foreign == ("validate-jobs.gpushare.io",)
+
+
+def test_local_mode_keeps_the_gate_the_operator_opened() -> None:
+    settings = WebhookSettings(name="wh", url_base="https://127.0.0.1:9443")
+    stored = _stored(build_configuration(settings), "3")
+    for op in gate_patch(stored, True, TARGETS).ops[1:]:
+        _apply(stored, op)
+    assert configuration_patch(stored, settings) == []  # open stays open
+    del stored["webhooks"][1]["matchConditions"]  # an entry to restore: restored closed
+    ops = configuration_patch(stored, settings)
+    assert [op["path"] for op in ops[1:]] == ["/webhooks/1"]
+    assert gate_of(ops[1]["value"], TARGETS[1]) is False
+
+
+def test_check_due_reads_on_a_change_or_after_the_resync() -> None:
+    assert check_due(True, None, None, 0.0, 60.0)
+    assert not check_due(True, True, 10.0, 30.0, 60.0)
+    assert check_due(False, True, 10.0, 30.0, 60.0)
+    assert check_due(True, True, 10.0, 70.0, 60.0)
+
+
+@pytest.fixture
+def gate_api(monkeypatch: pytest.MonkeyPatch) -> FakeApi:
+    api = FakeApi()
+    monkeypatch.setattr(gate_module, "webhook_api", api)
+    return api
+
+
+async def test_the_operator_opens_and_closes_the_gate_once_per_change(
+    gate_api: FakeApi, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = [0.0]
+    keeper = NvidiaGate(None, "wh", TARGETS, resync=60.0, clock=lambda: now[0])  # type: ignore[arg-type]
+    assert await keeper.sync([NVIDIA_POOL]) == GateOutcome("absent")  # no webhook installed
+    gate_api.configurations["wh"] = _stored(build_configuration(WebhookSettings(name="wh")), "1")
+    assert await keeper.sync([NVIDIA_POOL]) is None  # decided a moment ago: not due
+    now[0] = 61.0
+    with caplog.at_level(logging.INFO, logger="gpushare.webhook.gate"):
+        assert await keeper.sync([ACK_POOL, NVIDIA_POOL]) == GateOutcome("opened")
+    assert "NVIDIA gate opened on ValidatingWebhookConfiguration wh" in caplog.text
+    assert await keeper.sync([ACK_POOL, NVIDIA_POOL]) is None  # every pool event: no read
+    assert gate_api.writes == ["patch wh"]
+    assert await keeper.sync([ACK_POOL]) == GateOutcome("closed")  # the last NVIDIA pool is gone
+    hooks = gate_api.configurations["wh"]["webhooks"]
+    assert all(gate_of(h, t) is not True for h, t in zip(hooks, TARGETS, strict=True))
+    # a helm upgrade re-renders the closed condition while a pool exists: open again on the resync
+    assert await keeper.sync([NVIDIA_POOL]) == GateOutcome("opened")
+    stored = gate_api.configurations["wh"]
+    gate_api.configurations["wh"] = _stored(build_configuration(WebhookSettings(name="wh")), "40")
+    assert await keeper.sync([NVIDIA_POOL]) is None
+    now[0] = 200.0
+    assert await keeper.sync([NVIDIA_POOL]) == GateOutcome("opened")
+    assert _conditions(gate_api.configurations["wh"]) == _conditions(stored)
+
+
+async def test_a_gate_write_that_keeps_losing_is_logged_once_and_retried_later(
+    gate_api: FakeApi, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = [0.0]
+    keeper = NvidiaGate(None, "wh", TARGETS, resync=60.0, clock=lambda: now[0])  # type: ignore[arg-type]
+    gate_api.configurations["wh"] = _stored(build_configuration(WebhookSettings(name="wh")), "1")
+    gate_api.conflicts = 99
+    with caplog.at_level(logging.WARNING, logger="gpushare.webhook.gate"):
+        assert await keeper.sync([NVIDIA_POOL]) is None
+        now[0] = 61.0
+        assert await keeper.sync([NVIDIA_POOL]) is None
+    assert caplog.text.count("Could not open the NVIDIA gate of ValidatingWebhookConfiguration wh") == 1
+    gate_api.conflicts = 0
+    assert await keeper.sync([NVIDIA_POOL]) is None  # not due yet
+    now[0] = 130.0
+    assert await keeper.sync([NVIDIA_POOL]) == GateOutcome("opened")

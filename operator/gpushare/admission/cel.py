@@ -34,6 +34,7 @@ import functools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from gpushare import constants as c
 from gpushare.admission.kinds import KindsError, WorkloadKind, container_label, pod_labels_path
@@ -246,13 +247,18 @@ def _names(container: str, names: Sequence[str]) -> str:
 _CONSTRAINT_FIELDS = ("nodeSelector", "affinity", "nodeName")
 
 
-def _nvidia_parts(kind: KindPaths) -> list[str]:
-    """The NVIDIA part of the webhook's matchCondition (:func:`gpushare.admission.podspecs.
-    requests_gpu_sharing`): a container asking for ``nvidia.com/gpu.shared``, or for
-    ``nvidia.com/gpu`` in a pod spec with its own nodeSelector, affinity or nodeName."""
-    parts = [
+def _nvidia_shared_parts(kind: KindPaths) -> list[str]:
+    """A container asking for ``nvidia.com/gpu.shared`` (only sharing users create such pods:
+    NVIDIA's plugin advertises the name with ``renameByDefault``)."""
+    return [
         exists_at(path, lambda x: _names(x, (c.RES_NVIDIA_GPU_SHARED,))) for path, _ in kind.all_containers()
     ]
+
+
+def _nvidia_gpu_parts(kind: KindPaths) -> list[str]:
+    """A container asking for ``nvidia.com/gpu`` in a pod spec with its own nodeSelector, affinity
+    or nodeName (a pod that may be aimed at an NVIDIA pool)."""
+    parts = []
     for spec in kind.pod_specs:
         rels = [p.removeprefix(spec + ".") for p, _ in kind.all_containers() if p.startswith(spec + ".")]
         if not rels:
@@ -270,15 +276,24 @@ def _nvidia_parts(kind: KindPaths) -> list[str]:
     return parts
 
 
-def gpu_sharing_condition(kind: KindPaths, nvidia: bool = False) -> str:
+#: How much of NVIDIA's requests a condition matches: none (the policy's), ``nvidia.com/gpu.shared``
+#: only (the shipped webhook configuration's), or also ``nvidia.com/gpu`` in a pod spec with node
+#: constraints (the webhook's while the cluster has an NVIDIA pool; ``gpushare.admission.gate``).
+NvidiaMatch = Literal["none", "shared", "all"]
+
+
+def gpu_sharing_condition(kind: KindPaths, nvidia: NvidiaMatch = "none") -> str:
     """The webhook's matchCondition: does the object ask for GPU sharing anywhere (a container's
-    ``aliyun.com/gpu*`` resource, or ACK's ``aliyun.com/gpu-count`` pod label)? With ``nvidia``
-    (the webhook's), NVIDIA's shared GPUs too (:func:`_nvidia_parts`); the policy's condition
-    leaves them out (its rules judge the ``aliyun.com/gpu*`` containers only)."""
+    ``aliyun.com/gpu*`` resource, or ACK's ``aliyun.com/gpu-count`` pod label)? ``nvidia`` adds
+    NVIDIA's requests (:data:`NvidiaMatch`; :func:`gpushare.admission.podspecs.
+    requests_gpu_sharing` asks what ``"all"`` asks); the policy's condition leaves them out (its
+    rules judge the ``aliyun.com/gpu*`` containers only)."""
     parts = [exists_at(path, container_asks_gpu) for path, _ in kind.all_containers()]
     parts.extend(exists_at(path, lambda m: f"{_str(POD_LABEL_GPU_COUNT)} in {m}") for path in kind.labels)
-    if nvidia:
-        parts.extend(_nvidia_parts(kind))
+    if nvidia in ("shared", "all"):
+        parts.extend(_nvidia_shared_parts(kind))
+    if nvidia == "all":
+        parts.extend(_nvidia_gpu_parts(kind))
     if not parts:
         return "object != null"  # nothing known to look at: match everything
     return "object != null && (" + " || ".join(parts) + ")"

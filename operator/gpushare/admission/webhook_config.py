@@ -4,7 +4,8 @@ One webhook entry per Kopf handler (the handler id is the URL path), so a denial
 resource kind (``validate-pods.gpushare.io``). ``namespaceSelector`` excludes ``kube-system`` and
 the operator's own namespace, ``objectSelector`` honours ``gpushare.io/webhook: ignore``,
 ``matchConditions`` (CEL from :mod:`gpushare.admission.cel`) send only objects that ask for GPU
-sharing (GPUSharePools always go),
+sharing (GPUSharePools always go; NVIDIA's ``nvidia.com/gpu`` only while the operator keeps the
+NVIDIA gate open, :mod:`gpushare.admission.gate`),
 ``timeoutSeconds`` is at most 5, and ``failurePolicy`` is configurable (default ``Fail``) for the
 workload kinds; the GPUSharePool entry is always ``Ignore`` (:data:`POOLS_FAILURE_POLICY`: while no
 webhook answers, pools are guarded by the CRD's schema and CEL rules and by the operator's conflict
@@ -104,13 +105,17 @@ def kind_paths(target: WebhookTarget) -> KindPaths | None:
     return cel_kind_paths(target.workload)
 
 
-def match_conditions(target: WebhookTarget) -> list[dict[str, str]]:
+def match_conditions(target: WebhookTarget, *, nvidia_gate: bool = False) -> list[dict[str, str]]:
     """``[]`` for GPUSharePools (always sent) and kinds whose paths CEL cannot select (sent whole:
-    the webhook decides); else the GPU-sharing condition of the kind."""
+    the webhook decides); else the GPU-sharing condition of the kind. Shipped, the NVIDIA gate is
+    closed: of NVIDIA's requests only ``nvidia.com/gpu.shared`` is sent; ``nvidia_gate`` (the
+    operator's while an NVIDIA pool exists, :mod:`gpushare.admission.gate`) adds ``nvidia.com/gpu``
+    in a pod spec with node constraints."""
     paths = kind_paths(target)
     if paths is None:
         return []
-    return [{"name": MATCH_CONDITION_NAME, "expression": gpu_sharing_condition(paths, nvidia=True)}]
+    expression = gpu_sharing_condition(paths, "all" if nvidia_gate else "shared")
+    return [{"name": MATCH_CONDITION_NAME, "expression": expression}]
 
 
 @dataclass(frozen=True)
@@ -166,7 +171,10 @@ def excluded_namespaces(settings: WebhookSettings) -> list[str]:
     return sorted({*settings.excluded_namespaces, settings.namespace})
 
 
-def build_webhook(settings: WebhookSettings, target: WebhookTarget) -> dict[str, Any]:
+def build_webhook(
+    settings: WebhookSettings, target: WebhookTarget, *, nvidia_gate: bool = False
+) -> dict[str, Any]:
+    """One entry; ``nvidia_gate``: with the NVIDIA gate open (:func:`match_conditions`)."""
     hook: dict[str, Any] = {
         "name": webhook_name(target.handler_id),
         "admissionReviewVersions": ["v1"],
@@ -188,7 +196,7 @@ def build_webhook(settings: WebhookSettings, target: WebhookTarget) -> dict[str,
             "matchExpressions": [{"key": c.LABEL_WEBHOOK, "operator": "NotIn", "values": [c.WEBHOOK_IGNORE]}]
         },
     }
-    conditions = match_conditions(target)
+    conditions = match_conditions(target, nvidia_gate=nvidia_gate)
     if conditions:
         hook["matchConditions"] = conditions
     if target.namespaced:
@@ -204,8 +212,8 @@ def build_webhook(settings: WebhookSettings, target: WebhookTarget) -> dict[str,
     return hook
 
 
-def build_configuration(settings: WebhookSettings) -> dict[str, Any]:
-    """The whole ValidatingWebhookConfiguration."""
+def build_configuration(settings: WebhookSettings, *, nvidia_gate: bool = False) -> dict[str, Any]:
+    """The whole ValidatingWebhookConfiguration (shipped with the NVIDIA gate closed)."""
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
@@ -216,7 +224,9 @@ def build_configuration(settings: WebhookSettings) -> dict[str, Any]:
                 "app.kubernetes.io/component": "webhook",
             },
         },
-        "webhooks": [build_webhook(settings, t) for t in settings.targets or TARGETS],
+        "webhooks": [
+            build_webhook(settings, t, nvidia_gate=nvidia_gate) for t in settings.targets or TARGETS
+        ],
     }
 
 

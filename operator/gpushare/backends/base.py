@@ -49,6 +49,14 @@ class SharingBackend(Protocol):
     #: The resources a pool's ``status.capacity`` and ``status.allocated`` sum up.
     status_resources: tuple[str, ...]
 
+    def demand_resources(self, spec: GPUSharePoolSpec) -> tuple[str, ...]:
+        """The resources a pool's ``status.demand.requests`` sums over its waiting pods."""
+        ...
+
+    def asks_for(self, requests: Mapping[str, int]) -> bool:
+        """Whether a waiting pod with these (effective) requests is demand for this backend's pools."""
+        ...
+
     def resource_list(self, spec: GPUSharePoolSpec, totals: Mapping[str, int]) -> dict[str, str]:
         """``status.capacity`` / ``status.allocated`` from the totals of ``status_resources``: a
         resource list (name → quantity), as a node's ``status.allocatable``."""

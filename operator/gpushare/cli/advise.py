@@ -3,7 +3,8 @@
 Live (the default): reads the cluster's GPUSharePools, Nodes and unfinished Pods through the
 kubeconfig (list only). Offline: ``--pools``/``--nodes``/``--pods`` files (``kubectl get ... -o
 yaml``). Nothing is written: it prints, per move, the node, the pool it leaves and the pool it
-joins, the waiting pods that would fit on it (per GPU, as ACK's plugin and scheduler see it), the
+joins, the waiting pods that would fit on it (per GPU, as ACK's plugin and scheduler see it; in
+slots, replicas x GPUs, for an NVIDIA pool), the
 label changes and device-plugin restart the move implies (the operator's own planner), then the
 pods that stay pending and why. ``spec.lending.keepIdle`` of a pool is honoured; ``--keep-idle``
 applies one number to every pool. Exit 0; 2 on unreadable or invalid input or an unreachable
@@ -21,7 +22,7 @@ from typing import Any
 from gpushare import constants as c
 from gpushare.cli import CLIError, add_cluster_sources
 from gpushare.cli.inspect import _from_files, _live
-from gpushare.policy.advise import Advice, advise
+from gpushare.policy.advise import Advice, Placement, advise
 from gpushare.policy.demand import PoolDemand, Snapshot, snapshot
 
 ABSENT = "<none>"
@@ -43,20 +44,40 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def _demand_line(d: PoolDemand) -> str:
-    core = f", gpu-core {d.gpu_core}%" if d.gpu_core else ""
+def _demand_line(d: PoolDemand, slots_of: str | None = None) -> str:
+    """``slots_of``: the resource of an NVIDIA pool's slots (None: an ACK pool)."""
     oldest = d.oldest
     since = f", the oldest since {oldest.strftime('%Y-%m-%dT%H:%M:%SZ')}" if oldest else ""
+    if slots_of is not None:
+        slots = f"{d.requested(slots_of)} {slots_of} slot(s)"
+        return f"pool {d.pool}: {len(d.waiting)} pod(s) wait for GPU ({slots}){since}"
+    core = f", gpu-core {d.gpu_core}%" if d.gpu_core else ""
     return f"pool {d.pool}: {len(d.waiting)} pod(s) wait for GPU (gpu-mem {d.gpu_mem}{core}){since}"
+
+
+def _slots(snap: Snapshot, pool: str) -> str | None:
+    """The resource of an NVIDIA pool's slots; None for an ACK pool."""
+    spec = next((p.spec for p in snap.pools if p.name == pool), None)
+    return spec.nvidia.resource if spec is not None and spec.nvidia is not None else None
 
 
 def render_text(snap: Snapshot, advice: Advice) -> str:
     lines = [f"warning: {w}" for w in snap.warnings]
-    lines.extend(_demand_line(d) for d in sorted(snap.demand.values(), key=lambda d: d.pool) if d.waiting)
+    lines.extend(
+        _demand_line(d, _slots(snap, d.pool))
+        for d in sorted(snap.demand.values(), key=lambda d: d.pool)
+        if d.waiting
+    )
     units = {p.name: p.spec.device_plugin.memory_unit for p in snap.pools}
     for m in advice.moves:
         lines.append(f"move node {m.node} from pool {m.lender} to pool {m.borrower}:")
+        resource = _slots(snap, m.borrower)
         for pl in m.placements:
+            if resource is not None:
+                lines.append(
+                    f"    schedules {pl.pod} ({sum(s for s, _ in pl.gpus.values())} {resource} slot(s))"
+                )
+                continue
             gpus = ", ".join(
                 f"GPU {i}: gpu-mem {mem} {units.get(m.borrower, 'GiB')}"
                 + (f", gpu-core {core}%" if core else "")
@@ -88,16 +109,7 @@ def to_json(snap: Snapshot, advice: Advice) -> dict[str, Any]:
                 "node": m.node,
                 "from": m.lender,
                 "to": m.borrower,
-                "pods": [
-                    {
-                        "pod": pl.pod,
-                        "gpus": [
-                            {"gpu": i, "gpuMem": mem, "gpuCore": core}
-                            for i, (mem, core) in sorted(pl.gpus.items())
-                        ],
-                    }
-                    for pl in m.placements
-                ],
+                "pods": [_placement_json(snap, m.borrower, pl) for pl in m.placements],
                 "labels": [
                     {"key": k, "from": snap.nodes[m.node].labels.get(k), "to": v}
                     for k, v in sorted((m.plan.label_patch if m.plan else {}).items())
@@ -109,6 +121,15 @@ def to_json(snap: Snapshot, advice: Advice) -> dict[str, Any]:
         "pending": [{"pod": s.pod.ref, "pools": list(s.pools), "why": s.why} for s in advice.pending],
         "warnings": list(snap.warnings),
     }
+
+
+def _placement_json(snap: Snapshot, borrower: str, pl: Placement) -> dict[str, Any]:
+    """One pod's placement: per GPU (ACK), or its slots of the NVIDIA pool's resource."""
+    resource = _slots(snap, borrower)
+    if resource is not None:
+        return {"pod": pl.pod, "slots": {resource: sum(s for s, _ in pl.gpus.values())}}
+    gpus = [{"gpu": i, "gpuMem": mem, "gpuCore": core} for i, (mem, core) in sorted(pl.gpus.items())]
+    return {"pod": pl.pod, "gpus": gpus}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -105,7 +105,11 @@ def add_webhook_arguments(parser: argparse.ArgumentParser, *, serve_flag: bool =
         "--webhook-namespace", default=DEFAULT_NAMESPACE, help="operator namespace (Secret, Service)"
     )
     g.add_argument("--webhook-service", default=DEFAULT_SERVICE, help="Service in front of the webhook")
-    g.add_argument("--webhook-configuration", default=DEFAULT_CONFIGURATION_NAME, metavar="NAME")
+    g.add_argument(
+        "--webhook-configuration", default=DEFAULT_CONFIGURATION_NAME, metavar="NAME",
+        help="the ValidatingWebhookConfiguration (gpushare run keeps its NVIDIA gate open while an NVIDIA "
+        "pool exists: docs/concepts/admission.md)",
+    )  # fmt: skip
     g.add_argument(
         "--webhook-secret", default=DEFAULT_SECRET, help="Secret holding the CA and serving certificate"
     )
@@ -242,6 +246,12 @@ def run(args: argparse.Namespace) -> int:
             raise CLIError(str(exc)) from None
         view_listeners.append(webhook.cache)
 
+    from gpushare.admission.webhook_config import targets_for
+
+    try:
+        kinds = _kinds_from(args.workload_kinds)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
     options = RunOptions(
         kubeconfig=args.kubeconfig,
         context=args.context,
@@ -250,6 +260,8 @@ def run(args: argparse.Namespace) -> int:
         metrics_addr=args.metrics_addr,
         peering=args.peering,
         plugin_namespaces=parse_plugin_namespaces(args.plugin_namespaces),
+        webhook_configuration=args.webhook_configuration,
+        webhook_targets=targets_for(kinds),
     )
     priority = args.priority if args.priority is not None else random.randint(1, 32767)
     try:

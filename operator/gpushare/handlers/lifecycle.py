@@ -17,6 +17,7 @@ from gpushare.k8s import ApiError
 from gpushare.k8s.client import kopf_connection, load_configuration, new_api_client
 from gpushare.k8s.cluster import Cluster
 from gpushare.reconcile import Reconciler
+from gpushare.webhook.gate import NvidiaGate
 
 log = structlog.stdlib.get_logger("gpushare.operator")
 
@@ -60,6 +61,8 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **_: A
     memo.started = Started(api=api, cluster=cluster, reconciler=reconciler)
     # The demand loop (status.demand, lending) listens to the same watches (handlers.demand).
     memo.demand = DemandTracker(cluster, reconciler)
+    # The webhook configuration's NVIDIA gate (handlers.gate): its own client, as the watches have.
+    memo.gate = NvidiaGate(new_api_client(cfg), options.webhook_configuration, options.webhook_targets)
     memo.watches = watch.start(
         reconciler,
         new_api_client(cfg),
@@ -95,6 +98,8 @@ async def _check_plugin_namespaces(cluster: Cluster) -> None:
 async def close(memo: OperatorState, **_: Any) -> None:
     if memo.watches is not None:
         await memo.watches.stop()
+    if memo.gate is not None:
+        await memo.gate.api.close()
     if memo.started is not None:
         await memo.started.api.close()
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpushare.admission.webhook_config import DEFAULT_CONFIGURATION_NAME, TARGETS, WebhookTarget
+
 
 @dataclass(frozen=True)
 class RunOptions:
@@ -15,3 +17,7 @@ class RunOptions:
     peering: str | None = None
     #: Namespaces where device-plugin pods may be restarted (``--plugin-namespaces``); None = any.
     plugin_namespaces: frozenset[str] | None = None
+    #: The ValidatingWebhookConfiguration whose NVIDIA gate the operator keeps
+    #: (``--webhook-configuration``) and its gpushare entries (with ``--workload-kinds``' kinds).
+    webhook_configuration: str = DEFAULT_CONFIGURATION_NAME
+    webhook_targets: tuple[WebhookTarget, ...] = TARGETS

@@ -16,6 +16,7 @@ from gpushare.handlers.options import RunOptions
 from gpushare.k8s.client import ApiClient
 from gpushare.k8s.cluster import Cluster
 from gpushare.reconcile import Reconciler
+from gpushare.webhook.gate import NvidiaGate
 
 if TYPE_CHECKING:
     from gpushare.handlers.watch import NodeListener, NodeViewListener, Watches
@@ -45,6 +46,8 @@ class OperatorState:
     view_listeners: list[NodeViewListener] = field(default_factory=list)
     #: The demand loop (status.demand, lending; set by the startup handler with ``started``).
     demand: DemandTracker | None = None
+    #: The webhook configuration's NVIDIA gate (set by the startup handler with ``started``).
+    gate: NvidiaGate | None = None
 
     def _started(self) -> Started:
         if self.started is None:

@@ -17,6 +17,12 @@ borrower's labels and its plugin restarted:
   borrowed node through ``gpushare.io/pool``: a nodeSelector on the borrower's own selector labels
   does not match a node the lender selects).
 
+An NVIDIA borrower (``spec.nvidia``) is sized in slots, as NVIDIA's plugin and the scheduler see a
+node of it: the node's physical GPUs (``gpushare.io/gpu.count`` or ``nvidia.com/gpu.count``, else
+ACK's ``aliyun.com/gpu-count``, else what an NVIDIA lender advertises over its replicas) times the
+borrower's ``replicas``, of its resource (``nvidia.com/gpu``, ``.shared`` with renameByDefault);
+a pod takes its request of that resource (``gpushare.backends.nvidia``: ``slots``, ``pod_slots``).
+
 Not simulated: CPU, memory, taints and tolerations, pod (anti-)affinity, and room left on the
 borrower's own nodes (the pods wait: there is none). Pods are placed oldest first; a node is moved
 only for a pod that fits on it (:func:`check` verifies every proposal independently).
@@ -31,6 +37,7 @@ from datetime import datetime
 from gpushare import constants as c
 from gpushare.api.selector import term_possible
 from gpushare.api.v1alpha1 import GPUSharePool
+from gpushare.backends.nvidia import NVIDIA, physical_gpus
 from gpushare.policy.demand import PoolDemand, WaitingPod
 from gpushare.policy.planner import LoanRecord, NodePlan, desired_labels, plan
 from gpushare.policy.views import NodeView, quantity_int
@@ -89,11 +96,30 @@ def unit_factor(src: str, dst: str) -> tuple[int, int]:
     return (1024, 1) if (src, dst) == ("GiB", "MiB") else (1, 1024)
 
 
+def is_nvidia(pool: GPUSharePool) -> bool:
+    return pool.spec.nvidia is not None
+
+
+def gpu_count(node: NodeView, lender: GPUSharePool) -> int:
+    """The node's physical GPUs (0: unknown): the labels, ACK's allocatable count, else what an
+    NVIDIA lender's plugin advertises over its replicas."""
+    count = physical_gpus(node.labels) or node.allocatable_int(c.RES_GPU_COUNT)
+    if not count and is_nvidia(lender):
+        (resource,) = NVIDIA.demand_resources(lender.spec)
+        count = node.allocatable_int(resource) // NVIDIA.slots(lender.spec, 1)
+    return count
+
+
 def node_gpus(
     node: NodeView, lender: GPUSharePool, borrower: GPUSharePool, loan: LoanRecord | None = None
 ) -> list[_Gpu]:
     """The node's GPUs as the borrower's plugin will advertise them (empty: unknown). A node
-    already lent counts with the GPUs its loan recorded (its plugin may be restarting)."""
+    already lent counts with the GPUs its loan recorded (its plugin may be restarting). An NVIDIA
+    borrower's node is one entry: its slots (``mem``), replicas x GPUs."""
+    if is_nvidia(borrower):
+        gpus = loan.gpus if loan is not None and loan.gpus > 0 else gpu_count(node, lender)
+        slots = NVIDIA.slots(borrower.spec, gpus)
+        return [_Gpu(slots, 0)] if slots > 0 else []
     if loan is not None and loan.gpus > 0 and loan.gpu_mem > 0:
         count, per_src, unit = loan.gpus, loan.gpu_mem, loan.unit
     else:
@@ -121,9 +147,15 @@ def reachable(pod: WaitingPod, node: NodeView, borrower: GPUSharePool) -> bool:
 def kind_problem(pod: WaitingPod, borrower: GPUSharePool) -> str | None:
     core_pool = borrower.spec.mode == c.SCHEDULE_CORE_MEM
     if borrower.spec.mode == c.POOL_KIND_NVIDIA:
+        if not (pod.gpu_mem or pod.gpu_core) and pod.nvidia:
+            return NVIDIA.slot_problem(borrower.spec, pod.requests)
         return (
             f"pool {borrower.name} is an NVIDIA device-plugin pool ({c.RES_NVIDIA_GPU}), and the pod asks"
             f" for ACK GPU sharing ({c.RES_GPU_MEM})"
+        )
+    if pod.gpu_mem <= 0 and pod.nvidia:
+        return (
+            f"pool {borrower.name} is an ACK GPU-sharing pool, and the pod asks for {', '.join(pod.nvidia)}"
         )
     if pod.gpu_mem <= 0:
         return f"requests no {c.RES_GPU_MEM}"
@@ -146,6 +178,17 @@ def fit(pod: WaitingPod, gpus: Sequence[_Gpu], placement: str) -> dict[int, tupl
         return None
     ok.sort(key=lambda i: (gpus[i].mem, i) if placement == "binpack" else (-gpus[i].mem, i))
     return dict.fromkeys(ok[: pod.gpus], (share, pod.gpu_core))
+
+
+def place(pod: WaitingPod, gpus: Sequence[_Gpu], borrower: GPUSharePool) -> dict[int, tuple[int, int]] | None:
+    """Where the pod goes on the borrower's node: :func:`fit` per GPU, or, for an NVIDIA borrower,
+    its slots out of the node's (``{0: (slots, 0)}``)."""
+    if not is_nvidia(borrower):
+        return fit(pod, gpus, borrower.spec.placement)
+    need = NVIDIA.pod_slots(borrower.spec, pod.requests)
+    if not gpus or need <= 0 or gpus[0].mem < need:
+        return None
+    return {0: (need, 0)}
 
 
 def _take(gpus: list[_Gpu], where: Mapping[int, tuple[int, int]]) -> None:
@@ -227,7 +270,7 @@ def advise(
             for move, gpus, placements in opened:
                 if not reachable(pod, nodes[move.node], borrower):
                     continue
-                where = fit(pod, gpus, borrower.spec.placement)
+                where = place(pod, gpus, borrower)
                 if where is not None:
                     _take(gpus, where)
                     placements.append(Placement(pod.ref, where))
@@ -243,7 +286,7 @@ def advise(
                         if view is None or not reachable(pod, view, borrower):
                             continue
                         gpus = node_gpus(view, lender_pool, borrower)
-                        where = fit(pod, gpus, borrower.spec.placement)
+                        where = place(pod, gpus, borrower)
                         if where is None:
                             continue
                         _take(gpus, where)
@@ -311,15 +354,19 @@ def check(advice: Advice, pools: Sequence[GPUSharePool], nodes: Mapping[str, Nod
                 problems.append(f"{placement.pod}: {kind_problem(pod, borrower)}")
             if not reachable(pod, nodes[move.node], borrower):
                 problems.append(f"{placement.pod} cannot reach {move.node}")
-            if len(placement.gpus) != pod.gpus:
-                problems.append(f"{placement.pod}: on {len(placement.gpus)} GPUs, wants {pod.gpus}")
+            slots = NVIDIA.pod_slots(borrower.spec, pod.requests) if is_nvidia(borrower) else 0
+            wants = 1 if is_nvidia(borrower) else pod.gpus
+            if len(placement.gpus) != wants:
+                problems.append(f"{placement.pod}: on {len(placement.gpus)} GPUs, wants {wants}")
             for i, (mem, core) in placement.gpus.items():
                 if not 0 <= i < len(gpus):
                     problems.append(f"{placement.pod}: GPU {i} of {move.node} does not exist")
                     continue
                 gpus[i].mem -= mem
                 gpus[i].core -= core
-                if mem * pod.gpus != pod.gpu_mem or core != pod.gpu_core:
+                if is_nvidia(borrower) and (mem, core) != (slots, 0):
+                    problems.append(f"{placement.pod}: placed {mem} slots, asks for {slots}")
+                elif not is_nvidia(borrower) and (mem * pod.gpus != pod.gpu_mem or core != pod.gpu_core):
                     problems.append(f"{placement.pod}: placed {mem}/{core} on GPU {i}")
                 if gpus[i].mem < 0 or gpus[i].core < 0:
                     problems.append(f"{move.node} GPU {i} overcommitted by {placement.pod}")

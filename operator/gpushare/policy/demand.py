@@ -4,14 +4,21 @@ Pure: from pools, Nodes and Pods (as views or Kubernetes JSON) to one :class:`Po
 pool, which the operator writes to the pool's ``status.demand`` and exports as gauges, and which
 ``gpushare inspect`` and ``gpushare advise`` print.
 
-* A **waiting pod** requests GPU sharing (``aliyun.com/gpu-mem`` or ``gpu-core.percentage``), is
-  bound to no node, is not being deleted, and the scheduler says ``PodScheduled=False`` with reason
-  ``Unschedulable`` for want of GPU resources: its message names no ``Insufficient`` resource at
-  all (no node matched, e.g. the pool has no node of its mode) or at least one ``aliyun.com/gpu*``
+* A **waiting pod** requests GPU sharing (``aliyun.com/gpu-mem`` or ``gpu-core.percentage``) or
+  NVIDIA's GPUs (``nvidia.com/gpu`` or ``nvidia.com/gpu.shared``), is bound to no node, is not
+  being deleted, and the scheduler says ``PodScheduled=False`` with reason ``Unschedulable`` for
+  want of GPU resources: its message names no ``Insufficient`` resource at all (no node matched,
+  e.g. the pool has no node of its mode) or at least one ``aliyun.com/gpu*`` or ``nvidia.com/gpu*``
   one. A pod short only of ``cpu``/``memory``/``pods`` is not GPU demand.
 * A waiting pod **targets** a pool when its node constraints (nodeSelector and required node
   affinity) can be met by a node of that pool (:func:`gpushare.admission.targeting.resolve`, as
-  the webhook and ``inspect`` judge it); a pod that could land in two pools counts in both.
+  the webhook and ``inspect`` judge it); a pod that could land in two pools counts in both. A pod
+  asking for NVIDIA's GPUs only counts for the NVIDIA pools it targets (``asks_for`` of the pool's
+  backend: whole GPUs on an ACK pool's nodes are not sharing demand); an ACK sharing pod counts
+  for every pool it targets (``advise`` says why it cannot go to an NVIDIA one).
+* A pool's **requests** sum its waiting pods' requests of its backend's ``demand_resources``:
+  ``aliyun.com/gpu-mem`` and ``gpu-core.percentage`` for ACK, the pool's slots
+  (``nvidia.com/gpu``, or ``.shared`` with renameByDefault) for NVIDIA.
 * An **idle node** of a pool belongs to it (the planner's membership: loans included), is Ready,
   not cordoned, not held or conflicting, advertises the pool's mode, and runs no unfinished pod
   that uses GPU sharing.
@@ -41,10 +48,16 @@ MAX_LISTED = 20
 _INSUFFICIENT = re.compile(r"Insufficient ([A-Za-z0-9./_-]+)")
 
 
+#: The resources whose shortage is GPU demand.
+_GPU_NAMES = (c.GPU_RESOURCE_PREFIX, c.RES_NVIDIA_GPU)
+#: NVIDIA's resources a waiting pod may ask for.
+NVIDIA_RESOURCES = (c.RES_NVIDIA_GPU, c.RES_NVIDIA_GPU_SHARED)
+
+
 def gpu_shortage(message: str) -> bool:
     """Whether an ``Unschedulable`` message is about GPU resources (see the module docstring)."""
     short = _INSUFFICIENT.findall(message)
-    return not short or any(name.startswith(c.GPU_RESOURCE_PREFIX) for name in short)
+    return not short or any(name.startswith(_GPU_NAMES) for name in short)
 
 
 def _time(value: Any) -> datetime | None:
@@ -76,6 +89,22 @@ class WaitingPod:
     #: Since when it waits (the PodScheduled condition's lastTransitionTime, else its creation).
     since: datetime | None
     message: str = ""
+    #: NVIDIA's GPUs it asks for (``nvidia.com/gpu``, ``nvidia.com/gpu.shared``; effective requests).
+    nvidia: Mapping[str, int] = field(default_factory=dict)
+
+    def request(self, resource: str) -> int:
+        """Its (effective) request of ``resource``."""
+        if resource == c.RES_GPU_MEM:
+            return self.gpu_mem
+        if resource == c.RES_GPU_CORE:
+            return self.gpu_core
+        return self.nvidia.get(resource, 0)
+
+    @property
+    def requests(self) -> dict[str, int]:
+        """Its GPU requests (the ones demand reads), as a resource map."""
+        out = {c.RES_GPU_MEM: self.gpu_mem, c.RES_GPU_CORE: self.gpu_core, **self.nvidia}
+        return {k: v for k, v in out.items() if v}
 
     @property
     def ref(self) -> str:
@@ -106,7 +135,8 @@ def waiting_pod(obj: Mapping[str, Any]) -> WaitingPod | None:
     requests = pod_requests(spec)
     gpu_mem = requests.get(c.RES_GPU_MEM, 0)
     gpu_core = requests.get(c.RES_GPU_CORE, 0)
-    if not (gpu_mem or gpu_core):
+    nvidia = {r: requests[r] for r in NVIDIA_RESOURCES if requests.get(r, 0) > 0}
+    if not (gpu_mem or gpu_core or nvidia):
         return None
     scheduled = next(
         (
@@ -132,6 +162,7 @@ def waiting_pod(obj: Mapping[str, Any]) -> WaitingPod | None:
         constraints=node_constraints("spec", spec),
         since=_time(scheduled.get("lastTransitionTime")) or _time(meta.get("creationTimestamp")),
         message=message,
+        nvidia=nvidia,
     )
 
 
@@ -148,9 +179,11 @@ def targets(
     if not pods:  # no context to build (one NodeInfo per node) for no pod
         return out
     ctx = Context.build(pools, [node_info(n) for n in nodes])
+    by_name = {p.name: p for p in pools}
     for pod in pods:
+        ack = bool(pod.gpu_mem or pod.gpu_core)
         for name in resolve(pod.constraints, ctx).pools:
-            if name in out:
+            if name in out and (ack or backend_for(by_name[name].spec).asks_for(pod.requests)):
                 out[name].append(pod)
     for waiting in out.values():
         waiting.sort(key=_age_key)
@@ -204,6 +237,8 @@ class PoolDemand:
     #: Loans: node → the other pool (lent to it, or borrowed from it).
     lent: Mapping[str, str] = field(default_factory=dict)
     borrowed: Mapping[str, str] = field(default_factory=dict)
+    #: What ``requests`` sums (the pool's backend's ``demand_resources``; ACK's by default).
+    resources: tuple[str, ...] = (c.RES_GPU_MEM, c.RES_GPU_CORE)
 
     @property
     def gpu_mem(self) -> int:
@@ -212,6 +247,10 @@ class PoolDemand:
     @property
     def gpu_core(self) -> int:
         return sum(p.gpu_core for p in self.waiting)
+
+    def requested(self, resource: str) -> int:
+        """The waiting pods' requests of ``resource``, summed (an NVIDIA pool's: slots)."""
+        return sum(p.request(resource) for p in self.waiting)
 
     @property
     def oldest(self) -> datetime | None:
@@ -222,7 +261,7 @@ class PoolDemand:
         """``status.demand`` as JSON (camelCase; no waiting times that grow: no writes while quiet)."""
         out: dict[str, Any] = {
             "pendingPods": len(self.waiting),
-            "requests": {c.RES_GPU_MEM: str(self.gpu_mem), c.RES_GPU_CORE: str(self.gpu_core)},
+            "requests": {r: str(self.requested(r)) for r in self.resources},
             "pods": [p.ref for p in self.waiting[:MAX_LISTED]],
             "idleNodes": len(self.idle),
             "idleNodeNames": list(self.idle[:MAX_LISTED]),
@@ -269,6 +308,7 @@ def compute(
             idle=tuple(idle_nodes(pool, cp, nodes, busy)),
             lent=lent.get(pool.name, {}),
             borrowed=borrowed.get(pool.name, {}),
+            resources=backend_for(pool.spec).demand_resources(pool.spec),
         )
         for pool in pools
     }

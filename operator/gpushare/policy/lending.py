@@ -25,10 +25,10 @@ from datetime import datetime, timedelta
 
 from gpushare import constants as c
 from gpushare.api.v1alpha1 import GPUSharePool
-from gpushare.policy.advise import Move, advise
+from gpushare.policy.advise import Move, advise, gpu_count
 from gpushare.policy.demand import PoolDemand, iso
 from gpushare.policy.planner import LoanRecord
-from gpushare.policy.views import NodeView, quantity_int
+from gpushare.policy.views import NodeView
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def lenders_for(pools: Sequence[GPUSharePool]) -> dict[str, list[str]]:
 
 
 def record_for(move: Move, view: NodeView, lender: GPUSharePool, now: datetime) -> LoanRecord:
-    count = view.allocatable_int(c.RES_GPU_COUNT) or quantity_int(view.labels.get(c.LABEL_GPU_COUNT, 0))
+    count = view.allocatable_int(c.RES_GPU_COUNT) or gpu_count(view, lender)
     mem = view.allocatable_int(c.RES_GPU_MEM)
     return LoanRecord(
         move.lender,

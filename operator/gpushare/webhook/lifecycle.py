@@ -30,7 +30,14 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpushare.admission.webhook_config import WebhookSettings, build_configuration
+from gpushare.admission.gate import gate_of
+from gpushare.admission.webhook_config import (
+    TARGETS,
+    WebhookSettings,
+    build_configuration,
+    build_webhook,
+    webhook_name,
+)
 from gpushare.k8s import ApiUnavailable, Conflict, webhook_api
 from gpushare.k8s.client import ApiClient
 from gpushare.k8s.retry import REPLAN_BACKOFF, Backoff, persist, replan
@@ -108,9 +115,11 @@ def configuration_patch(current: Mapping[str, Any], settings: WebhookSettings) -
 
     The first op tests the resourceVersion that was read. In Service mode only ``caBundle`` is
     written on existing entries (the shipped manifest's other fields are the administrator's); in
-    local mode (``url_base``) differing entries are replaced and missing ones added.
+    local mode (``url_base``) differing entries are replaced and missing ones added, each with the
+    NVIDIA gate as it found it (open or closed by the operator: ``gpushare.admission.gate``).
     """
     ours = {h["name"]: h for h in build_configuration(settings)["webhooks"]}
+    targets = {webhook_name(t.handler_id): t for t in settings.targets or TARGETS}
     ops: list[dict[str, Any]] = []
     seen = set()
     for index, hook in enumerate(current.get("webhooks") or []):
@@ -119,6 +128,8 @@ def configuration_patch(current: Mapping[str, Any], settings: WebhookSettings) -
             continue
         seen.add(hook["name"])
         if settings.url_base is not None:
+            if gate_of(hook, targets[hook["name"]]):  # the operator's to open and close
+                want = build_webhook(settings, targets[hook["name"]], nvidia_gate=True)
             if _comparable(hook) != _comparable(want):
                 ops.append({"op": "replace", "path": f"/webhooks/{index}", "value": want})
         elif settings.ca_bundle and hook.get("clientConfig", {}).get("caBundle") != settings.ca_bundle:

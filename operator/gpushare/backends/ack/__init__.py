@@ -79,6 +79,12 @@ class AckBackend:
         """Any change of ``ack.node.gpu.schedule``: the plugin restarts into other resources."""
         return old_mode != new_mode
 
+    def demand_resources(self, spec: GPUSharePoolSpec) -> tuple[str, ...]:
+        return (c.RES_GPU_MEM, c.RES_GPU_CORE)
+
+    def asks_for(self, requests: Mapping[str, int]) -> bool:
+        return requests.get(c.RES_GPU_MEM, 0) > 0 or requests.get(c.RES_GPU_CORE, 0) > 0
+
     def holds_shared_gpu(self, requests: Mapping[str, int]) -> bool:
         return requests.get(c.RES_GPU_MEM, 0) > 0
 

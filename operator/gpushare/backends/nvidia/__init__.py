@@ -98,6 +98,37 @@ class NvidiaBackend:
     def holds_shared_gpu(self, requests: Mapping[str, int]) -> bool:
         return requests.get(c.RES_NVIDIA_GPU, 0) > 0 or requests.get(c.RES_NVIDIA_GPU_SHARED, 0) > 0
 
+    def demand_resources(self, spec: GPUSharePoolSpec) -> tuple[str, ...]:
+        """The pool's slots: ``nvidia.com/gpu`` (``.shared`` with renameByDefault)."""
+        return (spec.nvidia.resource if spec.nvidia is not None else c.RES_NVIDIA_GPU,)
+
+    def asks_for(self, requests: Mapping[str, int]) -> bool:
+        """A pod asking for NVIDIA's GPUs (either name): slots of an NVIDIA pool it is aimed at."""
+        return self.holds_shared_gpu(requests)
+
+    # --- sizing in slots (``gpushare advise``, lending) --------------------------------------
+
+    def slots(self, spec: GPUSharePoolSpec, gpus: int) -> int:
+        """What a node with ``gpus`` physical GPUs advertises in a pool with ``spec``: replicas x GPUs
+        of the pool's resource."""
+        replicas = spec.nvidia.replicas if spec.nvidia is not None else 1
+        return max(0, gpus) * replicas
+
+    def pod_slots(self, spec: GPUSharePoolSpec, requests: Mapping[str, int]) -> int:
+        """The slots a pod takes on a node of the pool: its request of the pool's resource."""
+        (resource,) = self.demand_resources(spec)
+        return requests.get(resource, 0)
+
+    def slot_problem(self, spec: GPUSharePoolSpec, requests: Mapping[str, int]) -> str | None:
+        """Why a pod asking for NVIDIA's GPUs can never use the pool's slots (None: it can)."""
+        (resource,) = self.demand_resources(spec)
+        other = c.RES_NVIDIA_GPU_SHARED if resource == c.RES_NVIDIA_GPU else c.RES_NVIDIA_GPU
+        if requests.get(resource, 0) <= 0 and requests.get(other, 0) > 0:
+            return f"requests {other}, and the pool's nodes advertise {resource}"
+        if requests.get(resource, 0) <= 0:
+            return f"requests no {resource}"
+        return None
+
     def expected(self, mode: str, labels: Mapping[str, str]) -> tuple[str, int | None] | None:
         """The resource and count a node labelled ``mode`` advertises (count None: GPUs unknown);
         None for a config gpushare did not name."""
@@ -149,6 +180,11 @@ class NvidiaBackend:
             f"waiting for NVIDIA's device plugin to advertise {self._wants(mode, labels)} "
             f"(config {mode}); it advertises {_describe(allocatable)}"
         )
+
+
+def physical_gpus(labels: Mapping[str, str]) -> int | None:
+    """A node's physical GPUs, as the node agent or GPU Feature Discovery labelled them."""
+    return _gpus(labels)
 
 
 NVIDIA: Final = NvidiaBackend()
