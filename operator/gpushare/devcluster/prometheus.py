@@ -37,6 +37,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -383,6 +384,21 @@ class Prometheus:
 
     def rule_groups(self) -> list[dict[str, Any]]:
         return list(self.get("rules")["groups"])
+
+    def evaluated_after(self, group: str, t: float) -> bool:
+        """Whether the rule group ``group`` has had an evaluation that saw every sample stored by
+        ``t`` (Unix seconds): what ``/api/v1/alerts`` shows then reflects those samples.
+
+        ``/api/v1/rules`` gives the wall-clock start of the group's last finished evaluation; the
+        time its queries ran at is the interval tick before that start (within one interval, the
+        scheduler's delay aside). A start at least two intervals after ``t`` has that tick after
+        ``t``."""
+        for g in self.rule_groups():
+            if g["name"] == group:
+                # RFC 3339 with nanoseconds, as Go writes it (fromisoformat keeps microseconds).
+                started = datetime.fromisoformat(str(g["lastEvaluation"])).timestamp()
+                return started >= t + 2 * float(g["interval"])
+        raise RuntimeError(f"prometheus has no rule group {group!r}")
 
     def targets(self) -> list[dict[str, Any]]:
         return list(self.get("targets")["activeTargets"])
