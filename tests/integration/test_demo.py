@@ -242,6 +242,11 @@ def test_demo_up_shows_the_product_and_down_leaves_nothing(
     assert health == WANTED_TARGETS, targets
     panels = re.search(r"^dashboard panels: (\d+)/(\d+) return data", out, re.M)
     assert panels and int(panels.group(2)) >= 19 and int(panels.group(1)) > 0, out
+    # Every panel either returned data over the demo or says why nothing in the demo feeds it.
+    rows = re.findall(r"^  (data |EMPTY) (.+: series per query \[.*)$", out, re.M)
+    assert len(rows) == int(panels.group(2)), rows
+    unexplained = [row for mark, row in rows if mark == "EMPTY" and "(empty by design: " not in row]
+    assert not unexplained, unexplained
 
     down = subprocess.run(
         ["bash", str(SCRIPT), "down"],

@@ -35,7 +35,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -451,13 +451,21 @@ def panel_report(
     return report
 
 
-def format_panel_report(report: dict[str, list[int]]) -> str:
-    with_data = [t for t, counts in report.items() if any(counts)]
-    empty = len(report) - len(with_data)
-    lines = [f"dashboard panels: {len(with_data)}/{len(report)} return data ({empty} empty)"]
+def format_panel_report(report: dict[str, list[int]], why_empty: Mapping[str, str] | None = None) -> str:
+    """One line per panel; an empty panel with its reason from ``why_empty`` (title: why nothing in
+    the scenario feeds it), or marked as having none: it should have had data."""
+    why = dict(why_empty or {})
+    empty = [t for t, counts in report.items() if not any(counts)]
+    unexplained = [t for t in empty if t not in why]
+    lines = [
+        f"dashboard panels: {len(report) - len(empty)}/{len(report)} return data ({len(empty)} empty:"
+        f" {len(empty) - len(unexplained)} by design, {len(unexplained)} without a reason)"
+    ]
     for title, counts in report.items():
-        mark = "data " if any(counts) else "EMPTY"
-        lines.append(f"  {mark} {title}: series per query {counts}")
+        line = f"  {'data ' if any(counts) else 'EMPTY'} {title}: series per query {counts}"
+        if not any(counts):
+            line += f" (empty by design: {why[title]})" if title in why else " (NO REASON: should have data)"
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -488,6 +496,13 @@ def main(argv: list[str] | None = None) -> int:
     panels = sub.add_parser("panels", help="run every dashboard query; print which return data")
     panels.add_argument("--url", required=True)
     panels.add_argument("--since", type=float, default=900, help="seconds back from now (default 900)")
+    panels.add_argument(
+        "--empty-by-design",
+        action="append",
+        default=[],
+        metavar="TITLE=WHY",
+        help="a panel the scenario feeds nothing, and why (printed beside it when it is empty)",
+    )
     args = parser.parse_args(argv)
     if args.cmd == "up":
         apiserver = None
@@ -513,7 +528,8 @@ def main(argv: list[str] | None = None) -> int:
     port = int(urllib.parse.urlsplit(args.url).port or 80)
     now = time.time()
     report = panel_report(Prometheus(Path(), port), now - args.since, now)
-    print(format_panel_report(report))
+    why = {title: reason for title, _, reason in (x.partition("=") for x in args.empty_by_design)}
+    print(format_panel_report(report, why))
     return 0
 
 
