@@ -422,7 +422,7 @@ async def _run(
 
     # --- the dashboard over the scenario's time range -------------------------------------------
     report = await asyncio.to_thread(panel_report, prom, started, time.time())
-    text = format_panel_report(report)
+    text = format_panel_report(report, EMPTY_BY_DESIGN)
     _report(".panels", text)
     empty = {t for t, counts in report.items() if not any(counts)}
     allowed = set(EMPTY_BY_DESIGN) - ({"Warnings by rule"} if warned else set())

@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from support.alerts import report
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "hack" / "demo.sh"
 VENV_BIN = Path(sys.executable).parent
@@ -240,8 +242,21 @@ def test_demo_up_shows_the_product_and_down_leaves_nothing(
             break
         time.sleep(1)
     assert health == WANTED_TARGETS, targets
+    report(
+        ".demo-prometheus",
+        "\n".join(
+            [f"/api/v1/rules: group {g['name']}: {', '.join(r['name'] for r in g['rules'])}" for g in groups]
+            + [f"/api/v1/targets: {t['scrapeUrl']} {t['health']} {json.dumps(t['labels'])}" for t in targets]
+        ),
+    )
+    report(".demo-panels", _section(out, "The dashboard's queries").strip())
     panels = re.search(r"^dashboard panels: (\d+)/(\d+) return data", out, re.M)
     assert panels and int(panels.group(2)) >= 19 and int(panels.group(1)) > 0, out
+    # Every panel either returned data over the demo or says why nothing in the demo feeds it.
+    rows = re.findall(r"^  (data |EMPTY) (.+: series per query \[.*)$", out, re.M)
+    assert len(rows) == int(panels.group(2)), rows
+    unexplained = [row for mark, row in rows if mark == "EMPTY" and "(empty by design: " not in row]
+    assert not unexplained, unexplained
 
     down = subprocess.run(
         ["bash", str(SCRIPT), "down"],

@@ -445,7 +445,19 @@ def test_prometheus_scrapes_both_replicas_and_webhooks_through_the_servicemonito
     assert groups == {g["name"]: [r["alert"] for r in g["rules"]] for g in rule_file()["groups"]}
     endpoints = [(e["port"], e["path"]) for e in monitoring.monitor["spec"]["endpoints"]]
     assert endpoints == [("metrics", "/metrics"), ("webhook-metrics", "/metrics")]
-    _wait(lambda: _all_up(release, monitoring, 2), "both replicas' two endpoints scraped, up", release)
+
+    def scraped_up() -> bool:
+        """The four targets healthy and their ``up`` samples stored (1): /targets reports a target's
+        health apart from the samples a query and the rules read."""
+        if not _all_up(release, monitoring, 2):
+            return False
+        ups = prom.query('up{job="gpushare-operator"} == 1')
+        return sorted(x["metric"]["instance"] for x in ups) == sorted(
+            t[3].split("/")[2] for t in _expected_targets(release)
+        )
+
+    _wait(scraped_up, "both replicas' two endpoints scraped, up == 1", release)
+    scraped = time.time()
     targets = [t for t in prom.targets() if t["labels"].get("job") == "gpushare-operator"]
     lines = []
     for t in sorted(targets, key=lambda t: t["scrapeUrl"]):
@@ -456,11 +468,20 @@ def test_prometheus_scrapes_both_replicas_and_webhooks_through_the_servicemonito
     report(".realnode-targets", "\n".join(lines))
     # Both endpoints serve what the alerts read: the operator's own metrics, and the webhook's
     # decisions (the earlier tests had it deny pods).
-    ups = prom.query('up{job="gpushare-operator"}')
+    ups = prom.query('up{job="gpushare-operator"} == 1')
     assert sorted(x["metric"]["endpoint"] for x in ups) == ["metrics"] * 2 + ["webhook-metrics"] * 2, ups
     _wait(
         lambda: bool(prom.query('gpushare_admission_requests_total{endpoint="webhook-metrics"}')),
         "the webhook containers' admission counters scraped",
+        release,
+        timeout_s=60,
+    )
+    # Alert states are what the rules' last evaluation found. This Prometheus started with no sample:
+    # its first evaluations found `absent(up == 1)` true, the two Down alerts pending. An evaluation
+    # after every `up == 1` above was stored must find them all inactive.
+    _wait(
+        lambda: prom.evaluated_after("gpushare-operator", scraped),
+        "an evaluation of the operator alerts after every target was scraped up",
         release,
         timeout_s=60,
     )

@@ -20,6 +20,7 @@ from gpushare.devcluster.prometheus import (
     ServiceMonitorDiscovery,
     config,
     dashboard_queries,
+    format_panel_report,
     rule_file,
     servicemonitor_target_groups,
 )
@@ -158,3 +159,15 @@ def test_dashboard_queries_fill_in_grafanas_variables() -> None:
     queries = dashboard_queries(rate_interval="1m")
     assert len({title for title, _ in queries}) == 19
     assert all("$" not in expr for _, expr in queries), [e for _, e in queries if "$" in e]
+
+
+def test_the_panel_report_gives_each_empty_panel_its_reason_or_says_it_has_none() -> None:
+    report = {"Pools": [1], "Latency": [0, 2], "Evictions": [0], "Warnings": [0, 0]}
+    text = format_panel_report(report, {"Evictions": "nothing was evicted", "Pools": "unused"})
+    assert text.splitlines() == [
+        "dashboard panels: 2/4 return data (2 empty: 1 by design, 1 without a reason)",
+        "  data  Pools: series per query [1]",
+        "  data  Latency: series per query [0, 2]",
+        "  EMPTY Evictions: series per query [0] (empty by design: nothing was evicted)",
+        "  EMPTY Warnings: series per query [0, 0] (NO REASON: should have data)",
+    ]

@@ -35,8 +35,9 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -384,6 +385,21 @@ class Prometheus:
     def rule_groups(self) -> list[dict[str, Any]]:
         return list(self.get("rules")["groups"])
 
+    def evaluated_after(self, group: str, t: float) -> bool:
+        """Whether the rule group ``group`` has had an evaluation that saw every sample stored by
+        ``t`` (Unix seconds): what ``/api/v1/alerts`` shows then reflects those samples.
+
+        ``/api/v1/rules`` gives the wall-clock start of the group's last finished evaluation; the
+        time its queries ran at is the interval tick before that start (within one interval, the
+        scheduler's delay aside). A start at least two intervals after ``t`` has that tick after
+        ``t``."""
+        for g in self.rule_groups():
+            if g["name"] == group:
+                # RFC 3339 with nanoseconds, as Go writes it (fromisoformat keeps microseconds).
+                started = datetime.fromisoformat(str(g["lastEvaluation"])).timestamp()
+                return started >= t + 2 * float(g["interval"])
+        raise RuntimeError(f"prometheus has no rule group {group!r}")
+
     def targets(self) -> list[dict[str, Any]]:
         return list(self.get("targets")["activeTargets"])
 
@@ -435,13 +451,21 @@ def panel_report(
     return report
 
 
-def format_panel_report(report: dict[str, list[int]]) -> str:
-    with_data = [t for t, counts in report.items() if any(counts)]
-    empty = len(report) - len(with_data)
-    lines = [f"dashboard panels: {len(with_data)}/{len(report)} return data ({empty} empty)"]
+def format_panel_report(report: dict[str, list[int]], why_empty: Mapping[str, str] | None = None) -> str:
+    """One line per panel; an empty panel with its reason from ``why_empty`` (title: why nothing in
+    the scenario feeds it), or marked as having none: it should have had data."""
+    why = dict(why_empty or {})
+    empty = [t for t, counts in report.items() if not any(counts)]
+    unexplained = [t for t in empty if t not in why]
+    lines = [
+        f"dashboard panels: {len(report) - len(empty)}/{len(report)} return data ({len(empty)} empty:"
+        f" {len(empty) - len(unexplained)} by design, {len(unexplained)} without a reason)"
+    ]
     for title, counts in report.items():
-        mark = "data " if any(counts) else "EMPTY"
-        lines.append(f"  {mark} {title}: series per query {counts}")
+        line = f"  {'data ' if any(counts) else 'EMPTY'} {title}: series per query {counts}"
+        if not any(counts):
+            line += f" (empty by design: {why[title]})" if title in why else " (NO REASON: should have data)"
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -472,6 +496,13 @@ def main(argv: list[str] | None = None) -> int:
     panels = sub.add_parser("panels", help="run every dashboard query; print which return data")
     panels.add_argument("--url", required=True)
     panels.add_argument("--since", type=float, default=900, help="seconds back from now (default 900)")
+    panels.add_argument(
+        "--empty-by-design",
+        action="append",
+        default=[],
+        metavar="TITLE=WHY",
+        help="a panel the scenario feeds nothing, and why (printed beside it when it is empty)",
+    )
     args = parser.parse_args(argv)
     if args.cmd == "up":
         apiserver = None
@@ -497,7 +528,8 @@ def main(argv: list[str] | None = None) -> int:
     port = int(urllib.parse.urlsplit(args.url).port or 80)
     now = time.time()
     report = panel_report(Prometheus(Path(), port), now - args.since, now)
-    print(format_panel_report(report))
+    why = {title: reason for title, _, reason in (x.partition("=") for x in args.empty_by_design)}
+    print(format_panel_report(report, why))
     return 0
 
 
