@@ -295,6 +295,40 @@ def test_a_33_percent_pod_is_denied_by_the_webhook_through_its_service(release: 
     assert "GS007-pool-target-missing" in res.stderr, res.stderr
 
 
+#: Longer than the operator container's readiness probe would have taken to fail (3 x 10 s), and
+#: shorter than its liveness probe takes to restart it (10 s + 3 x 20 s).
+HUNG_WINDOW_S = 45.0
+
+
+def test_a_hung_operator_does_not_take_the_webhook_beside_it_out_of_the_service(release: Release) -> None:
+    """Both replicas' operator containers frozen (SIGSTOP on the host: no reconciling, no answer on
+    their health port). The webhook containers beside them keep their pods Ready and in the
+    webhook Service, and keep denying the 33 % pod with the rule's message, through a window
+    longer than a readiness probe on the operator container would have taken to fail."""
+    limits = {"aliyun.com/gpu-mem": "2", "aliyun.com/gpu-core.percentage": "33"}
+    pods = release.pods("operator")
+    assert len(pods) == 2 and all(_ready(p) for p in pods), [p["metadata"]["name"] for p in pods]
+    pids = [pid for pod in pods for pid in _container_pids(pod, "operator")]
+    assert pids, "no host process of the operator containers"
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + HUNG_WINDOW_S
+        reviews = 0
+        while time.monotonic() < deadline:
+            res = _dry_run_pod(release, "core-33", limits)
+            assert 'admission webhook "validate-pods.gpushare.io" denied' in res.stderr, res.stderr
+            assert "GS001-core-percentage-step" in res.stderr, res.stderr
+            reviews += 1
+        pods = release.pods("operator")
+        assert all(_ready(p) for p in pods), [(p["metadata"]["name"], p["status"]) for p in pods]
+        assert reviews > 1
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
 def _agent_token(release: Release, pod: dict[str, Any]) -> str:
     """The ServiceAccount token the kubelet projected into the agent pod (read on the host)."""
     uid = str(pod["metadata"]["uid"])
