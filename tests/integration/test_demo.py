@@ -123,6 +123,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subprocess.
         up = subprocess.run(
             ["bash", str(SCRIPT), "up"], cwd=REPO, env=env, capture_output=True, text=True, timeout=1000
         )
+        (demo_dir / "up.out").write_text(up.stdout)  # kept with the demo's logs (--basetemp)
         yield up, demo_dir
     finally:
         subprocess.run(["bash", str(SCRIPT), "down"], cwd=REPO, env=env, capture_output=True, timeout=120)
@@ -162,7 +163,7 @@ def test_demo_up_shows_the_product_and_down_leaves_nothing(
         rows = [
             line.split() for line in section.splitlines() if line.startswith("gpushare-device-plugin-ds-")
         ]
-        return {row[6]: row[0] for row in rows}  # node -> pod name
+        return {row[6]: row[0] for row in rows if row[6].startswith("gpu-")}  # kwok node -> pod name
 
     old = plugin_pods(_section(out, "The stand-in device plugin pods BEFORE"))
     new = plugin_pods(_section(out, "The device plugin pods AFTER"))
