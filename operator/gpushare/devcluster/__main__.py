@@ -92,9 +92,8 @@ async def _populate(
         await install_crd_files(api, crds)
         real = None
         if info.real_nodes:
-            # With NVIDIA's plugin: the same GPUs as its fake library (2 x A100-SXM4-40GB).
             real = RealNodePlugin(api_port=info.ports["kube-apiserver"])
-            if nvidia is not None:
+            if nvidia is not None:  # the GPUs of NVIDIA's fake library (2 x A100-SXM4-40GB)
                 real = RealNodePlugin(real.api_port, gpus=nv.DEFAULT_GPUS, gpu_memory_mib=40 * 1024)
         await ensure_device_plugin_daemonset(api, real_nodes=real)
         if nvidia is not None and info.real_nodes:
