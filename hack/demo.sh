@@ -243,6 +243,9 @@ EOF
     "$KUBECTL" get pods -A -o wide --field-selector spec.nodeName=realnode-0 -l 'app.kubernetes.io/name=nvidia-device-plugin'
   step "ACK's stand-in plugin pods on the real node: none" \
     "$KUBECTL" -n kube-system get pods -o wide --field-selector spec.nodeName=realnode-0 -l "$PLUGIN_SELECTOR"
+  wait_until "NVIDIA's plugin pod on the real node to be Ready" \
+    "$KUBECTL" -n nvidia-device-plugin wait pods -l app.kubernetes.io/name=nvidia-device-plugin \
+    --field-selector spec.nodeName=realnode-0 --for=condition=Ready --timeout=5s
   echo "\$ kubectl apply -f - (Job gpu-on-real-node: one nvidia.com/gpu on np-real-nvidia)"
   "$KUBECTL" apply -f - <<'EOF' || die "applying the NVIDIA job failed"
 apiVersion: batch/v1
@@ -251,7 +254,9 @@ metadata:
   name: gpu-on-real-node
   namespace: default
 spec:
-  backoffLimit: 0
+  # NVIDIA's plugin registers several times as its pod starts: a pod bound meanwhile can be refused
+  # by the kubelet ("no healthy devices"; docs/concepts/backends.md). The Job makes another.
+  backoffLimit: 3
   template:
     spec:
       nodeSelector:
@@ -268,7 +273,7 @@ EOF
   step "Wait for the Job to run to completion in a real container" \
     "$KUBECTL" wait job gpu-on-real-node --for=condition=Complete --timeout="${TIMEOUT}s"
   step "Its environment, from NVIDIA's plugin's Allocate answer: one pretend GPU's UUID" \
-    bash -c "\"$KUBECTL\" logs job/gpu-on-real-node | grep -E 'NVIDIA_VISIBLE|ALIYUN_COM_GPU_MEM'"
+    bash -c "\"$KUBECTL\" logs \$(\"$KUBECTL\" get pods -l job-name=gpu-on-real-node --field-selector status.phase=Succeeded -o name) | grep -E 'NVIDIA_VISIBLE|ALIYUN_COM_GPU_MEM'"
 }
 
 switch_cgpu_to_core_mem() {
