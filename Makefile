@@ -160,10 +160,13 @@ gpu-check: setup ## On an NVIDIA GPU machine: agent inventory via real NVML + qu
 
 DEMO_DIR ?= .demo
 DEMO_REAL_NODES ?= 1
-demo: setup control-plane promtool ## The whole product on one machine: control plane, fake GPU nodes and a real kubelet node where the host allows it, operator + webhook, a Prometheus with the shipped alerts, example pools and jobs (docs/getting-started/demo.md; DEMO_REAL_NODES=0: kwok only)
+demo: setup control-plane promtool ## The whole product on one machine: control plane, fake GPU nodes and a real kubelet node where the host allows it (an ACK pool, then an NVIDIA pool), operator + webhook, a Prometheus with the shipped alerts, example pools and jobs (docs/getting-started/demo.md; DEMO_REAL_NODES=0: kwok only)
 	@real=$(DEMO_REAL_NODES); \
 	if [ "$$real" != 0 ] && ! $(MAKE) realnode; then \
 	  echo "demo: the real node's prerequisites could not be built (above); kwok nodes only"; real=0; \
+	fi; \
+	if [ "$$real" != 0 ] && ! $(MAKE) image-local; then \
+	  echo "demo: the product's image could not be built (above): no NVIDIA pool on the real node"; \
 	fi; \
 	DEMO_DIR=$(DEMO_DIR) DEMO_REAL_NODES=$$real bash hack/demo.sh up
 

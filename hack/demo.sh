@@ -200,6 +200,82 @@ EOF
     bash -c "\"$KUBECTL\" logs job/core-on-real-node | grep -E 'ALIYUN_COM_GPU_MEM|CGPU_DISABLE|NVIDIA_VISIBLE'"
 }
 
+NVIDIA_STEP=0
+NVIDIA_COLUMNS='NAME:.metadata.name,POOL:.metadata.labels.gpushare\.io/pool,CONFIG:.metadata.labels.nvidia\.com/device-plugin\.config,CGPU:.metadata.labels.cgpu,SCHEDULE:.metadata.labels.ack\.node\.gpu\.schedule,NVIDIA-GPU:.status.allocatable.nvidia\.com/gpu'
+
+agent_published() {  # the node agent on the real node has published its GPU count
+  [[ -n "$("$KUBECTL" get node realnode-0 -o jsonpath='{.metadata.labels.gpushare\.io/gpu\.count}')" ]]
+}
+
+nvidia_part() {
+  echo
+  bold "# Part 4: the real node moves to an NVIDIA time-slicing pool: NVIDIA's real device plugin and"
+  bold "# config-manager over the project's libnvidia-ml.so.1, which pretends 2 GPUs"
+  echo "\$ kubectl apply -f - (GPUSharePool real-nvidia: np-real-nvidia, nvidia: TimeSlicing x 4)"
+  "$KUBECTL" apply -f - <<'EOF' || die "applying pool real-nvidia failed"
+apiVersion: gpushare.io/v1alpha1
+kind: GPUSharePool
+metadata:
+  name: real-nvidia
+spec:
+  nodeSelector:
+    matchLabels:
+      alibabacloud.com/nodepool-id: np-real-nvidia
+  nvidia:
+    strategy: TimeSlicing
+    replicas: 4
+    # NVIDIA's plugin pod on realnode-0 starts only once the node leaves its ACK pool (the
+    # DaemonSet skips cgpu=true nodes), so it mounts the pool's config at start: no 90 s wait.
+    configPropagationSeconds: 10
+EOF
+  step "GPU Feature Discovery's label on the real node (it has GPUs): NVIDIA's plugin stays off while the node is in an ACK pool (cgpu=true)" \
+    "$KUBECTL" label node realnode-0 nvidia.com/gpu.present=true
+  wait_until "the node agent to publish the real node's GPUs" agent_published
+  step "The node agent's inventory of the real node, read through pynvml over the library" \
+    "$KUBECTL" get node realnode-0 -L gpushare.io/gpu.count,gpushare.io/gpu.product,gpushare.io/gpu.memory-mib
+  step "Move the real node to node pool np-real-nvidia: the operator restores ACK's labels and writes NVIDIA's config label in one guarded patch" \
+    "$KUBECTL" label node realnode-0 alibabacloud.com/nodepool-id=np-real-nvidia --overwrite
+  step "Wait until pool real-nvidia is Ready: ACK's plugin gone, NVIDIA's started on the pool's config" \
+    "$KUBECTL" wait gsp real-nvidia --for=condition=Ready --timeout="$((TIMEOUT * 2))s"
+  step "The real node now: ACK's labels as before its ACK pool, NVIDIA's config, nvidia.com/gpu = 4 replicas x 2 GPUs" \
+    "$KUBECTL" get nodes realnode-0 -o custom-columns="$NVIDIA_COLUMNS"
+  step "The device plugin pods on the real node: NVIDIA's only" \
+    "$KUBECTL" get pods -A -o wide --field-selector spec.nodeName=realnode-0 -l 'app.kubernetes.io/name=nvidia-device-plugin'
+  step "ACK's stand-in plugin pods on the real node: none" \
+    "$KUBECTL" -n kube-system get pods -o wide --field-selector spec.nodeName=realnode-0 -l "$PLUGIN_SELECTOR"
+  wait_until "NVIDIA's plugin pod on the real node to be Ready" \
+    "$KUBECTL" -n nvidia-device-plugin wait pods -l app.kubernetes.io/name=nvidia-device-plugin \
+    --field-selector spec.nodeName=realnode-0 --for=condition=Ready --timeout=5s
+  echo "\$ kubectl apply -f - (Job gpu-on-real-node: one nvidia.com/gpu on np-real-nvidia)"
+  "$KUBECTL" apply -f - <<'EOF' || die "applying the NVIDIA job failed"
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: gpu-on-real-node
+  namespace: default
+spec:
+  # NVIDIA's plugin registers several times as its pod starts: a pod bound meanwhile can be refused
+  # by the kubelet ("no healthy devices"; docs/concepts/backends.md). The Job makes another.
+  backoffLimit: 3
+  template:
+    spec:
+      nodeSelector:
+        alibabacloud.com/nodepool-id: np-real-nvidia
+      containers:
+      - name: main
+        image: localhost/gpushare/workload:1.0
+        imagePullPolicy: Never
+        resources:
+          limits:
+            nvidia.com/gpu: 1
+      restartPolicy: Never
+EOF
+  step "Wait for the Job to run to completion in a real container" \
+    "$KUBECTL" wait job gpu-on-real-node --for=condition=Complete --timeout="${TIMEOUT}s"
+  step "Its environment, from NVIDIA's plugin's Allocate answer: one pretend GPU's UUID" \
+    bash -c "\"$KUBECTL\" logs \$(\"$KUBECTL\" get pods -l job-name=gpu-on-real-node --field-selector status.phase=Succeeded -o name) | grep -E 'NVIDIA_VISIBLE|ALIYUN_COM_GPU_MEM'"
+}
+
 switch_cgpu_to_core_mem() {
   echo
   bold "# Part 2: switch pool cgpu to core_mem. ACK's device plugin reads the labels only when it starts"
@@ -297,8 +373,23 @@ except RealNodeUnavailable as exc:
       REAL_NODES=0
     fi
   fi
-  echo "\$ python -m gpushare.devcluster up --dir $DEMO_DIR --nodes 0 --pools 0 --real-nodes $REAL_NODES"
-  "$PY" -m gpushare.devcluster up --dir "$DEMO_DIR" --nodes 0 --pools 0 --real-nodes "$REAL_NODES" >/dev/null \
+  local nvidia_args=()
+  if [[ "$REAL_NODES" != 0 ]]; then
+    local archive
+    if ! why="$("$PY" -c 'from gpushare.devcluster import nvidia as nv
+missing = [f"{p} (make {t})" for p, t in ((nv.plugin_bin_dir() / "nvidia-device-plugin", "nvidia-plugin"), (nv.fake_nvml_lib(), "fake-nvml")) if not p.exists()]
+raise SystemExit(", ".join(missing) if missing else 0)' 2>&1)"; then
+      echo "demo: no NVIDIA pool on the real node (missing $why)"
+    elif ! archive="$(bash hack/build-image-local.sh 2>/dev/null | tail -n 1)" || [[ ! -f "$archive" ]]; then
+      echo "demo: no NVIDIA pool on the real node (no image for the node agent: make image-local)"
+    else
+      NVIDIA_STEP=1
+      nvidia_args=(--nvidia-plugin --real-node-plugin ack --agent-image "$archive")
+    fi
+  fi
+  echo "\$ python -m gpushare.devcluster up --dir $DEMO_DIR --nodes 0 --pools 0 --real-nodes $REAL_NODES ${nvidia_args[*]}"
+  "$PY" -m gpushare.devcluster up --dir "$DEMO_DIR" --nodes 0 --pools 0 --real-nodes "$REAL_NODES" \
+    "${nvidia_args[@]}" >/dev/null \
     || die "the control plane did not start (see $DEMO_DIR/supervisor.log)"
   export KUBECONFIG="$DEMO_DIR/kubeconfig"
 
@@ -406,6 +497,7 @@ except RealNodeUnavailable as exc:
   echo "webhook answering again"
 
   if [[ "$REAL_NODES" != 0 ]]; then real_node_part; fi
+  if [[ "$NVIDIA_STEP" != 0 ]]; then nvidia_part; fi
 
   local prom
   if prom="$(prometheus_url)"; then

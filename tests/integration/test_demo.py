@@ -35,10 +35,16 @@ EXPECTED_LABELS = {
 }
 
 
+#: The demo's real-node parts (an ACK pool, then the move to an NVIDIA pool) run unless the
+#: real-node tier is off (``make test REAL_NODES=0``); run it under the real node's lock.
+REAL_NODES = os.environ.get("GPUSHARE_REAL_NODES") != "0"
+
+
 def _env(demo_dir: Path) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("KUBECONFIG", None)
     env.update(
+        DEMO_REAL_NODES="1" if REAL_NODES else "0",
         DEMO_DIR=str(demo_dir),
         VENV=str(VENV_BIN.parent),
         PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
@@ -86,21 +92,47 @@ def _section(out: str, heading: str) -> str:
     return out[start : end if end != -1 else len(out)]
 
 
+def _assert_real_node_parts(out: str) -> None:
+    """Part 3 (the real node in ACK pool real) and part 4 (the real node moved to NVIDIA pool
+    real-nvidia: the agent's GPUs through pynvml, 4 x 2 slots, NVIDIA's plugin only, a pod's UUID)."""
+    assert "demo: no real node" not in out and "demo: no NVIDIA pool" not in out, out[:3000]
+    ack_env = _section(out, "Its environment, from the device plugin's Allocate answer")
+    assert "ALIYUN_COM_GPU_MEM_CONTAINER=4" in ack_env, ack_env
+
+    agent = _section(out, "The node agent's inventory of the real node")
+    assert re.search(r"^realnode-0\s.*\s2\s+NVIDIA-A100-SXM4-40GB\s+40960\s*$", agent, re.M), agent
+    moved = _section(out, "The real node now")
+    row = next(line.split() for line in moved.splitlines() if line.startswith("realnode-0"))
+    # NAME POOL CONFIG CGPU SCHEDULE NVIDIA-GPU: ACK's labels as before the ACK pool, 4 x 2 GPUs
+    assert row[1] == "real-nvidia" and row[2].startswith("gpushare-ts4-"), row
+    assert row[3:] == ["<none>", "default", "8"], row
+    nvidia_pods = _section(out, "The device plugin pods on the real node: NVIDIA's only")
+    assert re.search(
+        r"^nvidia-device-plugin\s+nvidia-device-plugin-\S+\s+2/2\s+Running\s", nvidia_pods, re.M
+    ), nvidia_pods
+    ack_pods = _section(out, "ACK's stand-in plugin pods on the real node: none")
+    assert "No resources found" in ack_pods, ack_pods
+    env = _section(out, "Its environment, from NVIDIA's plugin's Allocate answer")
+    assert re.search(r"NVIDIA_VISIBLE_DEVICES=GPU-fa4e0000-0000-4000-8000-00000000000[01]\s", env), env
+    assert not re.search(r"^env ALIYUN_COM_GPU_MEM", env, re.M), env  # ACK's variables: not ACK's plugin
+
+
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subprocess.CompletedProcess[str], Path]]:
     demo_dir = tmp_path_factory.mktemp("demo")
     env = _env(demo_dir)
     try:
         up = subprocess.run(
-            ["bash", str(SCRIPT), "up"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+            ["bash", str(SCRIPT), "up"], cwd=REPO, env=env, capture_output=True, text=True, timeout=1000
         )
+        (demo_dir / "up.out").write_text(up.stdout)  # kept with the demo's logs (--basetemp)
         yield up, demo_dir
     finally:
         subprocess.run(["bash", str(SCRIPT), "down"], cwd=REPO, env=env, capture_output=True, timeout=120)
 
 
 @pytest.mark.integration
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1300)
 def test_demo_up_shows_the_product_and_down_leaves_nothing(
     demo: tuple[subprocess.CompletedProcess[str], Path],
 ) -> None:
@@ -133,7 +165,7 @@ def test_demo_up_shows_the_product_and_down_leaves_nothing(
         rows = [
             line.split() for line in section.splitlines() if line.startswith("gpushare-device-plugin-ds-")
         ]
-        return {row[6]: row[0] for row in rows}  # node -> pod name
+        return {row[6]: row[0] for row in rows if row[6].startswith("gpu-")}  # kwok node -> pod name
 
     old = plugin_pods(_section(out, "The stand-in device plugin pods BEFORE"))
     new = plugin_pods(_section(out, "The device plugin pods AFTER"))
@@ -211,6 +243,9 @@ def test_demo_up_shows_the_product_and_down_leaves_nothing(
     assert "Completed" in row and " gpu-cgpu-" in row, row
 
     assert f"export KUBECONFIG={demo_dir}/kubeconfig" in out
+
+    if REAL_NODES:
+        _assert_real_node_parts(out)
 
     # while it runs: the operator and the control plane are up, on the demo's own ports
     operator_pid = int((demo_dir / "operator.pid").read_text())

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from kubernetes_asyncio import client
 
+from gpushare import __version__
 from gpushare.devcluster import nvidia as nv
 from gpushare.devcluster.binaries import BinariesMissing
 from gpushare.devcluster.cluster import ClusterInfo, DevCluster, read_info
@@ -58,6 +59,8 @@ def _supervisor_pid(d: Path) -> int | None:
 
 #: The node pool of the real nodes (``--real-nodes``).
 REAL_NODEPOOL = "np-real"
+#: The product's image as ``--agent-image`` imports it (``make image-local`` builds it).
+AGENT_IMAGE = f"localhost/gpushare-operator:{__version__}"
 #: NVIDIA's named configs on the real nodes (``--nvidia-plugin``): label a node
 #: nvidia.com/device-plugin.config=<name>; without the label, ``default`` (no sharing).
 NVIDIA_CONFIGS = {f"ts{n}": nv.time_slicing_config(n) for n in (2, 4)}
@@ -69,6 +72,9 @@ async def _populate(
     pools: int | None,
     crds: list[Path],
     nvidia: DevCluster | None = None,
+    *,
+    real_node_plugin: str = "",
+    agent_image: Path | None = None,
 ) -> None:
     """CRDs, the stand-in device plugin, and the fake GPU nodes: ``pools`` None (``make cluster``)
     makes the node pools examples/ selects (``DEMO_POOLS``: np-cgpu, np-cgpu-no-isolation,
@@ -76,15 +82,26 @@ async def _populate(
     np-a, np-b, ... of ``nodes_per_pool`` nodes (tests, benchmarks). Real nodes (``--real-nodes``)
     get the device plugin's nodeSelector and node pool np-real; with ``nvidia`` (the cluster,
     ``--nvidia-plugin``) NVIDIA's device plugin runs there instead of the stand-in (both would
-    register nvidia.com/gpu), over the fake NVML, with the named configs of :data:`NVIDIA_CONFIGS`."""
+    register nvidia.com/gpu), over the fake NVML, with the named configs of :data:`NVIDIA_CONFIGS`.
+    ``real_node_plugin`` "ack" keeps the real nodes on the stand-in with NVIDIA's plugin installed
+    beside it (it runs on a node once the node is labelled nvidia.com/gpu.present=true and is in no
+    ACK pool: ``make demo``'s move to an NVIDIA pool). ``agent_image`` (the product's image,
+    ``make image-local``) runs the node agent where NVIDIA's plugin may run, over the same library."""
     api = await make_api_client(str(info.kubeconfig))
     async with api:
         await install_crd_files(api, crds)
-        real = RealNodePlugin(api_port=info.ports["kube-apiserver"]) if info.real_nodes else None
+        real = None
+        if info.real_nodes:
+            real = RealNodePlugin(api_port=info.ports["kube-apiserver"])
+            if nvidia is not None:  # the GPUs of NVIDIA's fake library (2 x A100-SXM4-40GB)
+                real = RealNodePlugin(real.api_port, gpus=nv.DEFAULT_GPUS, gpu_memory_mib=40 * 1024)
         await ensure_device_plugin_daemonset(api, real_nodes=real)
         if nvidia is not None and info.real_nodes:
             await nv.install(api, nvidia, NVIDIA_CONFIGS)
-        labels = dict(nv.NODE_SELECTOR) if nvidia is not None else {"gpushare": "true"}
+            if agent_image is not None:
+                await nv.install_agent(api, nvidia, agent_image, AGENT_IMAGE)
+        on_nvidia = nvidia is not None and real_node_plugin != "ack"
+        labels = dict(nv.NODE_SELECTOR) if on_nvidia else {"gpushare": "true"}
         core = client.CoreV1Api(api)
         for node in info.real_nodes:
             await core.patch_node(node, {"metadata": {"labels": {**labels, POOL_LABEL: REAL_NODEPOOL}}})
@@ -119,7 +136,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         info = cluster.start()
         nvidia = cluster if args.nvidia_plugin else None
-        asyncio.run(_populate(info, args.nodes, args.pools, crds, nvidia))
+        agent = Path(args.agent_image) if args.agent_image else None
+        populate = _populate(
+            info,
+            args.nodes,
+            args.pools,
+            crds,
+            nvidia,
+            real_node_plugin=args.real_node_plugin,
+            agent_image=agent,
+        )
+        asyncio.run(populate)
         (d / "ready").write_text(str(time.time()))
         while not stop.wait(1.0):
             for proc in cluster.all_procs():
@@ -190,6 +217,8 @@ def cmd_up(args: argparse.Namespace) -> int:
                 *(("--pools", str(args.pools)) if args.pools is not None else ()),
                 *("--real-nodes", str(args.real_nodes)),
                 *(("--nvidia-plugin",) if args.nvidia_plugin else ()),
+                *(("--real-node-plugin", args.real_node_plugin) if args.real_node_plugin else ()),
+                *(("--agent-image", str(Path(args.agent_image).resolve())) if args.agent_image else ()),
                 *(f"--crd={p}" for p in args.crd),
             ],
             stdin=subprocess.DEVNULL,
@@ -292,6 +321,20 @@ def main(argv: list[str] | None = None) -> int:
             action="store_true",
             help="run NVIDIA's device plugin and config-manager on the real nodes (over the project's fake "
             "NVML: `make nvidia-plugin fake-nvml`) instead of the stand-in of ACK's",
+        )
+        p.add_argument(
+            "--real-node-plugin",
+            choices=("ack", "nvidia"),
+            default="",
+            help="with --nvidia-plugin: the plugin the real nodes start with (default nvidia); ack: the "
+            "stand-in of ACK's, NVIDIA's plugin installed beside it for nodes labelled "
+            "nvidia.com/gpu.present=true outside ACK pools (docs/concepts/backends.md)",
+        )
+        p.add_argument(
+            "--agent-image",
+            default="",
+            help="with --nvidia-plugin: the product's image archive (make image-local) to run the node "
+            "agent on the real nodes, reading the fake NVML through pynvml",
         )
         p.add_argument(
             "--crd", action="append", default=[], help="CRD file to install (default: crds/*.yaml if present)"

@@ -9,6 +9,7 @@ cluster. This is test and demo tooling; the operator's own API calls live in
 from __future__ import annotations
 
 import asyncio
+import copy
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,6 +30,20 @@ FAKE_LABEL = "gpushare.io/fake-node"
 POOL_LABEL = "alibabacloud.com/nodepool-id"
 PLUGIN_DS_NAME = "gpushare-device-plugin-ds"
 PLUGIN_NODE_SELECTOR = {"gpushare": "true"}
+#: ...and not on a node that NVIDIA's plugin serves: one that names an NVIDIA sharing config (a node
+#: of an NVIDIA pool). With NVIDIA's DaemonSet kept off the nodes of ACK pools
+#: (``gpushare.devcluster.nvidia.NODE_AFFINITY``), the two plugins never share a node of a pool, and
+#: a node moving between the two backends changes plugin with the operator's label patch
+#: (docs/concepts/backends.md, "Which plugin runs on a node").
+PLUGIN_NODE_AFFINITY: dict[str, Any] = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": c.LABEL_NVIDIA_CONFIG, "operator": "DoesNotExist"}]}
+            ]
+        }
+    }
+}
 #: The stand-in plugin's image: nothing on kwok nodes; the project's device plugin on real nodes.
 PLUGIN_IMAGE = "registry.invalid/gpushare-device-plugin:fake"
 #: Its ServiceAccount on clusters with real nodes (it reads its node, patches node status and pods).
@@ -266,7 +281,8 @@ async def delete_nodes(api: client.ApiClient, names: Iterable[str], *, wait: boo
 def device_plugin_daemonset_body(
     namespace: str = c.DEFAULT_PLUGIN_NAMESPACE, *, real_nodes: RealNodePlugin | None = None
 ) -> dict[str, Any]:
-    """A stand-in for ACK's gpushare-device-plugin-ds (same name, labels and nodeSelector).
+    """A stand-in for ACK's gpushare-device-plugin-ds (same name, labels and nodeSelector), kept off
+    the nodes of NVIDIA pools (:data:`PLUGIN_NODE_AFFINITY`).
 
     With ``real_nodes`` the pod is also what ACK's DaemonSet is on a real node: hostNetwork,
     Guaranteed, the kubelet's device-plugin directory mounted, a ServiceAccount token, the
@@ -284,6 +300,7 @@ def device_plugin_daemonset_body(
                 "metadata": {"labels": labels},
                 "spec": {
                     "nodeSelector": dict(PLUGIN_NODE_SELECTOR),
+                    "affinity": copy.deepcopy(PLUGIN_NODE_AFFINITY),
                     "tolerations": [{"operator": "Exists"}],
                     "priorityClassName": "system-node-critical",
                     "automountServiceAccountToken": False,

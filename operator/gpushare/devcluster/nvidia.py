@@ -38,6 +38,7 @@ Seen on this test bed (kubelet v1.34, 2 shared CPUs; December 2026):
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 from collections.abc import Awaitable, Callable, Mapping
@@ -48,6 +49,7 @@ import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from gpushare import constants as c
 from gpushare.devcluster.images import build_files_image
 from gpushare.devcluster.realnode import REPO, programs_dir
 
@@ -123,6 +125,19 @@ CONFIG_LABEL = "nvidia.com/device-plugin.config"
 DEFAULT_CONFIG = "default"
 #: The DaemonSet's nodeSelector (GPU Feature Discovery sets it on GPU nodes; here the test does).
 NODE_SELECTOR = {"nvidia.com/gpu.present": "true"}
+#: ...but not on a node of an ACK pool (``cgpu=true``, which every ACK pool writes): ACK's plugin
+#: serves it (its DaemonSet stays off nodes naming an NVIDIA config:
+#: ``gpushare.devcluster.fakes.PLUGIN_NODE_AFFINITY``). NVIDIA's chart takes such a term in its
+#: ``affinity`` value; docs/concepts/backends.md, "Which plugin runs on a node".
+NODE_AFFINITY: dict[str, Any] = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": c.LABEL_CGPU, "operator": "NotIn", "values": ["true"]}]}
+            ]
+        }
+    }
+}
 RESOURCE = "nvidia.com/gpu"
 APP_LABELS = {"app.kubernetes.io/name": "nvidia-device-plugin"}
 _FAKE_NVML_DIR = "/etc/gpushare-fake-nvml"
@@ -225,7 +240,8 @@ def daemonset_body(
 
     What differs from the chart: the image (built here), the driver root (the fake NVML's, not the
     host's ``/``), the fake GPUs' file, and the flags that need no device nodes, CDI or container
-    toolkit (nvml discovery, envvar device lists, no device specs)."""
+    toolkit (nvml discovery, envvar device lists, no device specs), and the node affinity that keeps
+    it off the nodes of ACK pools (:data:`NODE_AFFINITY`)."""
     plugin = {
         "name": "nvidia-device-plugin-ctr",
         "image": image_ref(),
@@ -269,6 +285,7 @@ def daemonset_body(
                     "serviceAccountName": SERVICE_ACCOUNT,
                     "shareProcessNamespace": True,
                     "nodeSelector": dict(NODE_SELECTOR),
+                    "affinity": copy.deepcopy(NODE_AFFINITY),
                     "tolerations": [{"key": RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
                     "initContainers": [_config_manager("nvidia-device-plugin-init", oneshot=True)],
                     "containers": [_config_manager("nvidia-device-plugin-sidecar", oneshot=False), plugin],
