@@ -28,7 +28,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from gpushare import constants as c
-from gpushare.devcluster import BinariesMissing, ClusterInfo, DevCluster, find_binaries, wait_for
+from gpushare.devcluster import ClusterInfo, DevCluster, wait_for
 from gpushare.devcluster import nvidia as nv
 from gpushare.devcluster.crds import install_crd_files
 from gpushare.devcluster.fakes import (
@@ -39,12 +39,13 @@ from gpushare.devcluster.fakes import (
     plugin_pods_on,
     pod_running_and_ready,
 )
-from gpushare.devcluster.realnode import IMAGE_WORKLOAD, RealNodeUnavailable, preflight
+from gpushare.devcluster.realnode import IMAGE_WORKLOAD
 from gpushare.k8s.client import make_api_client
 from support.cluster import serve
 from support.namespaces import fresh_namespace
 from support.operator_proc import OperatorProc, launch_operator
 from support.pools import PoolApi
+from support.realnode_nvidia import require_nvidia_real_node
 
 pytestmark = pytest.mark.realnode
 
@@ -65,23 +66,7 @@ ACK_LABELS = (c.LABEL_CGPU, c.LABEL_DISABLE_ISOLATION, c.LABEL_SCHEDULE, c.LABEL
 
 @pytest.fixture(scope="module")
 def move_cluster() -> Iterator[ClusterInfo]:
-    try:
-        find_binaries()
-        preflight(1)
-    except (BinariesMissing, RealNodeUnavailable) as exc:
-        pytest.fail(f"real-node tier cannot run: {exc}", pytrace=False)
-    missing = [
-        f"{p} (make {target})"
-        for p, target in (
-            (nv.plugin_bin_dir() / "nvidia-device-plugin", "nvidia-plugin"),
-            (nv.fake_nvml_lib(), "fake-nvml"),
-        )
-        if not p.exists()
-    ]
-    if missing:
-        pytest.fail(
-            f"NVIDIA's plugin on the real node cannot run: missing {', '.join(missing)}", pytrace=False
-        )
+    require_nvidia_real_node()
     dev = DevCluster(real_nodes=1)
 
     async def prepare(info: ClusterInfo) -> None:

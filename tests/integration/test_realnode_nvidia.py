@@ -26,15 +26,16 @@ from kubernetes_asyncio import client
 
 from gpushare import __version__
 from gpushare import constants as c
-from gpushare.devcluster import BinariesMissing, ClusterInfo, DevCluster, find_binaries, wait_for
+from gpushare.devcluster import ClusterInfo, DevCluster, wait_for
 from gpushare.devcluster import nvidia as nv
 from gpushare.devcluster.crds import install_crd_files
-from gpushare.devcluster.realnode import IMAGE_WORKLOAD, RealNodeUnavailable, preflight
+from gpushare.devcluster.realnode import IMAGE_WORKLOAD
 from gpushare.k8s.client import make_api_client
 from support.cluster import serve
 from support.namespaces import fresh_namespace
 from support.operator_proc import OperatorProc, launch_operator
 from support.pools import PoolApi
+from support.realnode_nvidia import require_nvidia_real_node
 
 pytestmark = pytest.mark.realnode
 
@@ -52,23 +53,7 @@ POOL_WAIT = WAIT + 120.0
 
 @pytest.fixture(scope="module")
 def nvidia_cluster() -> Iterator[ClusterInfo]:
-    try:
-        find_binaries()
-        preflight(1)
-    except (BinariesMissing, RealNodeUnavailable) as exc:
-        pytest.fail(f"real-node tier cannot run: {exc}", pytrace=False)
-    missing = [
-        f"{p} (make {target})"
-        for p, target in (
-            (nv.plugin_bin_dir() / "nvidia-device-plugin", "nvidia-plugin"),
-            (nv.fake_nvml_lib(), "fake-nvml"),
-        )
-        if not p.exists()
-    ]
-    if missing:
-        pytest.fail(
-            f"NVIDIA's plugin on the real node cannot run: missing {', '.join(missing)}", pytrace=False
-        )
+    require_nvidia_real_node()
     dev = DevCluster(real_nodes=1)
 
     async def prepare(info: ClusterInfo) -> None:
