@@ -216,6 +216,14 @@ def summary(latencies: list[float]) -> dict[str, Any]:
     }
 
 
+def rotated(columns: tuple[str, ...], round_: int) -> tuple[str, ...]:
+    """The columns in round ``round_``'s order: each round starts one column later, so over as many
+    rounds as columns each column takes each position once (the load drifts within a round: in
+    the burst, a rollout starts at its beginning)."""
+    k = round_ % len(columns)
+    return columns[k:] + columns[:k]
+
+
 def spread(
     base: list[float], floor: list[float], shipped: list[float], resamples: int = 2000, seed: int = 0
 ) -> dict[str, tuple[float, float]]:
@@ -645,7 +653,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 connections: list[int] = []
                 try:
                     for r in range(args.rounds):
-                        for column in COLUMNS:
+                        for column in rotated(COLUMNS, r):
                             await install(api, column, vwc, noop, noop_port, cafile)
                             for gpu in (False, True):
                                 key = f"{column}/{'gpu' if gpu else 'plain'}"
@@ -746,9 +754,9 @@ async def burst_scenario(
 ) -> dict[str, Any]:
     """GPU pods created in bursts into full pools while the operator works. Each round first
     starts a rollout (the gpu-core pool's placement flips: every node relabelled, its plugin
-    restarted), then creates ``--burst`` pods per column, in alternating columns; no pod is
-    deleted until the end, so the pending pods pile up (``rounds x columns x burst``) and the
-    demand loop has more to compute each round. The operator's and the webhook's CPU seconds over
+    restarted), then creates ``--burst`` pods per column, one column after another in an order
+    rotated each round (``rotated``); no pod is deleted until the end, so the pending pods pile
+    up (``rounds x columns x burst``) and the demand loop has more to compute each round. The operator's and the webhook's CPU seconds over
     the whole scenario are read from /proc."""
     co = client.CustomObjectsApi(api)
     core = client.CoreV1Api(api)
@@ -761,7 +769,7 @@ async def burst_scenario(
             c.GROUP, c.VERSION, c.PLURAL, "gpu-core", {"spec": {"placement": placement}},
             _content_type="application/merge-patch+json",
         )  # fmt: skip
-        for column in BURST_COLUMNS:
+        for column in rotated(BURST_COLUMNS, r):
             await install(api, column, vwc, noop, noop_port, cafile)
             out = latencies.setdefault(column, [])
             for i in range(args.burst):
