@@ -149,11 +149,11 @@ BENCH_NODES ?= 100,1000
 BENCH_STEADY ?= 60
 bench: setup control-plane ## All benchmarks: operator vs kubectl on kwok nodes (BENCH_NODES=100,1000 BENCH_STEADY=60), the webhook, the real-node tier's start
 	$(BIN)/python bench/bench_operator.py --nodes $(BENCH_NODES) --steady $(BENCH_STEADY)
-	$(BIN)/python bench/bench_webhook.py --requests 2000 --creates 450 --rounds 3 --nodes 30 --burst 150
+	$(BIN)/python bench/bench_webhook.py --requests 2000 --creates 450 --rounds 9 --nodes 30 --burst 50
 	$(if $(filter-out 0,$(REAL_NODES)),$(MAKE) realnode && )$(BIN)/python bench/bench_realnode.py --runs 3
 
 bench-webhook: setup control-plane ## Admission webhook benchmark: direct HTTPS load, pod create latency with/without; see docs/benchmarks.md
-	$(BIN)/python bench/bench_webhook.py --requests 2000 --creates 450 --rounds 3 --nodes 30 --burst 150
+	$(BIN)/python bench/bench_webhook.py --requests 2000 --creates 450 --rounds 9 --nodes 30 --burst 50
 
 gpu-check: setup ## On an NVIDIA GPU machine: agent inventory via real NVML + quota helper with PyTorch (fails clearly without a GPU)
 	$(BIN)/python -m gpushare.gpu.check
