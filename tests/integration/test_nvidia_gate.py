@@ -19,7 +19,6 @@ import os
 import secrets
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -32,9 +31,8 @@ import pytest
 from gpushare.admission.gate import gate_of, is_nvidia_pool
 from gpushare.admission.webhook_config import TARGETS_BY_ID
 from gpushare.devcluster import ClusterInfo
-from gpushare.devcluster.cluster import free_port
 from support.kube import Kube, Response
-from support.operator_proc import OperatorProc, launch_operator, sum_samples
+from support.operator_proc import OperatorProc, launch_operator, launch_webhook, sum_samples
 
 MEM = "aliyun.com/gpu-mem"
 CORE = "aliyun.com/gpu-core.percentage"
@@ -109,18 +107,7 @@ def gate(cluster: ClusterInfo, tmp_path_factory: pytest.TempPathFactory) -> Iter
         r = kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}, dry_run=False)
         assert r.status == 201, r.body
     workdir = tmp_path_factory.mktemp("nvidia-gate")
-    log = workdir / "webhook.log"
-    metrics_port = free_port()
-    with log.open("wb") as out:
-        webhook = subprocess.Popen(
-            [
-                sys.executable, "-m", "gpushare", "webhook", "--kubeconfig", str(cluster.kubeconfig),
-                "--metrics-port", str(metrics_port), "--webhook-local", "--webhook-port", str(free_port()),
-                "--webhook-namespace", NS, "--webhook-configuration", CONFIG,
-                "--webhook-cert-dir", str(workdir / "certs"),
-            ],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ},
-        )  # fmt: skip
+    webhook, metrics_port, log = launch_webhook(cluster.kubeconfig, workdir, NS, CONFIG)
     operator = launch_operator(
         cluster.kubeconfig, workdir / "operator.log", "--webhook-configuration", CONFIG
     )

@@ -12,7 +12,6 @@ import os
 import secrets
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -23,8 +22,8 @@ from typing import Any
 import pytest
 
 from gpushare.devcluster import ClusterInfo
-from gpushare.devcluster.cluster import free_port
 from support.kube import Kube, Response
+from support.operator_proc import launch_webhook
 
 MEM = "aliyun.com/gpu-mem"
 CORE = "aliyun.com/gpu-core.percentage"
@@ -86,18 +85,7 @@ def process(cluster: ClusterInfo, tmp_path_factory: pytest.TempPathFactory) -> I
         r = kube.create(obj, dry_run=False)
         assert r.status == 201, r.body
     workdir = tmp_path_factory.mktemp("webhook-process")
-    log = workdir / "webhook.log"
-    metrics_port = free_port()
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "gpushare", "webhook", "--kubeconfig", str(cluster.kubeconfig),
-                "--metrics-port", str(metrics_port), "--webhook-local", "--webhook-port", str(free_port()),
-                "--webhook-namespace", NS, "--webhook-configuration", CONFIG,
-                "--webhook-cert-dir", str(workdir / "certs"),
-            ],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ},
-        )  # fmt: skip
+    proc, metrics_port, log = launch_webhook(cluster.kubeconfig, workdir, NS, CONFIG)
     try:
         yield Process(kube, proc, metrics_port, log)
     finally:

@@ -110,3 +110,22 @@ def launch_operator(kubeconfig: Path, log_path: Path, *extra: str, port: int | N
     with log_path.open("ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     return OperatorProc(proc, log_path, port)
+
+
+def launch_webhook(
+    kubeconfig: Path, workdir: Path, namespace: str, configuration: str
+) -> tuple[subprocess.Popen[bytes], int, Path]:
+    """Start ``gpushare webhook --webhook-local`` in its own session (a free webhook and metrics
+    port, certificates under ``workdir/certs``, log ``workdir/webhook.log``); does not wait.
+    Returns the process, its metrics port and its log."""
+    log = workdir / "webhook.log"
+    metrics_port = free_port()
+    cmd = [
+        sys.executable, "-m", "gpushare", "webhook", "--kubeconfig", str(kubeconfig),
+        "--metrics-port", str(metrics_port), "--webhook-local", "--webhook-port", str(free_port()),
+        "--webhook-namespace", namespace, "--webhook-configuration", configuration,
+        "--webhook-cert-dir", str(workdir / "certs"),
+    ]  # fmt: skip
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    return proc, metrics_port, log
