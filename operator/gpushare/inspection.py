@@ -4,16 +4,17 @@ Pure module: :func:`build_report` takes Nodes, Pods and GPUSharePools as Kuberne
 (live from the API or from files) and returns a :class:`Report`; :func:`render_text` and
 :meth:`Report.to_dict` print it.
 
-Numbers:
+Numbers, as the node's backend reads them (``SharingBackend.usage``, ``pod_usage``; the backend
+whose mode label the node carries, ACK's by default):
 
-* **GPUs**: the node's allocatable ``aliyun.com/gpu-count``, else the agent's ``gpu.count``.
-* **gpu-mem allocated/total**: the sum of ``aliyun.com/gpu-mem`` requested by pods bound to the
-  node and not finished, over its allocatable ``aliyun.com/gpu-mem`` (the device plugin's unit,
-  GiB by default).
-* **gpu-core allocated/total**: the same for ``aliyun.com/gpu-core.percentage`` (100 per GPU);
-  ``-`` when the node has no such capacity.
-* **effective mode**: what the node's device plugin advertises (``backends.ack.evidence``):
-  ``core_mem``, ``cgpu|share``, ``default`` or ``none``; it lags the labels until the plugin restarts.
+* **GPUs**: the node's GPU count (ACK: its allocatable ``gpu-count``, else the agent's ``gpu.count``).
+* **gpu-mem allocated/total**: the sum of the GPU memory requested by pods bound to the node and
+  not finished, over the node's allocatable (the device plugin's unit, GiB by default).
+* **gpu-core allocated/total**: the same for the compute share (100 per GPU); ``-`` when the node
+  has no such capacity.
+* **effective mode**: what the node's device plugin advertises (``SharingBackend.advertised``:
+  ACK's ``core_mem``, ``cgpu|share``, ``default`` or ``none``; NVIDIA's GPU count); it lags the
+  labels until the plugin rereads them.
 * **isolation**: what the node agent found (``active``/``absent``/``unknown``), or ``no agent``.
 * **phase**: the node's entry in the pool's ``status.nodeStatuses`` (``-`` when not listed).
 * **pending**: pods that request GPU sharing, are **not yet scheduled to any node**, and whose
@@ -24,7 +25,6 @@ Numbers:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -34,23 +34,14 @@ from gpushare import constants as c
 from gpushare.admission.model import Context, node_info
 from gpushare.admission.targeting import node_constraints, node_kind, resolve
 from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
-from gpushare.backends import backend_for, nvidia
-from gpushare.backends.ack import evidence as pm
+from gpushare.backends import BACKENDS, SharingBackend, backend_for, backend_of_node
 from gpushare.gpu.inventory import inventory_from_annotations, isolation_state
-from gpushare.policy.demand import snapshot
-from gpushare.policy.views import NodeView, PodView, quantity_int
+from gpushare.policy.demand import PoolDemand, snapshot
+from gpushare.policy.views import NodeView, PodView
 
 NO_AGENT = "no agent"
-MODE_TEXT = {
-    c.SCHEDULE_CGPU: "memory isolation",
-    c.SCHEDULE_SHARE: "sharing, no isolation",
-    c.SCHEDULE_CORE_MEM: "memory isolation + compute allocation",
-    c.POOL_KIND_NVIDIA: "NVIDIA's device plugin",
-}
-
-#: Pod annotations that say which GPU a pod got (gpushare v1 protocol; ACK scheduler v2).
-ANNOTATION_GPU_IDX = "ALIYUN_COM_GPU_MEM_IDX"
-ANNOTATION_ALLOCATION_V2 = "scheduler.framework.gpushare.allocation"
+#: Every backend's modes, in words.
+MODE_TEXT: dict[str, str] = {mode: words for b in BACKENDS.values() for mode, words in b.mode_words.items()}
 
 
 @dataclass(frozen=True)
@@ -101,7 +92,7 @@ class NodeLine:
     gpu_product: str = ""
     gpu_memory_mib: tuple[int, ...] = ()
     pods: tuple[PodLine, ...] = ()
-    #: what the device plugin advertises (see gpushare.backends.ack.evidence)
+    #: what the device plugin advertises (``SharingBackend.advertised``)
     effective_mode: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -165,6 +156,8 @@ class PoolSection:
     warnings: tuple[str, ...] = ()
     #: ``status.demand`` as the operator computes it (policy.demand), None outside pools.
     demand: Mapping[str, Any] | None = None
+    #: ``demand.requests`` in the pool's backend's words (``SharingBackend.describe_requests``).
+    demand_words: str = ""
 
     @property
     def totals(self) -> Totals:
@@ -203,24 +196,6 @@ class Report:
 # --- building -------------------------------------------------------------------------------
 
 
-def _gpu_of(pod: Mapping[str, Any]) -> str:
-    """The GPU index(es) a pod got, from the allocation annotations (v1 or v2), else ""."""
-    ann = (pod.get("metadata") or {}).get("annotations") or {}
-    idx = ann.get(ANNOTATION_GPU_IDX)
-    if isinstance(idx, str) and idx.strip():
-        return idx.strip()
-    raw = ann.get(ANNOTATION_ALLOCATION_V2)
-    if isinstance(raw, str):
-        try:
-            alloc = json.loads(raw)
-        except ValueError:
-            return ""
-        if isinstance(alloc, dict):
-            gpus = sorted({str(g) for per in alloc.values() if isinstance(per, dict) for g in per})
-            return ",".join(gpus)
-    return ""
-
-
 def _schedule_message(pod: Mapping[str, Any]) -> str:
     for cond in (pod.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
@@ -235,9 +210,10 @@ def _isolation(node: NodeView) -> str:
 
 
 def _is_gpu_node(node: NodeView) -> bool:
+    gpus, amount, _ = backend_of_node(node.labels).usage(node.allocatable, node.labels)
     return (
-        node.allocatable_int(c.RES_GPU_MEM) > 0
-        or node.allocatable_int(c.RES_GPU_COUNT) > 0
+        gpus > 0
+        or amount > 0
         or c.LABEL_GPU_COUNT in node.labels
         or c.ANNOTATION_INVENTORY in node.annotations
     )
@@ -253,32 +229,46 @@ def _ready_text(pool: GPUSharePool) -> str:
 def _node_line(
     node: NodeView, pods: Sequence[tuple[PodView, Mapping[str, Any]]], phases: Mapping[str, tuple[str, str]]
 ) -> NodeLine:
-    active = [(p, raw) for p, raw in pods if not p.terminated and (p.gpu_mem or p.gpu_core)]
+    backend = backend_of_node(node.labels)
+    active = [
+        (p, raw, held)
+        for p, raw in pods
+        if not p.terminated and (held := backend.pod_usage(p.requests)) is not None
+    ]
     inventory = inventory_from_annotations(node.annotations)
-    gpus = node.allocatable_int(c.RES_GPU_COUNT) or quantity_int(node.labels.get(c.LABEL_GPU_COUNT, 0))
+    gpus, amount, compute = backend.usage(node.allocatable, node.labels)
     phase, reason = phases.get(node.name, ("-", ""))
     return NodeLine(
         name=node.name,
-        mode=node_kind(node.labels) or node.labels.get(c.LABEL_SCHEDULE, "") or "-",
+        mode=node_kind(node.labels) or node.labels.get(backend.mode_label, "") or "-",
         isolation=_isolation(node),
         gpus=gpus,
-        gpu_mem_allocated=sum(p.gpu_mem for p, _ in active),
-        gpu_mem_total=node.allocatable_int(c.RES_GPU_MEM),
-        gpu_core_allocated=sum(p.gpu_core for p, _ in active),
-        gpu_core_total=node.allocatable_int(c.RES_GPU_CORE),
+        gpu_mem_allocated=sum(held[0] for _, _, held in active),
+        gpu_mem_total=amount,
+        gpu_core_allocated=sum(held[1] for _, _, held in active),
+        gpu_core_total=compute,
         phase=phase,
         reason=reason,
         gpu_product=node.labels.get(c.LABEL_GPU_PRODUCT, ""),
         gpu_memory_mib=tuple(g.memory_mib for g in inventory.gpus) if inventory else (),
         pods=tuple(
-            PodLine(p.namespace, p.name, p.phase, p.gpu_mem, p.gpu_core, node=node.name, gpu=_gpu_of(raw))
-            for p, raw in sorted(active, key=lambda item: item[0].ref)
+            PodLine(
+                p.namespace, p.name, p.phase, *held, node=node.name, gpu=backend.pod_gpus(_annotations(raw))
+            )
+            for p, raw, held in sorted(active, key=lambda item: item[0].ref)
         ),
-        # What the node's device plugin advertises: NVIDIA's count where NVIDIA's config label is.
-        effective_mode=nvidia.describe(node.allocatable)
-        if c.LABEL_NVIDIA_CONFIG in node.labels
-        else pm.effective_mode(node.allocatable),
+        effective_mode=backend.advertised(node.allocatable),
     )
+
+
+def _annotations(pod: Mapping[str, Any]) -> Mapping[str, str]:
+    found = (pod.get("metadata") or {}).get("annotations")
+    return found if isinstance(found, Mapping) else {}
+
+
+def _pending_usage(view: PodView) -> tuple[int, int] | None:
+    """What a pending pod asks of the backend whose resources it names (None: no backend's)."""
+    return next((u for b in BACKENDS.values() if (u := b.pod_usage(view.requests)) is not None), None)
 
 
 def build_report(
@@ -321,11 +311,10 @@ def build_report(
     ctx = Context.build(parsed, [node_info(n) for n in node_objs])
     pending_by_pool: dict[str | None, list[PodLine]] = {}
     for view, raw in pod_views:
-        if view.node_name or view.deletion or view.phase != "Pending" or not (view.gpu_mem or view.gpu_core):
+        usage = _pending_usage(view)
+        if view.node_name or view.deletion or view.phase != "Pending" or usage is None:
             continue
-        line = PodLine(
-            view.namespace, view.name, view.phase, view.gpu_mem, view.gpu_core, message=_schedule_message(raw)
-        )
+        line = PodLine(view.namespace, view.name, view.phase, *usage, message=_schedule_message(raw))
         spec = raw.get("spec") or {}
         reached = sorted(resolve(node_constraints("spec", spec), ctx).pools) if parsed else []
         targets: list[str | None] = [*reached] if reached else [None]
@@ -370,6 +359,7 @@ def build_report(
                 pending=tuple(sorted(pending_by_pool.get(pool.name, []), key=lambda p: p.ref)),
                 warnings=tuple(pool_warnings),
                 demand=demand[pool.name].status() if pool.name in demand else None,
+                demand_words=_demand_words(backend, pool, demand.get(pool.name)),
             )
         )
     outside = tuple(
@@ -490,23 +480,26 @@ def _section_text(section: PoolSection, details: bool) -> list[str]:
         out.extend(_table(rows, indent="    "))
     elif section.name is not None:
         out.append("  PENDING: none")
-    out.extend(_demand_text(section.demand))
+    out.extend(_demand_text(section.demand, section.demand_words))
     out.extend(f"  warning: {w}" for w in section.warnings)
     return out
 
 
-def _demand_text(demand: Mapping[str, Any] | None) -> list[str]:
+def _demand_words(backend: SharingBackend, pool: GPUSharePool, demand: PoolDemand | None) -> str:
+    if demand is None:
+        return ""
+    return backend.describe_requests(pool.spec, {r: demand.requested(r) for r in demand.resources})
+
+
+def _demand_text(demand: Mapping[str, Any] | None, words: str) -> list[str]:
     if not demand or not (demand.get("pendingPods") or demand.get("idleNodes") or demand.get("loans")):
         return []
     idle = int(demand.get("idleNodes", 0))
     names = ", ".join(demand.get("idleNodeNames") or [])
     line = f"  DEMAND: {demand.get('pendingPods', 0)} pod(s) wait for GPU resources"
     if demand.get("pendingPods"):
-        requests = demand.get("requests") or {}
-        gpu_core = quantity_int(requests.get(c.RES_GPU_CORE, 0))
-        core = f", gpu-core {gpu_core}%" if gpu_core else ""
         since = demand.get("oldestPendingSince", "?")
-        line += f" (gpu-mem {quantity_int(requests.get(c.RES_GPU_MEM, 0))}{core}, waiting since {since})"
+        line += f" ({words}, waiting since {since})"
     line += f"; idle nodes: {idle}" + (f" ({names})" if names else "")
     out = [line]
     for loan in demand.get("loans") or []:

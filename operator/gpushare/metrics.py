@@ -13,7 +13,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from gpushare import constants as c
+from gpushare.backends import BACKENDS
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -84,7 +84,7 @@ ADMISSION_SECONDS = Histogram(
 POOL_INFO = Gauge(
     "gpushare_pool_info",
     "1 for each pool, labelled with its sharing backend (ack, nvidia) and the mode it puts on its "
-    "nodes (ACK's ack.node.gpu.schedule: cgpu, share, core_mem; NVIDIA's config name)",
+    "nodes (the backend's mode label: ACK's schedule cgpu, share or core_mem; NVIDIA's config name)",
     ["pool", "backend", "mode"],
     registry=REGISTRY,
 )
@@ -120,18 +120,13 @@ POOL_PENDING_PODS = Gauge(
     ["pool"],
     registry=REGISTRY,
 )
-POOL_PENDING_GPU_MEM = Gauge(
-    "gpushare_pool_pending_gpu_mem",
-    "aliyun.com/gpu-mem requested by the pool's waiting pods, summed (the pool's memory unit)",
-    ["pool"],
-    registry=REGISTRY,
-)
-POOL_PENDING_GPU_CORE = Gauge(
-    "gpushare_pool_pending_gpu_core",
-    "aliyun.com/gpu-core.percentage requested by the pool's waiting pods, summed",
-    ["pool"],
-    registry=REGISTRY,
-)
+#: Resource → the gauge of what the pool's waiting pods request of it, summed
+#: (``status.demand.requests``), for the resources the backends name (``SharingBackend.pending_gauges``).
+POOL_PENDING_REQUESTS: dict[str, Gauge] = {
+    resource: Gauge(name, description, ["pool"], registry=REGISTRY)
+    for backend in BACKENDS.values()
+    for resource, name, description in backend.pending_gauges
+}
 POOL_OLDEST_PENDING = Gauge(
     "gpushare_pool_oldest_pending_timestamp_seconds",
     "Unix time since which the pool's oldest waiting pod waits (absent when none waits)",
@@ -206,8 +201,8 @@ def set_pool_demand(pool: str, demand: Mapping[str, Any], *, oldest: Any = None)
     """Export ``status.demand`` (``oldest``: the oldest wait as a datetime, None when none waits)."""
     POOL_PENDING_PODS.labels(pool=pool).set(int(demand.get("pendingPods", 0)))
     requests = demand.get("requests") or {}
-    POOL_PENDING_GPU_MEM.labels(pool=pool).set(int(requests.get(c.RES_GPU_MEM, 0)))
-    POOL_PENDING_GPU_CORE.labels(pool=pool).set(int(requests.get(c.RES_GPU_CORE, 0)))
+    for resource, gauge in POOL_PENDING_REQUESTS.items():
+        gauge.labels(pool=pool).set(int(requests.get(resource, 0)))
     POOL_IDLE_NODES.labels(pool=pool).set(int(demand.get("idleNodes", 0)))
     POOL_LENT_NODES.labels(pool=pool).set(sum(1 for loan in demand.get("loans") or [] if loan.get("to")))
     if oldest is None:
@@ -220,8 +215,7 @@ def set_pool_demand(pool: str, demand: Mapping[str, Any], *, oldest: Any = None)
 def forget_pool_demand(pool: str) -> None:
     for gauge in (
         POOL_PENDING_PODS,
-        POOL_PENDING_GPU_MEM,
-        POOL_PENDING_GPU_CORE,
+        *POOL_PENDING_REQUESTS.values(),
         POOL_OLDEST_PENDING,
         POOL_IDLE_NODES,
         POOL_LENT_NODES,

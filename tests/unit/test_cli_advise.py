@@ -179,7 +179,7 @@ def test_an_nvidia_pool_is_never_lent_to_ack_gpu_sharing_pods() -> None:
             },
         }
     )
-    waiting = WaitingPod("default", "p", "u", 2, 0, 1, node_constraints("spec", {}), None)
+    waiting = WaitingPod("default", "p", "u", {c.RES_GPU_MEM: 2}, 1, node_constraints("spec", {}), None)
     problem = kind_problem(waiting, nv)
     assert problem is not None and "pool ts is an NVIDIA device-plugin pool" in problem
 

@@ -93,7 +93,7 @@ def test_gpu_shortage_reads_the_scheduler_message() -> None:
 
 def test_waiting_pod_only_for_unschedulable_gpu_pods() -> None:
     pod = wait("a", mem=8, core=50, spread=None)
-    assert (pod.gpu_mem, pod.gpu_core, pod.gpus, pod.ref) == (8, 50, 1, "ns/a")
+    assert (pod.request(c.RES_GPU_MEM), pod.request(c.RES_GPU_CORE), pod.gpus, pod.ref) == (8, 50, 1, "ns/a")
     assert pod.since == datetime(2026, 12, 1, 11, 50, tzinfo=UTC)
     assert wait("s", mem=8, spread=2).gpus == 2
     cpu_only = pending_obj("b", mem=8, message="0/3 nodes are available: 3 Insufficient memory.")
@@ -144,8 +144,12 @@ def test_demand_counts_waiting_pods_and_idle_nodes_per_pool() -> None:
         settled("a4", cg, ready=False),
         settled("b1", core),
     ]
-    busy = [PodView("ns", "run", node_name="b1", phase="Running", gpu_mem=16, gpu_core=100),
-            PodView("ns", "run2", node_name="a2", phase="Running", gpu_mem=2)]  # fmt: skip
+    busy = [
+        PodView(
+            "ns", "run", node_name="b1", phase="Running", requests={c.RES_GPU_MEM: 16, c.RES_GPU_CORE: 100}
+        ),
+        PodView("ns", "run2", node_name="a2", phase="Running", requests={c.RES_GPU_MEM: 2}),
+    ]
     waiting = [
         wait("j1", mem=8, core=50, selector={c.LABEL_POOL: "core"}, since="2026-12-01T11:55:00Z"),
         wait("j2", mem=4, core=20, selector={NP: "np-b"}, since="2026-12-01T11:40:00Z"),
@@ -153,7 +157,7 @@ def test_demand_counts_waiting_pods_and_idle_nodes_per_pool() -> None:
     ]
     d = _demand([cg, core], nodes, waiting, busy)
     assert [p.ref for p in d["core"].waiting] == ["ns/j2", "ns/j1"]  # oldest first
-    assert (d["core"].gpu_mem, d["core"].gpu_core) == (12, 70)
+    assert (d["core"].requested(c.RES_GPU_MEM), d["core"].requested(c.RES_GPU_CORE)) == (12, 70)
     assert d["core"].oldest == datetime(2026, 12, 1, 11, 40, tzinfo=UTC)
     assert d["core"].idle == ()
     assert d["cgpu"].idle == ("a1",)  # a2 busy, a3 cordoned, a4 not Ready
@@ -176,7 +180,11 @@ def test_advise_moves_an_idle_cgpu_node_to_the_waiting_core_pool() -> None:
         [cg, core],
         nodes,
         waiting,
-        [PodView("ns", "r", node_name="b1", phase="Running", gpu_mem=16, gpu_core=100)],
+        [
+            PodView(
+                "ns", "r", node_name="b1", phase="Running", requests={c.RES_GPU_MEM: 16, c.RES_GPU_CORE: 100}
+            )
+        ],
     )
     out = advise([cg, core], d, {n.name: n for n in nodes}, now=NOW)
     assert len(out.moves) == 1

@@ -109,7 +109,7 @@ def test_the_planner_labels_an_nvidia_pools_nodes_and_holds_fewer_replicas_under
     assert first.plugin_restart is not None and first.plugin_restart.pending
 
     labelled = _node("n0", {"np": "ts", c.LABEL_GPU_COUNT: "2", **first.label_patch})  # type: ignore[dict-item]
-    pod = PodView("default", "job", uid="u", node_name="n0", phase="Running", nvidia_gpu=1)
+    pod = PodView("default", "job", uid="u", node_name="n0", phase="Running", requests={c.RES_NVIDIA_GPU: 1})
     p2 = nvidia_pool(replicas=2)
     held = plan([p2], [labelled], [pod], now=NOW).by_node()["n0"]
     assert held.action is Action.HOLD and held.blocking_pods == (pod,)
@@ -141,7 +141,7 @@ def test_a_node_moving_from_an_ack_pool_to_an_nvidia_pool_gets_its_ack_labels_ba
         c.LABEL_NVIDIA_CONFIG: NVIDIA.pool_mode(pool.spec),
         c.LABEL_POOL: "ts",
     }
-    ack_pod = PodView("default", "old", uid="o", node_name="n0", phase="Running", gpu_mem=4)
+    ack_pod = PodView("default", "old", uid="o", node_name="n0", phase="Running", requests={c.RES_GPU_MEM: 4})
     held = plan([pool], [n], [ack_pod], now=NOW).by_node()["n0"]
     assert held.action is Action.HOLD and held.blocking_pods == (ack_pod,)
 
@@ -204,8 +204,8 @@ def test_sharing_needs_two_replicas_and_an_nvidia_pool_takes_no_ack_field(strate
 
 def test_a_node_running_an_nvidia_gpu_pod_is_busy_never_idle_nor_lent() -> None:
     pods = [
-        PodView("default", "a", node_name="n0", phase="Running", nvidia_gpu=1),
-        PodView("default", "b", node_name="n1", phase="Succeeded", nvidia_gpu=1),
+        PodView("default", "a", node_name="n0", phase="Running", requests={c.RES_NVIDIA_GPU: 1}),
+        PodView("default", "b", node_name="n1", phase="Succeeded", requests={c.RES_NVIDIA_GPU: 1}),
         PodView("default", "c", node_name="n2", phase="Running"),
     ]
     assert busy_nodes(pods) == {"n0"}

@@ -41,7 +41,9 @@ def node(name: str, labels: dict[str, str] | None = None, **kw: Any) -> NodeView
 
 
 def gpu_pod(node_name: str, name: str = "job", phase: str = "Running", mem: int = 2) -> PodView:
-    return PodView("default", name, uid=f"uid-{name}", node_name=node_name, phase=phase, gpu_mem=mem)
+    return PodView(
+        "default", name, uid=f"uid-{name}", node_name=node_name, phase=phase, requests={c.RES_GPU_MEM: mem}
+    )
 
 
 @pytest.mark.parametrize(
@@ -621,7 +623,7 @@ def test_views_from_objects() -> None:
             "status": {"phase": "Succeeded"},
         }
     )
-    assert (pod.ref, pod.uid, pod.node_name, pod.gpu_mem, pod.terminated, pod.deletion) == (
+    assert (pod.ref, pod.uid, pod.node_name, pod.requests[c.RES_GPU_MEM], pod.terminated, pod.deletion) == (
         "ns/p",
         "u",
         "n1",

@@ -88,7 +88,7 @@ def clusters(draw: st.DrawFn) -> tuple[list[GPUSharePool], list[NodeView], list[
             f"pod{i}",
             node_name=draw(st.sampled_from([n.name for n in nodes])),
             phase=draw(st.sampled_from(["Running", "Pending", "Succeeded", "Failed"])),
-            gpu_mem=draw(st.sampled_from([0, 2])),
+            requests={c.RES_GPU_MEM: draw(st.sampled_from([0, 2]))},
         )
         for i in range(draw(st.integers(0, 3)))
     ]

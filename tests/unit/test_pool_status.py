@@ -68,9 +68,9 @@ def test_converged_pool_is_ready_with_capacity_and_allocation() -> None:
         pools,
     )
     pods = [
-        PodView("d", "p1", node_name="n1", phase="Running", gpu_mem=4, gpu_core=30),
-        PodView("d", "p2", node_name="n2", phase="Succeeded", gpu_mem=8),
-        PodView("d", "p3", node_name="elsewhere", phase="Running", gpu_mem=8),
+        PodView("d", "p1", node_name="n1", phase="Running", requests={c.RES_GPU_MEM: 4, c.RES_GPU_CORE: 30}),
+        PodView("d", "p2", node_name="n2", phase="Succeeded", requests={c.RES_GPU_MEM: 8}),
+        PodView("d", "p3", node_name="elsewhere", phase="Running", requests={c.RES_GPU_MEM: 8}),
     ]
     st = _status(pools, nodes, pods, "gpu")
     assert st["observedGeneration"] == 4
@@ -102,7 +102,12 @@ def test_held_node_reported() -> None:
     pools = [pool("gpu", "a")]
     nodes = _done([NodeView("n1", {NP: "a"})], pools)
     switched = [pool("gpu", "a", memoryIsolation=False)]
-    st = _status(switched, nodes, [PodView("d", "job", node_name="n1", phase="Running", gpu_mem=2)], "gpu")
+    st = _status(
+        switched,
+        nodes,
+        [PodView("d", "job", node_name="n1", phase="Running", requests={c.RES_GPU_MEM: 2})],
+        "gpu",
+    )
     assert st["nodes"]["held"] == 1
     prog = _cond(st, "Progressing")
     assert (prog["status"], prog["reason"]) == ("True", "NodesHeld")
@@ -376,9 +381,16 @@ def test_unregistered_plugin_degrades_and_kubelet_refused_gpu_pods_are_named() -
     )
     nodes = [gone, done[1]]
     refused = PodView(
-        "d", "bound", node_name="n1", phase="Failed", gpu_mem=2, reason="UnexpectedAdmissionError"
+        "d",
+        "bound",
+        node_name="n1",
+        phase="Failed",
+        requests={c.RES_GPU_MEM: 2},
+        reason="UnexpectedAdmissionError",
     )
-    other = PodView("d", "oom", node_name="n2", phase="Failed", gpu_mem=2, reason="OOMKilled")
+    other = PodView(
+        "d", "oom", node_name="n2", phase="Failed", requests={c.RES_GPU_MEM: 2}, reason="OOMKilled"
+    )
     later = NOW + timedelta(hours=1)
     cp = plan(pools, nodes, [refused, other], now=later)
     st = pool_status(pools[0], cp, {n.name: n for n in nodes}, [refused, other], now=later)

@@ -103,7 +103,7 @@ def test_a_node_in_a_pool_keeps_its_restart_record() -> None:
 def test_a_restore_gives_back_the_cordon_it_made_once_the_plugin_is_back() -> None:
     p = pool(rollout={"modeSwitch": "Cordon"})
     node = step(p, NodeView("n0", BEFORE))
-    pods = [PodView("d", "job", node_name="n0", phase="Running", gpu_mem=2)]
+    pods = [PodView("d", "job", node_name="n0", phase="Running", requests={c.RES_GPU_MEM: 2})]
     held = step(p, node, pods, deleting={"gpu"})  # restore cgpu -> default under a GPU pod: cordon
     assert held.unschedulable and held.annotations[c.ANNOTATION_CORDONED_BY] == "gpu"
     restored = step(p, held, [], deleting={"gpu"})  # the pod ended: restore, restart, uncordon

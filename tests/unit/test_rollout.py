@@ -67,7 +67,10 @@ def test_cordons_count() -> None:
     cp = plan([base], state, now=NOW).by_node()
     state = [_restart_done(apply_node_patch(n, cp[n.name])) for n in state]
     switched = pool(memoryIsolation=False, rollout={"modeSwitch": "Cordon"})
-    pods = [PodView("d", f"job{i}", node_name=f"n{i}", phase="Running", gpu_mem=1) for i in range(3)]
+    pods = [
+        PodView("d", f"job{i}", node_name=f"n{i}", phase="Running", requests={c.RES_GPU_MEM: 1})
+        for i in range(3)
+    ]
     cp2 = plan([switched], state, pods, now=NOW)
     batch = select_batch("gpu", switched.spec.rollout, cp2.nodes)
     assert [(b.node, b.cordon) for b in batch] == [("n0", True)]

@@ -228,14 +228,6 @@ _ACK_NOT_YET = frozenset(
         "admission/quantity.py",
         "admission/rules.py",
         "admission/targeting.py",
-        "docsgen/__init__.py",
-        "gpu/isolation.py",
-        "inspection.py",
-        "metrics.py",
-        "policy/advise.py",
-        "policy/demand.py",
-        "policy/lending.py",
-        "policy/views.py",
         "webhook/registration.py",
     }
 )

@@ -7,13 +7,14 @@ a backend may write, with ``gpushare.io/pool``: all the operator ever touches.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 from gpushare import constants as c
 from gpushare.api.v1alpha1 import GPUSharePoolSpec
 from gpushare.backends.ack import ACK
-from gpushare.backends.base import SharingBackend
-from gpushare.backends.nvidia import NVIDIA
+from gpushare.backends.base import GpuSize, SharingBackend
+from gpushare.backends.nvidia import NVIDIA, physical_gpus
 
 #: Every backend, by name.
 BACKENDS: Final[dict[str, SharingBackend]] = {ACK.name: ACK, NVIDIA.name: NVIDIA}
@@ -28,4 +29,28 @@ def backend_for(spec: GPUSharePoolSpec | None) -> SharingBackend:
     return NVIDIA if spec is not None and spec.nvidia is not None else ACK
 
 
-__all__ = ["BACKENDS", "DEFAULT", "OWNED_LABELS", "SharingBackend", "backend_for"]
+def gpus_of(labels: Mapping[str, str], allocatable: Mapping[str, str], spec: GPUSharePoolSpec) -> int:
+    """A node's physical GPUs (0: unknown), in a pool with ``spec``: the node agent's or GPU
+    Feature Discovery's label, else the first backend whose plugin's allocatable says it."""
+    found = physical_gpus(labels)
+    if found:
+        return found
+    return next((n for b in BACKENDS.values() if (n := b.advertised_gpus(spec, allocatable))), 0)
+
+
+def backend_of_node(labels: Mapping[str, str]) -> SharingBackend:
+    """The backend whose mode label a node carries (another backend's before the default's, whose
+    restored label a node may keep), else the default: how ``inspect`` reads a node."""
+    return next((b for b in BACKENDS.values() if b is not DEFAULT and b.mode_label in labels), DEFAULT)
+
+
+__all__ = [
+    "BACKENDS",
+    "DEFAULT",
+    "OWNED_LABELS",
+    "GpuSize",
+    "SharingBackend",
+    "backend_for",
+    "backend_of_node",
+    "gpus_of",
+]

@@ -9,7 +9,9 @@ backend of a pool what to do, and names none of the stack's labels or resources 
   (a mode switch, guarded by ``rollout.modeSwitch``), and which pods they disrupt;
 * **evidence**: whether a node advertises what its labels ask for (its allocatable), and the words
   for what it advertises instead;
-* **the device plugin**: where its pods live by default and the labels they carry.
+* **the device plugin**: where its pods live by default and the labels they carry;
+* **the fit model** (``gpushare advise``, lending): what a node holds once in a pool of the
+  backend, per GPU (or in slots), and what a waiting pod takes of it.
 
 A backend is pure: no client, no clock. ``gpushare.backends.ack`` is the first (Alibaba ACK's
 cGPU and GPU sharing), ``gpushare.backends.nvidia`` the second (NVIDIA's device plugin:
@@ -19,9 +21,20 @@ time-slicing and MPS).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 from gpushare.api.v1alpha1 import GPUSharePoolSpec
+
+
+@dataclass(frozen=True)
+class GpuSize:
+    """A node's GPUs as its pool's plugin advertises them: how many, each one's amount (memory for
+    ACK, 0 where the backend counts slots) and the amount's unit. A loan records it."""
+
+    gpus: int = 0
+    per_gpu: int = 0
+    unit: str = "GiB"
 
 
 class SharingBackend(Protocol):
@@ -42,10 +55,14 @@ class SharingBackend(Protocol):
     shared_resource: str
     #: Allocatable and capacity kept on node views (prefixes): what the evidence reads.
     node_resources: tuple[str, ...]
+    #: The extended resources its pods request (prefixes): what pod views keep of a pod's requests.
+    pod_resources: tuple[str, ...]
     #: Where the device plugin runs unless a pool says otherwise, and its pods' labels.
     default_plugin_namespace: str
     default_plugin_labels: Mapping[str, str]
 
+    #: The gauges of a pool's waiting requests the backend exports: (resource, metric name, help).
+    pending_gauges: tuple[tuple[str, str, str], ...]
     #: The resources a pool's ``status.capacity`` and ``status.allocated`` sum up.
     status_resources: tuple[str, ...]
 
@@ -55,6 +72,17 @@ class SharingBackend(Protocol):
 
     def asks_for(self, requests: Mapping[str, int]) -> bool:
         """Whether a waiting pod with these (effective) requests is demand for this backend's pools."""
+        ...
+
+    def sharing_only(self, requests: Mapping[str, int]) -> bool:
+        """Whether these requests exist only as this backend's GPU sharing (no other backend's pool,
+        nor a node outside every pool, could give them): a waiting pod asking for them is demand in
+        every pool it targets, and ``advise`` says why another backend's pool cannot take it."""
+        ...
+
+    def spread(self, labels: Mapping[str, object], requests: Mapping[str, int]) -> int:
+        """Over how many GPUs of one node a pod with these labels and requests asks to spread its
+        share (0 or 1: one GPU)."""
         ...
 
     def resource_list(self, spec: GPUSharePoolSpec, totals: Mapping[str, int]) -> dict[str, str]:
@@ -103,4 +131,77 @@ class SharingBackend(Protocol):
 
     def pending_message(self, mode: str, allocatable: Mapping[str, str], labels: Mapping[str, str]) -> str:
         """What a node whose plugin was restarted waits for (for the pool's node status)."""
+        ...
+
+    # --- the fit model (``gpushare advise``, lending) ----------------------------------------
+
+    #: The backend's pools and asks in messages: "an ACK GPU-sharing pool", "ACK GPU sharing (...)".
+    pool_words: str
+    ask_words: str
+
+    def advertised_gpus(self, spec: GPUSharePoolSpec, allocatable: Mapping[str, str]) -> int:
+        """A node's physical GPUs as its allocatable says, in a pool with ``spec`` (0: it does not
+        say, or the node's pool is another backend's)."""
+        ...
+
+    def size(self, spec: GPUSharePoolSpec, allocatable: Mapping[str, str], gpus: int) -> GpuSize:
+        """What a node of a pool with ``spec`` holds now (``gpus``: its physical GPUs, 0: unknown)."""
+        ...
+
+    def room(
+        self,
+        borrower: GPUSharePoolSpec,
+        lender: GPUSharePoolSpec,
+        allocatable: Mapping[str, str],
+        labels: Mapping[str, str],
+        gpus: int,
+        loan: GpuSize | None,
+    ) -> list[tuple[int, int]]:
+        """A node's room once it is in a pool with ``borrower`` (it is in ``lender``'s now, or was
+        when ``loan`` recorded its size): per GPU, (amount, compute %), in the borrower's units; one
+        entry of slots for a backend that counts slots; empty: unknown. ``gpus``: its physical
+        GPUs (0: unknown)."""
+        ...
+
+    def fit_problem(
+        self, pool: str, spec: GPUSharePoolSpec, requests: Mapping[str, int], gpus: int
+    ) -> str | None:
+        """Why a pod with these requests (spread over ``gpus``) can never run on the nodes of pool
+        ``pool`` (None: it can, room permitting)."""
+        ...
+
+    def take(
+        self, spec: GPUSharePoolSpec, requests: Mapping[str, int], gpus: int
+    ) -> tuple[int, tuple[int, int]]:
+        """What such a pod takes on a node of the pool: on how many of ``room``'s entries, and
+        (amount, compute %) on each."""
+        ...
+
+    # --- what ``gpushare inspect`` and ``gpushare advise`` print ------------------------------
+
+    #: Its modes, in words (``gpushare inspect``'s pool line).
+    mode_words: Mapping[str, str]
+
+    def usage(self, allocatable: Mapping[str, str], labels: Mapping[str, str]) -> tuple[int, int, int]:
+        """A node's GPUs, and the amount and compute share it advertises in all (0: none)."""
+        ...
+
+    def pod_usage(self, requests: Mapping[str, int]) -> tuple[int, int] | None:
+        """The amount and compute share a pod with these requests holds (None: none of them)."""
+        ...
+
+    def pod_gpus(self, annotations: Mapping[str, str]) -> str:
+        """The GPU index(es) the plugin gave a pod, from its annotations ("" unknown)."""
+        ...
+
+    def advertised(self, allocatable: Mapping[str, str]) -> str:
+        """What the node's plugin advertises, in a few words (the node's effective mode)."""
+        ...
+
+    def describe_requests(self, spec: GPUSharePoolSpec, requests: Mapping[str, int]) -> str:
+        """A pool's waiting requests (``demand_resources`` → sum), in a few words."""
+        ...
+
+    def describe_take(self, spec: GPUSharePoolSpec, entries: Mapping[int, tuple[int, int]]) -> str:
+        """What one pod takes on a node's room (:meth:`take`, placed), in a few words."""
         ...

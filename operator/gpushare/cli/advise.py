@@ -20,6 +20,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpushare import constants as c
+from gpushare.api.v1alpha1 import GPUSharePool
+from gpushare.backends import backend_for
 from gpushare.cli import CLIError, add_cluster_sources
 from gpushare.cli.inspect import _from_files, _live
 from gpushare.policy.advise import Advice, Placement, advise
@@ -44,15 +46,15 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def _demand_line(d: PoolDemand, slots_of: str | None = None) -> str:
-    """``slots_of``: the resource of an NVIDIA pool's slots (None: an ACK pool)."""
+def _demand_line(d: PoolDemand, pool: GPUSharePool | None) -> str:
     oldest = d.oldest
     since = f", the oldest since {oldest.strftime('%Y-%m-%dT%H:%M:%SZ')}" if oldest else ""
-    if slots_of is not None:
-        slots = f"{d.requested(slots_of)} {slots_of} slot(s)"
-        return f"pool {d.pool}: {len(d.waiting)} pod(s) wait for GPU ({slots}){since}"
-    core = f", gpu-core {d.gpu_core}%" if d.gpu_core else ""
-    return f"pool {d.pool}: {len(d.waiting)} pod(s) wait for GPU (gpu-mem {d.gpu_mem}{core}){since}"
+    words = (
+        backend_for(pool.spec).describe_requests(pool.spec, {r: d.requested(r) for r in d.resources})
+        if pool is not None
+        else ", ".join(f"{r} {d.requested(r)}" for r in d.resources)
+    )
+    return f"pool {d.pool}: {len(d.waiting)} pod(s) wait for GPU ({words}){since}"
 
 
 def _slots(snap: Snapshot, pool: str) -> str | None:
@@ -63,27 +65,18 @@ def _slots(snap: Snapshot, pool: str) -> str | None:
 
 def render_text(snap: Snapshot, advice: Advice) -> str:
     lines = [f"warning: {w}" for w in snap.warnings]
+    by_name = {p.name: p for p in snap.pools}
     lines.extend(
-        _demand_line(d, _slots(snap, d.pool))
+        _demand_line(d, by_name.get(d.pool))
         for d in sorted(snap.demand.values(), key=lambda d: d.pool)
         if d.waiting
     )
-    units = {p.name: p.spec.device_plugin.memory_unit for p in snap.pools}
     for m in advice.moves:
         lines.append(f"move node {m.node} from pool {m.lender} to pool {m.borrower}:")
-        resource = _slots(snap, m.borrower)
+        borrower = by_name[m.borrower]
         for pl in m.placements:
-            if resource is not None:
-                lines.append(
-                    f"    schedules {pl.pod} ({sum(s for s, _ in pl.gpus.values())} {resource} slot(s))"
-                )
-                continue
-            gpus = ", ".join(
-                f"GPU {i}: gpu-mem {mem} {units.get(m.borrower, 'GiB')}"
-                + (f", gpu-core {core}%" if core else "")
-                for i, (mem, core) in sorted(pl.gpus.items())
-            )
-            lines.append(f"    schedules {pl.pod} ({gpus})")
+            took = backend_for(borrower.spec).describe_take(borrower.spec, pl.gpus)
+            lines.append(f"    schedules {pl.pod} ({took})")
         if m.plan is not None:
             node = snap.nodes[m.node]
             for key, value in sorted(m.plan.label_patch.items()):

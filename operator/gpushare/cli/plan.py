@@ -312,7 +312,7 @@ def _relevant_pods(pods: list[PodView], pools: list[GPUSharePool]) -> list[PodVi
             for pool in pools
         )
 
-    return [p for p in pods if p.gpu_mem or p.gpu_core or p.gpu_count or plugin(p)]
+    return [p for p in pods if p.requests or plugin(p)]
 
 
 def run(args: argparse.Namespace) -> int:

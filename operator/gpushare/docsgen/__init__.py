@@ -24,6 +24,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from gpushare import metrics
 from gpushare.admission import catalog
 from gpushare.api.crd import build_crd
+from gpushare.backends import BACKENDS
 from gpushare.cli import build_parser
 from gpushare.policy import conditions as cond
 
@@ -194,9 +195,14 @@ def cli_page() -> str:
 
 
 def _metrics() -> list[MetricWrapperBase]:
-    """The metrics of the operator's registry, in the order metrics.py defines them."""
+    """The metrics of the operator's registry, in the order metrics.py defines them (a dict of
+    them, such as the backends' pending gauges, in its order)."""
     registered = metrics.REGISTRY._collector_to_names
-    return [m for m in vars(metrics).values() if isinstance(m, MetricWrapperBase) and m in registered]
+    found: list[MetricWrapperBase] = []
+    for value in vars(metrics).values():
+        group = list(value.values()) if isinstance(value, dict) else [value]
+        found.extend(m for m in group if isinstance(m, MetricWrapperBase) and m in registered)
+    return found
 
 
 def metrics_page() -> str:
@@ -239,7 +245,9 @@ EVENTS: dict[str, tuple[str, str, str]] = {
     "ModeSwitchForced": (
         "Warning",
         "pool",
-        "`modeSwitch: Force` switched `ack.node.gpu.schedule` under running GPU pods",
+        "`modeSwitch: Force` switched a node's mode ("
+        + ", ".join(f"`{b.mode_label}`" for b in BACKENDS.values())
+        + ") under running GPU pods",
     ),
     "Cordoned": ("Normal", "pool, node", "a node was cordoned for a mode switch (`Cordon`, `Evict`)"),
     "Uncordoned": ("Normal", "pool, node", "a node the operator cordoned was uncordoned"),

@@ -15,8 +15,8 @@ The check, in order:
 
 ``/proc/modules`` is not namespaced, so the agent's container sees the host's modules
 without any extra privilege or host mount. What this does *not* prove: that the device
-plugin hands isolated devices to pods (``cgpu.disable.isolation=true`` turns isolation
-off per node at the plugin, see ``CGPU_DISABLE``) — that is the operator's part.
+plugin hands isolated devices to pods (ACK's isolation label turns isolation off per node at
+the plugin: ``spec.memoryIsolation`` of the node's pool) — that is the operator's part.
 """
 
 from __future__ import annotations

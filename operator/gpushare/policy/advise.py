@@ -1,27 +1,19 @@
 """``gpushare advise`` and the lending loop: which idle nodes, moved from which pools, let which
 waiting pods schedule. Pure.
 
-The fit is simulated per GPU, as ACK's device plugin and scheduler see a node once it has the
-borrower's labels and its plugin restarted:
+The fit is simulated as the borrower's backend sees a node once it has the borrower's labels and
+its plugin reread them (``SharingBackend``'s fit model):
 
-* the node's GPUs: ``aliyun.com/gpu-count`` (allocatable, else the agent's ``gpushare.io/gpu.count``),
-  each with ``aliyun.com/gpu-mem / count`` of memory in the lender's unit, converted to the
-  borrower's ``devicePlugin.memoryUnit`` (GiB ↔ MiB, 1024), and, in a ``core_mem`` borrower, 100 %
-  of compute each;
-* a pod takes ``gpu-mem`` from one GPU, or ``gpu-mem / M`` from each of ``M`` GPUs with ACK's pod
-  label ``aliyun.com/gpu-count: M`` (cgpu and share only, and only when M divides it); under
-  ``core_mem`` it needs ``gpu-core.percentage`` on the same GPU, and a pod without it cannot go
-  there (nor a pod with it to a pool without compute allocation); the borrower's placement picks
-  the GPU (binpack: the fullest that fits; spread: the emptiest);
+* the node's room (``room``): per GPU, an amount and a compute share in the borrower's units
+  (ACK: ``gpushare.backends.ack.fit``), or one entry of slots (NVIDIA: replicas x physical GPUs);
+  a node already lent counts with the size its loan recorded (its plugin may be restarting);
+* what a pod takes (``take``): on how many of those entries, and how much of each; the borrower's
+  placement picks the entries (binpack: the fullest that fits; spread: the emptiest); a pod the
+  borrower's backend can never serve (``fit_problem``), or one asking for another backend's
+  sharing, does not go there;
 * the node must satisfy the pod's node constraints with the borrower's labels on it (pods reach a
   borrowed node through ``gpushare.io/pool``: a nodeSelector on the borrower's own selector labels
   does not match a node the lender selects).
-
-An NVIDIA borrower (``spec.nvidia``) is sized in slots, as NVIDIA's plugin and the scheduler see a
-node of it: the node's physical GPUs (``gpushare.io/gpu.count`` or ``nvidia.com/gpu.count``, else
-ACK's ``aliyun.com/gpu-count``, else what an NVIDIA lender advertises over its replicas) times the
-borrower's ``replicas``, of its resource (``nvidia.com/gpu``, ``.shared`` with renameByDefault);
-a pod takes its request of that resource (``gpushare.backends.nvidia``: ``slots``, ``pod_slots``).
 
 Not simulated: CPU, memory, taints and tolerations, pod (anti-)affinity, and room left on the
 borrower's own nodes (the pods wait: there is none). Pods are placed oldest first; a node is moved
@@ -37,14 +29,16 @@ from datetime import datetime
 from gpushare import constants as c
 from gpushare.api.selector import term_possible
 from gpushare.api.v1alpha1 import GPUSharePool
-from gpushare.backends.nvidia import NVIDIA, physical_gpus
+from gpushare.backends import BACKENDS, GpuSize, backend_for, gpus_of
 from gpushare.policy.demand import PoolDemand, WaitingPod
 from gpushare.policy.planner import LoanRecord, NodePlan, desired_labels, plan
-from gpushare.policy.views import NodeView, quantity_int
+from gpushare.policy.views import NodeView
 
 
 @dataclass
 class _Gpu:
+    """One entry of a node's room: an amount (memory, or slots) and a compute share left."""
+
     mem: int
     core: int
 
@@ -89,49 +83,21 @@ class Advice:
     idle_left: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
-def unit_factor(src: str, dst: str) -> tuple[int, int]:
-    """(multiply, divide) turning gpu-mem in ``src`` units into ``dst`` units."""
-    if src == dst:
-        return 1, 1
-    return (1024, 1) if (src, dst) == ("GiB", "MiB") else (1, 1024)
-
-
-def is_nvidia(pool: GPUSharePool) -> bool:
-    return pool.spec.nvidia is not None
-
-
 def gpu_count(node: NodeView, lender: GPUSharePool) -> int:
-    """The node's physical GPUs (0: unknown): the labels, ACK's allocatable count, else what an
-    NVIDIA lender's plugin advertises over its replicas."""
-    count = physical_gpus(node.labels) or node.allocatable_int(c.RES_GPU_COUNT)
-    if not count and is_nvidia(lender):
-        (resource,) = NVIDIA.demand_resources(lender.spec)
-        count = node.allocatable_int(resource) // NVIDIA.slots(lender.spec, 1)
-    return count
+    """The node's physical GPUs (0: unknown), while it is in ``lender``."""
+    return gpus_of(node.labels, node.allocatable, lender.spec)
 
 
 def node_gpus(
     node: NodeView, lender: GPUSharePool, borrower: GPUSharePool, loan: LoanRecord | None = None
 ) -> list[_Gpu]:
-    """The node's GPUs as the borrower's plugin will advertise them (empty: unknown). A node
-    already lent counts with the GPUs its loan recorded (its plugin may be restarting). An NVIDIA
-    borrower's node is one entry: its slots (``mem``), replicas x GPUs."""
-    if is_nvidia(borrower):
-        gpus = loan.gpus if loan is not None and loan.gpus > 0 else gpu_count(node, lender)
-        slots = NVIDIA.slots(borrower.spec, gpus)
-        return [_Gpu(slots, 0)] if slots > 0 else []
-    if loan is not None and loan.gpus > 0 and loan.gpu_mem > 0:
-        count, per_src, unit = loan.gpus, loan.gpu_mem, loan.unit
-    else:
-        count = node.allocatable_int(c.RES_GPU_COUNT) or quantity_int(node.labels.get(c.LABEL_GPU_COUNT, 0))
-        mem = node.allocatable_int(c.RES_GPU_MEM)
-        if count <= 0 or mem <= 0:
-            return []
-        per_src, unit = mem // count, lender.spec.device_plugin.memory_unit
-    mul, div = unit_factor(unit, borrower.spec.device_plugin.memory_unit)
-    per = per_src * mul // div
-    core = 100 if borrower.spec.mode == c.SCHEDULE_CORE_MEM else 0
-    return [_Gpu(per, core) for _ in range(count)]
+    """The node's room as the borrower's plugin will advertise it (empty: unknown). A node
+    already lent counts with the size its loan recorded (its plugin may be restarting)."""
+    size = GpuSize(loan.gpus, loan.gpu_mem, loan.unit) if loan is not None else None
+    room = backend_for(borrower.spec).room(
+        borrower.spec, lender.spec, node.allocatable, node.labels, gpu_count(node, lender), size
+    )
+    return [_Gpu(amount, compute) for amount, compute in room]
 
 
 def labels_after(node: NodeView, borrower: GPUSharePool) -> dict[str, str]:
@@ -145,50 +111,26 @@ def reachable(pod: WaitingPod, node: NodeView, borrower: GPUSharePool) -> bool:
 
 
 def kind_problem(pod: WaitingPod, borrower: GPUSharePool) -> str | None:
-    core_pool = borrower.spec.mode == c.SCHEDULE_CORE_MEM
-    if borrower.spec.mode == c.POOL_KIND_NVIDIA:
-        if not (pod.gpu_mem or pod.gpu_core) and pod.nvidia:
-            return NVIDIA.slot_problem(borrower.spec, pod.requests)
-        return (
-            f"pool {borrower.name} is an NVIDIA device-plugin pool ({c.RES_NVIDIA_GPU}), and the pod asks"
-            f" for ACK GPU sharing ({c.RES_GPU_MEM})"
-        )
-    if pod.gpu_mem <= 0 and pod.nvidia:
-        return (
-            f"pool {borrower.name} is an ACK GPU-sharing pool, and the pod asks for {', '.join(pod.nvidia)}"
-        )
-    if pod.gpu_mem <= 0:
-        return f"requests no {c.RES_GPU_MEM}"
-    if core_pool and not pod.gpu_core:
-        return f"pool {borrower.name} allocates compute and the pod requests no {c.RES_GPU_CORE}"
-    if not core_pool and pod.gpu_core:
-        return f"requests {c.RES_GPU_CORE} and pool {borrower.name} does not allocate compute"
-    if core_pool and pod.gpus > 1:
-        return f"spreads over {pod.gpus} GPUs, which ACK supports without compute allocation only"
-    if pod.gpu_mem % pod.gpus:
-        return f"{c.RES_GPU_MEM} {pod.gpu_mem} does not divide over {pod.gpus} GPUs"
-    return None
-
-
-def fit(pod: WaitingPod, gpus: Sequence[_Gpu], placement: str) -> dict[int, tuple[int, int]] | None:
-    """Where the pod goes on these GPUs (index → (mem, core)), or None. Does not change ``gpus``."""
-    share = pod.gpu_mem // pod.gpus
-    ok = [i for i, g in enumerate(gpus) if g.mem >= share and g.core >= pod.gpu_core]
-    if len(ok) < pod.gpus:
-        return None
-    ok.sort(key=lambda i: (gpus[i].mem, i) if placement == "binpack" else (-gpus[i].mem, i))
-    return dict.fromkeys(ok[: pod.gpus], (share, pod.gpu_core))
+    """Why the pod can never go to the borrower's nodes (None: it can, room permitting)."""
+    backend = backend_for(borrower.spec)
+    other = next((b for b in BACKENDS.values() if b is not backend and b.sharing_only(pod.requests)), None)
+    if other is not None:
+        return f"pool {borrower.name} is {backend.pool_words}, and the pod asks for {other.ask_words}"
+    return backend.fit_problem(borrower.name, borrower.spec, pod.requests, pod.gpus)
 
 
 def place(pod: WaitingPod, gpus: Sequence[_Gpu], borrower: GPUSharePool) -> dict[int, tuple[int, int]] | None:
-    """Where the pod goes on the borrower's node: :func:`fit` per GPU, or, for an NVIDIA borrower,
-    its slots out of the node's (``{0: (slots, 0)}``)."""
-    if not is_nvidia(borrower):
-        return fit(pod, gpus, borrower.spec.placement)
-    need = NVIDIA.pod_slots(borrower.spec, pod.requests)
-    if not gpus or need <= 0 or gpus[0].mem < need:
+    """Where the pod goes on the borrower's node (entry index → (amount, compute) it takes there),
+    or None. Does not change ``gpus``."""
+    count, (amount, compute) = backend_for(borrower.spec).take(borrower.spec, pod.requests, pod.gpus)
+    if amount <= 0:
         return None
-    return {0: (need, 0)}
+    ok = [i for i, g in enumerate(gpus) if g.mem >= amount and g.core >= compute]
+    if len(ok) < count:
+        return None
+    binpack = borrower.spec.placement == "binpack"
+    ok.sort(key=lambda i: (gpus[i].mem, i) if binpack else (-gpus[i].mem, i))
+    return dict.fromkeys(ok[:count], (amount, compute))
 
 
 def _take(gpus: list[_Gpu], where: Mapping[int, tuple[int, int]]) -> None:
@@ -354,8 +296,7 @@ def check(advice: Advice, pools: Sequence[GPUSharePool], nodes: Mapping[str, Nod
                 problems.append(f"{placement.pod}: {kind_problem(pod, borrower)}")
             if not reachable(pod, nodes[move.node], borrower):
                 problems.append(f"{placement.pod} cannot reach {move.node}")
-            slots = NVIDIA.pod_slots(borrower.spec, pod.requests) if is_nvidia(borrower) else 0
-            wants = 1 if is_nvidia(borrower) else pod.gpus
+            wants, each = backend_for(borrower.spec).take(borrower.spec, pod.requests, pod.gpus)
             if len(placement.gpus) != wants:
                 problems.append(f"{placement.pod}: on {len(placement.gpus)} GPUs, wants {wants}")
             for i, (mem, core) in placement.gpus.items():
@@ -364,10 +305,10 @@ def check(advice: Advice, pools: Sequence[GPUSharePool], nodes: Mapping[str, Nod
                     continue
                 gpus[i].mem -= mem
                 gpus[i].core -= core
-                if is_nvidia(borrower) and (mem, core) != (slots, 0):
-                    problems.append(f"{placement.pod}: placed {mem} slots, asks for {slots}")
-                elif not is_nvidia(borrower) and (mem * pod.gpus != pod.gpu_mem or core != pod.gpu_core):
-                    problems.append(f"{placement.pod}: placed {mem}/{core} on GPU {i}")
+                if (mem, core) != each:
+                    problems.append(
+                        f"{placement.pod}: placed {mem}/{core} on GPU {i}, asks for {each[0]}/{each[1]}"
+                    )
                 if gpus[i].mem < 0 or gpus[i].core < 0:
                     problems.append(f"{move.node} GPU {i} overcommitted by {placement.pod}")
     return problems

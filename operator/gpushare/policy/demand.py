@@ -4,21 +4,23 @@ Pure: from pools, Nodes and Pods (as views or Kubernetes JSON) to one :class:`Po
 pool, which the operator writes to the pool's ``status.demand`` and exports as gauges, and which
 ``gpushare inspect`` and ``gpushare advise`` print.
 
-* A **waiting pod** requests GPU sharing (``aliyun.com/gpu-mem`` or ``gpu-core.percentage``) or
-  NVIDIA's GPUs (``nvidia.com/gpu`` or ``nvidia.com/gpu.shared``), is bound to no node, is not
-  being deleted, and the scheduler says ``PodScheduled=False`` with reason ``Unschedulable`` for
-  want of GPU resources: its message names no ``Insufficient`` resource at all (no node matched,
-  e.g. the pool has no node of its mode) or at least one ``aliyun.com/gpu*`` or ``nvidia.com/gpu*``
-  one. A pod short only of ``cpu``/``memory``/``pods`` is not GPU demand.
+* A **waiting pod** asks for what some backend's pools give (``SharingBackend.asks_for``: ACK's
+  GPU memory or compute share, NVIDIA's ``nvidia.com/gpu`` or ``nvidia.com/gpu.shared``), is bound
+  to no node, is not being deleted, and the scheduler says ``PodScheduled=False`` with reason
+  ``Unschedulable`` for want of GPU resources: its message names no ``Insufficient`` resource at
+  all (no node matched, e.g. the pool has no node of its mode) or at least one of a backend's
+  resources (``SharingBackend.node_resources``). A pod short only of ``cpu``/``memory``/``pods``
+  is not GPU demand.
 * A waiting pod **targets** a pool when its node constraints (nodeSelector and required node
   affinity) can be met by a node of that pool (:func:`gpushare.admission.targeting.resolve`, as
   the webhook and ``inspect`` judge it); a pod that could land in two pools counts in both. A pod
-  asking for NVIDIA's GPUs only counts for the NVIDIA pools it targets (``asks_for`` of the pool's
-  backend: whole GPUs on an ACK pool's nodes are not sharing demand); an ACK sharing pod counts
-  for every pool it targets (``advise`` says why it cannot go to an NVIDIA one).
+  counts for the pools it targets whose backend ``asks_for`` it (a pod asking for NVIDIA's GPUs:
+  whole GPUs on an ACK pool's nodes are not sharing demand), and for every pool it targets when
+  what it asks for exists only as one backend's sharing (``SharingBackend.sharing_only``: ACK's
+  resources; ``advise`` says why it cannot go to another backend's pool).
 * A pool's **requests** sum its waiting pods' requests of its backend's ``demand_resources``:
-  ``aliyun.com/gpu-mem`` and ``gpu-core.percentage`` for ACK, the pool's slots
-  (``nvidia.com/gpu``, or ``.shared`` with renameByDefault) for NVIDIA.
+  ACK's GPU memory and compute share, the pool's slots (``nvidia.com/gpu``, or ``.shared`` with
+  renameByDefault) for NVIDIA.
 * An **idle node** of a pool belongs to it (the planner's membership: loans included), is Ready,
   not cordoned, not held or conflicting, advertises the pool's mode, and runs no unfinished pod
   that uses GPU sharing.
@@ -36,22 +38,18 @@ from gpushare import constants as c
 from gpushare.admission.model import Context, NodeInfo
 from gpushare.admission.targeting import Constraints, names_nodes, node_constraints, resolve
 from gpushare.api.v1alpha1 import GPUSharePool
-from gpushare.backends import backend_for
+from gpushare.backends import BACKENDS, backend_for
 from gpushare.policy.planner import Action, ClusterPlan
-from gpushare.policy.views import NodeView, PodView, pod_requests, quantity_int
+from gpushare.policy.views import NodeView, PodView, pod_requests
 
-#: ACK's multi-GPU sharing: a pod label asking for its gpu-mem spread over this many GPUs of a node.
-LABEL_GPU_COUNT = c.RES_GPU_COUNT
 #: Names listed in ``status.demand`` (pods, idle nodes) at most.
 MAX_LISTED = 20
 
 _INSUFFICIENT = re.compile(r"Insufficient ([A-Za-z0-9./_-]+)")
 
 
-#: The resources whose shortage is GPU demand.
-_GPU_NAMES = (c.GPU_RESOURCE_PREFIX, c.RES_NVIDIA_GPU)
-#: NVIDIA's resources a waiting pod may ask for.
-NVIDIA_RESOURCES = (c.RES_NVIDIA_GPU, c.RES_NVIDIA_GPU_SHARED)
+#: The resources whose shortage is GPU demand (every backend's, prefixes).
+_GPU_NAMES: tuple[str, ...] = tuple(dict.fromkeys(r for b in BACKENDS.values() for r in b.node_resources))
 
 
 def gpu_shortage(message: str) -> bool:
@@ -81,30 +79,18 @@ class WaitingPod:
     namespace: str
     name: str
     uid: str
-    gpu_mem: int
-    gpu_core: int
-    #: Over how many GPUs of one node its gpu-mem is spread (ACK's ``aliyun.com/gpu-count`` label).
+    #: Its effective GPU requests (every backend's resources; the non-zero ones).
+    requests: Mapping[str, int]
+    #: Over how many GPUs of one node its request is spread (``SharingBackend.spread``; 1 mostly).
     gpus: int
     constraints: Constraints
     #: Since when it waits (the PodScheduled condition's lastTransitionTime, else its creation).
     since: datetime | None
     message: str = ""
-    #: NVIDIA's GPUs it asks for (``nvidia.com/gpu``, ``nvidia.com/gpu.shared``; effective requests).
-    nvidia: Mapping[str, int] = field(default_factory=dict)
 
     def request(self, resource: str) -> int:
         """Its (effective) request of ``resource``."""
-        if resource == c.RES_GPU_MEM:
-            return self.gpu_mem
-        if resource == c.RES_GPU_CORE:
-            return self.gpu_core
-        return self.nvidia.get(resource, 0)
-
-    @property
-    def requests(self) -> dict[str, int]:
-        """Its GPU requests (the ones demand reads), as a resource map."""
-        out = {c.RES_GPU_MEM: self.gpu_mem, c.RES_GPU_CORE: self.gpu_core, **self.nvidia}
-        return {k: v for k, v in out.items() if v}
+        return self.requests.get(resource, 0)
 
     @property
     def ref(self) -> str:
@@ -116,11 +102,9 @@ class WaitingPod:
 
 
 def spread_of(labels: Mapping[str, Any], requests: Mapping[str, int]) -> int:
-    """How many GPUs a pod's gpu-mem is spread over: the pod label ``aliyun.com/gpu-count`` (ACK),
-    else a request of that resource, else 1."""
-    raw = labels.get(LABEL_GPU_COUNT)
-    count = quantity_int(raw) if raw is not None else requests.get(c.RES_GPU_COUNT, 0)
-    return max(1, count)
+    """Over how many GPUs of one node a pod's request is spread: the most any backend reads from
+    its labels and requests (ACK's multi-GPU sharing label), else 1."""
+    return max(1, *(b.spread(labels, requests) for b in BACKENDS.values()))
 
 
 def waiting_pod(obj: Mapping[str, Any]) -> WaitingPod | None:
@@ -132,11 +116,8 @@ def waiting_pod(obj: Mapping[str, Any]) -> WaitingPod | None:
         return None
     if spec.get("nodeName") or meta.get("deletionTimestamp") or status.get("phase", "Pending") != "Pending":
         return None
-    requests = pod_requests(spec)
-    gpu_mem = requests.get(c.RES_GPU_MEM, 0)
-    gpu_core = requests.get(c.RES_GPU_CORE, 0)
-    nvidia = {r: requests[r] for r in NVIDIA_RESOURCES if requests.get(r, 0) > 0}
-    if not (gpu_mem or gpu_core or nvidia):
+    requests = {k: v for k, v in pod_requests(spec).items() if v}
+    if not any(b.asks_for(requests) for b in BACKENDS.values()):
         return None
     scheduled = next(
         (
@@ -156,13 +137,11 @@ def waiting_pod(obj: Mapping[str, Any]) -> WaitingPod | None:
         namespace=str(meta.get("namespace") or ""),
         name=str(meta.get("name") or ""),
         uid=str(meta.get("uid") or ""),
-        gpu_mem=gpu_mem,
-        gpu_core=gpu_core,
+        requests=requests,
         gpus=spread_of(labels if isinstance(labels, Mapping) else {}, requests),
         constraints=node_constraints("spec", spec),
         since=_time(scheduled.get("lastTransitionTime")) or _time(meta.get("creationTimestamp")),
         message=message,
-        nvidia=nvidia,
     )
 
 
@@ -181,9 +160,9 @@ def targets(
     ctx = Context.build(pools, [node_info(n) for n in nodes])
     by_name = {p.name: p for p in pools}
     for pod in pods:
-        ack = bool(pod.gpu_mem or pod.gpu_core)
+        anywhere = any(b.sharing_only(pod.requests) for b in BACKENDS.values())
         for name in resolve(pod.constraints, ctx).pools:
-            if name in out and (ack or backend_for(by_name[name].spec).asks_for(pod.requests)):
+            if name in out and (anywhere or backend_for(by_name[name].spec).asks_for(pod.requests)):
                 out[name].append(pod)
     for waiting in out.values():
         waiting.sort(key=_age_key)
@@ -237,16 +216,8 @@ class PoolDemand:
     #: Loans: node → the other pool (lent to it, or borrowed from it).
     lent: Mapping[str, str] = field(default_factory=dict)
     borrowed: Mapping[str, str] = field(default_factory=dict)
-    #: What ``requests`` sums (the pool's backend's ``demand_resources``; ACK's by default).
-    resources: tuple[str, ...] = (c.RES_GPU_MEM, c.RES_GPU_CORE)
-
-    @property
-    def gpu_mem(self) -> int:
-        return sum(p.gpu_mem for p in self.waiting)
-
-    @property
-    def gpu_core(self) -> int:
-        return sum(p.gpu_core for p in self.waiting)
+    #: What ``requests`` sums (the pool's backend's ``demand_resources``).
+    resources: tuple[str, ...] = ()
 
     def requested(self, resource: str) -> int:
         """The waiting pods' requests of ``resource``, summed (an NVIDIA pool's: slots)."""

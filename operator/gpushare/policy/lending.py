@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 
 from gpushare import constants as c
 from gpushare.api.v1alpha1 import GPUSharePool
+from gpushare.backends import backend_for
 from gpushare.policy.advise import Move, advise, gpu_count
 from gpushare.policy.demand import PoolDemand, iso
 from gpushare.policy.planner import LoanRecord
@@ -78,15 +79,11 @@ def lenders_for(pools: Sequence[GPUSharePool]) -> dict[str, list[str]]:
 
 
 def record_for(move: Move, view: NodeView, lender: GPUSharePool, now: datetime) -> LoanRecord:
-    count = view.allocatable_int(c.RES_GPU_COUNT) or gpu_count(view, lender)
-    mem = view.allocatable_int(c.RES_GPU_MEM)
+    """The loan of ``view`` to the move's borrower, with the node's size as the lender's backend
+    sees it now (counted for the borrower while the node's plugin rereads its labels)."""
+    size = backend_for(lender.spec).size(lender.spec, view.allocatable, gpu_count(view, lender))
     return LoanRecord(
-        move.lender,
-        move.borrower,
-        iso(now),
-        gpus=count,
-        gpu_mem=mem // count if count else 0,
-        unit=lender.spec.device_plugin.memory_unit,
+        move.lender, move.borrower, iso(now), gpus=size.gpus, gpu_mem=size.per_gpu, unit=size.unit
     )
 
 

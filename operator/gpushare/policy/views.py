@@ -12,8 +12,8 @@ from gpushare import constants as c
 from gpushare.api.quantity import quantity_int as quantity_int  # re-exported: the planner's lenient reading
 from gpushare.backends import BACKENDS
 
-#: The GPU resources of every backend: ACK's ``aliyun.com/gpu*`` and NVIDIA's ``nvidia.com/gpu*``.
-_GPU_PREFIXES = (c.GPU_RESOURCE_PREFIX, c.RES_NVIDIA_GPU)
+#: The GPU resources every backend's pods may request (prefixes: ``SharingBackend.pod_resources``).
+_GPU_PREFIXES: tuple[str, ...] = tuple(dict.fromkeys(r for b in BACKENDS.values() for r in b.pod_resources))
 
 
 def _container_requests(container: Mapping[str, Any]) -> dict[str, int]:
@@ -138,12 +138,8 @@ class PodView:
     node_name: str = ""
     phase: str = "Pending"
     deletion: bool = False
-    gpu_mem: int = 0
-    gpu_core: int = 0
-    gpu_count: int = 0
-    #: ``nvidia.com/gpu`` and ``nvidia.com/gpu.shared`` (whole or time-sliced GPUs).
-    nvidia_gpu: int = 0
-    nvidia_gpu_shared: int = 0
+    #: Its effective GPU requests (:func:`pod_requests`, every backend's resources), the non-zero ones.
+    requests: Mapping[str, int] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
     created: str = ""
     ready: bool = False
@@ -169,29 +165,13 @@ class PodView:
             node_name=str(spec.get("nodeName") or ""),
             phase=str(status.get("phase") or "Pending"),
             deletion=meta.get("deletionTimestamp") is not None,
-            gpu_mem=requests.get(c.RES_GPU_MEM, 0),
-            gpu_core=requests.get(c.RES_GPU_CORE, 0),
-            gpu_count=requests.get(c.RES_GPU_COUNT, 0),
-            nvidia_gpu=requests.get(c.RES_NVIDIA_GPU, 0),
-            nvidia_gpu_shared=requests.get(c.RES_NVIDIA_GPU_SHARED, 0),
+            requests={sys.intern(k): v for k, v in requests.items() if v},
             labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
             created=str(meta.get("creationTimestamp") or ""),
             ready=ready,
             reason=sys.intern(str(status.get("reason") or "")) if status.get("phase") == "Failed" else "",
             problem="" if ready else container_problem(status),
         )
-
-    @property
-    def requests(self) -> dict[str, int]:
-        """The pod's GPU requests by resource name (the non-zero ones)."""
-        pairs = (
-            (c.RES_GPU_MEM, self.gpu_mem),
-            (c.RES_GPU_CORE, self.gpu_core),
-            (c.RES_GPU_COUNT, self.gpu_count),
-            (c.RES_NVIDIA_GPU, self.nvidia_gpu),
-            (c.RES_NVIDIA_GPU_SHARED, self.nvidia_gpu_shared),
-        )
-        return {name: amount for name, amount in pairs if amount}
 
     @property
     def terminated(self) -> bool:

@@ -14,8 +14,10 @@ from collections.abc import Mapping
 from typing import Final
 
 from gpushare import constants as c
+from gpushare.api.quantity import quantity_int
 from gpushare.api.v1alpha1 import GPUSharePoolSpec
-from gpushare.backends.ack import evidence
+from gpushare.backends.ack import evidence, fit
+from gpushare.backends.base import GpuSize
 
 
 class AckBackend:
@@ -36,9 +38,23 @@ class AckBackend:
     #: ``aliyun.com/gpu*``, and the exclusive ``nvidia.com/gpu`` that tells a node whose plugin
     #: runs in the default mode.
     node_resources: tuple[str, ...] = (c.GPU_RESOURCE_PREFIX, c.RES_NVIDIA_GPU)
+    #: ``aliyun.com/gpu*`` (gpu-mem, gpu-core.percentage, gpu-count).
+    pod_resources: tuple[str, ...] = (c.GPU_RESOURCE_PREFIX,)
     default_plugin_namespace: str = c.DEFAULT_PLUGIN_NAMESPACE
     default_plugin_labels: Mapping[str, str] = c.DEFAULT_PLUGIN_LABELS
 
+    pending_gauges: tuple[tuple[str, str, str], ...] = (
+        (
+            c.RES_GPU_MEM,
+            "gpushare_pool_pending_gpu_mem",
+            f"{c.RES_GPU_MEM} requested by the pool's waiting pods, summed (the pool's memory unit)",
+        ),
+        (
+            c.RES_GPU_CORE,
+            "gpushare_pool_pending_gpu_core",
+            f"{c.RES_GPU_CORE} requested by the pool's waiting pods, summed",
+        ),
+    )
     status_resources: tuple[str, ...] = (c.RES_GPU_COUNT, c.RES_GPU_MEM, c.RES_GPU_CORE)
 
     def resource_list(self, spec: GPUSharePoolSpec, totals: Mapping[str, int]) -> dict[str, str]:
@@ -85,6 +101,16 @@ class AckBackend:
     def asks_for(self, requests: Mapping[str, int]) -> bool:
         return requests.get(c.RES_GPU_MEM, 0) > 0 or requests.get(c.RES_GPU_CORE, 0) > 0
 
+    def sharing_only(self, requests: Mapping[str, int]) -> bool:
+        """gpu-mem and gpu-core.percentage exist only on nodes in ACK's sharing modes."""
+        return self.asks_for(requests)
+
+    def spread(self, labels: Mapping[str, object], requests: Mapping[str, int]) -> int:
+        """ACK's multi-GPU sharing: the pod label ``<gpu-count>: M`` spreads its gpu-mem over M GPUs
+        (else a request of that resource)."""
+        raw = labels.get(c.RES_GPU_COUNT)
+        return quantity_int(raw) if raw is not None else requests.get(c.RES_GPU_COUNT, 0)
+
     def holds_shared_gpu(self, requests: Mapping[str, int]) -> bool:
         return requests.get(c.RES_GPU_MEM, 0) > 0
 
@@ -105,6 +131,78 @@ class AckBackend:
             f"waiting for the device plugin to advertise "
             f"{evidence.describe(evidence.expected_effective_mode(mode))}; "
             f"it advertises {evidence.describe(evidence.effective_mode(allocatable))}"
+        )
+
+    # --- the fit model (``gpushare.backends.ack.fit``) ---------------------------------------
+
+    pool_words: str = "an ACK GPU-sharing pool"
+    ask_words: str = f"ACK GPU sharing ({c.RES_GPU_MEM})"
+
+    def advertised_gpus(self, spec: GPUSharePoolSpec, allocatable: Mapping[str, str]) -> int:
+        return fit.advertised_gpus(allocatable)
+
+    def size(self, spec: GPUSharePoolSpec, allocatable: Mapping[str, str], gpus: int) -> GpuSize:
+        return fit.size(spec, allocatable, gpus)
+
+    def room(
+        self,
+        borrower: GPUSharePoolSpec,
+        lender: GPUSharePoolSpec,
+        allocatable: Mapping[str, str],
+        labels: Mapping[str, str],
+        gpus: int,
+        loan: GpuSize | None,
+    ) -> list[tuple[int, int]]:
+        return fit.room(borrower, lender, allocatable, labels, loan)
+
+    def fit_problem(
+        self, pool: str, spec: GPUSharePoolSpec, requests: Mapping[str, int], gpus: int
+    ) -> str | None:
+        return fit.fit_problem(pool, spec, requests, gpus)
+
+    def take(
+        self, spec: GPUSharePoolSpec, requests: Mapping[str, int], gpus: int
+    ) -> tuple[int, tuple[int, int]]:
+        return fit.take(requests, gpus)
+
+    # --- inspect and advise -------------------------------------------------------------------
+
+    mode_words: Mapping[str, str] = {
+        c.SCHEDULE_CGPU: "memory isolation",
+        c.SCHEDULE_SHARE: "sharing, no isolation",
+        c.SCHEDULE_CORE_MEM: "memory isolation + compute allocation",
+    }
+
+    def usage(self, allocatable: Mapping[str, str], labels: Mapping[str, str]) -> tuple[int, int, int]:
+        """GPUs (``gpu-count``, else the agent's count label), gpu-mem and gpu-core.percentage."""
+        gpus = fit.advertised_gpus(allocatable) or quantity_int(labels.get(c.LABEL_GPU_COUNT, 0))
+        return (
+            gpus,
+            quantity_int(allocatable.get(c.RES_GPU_MEM, 0)),
+            quantity_int(allocatable.get(c.RES_GPU_CORE, 0)),
+        )
+
+    def pod_usage(self, requests: Mapping[str, int]) -> tuple[int, int] | None:
+        mem, core = requests.get(c.RES_GPU_MEM, 0), requests.get(c.RES_GPU_CORE, 0)
+        return (mem, core) if mem or core else None
+
+    def pod_gpus(self, annotations: Mapping[str, str]) -> str:
+        return evidence.allocated_gpus(annotations)
+
+    def advertised(self, allocatable: Mapping[str, str]) -> str:
+        return evidence.effective_mode(allocatable)
+
+    def describe_requests(self, spec: GPUSharePoolSpec, requests: Mapping[str, int]) -> str:
+        """``gpu-mem M`` and, when any, ``gpu-core C%``."""
+        core = requests.get(c.RES_GPU_CORE, 0)
+        return f"gpu-mem {requests.get(c.RES_GPU_MEM, 0)}" + (f", gpu-core {core}%" if core else "")
+
+    def describe_take(self, spec: GPUSharePoolSpec, entries: Mapping[int, tuple[int, int]]) -> str:
+        """Per GPU: ``GPU i: gpu-mem M <unit>[, gpu-core C%]``."""
+        unit = spec.device_plugin.memory_unit
+        return ", ".join(
+            f"GPU {i}: gpu-mem {mem} {unit}" + (f", gpu-core {core}%" if core else "")
+            for i, (mem, core) in sorted(entries.items())
         )
 
 

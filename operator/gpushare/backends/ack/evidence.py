@@ -21,6 +21,7 @@ Pure: no client, no clock.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Final
 
@@ -105,3 +106,25 @@ def stale_message(mode: str, allocatable: Mapping[str, str]) -> str:
         f"node advertises {describe(effective_mode(allocatable))} after switching to {mode}; "
         "the device plugin has not picked up the labels"
     )
+
+
+#: Pod annotations that say which GPU a pod got (gpushare v1 protocol; ACK scheduler v2).
+ANNOTATION_GPU_IDX: Final = "ALIYUN_COM_GPU_MEM_IDX"
+ANNOTATION_ALLOCATION_V2: Final = "scheduler.framework.gpushare.allocation"
+
+
+def allocated_gpus(annotations: Mapping[str, str]) -> str:
+    """The GPU index(es) a pod got, from the allocation annotations (v1 or v2), else ""."""
+    idx = annotations.get(ANNOTATION_GPU_IDX)
+    if isinstance(idx, str) and idx.strip():
+        return idx.strip()
+    raw = annotations.get(ANNOTATION_ALLOCATION_V2)
+    if isinstance(raw, str):
+        try:
+            alloc = json.loads(raw)
+        except ValueError:
+            return ""
+        if isinstance(alloc, dict):
+            gpus = sorted({str(g) for per in alloc.values() if isinstance(per, dict) for g in per})
+            return ",".join(gpus)
+    return ""

@@ -20,6 +20,7 @@ from typing import Final
 from gpushare import constants as c
 from gpushare.api.quantity import quantity_int
 from gpushare.api.v1alpha1 import GPUSharePoolSpec
+from gpushare.backends.base import GpuSize
 from gpushare.backends.nvidia import config
 from gpushare.backends.nvidia.config import ConfigName
 
@@ -60,9 +61,13 @@ class NvidiaBackend:
     mode_label: str = c.LABEL_NVIDIA_CONFIG
     shared_resource: str = c.RES_NVIDIA_GPU
     node_resources: tuple[str, ...] = (c.RES_NVIDIA_GPU,)
+    #: ``nvidia.com/gpu`` and ``nvidia.com/gpu.shared`` (a prefix of both).
+    pod_resources: tuple[str, ...] = (c.RES_NVIDIA_GPU,)
     default_plugin_namespace: str = c.NVIDIA_PLUGIN_NAMESPACE
     default_plugin_labels: Mapping[str, str] = c.NVIDIA_PLUGIN_LABELS
 
+    #: None yet: ``gpushare_pool_pending_pods`` and ``status.demand.requests`` say it.
+    pending_gauges: tuple[tuple[str, str, str], ...] = ()
     status_resources: tuple[str, ...] = (c.RES_NVIDIA_GPU, c.RES_NVIDIA_GPU_SHARED)
 
     def resource_list(self, spec: GPUSharePoolSpec, totals: Mapping[str, int]) -> dict[str, str]:
@@ -106,6 +111,14 @@ class NvidiaBackend:
         """A pod asking for NVIDIA's GPUs (either name): slots of an NVIDIA pool it is aimed at."""
         return self.holds_shared_gpu(requests)
 
+    def sharing_only(self, requests: Mapping[str, int]) -> bool:
+        """``nvidia.com/gpu`` also means whole GPUs (a node outside every pool gives them)."""
+        return False
+
+    def spread(self, labels: Mapping[str, object], requests: Mapping[str, int]) -> int:
+        """A pod's slots are whole replicas: nothing to spread."""
+        return 1
+
     # --- sizing in slots (``gpushare advise``, lending) --------------------------------------
 
     def slots(self, spec: GPUSharePoolSpec, gpus: int) -> int:
@@ -128,6 +141,45 @@ class NvidiaBackend:
         if requests.get(resource, 0) <= 0:
             return f"requests no {resource}"
         return None
+
+    pool_words: str = f"an NVIDIA device-plugin pool ({c.RES_NVIDIA_GPU})"
+    ask_words: str = f"NVIDIA's GPUs ({c.RES_NVIDIA_GPU})"
+
+    def advertised_gpus(self, spec: GPUSharePoolSpec, allocatable: Mapping[str, str]) -> int:
+        """What a node of an NVIDIA pool advertises, over the pool's replicas."""
+        if spec.nvidia is None:
+            return 0
+        (resource,) = self.demand_resources(spec)
+        return _count(allocatable, resource) // self.slots(spec, 1)
+
+    def size(self, spec: GPUSharePoolSpec, allocatable: Mapping[str, str], gpus: int) -> GpuSize:
+        """The node's physical GPUs (its slots follow from the borrower's replicas)."""
+        return GpuSize(gpus, 0, spec.device_plugin.memory_unit)
+
+    def room(
+        self,
+        borrower: GPUSharePoolSpec,
+        lender: GPUSharePoolSpec,
+        allocatable: Mapping[str, str],
+        labels: Mapping[str, str],
+        gpus: int,
+        loan: GpuSize | None,
+    ) -> list[tuple[int, int]]:
+        """One entry: the node's slots in the borrower, replicas x GPUs (a lent node: its loan's GPUs)."""
+        count = loan.gpus if loan is not None and loan.gpus > 0 else gpus
+        slots = self.slots(borrower, count)
+        return [(slots, 0)] if slots > 0 else []
+
+    def fit_problem(
+        self, pool: str, spec: GPUSharePoolSpec, requests: Mapping[str, int], gpus: int
+    ) -> str | None:
+        return self.slot_problem(spec, requests)
+
+    def take(
+        self, spec: GPUSharePoolSpec, requests: Mapping[str, int], gpus: int
+    ) -> tuple[int, tuple[int, int]]:
+        """Its request of the pool's resource, in slots, on the node's one entry."""
+        return 1, (self.pod_slots(spec, requests), 0)
 
     def expected(self, mode: str, labels: Mapping[str, str]) -> tuple[str, int | None] | None:
         """The resource and count a node labelled ``mode`` advertises (count None: GPUs unknown);
@@ -180,6 +232,33 @@ class NvidiaBackend:
             f"waiting for NVIDIA's device plugin to advertise {self._wants(mode, labels)} "
             f"(config {mode}); it advertises {_describe(allocatable)}"
         )
+
+    # --- inspect and advise -------------------------------------------------------------------
+
+    mode_words: Mapping[str, str] = {c.POOL_KIND_NVIDIA: "NVIDIA's device plugin"}
+
+    def usage(self, allocatable: Mapping[str, str], labels: Mapping[str, str]) -> tuple[int, int, int]:
+        """GPUs as the node agent or GPU Feature Discovery labelled them; no memory or compute
+        share (a pod's slots are whole replicas)."""
+        return _gpus(labels) or 0, 0, 0
+
+    def pod_usage(self, requests: Mapping[str, int]) -> tuple[int, int] | None:
+        return None
+
+    def pod_gpus(self, annotations: Mapping[str, str]) -> str:
+        return ""
+
+    def advertised(self, allocatable: Mapping[str, str]) -> str:
+        return _describe(allocatable)
+
+    def describe_requests(self, spec: GPUSharePoolSpec, requests: Mapping[str, int]) -> str:
+        """``N <resource> slot(s)``."""
+        (resource,) = self.demand_resources(spec)
+        return f"{requests.get(resource, 0)} {resource} slot(s)"
+
+    def describe_take(self, spec: GPUSharePoolSpec, entries: Mapping[int, tuple[int, int]]) -> str:
+        (resource,) = self.demand_resources(spec)
+        return f"{sum(slots for slots, _ in entries.values())} {resource} slot(s)"
 
 
 def physical_gpus(labels: Mapping[str, str]) -> int | None:
