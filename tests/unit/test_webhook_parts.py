@@ -428,6 +428,35 @@ def test_a_review_reads_one_number_for_the_nodes_and_sees_every_pool_change() ->
     assert cache.context({}, cache.fed).pools == ()
 
 
+def test_an_index_of_pool_bodies_is_parsed_once_per_version() -> None:
+    """``gpushare run --webhook`` reads the operator's index of pool bodies (one index of the CRD
+    per process): each body is parsed once per resourceVersion (the context is reused while none
+    changes), an edited pool is read again, and a body that is no valid pool is left out."""
+    cache = ContextCache()
+
+    def body(name: str, version: str, replicas: int = 4) -> dict[str, Any]:
+        return {
+            "apiVersion": "gpushare.io/v1alpha1",
+            "kind": "GPUSharePool",
+            "metadata": {"name": name, "resourceVersion": version},
+            "spec": {
+                "nodeSelector": {"matchLabels": {"np": name}},
+                "nvidia": {"strategy": "TimeSlicing", "replicas": replicas},
+            },
+        }
+
+    index = {"p": [body("p", "1")], "bad": [{"metadata": {"name": "bad", "resourceVersion": "1"}, "spec": 3}]}
+    ctx1 = cache.context(index, cache.fed)
+    assert [p.name for p in ctx1.pools] == ["p"]
+    assert (
+        cache.context({"p": [body("p", "1")], "bad": index["bad"]}, cache.fed) is ctx1
+    )  # a copy, same version
+    ctx2 = cache.context({"p": [body("p", "2", replicas=8)]}, cache.fed)
+    assert ctx2 is not ctx1
+    (pool,) = ctx2.pools
+    assert pool.spec.nvidia is not None and pool.spec.nvidia.replicas == 8
+
+
 def test_webhook_options_from_args() -> None:
     parser = argparse.ArgumentParser()
     add_webhook_arguments(parser)

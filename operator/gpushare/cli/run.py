@@ -238,10 +238,13 @@ def run(args: argparse.Namespace) -> int:
 
     view_listeners: list[NodeViewListener] = []
     if args.webhook:  # the admission webhook's handlers, server and certificates (docs/concepts/admission.md)
+        from gpushare.handlers.pools import POOL_INDEX
         from gpushare.webhook.registration import register as register_webhook
 
         try:  # the operator's Node watch feeds the webhook's context (one Node watch per process)
-            webhook = register_webhook(kopf.get_default_registry(), webhook_options(args), watch_nodes=False)
+            webhook = register_webhook(
+                kopf.get_default_registry(), webhook_options(args), watch_nodes=False, pools_index=POOL_INDEX
+            )
         except ValueError as exc:
             raise CLIError(str(exc)) from None
         view_listeners.append(webhook.cache)

@@ -22,7 +22,12 @@ T = TypeVar("T")
 PoolIndex = kopf.Index[str, dict[str, Any]]
 
 
-@kopf.index(c.GROUP, c.VERSION, c.PLURAL)
+#: The id of the one index of GPUSharePools (Kopf passes it to handlers as the kwarg of that
+#: name); with ``--webhook`` the admission handlers read it too.
+POOL_INDEX = "gpushare_pools"
+
+
+@kopf.index(c.GROUP, c.VERSION, c.PLURAL, id=POOL_INDEX)
 async def gpushare_pools(name: str, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
     return {name: copy.deepcopy(dict(body))}
 

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from gpushare.admission import EMPTY_CONTEXT, Context, NodeInfo
 from gpushare.admission.model import node_info
-from gpushare.api.v1alpha1 import GPUSharePool
+from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
 from gpushare.policy import NodeView
 
 T = TypeVar("T")
@@ -30,6 +30,9 @@ class ContextCache:
     def __init__(self) -> None:
         self._nodes: dict[str, NodeInfo] = {}
         self._pools: dict[str, GPUSharePool] = {}
+        #: name -> (resourceVersion, the parsed pool or None): pool bodies parsed once per version
+        #: (an index of raw bodies: ``gpushare run --webhook`` reads the operator's own index).
+        self._bodies: dict[str, tuple[str, GPUSharePool | None]] = {}
         self._key: tuple[int, ...] | None = None
         self._context: Context = EMPTY_CONTEXT
         #: Kopf's live pools index (handed over by the startup handler) and the nodes index (the
@@ -96,8 +99,34 @@ class ContextCache:
         """The context from the handed-over indexes."""
         return self.context(self.pools_index, self.nodes_index)
 
+    def parsed(self, body: Mapping[str, Any]) -> GPUSharePool | None:
+        """A pool body as the rules read it (None: not a valid pool), parsed once per version."""
+        meta = body.get("metadata") or {}
+        name, version = str(meta.get("name") or ""), str(meta.get("resourceVersion") or "")
+        known = self._bodies.get(name)
+        if known is not None and known[0] == version and version:
+            return known[1]
+        try:
+            pool: GPUSharePool | None = self.pool(parse_pool(dict(body)))
+        except PoolValidationError:
+            pool = None
+        self._bodies[name] = (version, pool)
+        return pool
+
+    def _pool_values(self, index: Any) -> list[GPUSharePool]:
+        """The pools of an index of parsed pools or of raw pool bodies (a handful)."""
+        if not isinstance(index, Mapping):
+            return []
+        out: list[GPUSharePool] = []
+        for store in index.values():
+            for value in store:
+                found = self.parsed(value) if isinstance(value, Mapping) else value
+                if isinstance(found, GPUSharePool):
+                    out.append(found)
+        return out
+
     def context(self, pools_index: Any, nodes_index: Any) -> Context:
-        pools = _values(pools_index, GPUSharePool)  # a handful: scanned on every review
+        pools = self._pool_values(pools_index)  # a handful: scanned on every review
         if nodes_index is self.fed:  # ours: its version says whether anything changed
             key: tuple[int, ...] = (len(pools), *map(id, pools), -1, self.fed_version)
             if key == self._key:

@@ -83,7 +83,11 @@ class Registered:
 
 
 def make_handler(
-    target: WebhookTarget, cache: ContextCache, table: KindTable = DEFAULT_TABLE, failure_policy: str = "Fail"
+    target: WebhookTarget,
+    cache: ContextCache,
+    table: KindTable = DEFAULT_TABLE,
+    failure_policy: str = "Fail",
+    pools_index: str = POOLS_INDEX,
 ) -> Callable[..., Coroutine[Any, Any, None]]:
     async def validate(body: kopf.Body, operation: str | None, warnings: list[str], **kwargs: Any) -> None:
         started = time.perf_counter()
@@ -91,7 +95,7 @@ def make_handler(
             target,
             body,
             operation,
-            lambda: cache.context(kwargs.get(POOLS_INDEX), cache.fed),
+            lambda: cache.context(kwargs.get(pools_index), cache.fed),
             table,
             failure_policy,
             kwargs.get("old"),
@@ -107,21 +111,30 @@ def make_handler(
 
 
 def register(
-    registry: kopf.OperatorRegistry, options: WebhookOptions, *, watch_nodes: bool = True
+    registry: kopf.OperatorRegistry,
+    options: WebhookOptions,
+    *,
+    watch_nodes: bool = True,
+    pools_index: str | None = None,
 ) -> Registered:
     """Add the webhook's indexes, handlers, startup and cleanup to ``registry``. ``watch_nodes``:
     run its own Node list-watch; False when the caller feeds ``Registered.cache`` from a Node watch
-    of its own (``gpushare run``: the operator's)."""
+    of its own (``gpushare run``: the operator's). ``pools_index``: the id of a Kopf index of the
+    pools' bodies the process already keeps (``gpushare run``: the operator's), read instead of an
+    index of the webhook's own (one index of the CRD per process)."""
+    index_id = pools_index or POOLS_INDEX
     cache = ContextCache()
     lifecycle = CertLifecycle(options)
     logging.getLogger("kopf.objects").addFilter(QUIET_DENIALS)  # idempotent: the same filter object
 
-    @kopf.index(c.GROUP, c.VERSION, c.PLURAL, id=POOLS_INDEX, registry=registry)
-    def gpushare_admission_pools(body: kopf.Body, **_: Any) -> GPUSharePool | None:
-        try:
-            return cache.pool(parse_pool(dict(body)))
-        except PoolValidationError:
-            return None
+    if pools_index is None:
+
+        @kopf.index(c.GROUP, c.VERSION, c.PLURAL, id=POOLS_INDEX, registry=registry)
+        def gpushare_admission_pools(body: kopf.Body, **_: Any) -> GPUSharePool | None:
+            try:
+                return cache.pool(parse_pool(dict(body)))
+            except PoolValidationError:
+                return None
 
     for target in options.targets:  # one handler per kind of the workload-kinds table, plus pools
         kopf.on.validate(
@@ -129,13 +142,13 @@ def register(
             version=target.version if len(target.versions) <= 1 else None,  # None: every version
             operations=cast(tuple[Literal["CREATE", "UPDATE"], ...], target.operations),
             registry=registry,
-        )(make_handler(target, cache, options.kinds, options.failure_policy))  # fmt: skip
+        )(make_handler(target, cache, options.kinds, options.failure_policy, index_id))  # fmt: skip
 
     nodes: list[tuple[ApiClient, asyncio.Task[None]]] = []
 
     @kopf.on.startup(id="gpushare-webhook", registry=registry)
     async def webhook_startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
-        cache.pools_index = kwargs.get(POOLS_INDEX)  # a live view, updated in place by Kopf
+        cache.pools_index = kwargs.get(index_id)  # a live view, updated in place by Kopf
         cache.nodes_index = cache.fed  # updated in place by the Node watch
         cfg = await load_configuration(options.kubeconfig, context=options.context)
         lifecycle.api = new_api_client(cfg)
