@@ -608,6 +608,11 @@ async def install(
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    # SIGTERM (``timeout``, a kill) cancels the run, so the cleanups below stop the operator and
+    # webhook processes (their own sessions) and the control plane instead of leaving them behind.
+    task = asyncio.current_task()
+    if task is not None:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
     with DevCluster() as info:
         api = await make_api_client(str(info.kubeconfig))
         async with api:
@@ -956,7 +961,11 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     args = parser.parse_args()
     args.concurrency = [int(x) for x in args.concurrency.split(",")]
-    results = asyncio.run(main_async(args))
+    try:
+        results = asyncio.run(main_async(args))
+    except asyncio.CancelledError:
+        print("bench_webhook: stopped by SIGTERM; its processes and control plane are stopped", file=sys.stderr)
+        return 143
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     print(render(results))
