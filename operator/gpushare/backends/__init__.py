@@ -35,7 +35,7 @@ def gpus_of(labels: Mapping[str, str], allocatable: Mapping[str, str], spec: GPU
     found = physical_gpus(labels)
     if found:
         return found
-    return next((n for b in BACKENDS.values() if (n := b.advertised_gpus(spec, allocatable))), 0)
+    return next((n for b in BACKENDS.values() if (n := b.counted_gpus(spec, allocatable))), 0)
 
 
 def backend_of_node(labels: Mapping[str, str]) -> SharingBackend:

@@ -139,7 +139,7 @@ class SharingBackend(Protocol):
     pool_words: str
     ask_words: str
 
-    def advertised_gpus(self, spec: GPUSharePoolSpec, allocatable: Mapping[str, str]) -> int:
+    def counted_gpus(self, spec: GPUSharePoolSpec, allocatable: Mapping[str, str]) -> int:
         """A node's physical GPUs as its allocatable says, in a pool with ``spec`` (0: it does not
         say, or the node's pool is another backend's)."""
         ...

@@ -138,8 +138,8 @@ class AckBackend:
     pool_words: str = "an ACK GPU-sharing pool"
     ask_words: str = f"ACK GPU sharing ({c.RES_GPU_MEM})"
 
-    def advertised_gpus(self, spec: GPUSharePoolSpec, allocatable: Mapping[str, str]) -> int:
-        return fit.advertised_gpus(allocatable)
+    def counted_gpus(self, spec: GPUSharePoolSpec, allocatable: Mapping[str, str]) -> int:
+        return fit.counted_gpus(allocatable)
 
     def size(self, spec: GPUSharePoolSpec, allocatable: Mapping[str, str], gpus: int) -> GpuSize:
         return fit.size(spec, allocatable, gpus)
@@ -175,7 +175,7 @@ class AckBackend:
 
     def usage(self, allocatable: Mapping[str, str], labels: Mapping[str, str]) -> tuple[int, int, int]:
         """GPUs (``gpu-count``, else the agent's count label), gpu-mem and gpu-core.percentage."""
-        gpus = fit.advertised_gpus(allocatable) or quantity_int(labels.get(c.LABEL_GPU_COUNT, 0))
+        gpus = fit.counted_gpus(allocatable) or quantity_int(labels.get(c.LABEL_GPU_COUNT, 0))
         return (
             gpus,
             quantity_int(allocatable.get(c.RES_GPU_MEM, 0)),

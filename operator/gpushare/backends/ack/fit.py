@@ -28,14 +28,14 @@ def unit_factor(src: str, dst: str) -> tuple[int, int]:
     return (1024, 1) if (src, dst) == ("GiB", "MiB") else (1, 1024)
 
 
-def advertised_gpus(allocatable: Mapping[str, str]) -> int:
+def counted_gpus(allocatable: Mapping[str, str]) -> int:
     """``aliyun.com/gpu-count`` (0: not advertised)."""
     return quantity_int(allocatable.get(c.RES_GPU_COUNT, 0))
 
 
 def size(spec: GPUSharePoolSpec, allocatable: Mapping[str, str], gpus: int) -> GpuSize:
     """The node's GPUs (advertised, else ``gpus``) and gpu-mem per GPU, in the pool's unit."""
-    count = advertised_gpus(allocatable) or gpus
+    count = counted_gpus(allocatable) or gpus
     mem = quantity_int(allocatable.get(c.RES_GPU_MEM, 0))
     return GpuSize(count, mem // count if count else 0, spec.device_plugin.memory_unit)
 
@@ -52,7 +52,7 @@ def room(
     if loan is not None and loan.gpus > 0 and loan.per_gpu > 0:
         count, per_src, unit = loan.gpus, loan.per_gpu, loan.unit
     else:
-        count = advertised_gpus(allocatable) or quantity_int(labels.get(c.LABEL_GPU_COUNT, 0))
+        count = counted_gpus(allocatable) or quantity_int(labels.get(c.LABEL_GPU_COUNT, 0))
         mem = quantity_int(allocatable.get(c.RES_GPU_MEM, 0))
         if count <= 0 or mem <= 0:
             return []

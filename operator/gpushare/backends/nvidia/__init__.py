@@ -145,7 +145,7 @@ class NvidiaBackend:
     pool_words: str = f"an NVIDIA device-plugin pool ({c.RES_NVIDIA_GPU})"
     ask_words: str = f"NVIDIA's GPUs ({c.RES_NVIDIA_GPU})"
 
-    def advertised_gpus(self, spec: GPUSharePoolSpec, allocatable: Mapping[str, str]) -> int:
+    def counted_gpus(self, spec: GPUSharePoolSpec, allocatable: Mapping[str, str]) -> int:
         """What a node of an NVIDIA pool advertises, over the pool's replicas."""
         if spec.nvidia is None:
             return 0
