@@ -44,12 +44,23 @@ def backend_of_node(labels: Mapping[str, str]) -> SharingBackend:
     return next((b for b in BACKENDS.values() if b is not DEFAULT and b.mode_label in labels), DEFAULT)
 
 
+def advertised_gpus(allocatable: Mapping[str, str]) -> tuple[int | None, int | None]:
+    """The GPUs and GPU memory a node's device plugin advertises, as the first backend that reads
+    either from ``allocatable`` says (``SharingBackend.advertised_gpus``)."""
+    for backend in BACKENDS.values():
+        gpus, memory = backend.advertised_gpus(allocatable)
+        if gpus is not None or memory is not None:
+            return gpus, memory
+    return None, None
+
+
 __all__ = [
     "BACKENDS",
     "DEFAULT",
     "OWNED_LABELS",
     "GpuSize",
     "SharingBackend",
+    "advertised_gpus",
     "backend_for",
     "backend_of_node",
     "gpus_of",

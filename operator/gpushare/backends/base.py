@@ -11,7 +11,11 @@ backend of a pool what to do, and names none of the stack's labels or resources 
   for what it advertises instead;
 * **the device plugin**: where its pods live by default and the labels they carry;
 * **the fit model** (``gpushare advise``, lending): what a node holds once in a pool of the
-  backend, per GPU (or in slots), and what a waiting pod takes of it.
+  backend, per GPU (or in slots), and what a waiting pod takes of it;
+* **admission**: the resources and pod labels that ask for its GPU sharing (what the webhook's
+  matchConditions and the rules' fast gate look for), and what a node's plugin advertises of its
+  GPUs (the node model of the rules). Its rules themselves are records of
+  ``gpushare.rulekit.records`` (``gpushare.backends.ack.admission``).
 
 A backend is pure: no client, no clock. ``gpushare.backends.ack`` is the first (Alibaba ACK's
 cGPU and GPU sharing), ``gpushare.backends.nvidia`` the second (NVIDIA's device plugin:
@@ -204,4 +208,16 @@ class SharingBackend(Protocol):
 
     def describe_take(self, spec: GPUSharePoolSpec, entries: Mapping[int, tuple[int, int]]) -> str:
         """What one pod takes on a node's room (:meth:`take`, placed), in a few words."""
+
+    # --- admission ---------------------------------------------------------------------------
+
+    #: Prefixes of the resources that only pods using this backend's GPU sharing request (the
+    #: webhook is always sent a pod asking for one); empty when its resources also mean whole GPUs.
+    sharing_prefixes: tuple[str, ...]
+    #: Pod labels that ask for this backend's GPU sharing without any resource.
+    pod_labels: tuple[str, ...]
+
+    def advertised_gpus(self, allocatable: Mapping[str, str]) -> tuple[int | None, int | None]:
+        """What a node's device plugin advertises of its GPUs, read from its allocatable: how many
+        physical GPUs, and their memory together in the plugin's unit (None: not advertised)."""
         ...

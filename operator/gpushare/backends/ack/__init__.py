@@ -205,5 +205,16 @@ class AckBackend:
             for i, (mem, core) in sorted(entries.items())
         )
 
+    # --- admission (its rules: gpushare.backends.ack.admission) ------------------------------
+
+    #: ``aliyun.com/gpu*``: only GPU-sharing pods ask for these.
+    sharing_prefixes: tuple[str, ...] = (c.GPU_RESOURCE_PREFIX,)
+    #: Multi-GPU sharing: the pod label ``aliyun.com/gpu-count: "M"`` (the node resource's name).
+    pod_labels: tuple[str, ...] = (c.RES_GPU_COUNT,)
+
+    def advertised_gpus(self, allocatable: Mapping[str, str]) -> tuple[int | None, int | None]:
+        """``aliyun.com/gpu-count`` and ``aliyun.com/gpu-mem`` (whole numbers >= 0)."""
+        return evidence.advertised_gpus(allocatable)
+
 
 ACK: Final = AckBackend()

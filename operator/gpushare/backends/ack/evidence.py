@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from gpushare import constants as c
-from gpushare.api.quantity import quantity_int
+from gpushare.api.quantity import integer_or_none, quantity_int
 
 RES_NVIDIA_GPU: Final = c.RES_NVIDIA_GPU
 RES_ALIYUN_GPU: Final = "aliyun.com/gpu"
@@ -128,3 +128,15 @@ def allocated_gpus(annotations: Mapping[str, str]) -> str:
             gpus = sorted({str(g) for per in alloc.values() if isinstance(per, dict) for g in per})
             return ",".join(gpus)
     return ""
+
+
+def _count(value: object) -> int | None:
+    """A count the node reports: a whole number >= 0, else unknown (None)."""
+    number = integer_or_none(value)
+    return number if number is not None and number >= 0 else None
+
+
+def advertised_gpus(allocatable: Mapping[str, str]) -> tuple[int | None, int | None]:
+    """The node's GPUs (``aliyun.com/gpu-count``, which the plugin patches in) and their memory
+    together (``aliyun.com/gpu-mem``, in the plugin's unit), as advertised."""
+    return _count(allocatable.get(c.RES_GPU_COUNT)), _count(allocatable.get(c.RES_GPU_MEM))

@@ -260,6 +260,17 @@ class NvidiaBackend:
         (resource,) = self.demand_resources(spec)
         return f"{sum(slots for slots, _ in entries.values())} {resource} slot(s)"
 
+    # --- admission ---------------------------------------------------------------------------
+
+    #: None: ``nvidia.com/gpu`` also means whole GPUs, and the NVIDIA gate decides which of its
+    #: pods the webhook is sent (``gpushare.admission.gate``).
+    sharing_prefixes: tuple[str, ...] = ()
+    pod_labels: tuple[str, ...] = ()
+
+    def advertised_gpus(self, allocatable: Mapping[str, str]) -> tuple[int | None, int | None]:
+        """Nothing: ``nvidia.com/gpu`` counts replicas x GPUs, not GPUs, and no memory."""
+        return None, None
+
 
 def physical_gpus(labels: Mapping[str, str]) -> int | None:
     """A node's physical GPUs, as the node agent or GPU Feature Discovery labelled them."""
