@@ -36,13 +36,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpushare.admission import EMPTY_CONTEXT, evaluate
-from gpushare.admission.cel import kind_paths
 from gpushare.admission.gate import gate_patch
-from gpushare.admission.kinds import PodSource, WorkloadKind, table_with
 from gpushare.admission.vap import POLICY_RULES, build_binding, build_policies, pod_policy_name
 from gpushare.admission.webhook_config import TARGETS, WebhookSettings, build_configuration
 from gpushare.api.quantity import parse_quantity
 from gpushare.devcluster import ClusterInfo
+from gpushare.rulekit.cel import kind_paths
+from gpushare.rulekit.kinds import PodSource, WorkloadKind, table_with
 from support.kube import ADM, CRDS, Kube, Response
 
 MEM = "aliyun.com/gpu-mem"

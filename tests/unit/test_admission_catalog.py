@@ -18,12 +18,16 @@ import pytest
 
 from gpushare.admission import EMPTY_CONTEXT, evaluate
 from gpushare.admission import catalog as cat
-from gpushare.admission.catalog import CODE_FORBIDDEN, CODE_INVALID, STATELESS, AdmissionRule, cel_text
+from gpushare.admission.catalog import STATELESS
 from gpushare.admission.review import verdict
 from gpushare.admission.vap import build_policy
+from gpushare.backends.ack.admission import catalog as ack
+from gpushare.rulekit.records import CODE_FORBIDDEN, CODE_INVALID, AdmissionRule, cel_text
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "operator" / "gpushare"
+#: Where the GS* records are (ACK's admission rules, behind the sharing-backend seam).
+ACK_CATALOG = PACKAGE / "backends" / "ack" / "admission" / "catalog.py"
 MEM = "aliyun.com/gpu-mem"
 CORE = "aliyun.com/gpu-core.percentage"
 
@@ -32,11 +36,11 @@ def test_each_rule_id_is_defined_in_one_place() -> None:
     """No GSnnn id is written anywhere in the package but in its record."""
     ids = re.compile(r"GS\d{3}")
     for path in PACKAGE.rglob("*.py"):
-        if path.name == "catalog.py" and path.parent.name == "admission":
+        if path == ACK_CATALOG:
             continue
         found = ids.findall(path.read_text())
         assert not found, f"{path.relative_to(REPO)} names {sorted(set(found))}: use the catalog's record"
-    text = (PACKAGE / "admission" / "catalog.py").read_text()
+    text = ACK_CATALOG.read_text()
     for rule in cat.ALL_RULES:
         if rule.id.startswith("GS"):
             assert text.count(f'"{rule.id}"') == 1, rule.id
@@ -59,31 +63,31 @@ def _pod(limits: dict[str, Any], requests: dict[str, Any] | None = None) -> dict
 
 #: (rule, case, the broken container's limits and requests, the values of the case's placeholders)
 CASES: list[tuple[AdmissionRule, str, dict[str, Any], dict[str, Any] | None, dict[str, object]]] = [
-    (cat.CORE_STEP, "step", {MEM: "2", CORE: "33"}, None, {"low": 30, "high": 35}),
-    (cat.CORE_STEP, "malformed", {MEM: "2", CORE: "1.5"}, None, {"error": "is not a whole number"}),
-    (cat.CORE_RANGE, "below", {MEM: "2", CORE: "3"}, None, {}),
-    (cat.CORE_RANGE, "above", {MEM: "2", CORE: "1.05e2"}, None, {}),
-    (cat.CORE_WITHOUT_MEM, "missing", {CORE: "30"}, None, {"core": "30", "unit": "GiB"}),
-    (cat.MEM_POSITIVE, "zero", {MEM: "0"}, None, {"unit": "GiB"}),
+    (ack.CORE_STEP, "step", {MEM: "2", CORE: "33"}, None, {"low": 30, "high": 35}),
+    (ack.CORE_STEP, "malformed", {MEM: "2", CORE: "1.5"}, None, {"error": "is not a whole number"}),
+    (ack.CORE_RANGE, "below", {MEM: "2", CORE: "3"}, None, {}),
+    (ack.CORE_RANGE, "above", {MEM: "2", CORE: "1.05e2"}, None, {}),
+    (ack.CORE_WITHOUT_MEM, "missing", {CORE: "30"}, None, {"core": "30", "unit": "GiB"}),
+    (ack.MEM_POSITIVE, "zero", {MEM: "0"}, None, {"unit": "GiB"}),
     (
-        cat.MEM_POSITIVE,
+        ack.MEM_POSITIVE,
         "malformed",
         {MEM: "2Gi"},
         None,
         {"error": "has a unit suffix 'Gi'", "unit": "GiB", "example": 2},
     ),
-    (cat.REQUEST_LIMIT, "differs", {MEM: "2"}, {MEM: "3"}, {"limit": "2"}),
-    (cat.REQUEST_LIMIT, "no-limit", {}, {MEM: "3"}, {"resource": MEM}),
-    (cat.UNKNOWN_RESOURCE, "unknown", {MEM: "2", "aliyun.com/gpu-xyz": "1"}, None, {"suggestion": ""}),
+    (ack.REQUEST_LIMIT, "differs", {MEM: "2"}, {MEM: "3"}, {"limit": "2"}),
+    (ack.REQUEST_LIMIT, "no-limit", {}, {MEM: "3"}, {"resource": MEM}),
+    (ack.UNKNOWN_RESOURCE, "unknown", {MEM: "2", "aliyun.com/gpu-xyz": "1"}, None, {"suggestion": ""}),
     (
-        cat.SHARED_WITH_WHOLE_GPU,
+        ack.SHARED_WITH_WHOLE_GPU,
         "both",
         {MEM: "2", "nvidia.com/gpu": "1"},
         None,
         {"shared": MEM, "what": "whole GPUs", "resource": "nvidia.com/gpu"},
     ),
     (
-        cat.SHARED_WITH_WHOLE_GPU,
+        ack.SHARED_WITH_WHOLE_GPU,
         "both",
         {MEM: "2"},
         {"nvidia.com/gpu.shared": "1"},
@@ -117,22 +121,22 @@ def test_whole_gpus_in_another_container_name_the_sharing_one() -> None:
     pod["spec"]["initContainers"] = [
         {"name": "i", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
     ]
-    problem, fix = cat.SHARED_WITH_WHOLE_GPU.text(
+    problem, fix = ack.SHARED_WITH_WHOLE_GPU.text(
         "pod", sharing='container "c"', what="whole GPUs", resource="nvidia.com/gpu"
     )
-    (f,) = [f for f in evaluate(pod, EMPTY_CONTEXT) if f.rule_id == cat.SHARED_WITH_WHOLE_GPU.id]
+    (f,) = [f for f in evaluate(pod, EMPTY_CONTEXT) if f.rule_id == ack.SHARED_WITH_WHOLE_GPU.id]
     assert f.message == (
         f'Pod/ns/p: init container "i": resources.limits["nvidia.com/gpu"]=1 {problem}'
-        f" {cat.SHARED_WITH_WHOLE_GPU.tag}; {fix}"
+        f" {ack.SHARED_WITH_WHOLE_GPU.tag}; {fix}"
     )
 
 
 def test_the_engine_writes_the_records_message_for_a_pod_field() -> None:
     pod = _pod({MEM: "2"})
     pod["spec"]["nodeName"] = "node-1"
-    problem, fix = cat.NODE_NAME_SET.text("set", node="node-1")
-    (f,) = [f for f in evaluate(pod, EMPTY_CONTEXT) if f.rule_id == cat.NODE_NAME_SET.id]
-    assert f.message == f"Pod/ns/p: spec.nodeName=node-1 {problem} {cat.NODE_NAME_SET.tag}; {fix}"
+    problem, fix = ack.NODE_NAME_SET.text("set", node="node-1")
+    (f,) = [f for f in evaluate(pod, EMPTY_CONTEXT) if f.rule_id == ack.NODE_NAME_SET.id]
+    assert f.message == f"Pod/ns/p: spec.nodeName=node-1 {problem} {ack.NODE_NAME_SET.tag}; {fix}"
 
 
 @pytest.mark.parametrize("rule", STATELESS, ids=lambda r: r.id)
@@ -166,12 +170,12 @@ def test_cel_text_is_the_template_with_its_placeholders() -> None:
 
 
 def test_the_http_code_is_the_records() -> None:
-    invalid = [f for f in evaluate(_pod({MEM: "2", CORE: "33"})) if f.rule_id == cat.CORE_STEP.id]
-    assert verdict(invalid).code == CODE_INVALID == cat.CORE_STEP.code
+    invalid = [f for f in evaluate(_pod({MEM: "2", CORE: "33"})) if f.rule_id == ack.CORE_STEP.id]
+    assert verdict(invalid).code == CODE_INVALID == ack.CORE_STEP.code
     pod = _pod({MEM: "2", CORE: "30"})
     del pod["spec"]["nodeSelector"]
-    missing = [f for f in evaluate(pod) if f.rule_id == cat.TARGET_MISSING.id]
-    assert missing and verdict(missing).code == CODE_FORBIDDEN == cat.TARGET_MISSING.code
+    missing = [f for f in evaluate(pod) if f.rule_id == ack.TARGET_MISSING.id]
+    assert missing and verdict(missing).code == CODE_FORBIDDEN == ack.TARGET_MISSING.code
 
 
 def test_the_stateless_list_is_the_records_with_a_cel_form() -> None:

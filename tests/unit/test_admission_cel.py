@@ -13,19 +13,12 @@ import pytest
 import yaml
 
 from gpushare.admission import requests_gpu_sharing
-from gpushare.admission.cel import (
-    KindPaths,
-    PathError,
-    Step,
-    exists_at,
-    gpu_sharing_condition,
-    kind_paths,
-    parse_path,
-)
-from gpushare.admission.kinds import DEFAULT_TABLE, PodSource, WorkloadKind, table_with
-from gpushare.admission.podspecs import pod_specs
+from gpushare.admission.cel import gpu_sharing_condition
 from gpushare.admission.vap import MANIFESTS, POLICY_RULES, build_policies, build_policy, render_manifest
 from gpushare.admission.webhook_config import TARGETS, WebhookSettings, build_configuration, targets_for
+from gpushare.rulekit.cel import KindPaths, PathError, Step, exists_at, kind_paths, parse_path
+from gpushare.rulekit.kinds import DEFAULT_TABLE, PodSource, WorkloadKind, table_with
+from gpushare.rulekit.podspecs import pod_specs
 
 REPO = Path(__file__).resolve().parents[2]
 

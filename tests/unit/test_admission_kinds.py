@@ -23,14 +23,15 @@ from gpushare.admission import (
     object_name,
     table_with,
 )
-from gpushare.admission.kinds import WorkloadKind, parse_path, walk
-from gpushare.admission.podspecs import pod_likes, requests_gpu_sharing
+from gpushare.admission.podspecs import requests_gpu_sharing
 from gpushare.admission.review import verdict
 from gpushare.admission.webhook_config import TARGETS, WebhookSettings, build_configuration, targets_for
 from gpushare.api.v1alpha1 import parse_pool
 from gpushare.cli import main
 from gpushare.cli.check import check_objects
 from gpushare.cli.run import webhook_options
+from gpushare.rulekit.kinds import WorkloadKind, parse_path, walk
+from gpushare.rulekit.podspecs import pod_likes
 from gpushare.webhook.answer import admit, fast_allow
 
 MEM = "aliyun.com/gpu-mem"

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpushare.admission import RULES, Context, Finding, evaluate, node_info, pod_specs, requests_gpu_sharing
-from gpushare.admission.quantity import parse_amount
 from gpushare.api.v1alpha1 import GPUSharePool, parse_pool
+from gpushare.rulekit.quantity import parse_amount
 
 MEM = "aliyun.com/gpu-mem"
 CORE = "aliyun.com/gpu-core.percentage"

@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpushare.admission.quantity import parse_amount
 from gpushare.api.quantity import (
     MAX_AMOUNT,
     QuantityError,
@@ -20,6 +19,7 @@ from gpushare.api.quantity import (
     stored,
 )
 from gpushare.policy.views import quantity_int
+from gpushare.rulekit.quantity import parse_amount
 
 
 @pytest.mark.parametrize(

@@ -218,19 +218,7 @@ _ACK_LITERAL = re.compile(r"aliyun\.com|ack\.node\.gpu|cgpu\.disable|gpushare-de
 #: contract (quota.py), the constants and the development harness.
 _ACK_HOME = ("backends/", "api/", "devcluster/", "quota.py", "constants.py")
 #: Modules that still name ACK until the seam takes them over (this list only shrinks).
-_ACK_NOT_YET = frozenset(
-    {
-        "admission/catalog.py",
-        "admission/cel.py",
-        "admission/kinds.py",
-        "admission/model.py",
-        "admission/podspecs.py",
-        "admission/quantity.py",
-        "admission/rules.py",
-        "admission/targeting.py",
-        "webhook/registration.py",
-    }
-)
+_ACK_NOT_YET: frozenset[str] = frozenset()
 
 
 def _names_ack(tree: ast.Module) -> bool:

@@ -2,11 +2,17 @@
 
 Rule ids are stable (``GSnnn-*`` for pods and workloads, ``GPnnn-*`` for GPUSharePools); the
 table is :data:`RULES` (:mod:`gpushare.admission.catalog`) and docs/reference/admission-rules.md.
+The rules' building blocks are :mod:`gpushare.rulekit` (below the backends); the backends' own
+rules are ``gpushare.backends.ack.admission``. This package assembles and serves them: the one
+table, the entry points, the webhook's matchConditions, the ValidatingAdmissionPolicy.
 """
 
-from gpushare.admission.catalog import RULES, AdmissionRule, Verdict
-from gpushare.admission.catalog import AdmissionRule as Rule
-from gpushare.admission.kinds import (
+from gpushare.admission.catalog import RULES
+from gpushare.admission.model import node_info
+from gpushare.admission.podspecs import requests_gpu_sharing
+from gpushare.admission.rules import evaluate, evaluate_pool, is_denied
+from gpushare.admission.targeting import pool_node_labels
+from gpushare.rulekit.kinds import (
     BUILTIN_KINDS,
     DEFAULT_TABLE,
     KindsError,
@@ -17,11 +23,11 @@ from gpushare.admission.kinds import (
     object_name,
     table_with,
 )
-from gpushare.admission.model import EMPTY_CONTEXT, Context, Finding, NodeInfo, node_info
-from gpushare.admission.podspecs import pod_specs, requests_gpu_sharing
-from gpushare.admission.quantity import Amount, parse_amount
-from gpushare.admission.rules import evaluate, evaluate_pool, is_denied
-from gpushare.admission.targeting import pool_node_labels
+from gpushare.rulekit.model import EMPTY_CONTEXT, Context, Finding, NodeInfo
+from gpushare.rulekit.podspecs import pod_specs
+from gpushare.rulekit.quantity import Amount, parse_amount
+from gpushare.rulekit.records import AdmissionRule, Verdict
+from gpushare.rulekit.records import AdmissionRule as Rule
 
 __all__ = [
     "BUILTIN_KINDS",

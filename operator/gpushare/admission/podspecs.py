@@ -1,246 +1,55 @@
-"""Find the pods inside Kubernetes objects, by the workload-kinds table (:mod:`.kinds`).
+"""The webhook's fast gate: does an object ask for GPU sharing at all (:func:`requests_gpu_sharing`)?
 
-A :class:`PodLike` is one pod template: its location, the fields that constrain its nodes
-(``nodeSelector``, ``affinity``, ``nodeName``, inherited where the kind says so), its labels and its
-containers. Malformed objects (a missing or non-object part) give fewer pods, never an exception.
+It asks what the webhook's matchConditions ask (:func:`gpushare.admission.cel.gpu_sharing_condition`
+with ``nvidia="all"``), with the backends' resources and pod labels
+(:data:`gpushare.admission.cel.SHARING_PREFIXES`, :data:`~gpushare.admission.cel.SHARING_POD_LABELS`).
+Finding the pods is :mod:`gpushare.rulekit.podspecs`.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 from gpushare import constants as c
-from gpushare.admission.kinds import (
-    DEFAULT_TABLE,
-    POD_CONTAINERS,
-    KindTable,
-    PodSource,
-    WorkloadKind,
-    container_key,
-    container_label,
-    parse_path,
-    pod_labels_path,
-    resolve_relative,
-    walk,
-)
-
-#: ACK's multi-GPU sharing pod label: a pod carrying it asks for GPU sharing even without resources.
-POD_LABEL_GPU_COUNT = c.RES_GPU_COUNT
-
-#: NVIDIA's device plugin: whole or time-sliced GPUs, and shared GPUs under renameByDefault.
-NVIDIA_RESOURCES: tuple[str, ...] = (c.RES_NVIDIA_GPU, c.RES_NVIDIA_GPU_SHARED)
-#: The pod spec fields that constrain its nodes: an NVIDIA GPU pod with none of them is aimed at
-#: no pool (whole GPUs anywhere), and the webhook is not sent it.
-NODE_CONSTRAINT_FIELDS: tuple[str, ...] = ("nodeSelector", "affinity", "nodeName")
-
-#: Scheduling fields a pod-like may inherit (Argo: the workflow's, when the template has none).
-SCHEDULING_FIELDS: tuple[str, ...] = ("nodeSelector", "affinity", "tolerations")
-
-
-@dataclass(frozen=True)
-class ContainerRef:
-    """One container of a pod: where it is, what it is called, its resources maps and env."""
-
-    path: str  # e.g. spec.template.spec.containers[0]
-    label: str  # "container", "init container", "script", "sidecar", ...
-    name: str
-    limits: Mapping[str, Any]
-    requests: Mapping[str, Any]
-    env: tuple[Mapping[str, Any], ...] = ()
-
-    @property
-    def display(self) -> str:
-        return f'{self.label} "{self.name}"'
-
-    @property
-    def init(self) -> bool:
-        """Init containers run one after another, before the others (their memory is not added)."""
-        return self.label == "init container"
-
-
-@dataclass(frozen=True)
-class PodLike:
-    """One pod template inside an object."""
-
-    path: str
-    #: The node-constraint fields as the pods will have them (after inheritance).
-    spec: Mapping[str, Any]
-    #: Where those constraints are written, for messages (the inherited spec's path when inherited).
-    constraints_path: str
-    labels: Mapping[str, Any]
-    labels_path: str
-    containers: tuple[ContainerRef, ...] = field(default_factory=tuple)
-    #: Whether the pod-like's own fields constrain its nodes (nodeSelector, affinity or nodeName,
-    #: not inherited): what the webhook's matchConditions read for whole-GPU requests.
-    own_constraints: bool = False
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _container_ref(path: str, item: Mapping[str, Any], rel: str, index: int | None) -> ContainerRef:
-    name = item.get("name")
-    resources = _mapping(item.get("resources"))
-    env = item.get("env")
-    key = container_key(rel)
-    # Argo names the container of a container/script template "main"; KServe the model's "kserve-container".
-    default = f"#{index}" if index is not None else ("main" if key in ("container", "script") else key)
-    return ContainerRef(
-        path=path,
-        label=container_label(rel),
-        name=name if isinstance(name, str) and name else default,
-        limits=_mapping(resources.get("limits")),
-        requests=_mapping(resources.get("requests")),
-        env=tuple(e for e in env if isinstance(e, Mapping)) if isinstance(env, list) else (),
-    )
-
-
-def containers_at(base: str, node: Mapping[str, Any], rel: str) -> Iterator[ContainerRef]:
-    """Containers at ``rel`` (a path relative to the pod-like ``node`` at ``base``)."""
-    for path, item in walk(node, parse_path(rel), base):
-        if not isinstance(item, Mapping):
-            continue
-        index = int(path.rsplit("[", 1)[1].rstrip("]")) if path.endswith("]") else None
-        yield _container_ref(path, item, rel, index)
-
-
-def iter_containers(spec_path: str, spec: Mapping[str, Any]) -> Iterator[ContainerRef]:
-    """Containers, init and ephemeral containers of a PodSpec; entries that are not objects are skipped."""
-    for rel in POD_CONTAINERS:
-        yield from containers_at(spec_path, spec, rel)
-
-
-def _pod_like(obj: Mapping[str, Any], path: str, node: Mapping[str, Any], source: PodSource) -> PodLike:
-    containers = tuple(ref for rel in source.containers for ref in containers_at(path, node, rel))
-    spec: dict[str, Any] = {k: node[k] for k in (*SCHEDULING_FIELDS, "nodeName") if k in node}
-    constraints_path = path
-    if source.inherit is not None:
-        parent = next((v for _, v in walk(obj, parse_path(source.inherit))), None)
-        if isinstance(parent, Mapping):
-            inherited = {k: parent[k] for k in SCHEDULING_FIELDS if k not in spec and k in parent}
-            if inherited and not any(k in spec for k in ("nodeSelector", "affinity")):
-                constraints_path = source.inherit
-            spec.update(inherited)
-    labels = resolve_relative(obj, path, source.labels)
-    labels_path = pod_labels_path(path, source.labels)
-    own = any(k in node for k in NODE_CONSTRAINT_FIELDS)
-    return PodLike(path, spec, constraints_path, _mapping(labels), labels_path, containers, own)
-
-
-def pod_likes(obj: Mapping[str, Any], table: KindTable = DEFAULT_TABLE) -> list[PodLike]:
-    """Every pod template of ``obj`` by the kinds table; ``[]`` for kinds not in it."""
-    kind = table.lookup(obj)
-    if kind is None:
-        return []
-    out = []
-    for source in kind.sources:
-        for path, node in walk(obj, parse_path(source.path)):
-            if isinstance(node, Mapping):
-                out.append(_pod_like(obj, path, node, source))
-    return out
-
-
-def pod_specs(obj: Mapping[str, Any], table: KindTable = DEFAULT_TABLE) -> list[tuple[str, dict[str, Any]]]:
-    """``[(path, podspec)]`` of a Pod or a workload's pod templates; ``[]`` for other kinds."""
-    kind = table.lookup(obj)
-    if kind is None:
-        return []
-    return [
-        (path, node)
-        for source in kind.sources
-        for path, node in walk(obj, parse_path(source.path))
-        if isinstance(node, dict)
-    ]
-
-
-def is_gpu_resource(name: object) -> bool:
-    return isinstance(name, str) and name.startswith(c.GPU_RESOURCE_PREFIX)
-
-
-def asks_gpu(ref: ContainerRef) -> bool:
-    return any(is_gpu_resource(k) for k in ref.limits) or any(is_gpu_resource(k) for k in ref.requests)
-
-
-def asks_nvidia(ref: ContainerRef, resources: tuple[str, ...] = NVIDIA_RESOURCES) -> bool:
-    """Does the container ask for one of NVIDIA's GPU resources (``nvidia.com/gpu``,
-    ``nvidia.com/gpu.shared``)?"""
-    return any(r in ref.limits or r in ref.requests for r in resources)
-
-
-def judged_nvidia(pod: PodLike) -> bool:
-    """Whether the NVIDIA rules judge the pod: a container asks for ``nvidia.com/gpu.shared``, or
-    for ``nvidia.com/gpu`` in a pod whose own fields constrain its nodes (the webhook's
-    matchConditions ask the same: :func:`requests_gpu_sharing`)."""
-    if any(asks_nvidia(ref, (c.RES_NVIDIA_GPU_SHARED,)) for ref in pod.containers):
-        return True
-    return pod.own_constraints and any(asks_nvidia(ref, (c.RES_NVIDIA_GPU,)) for ref in pod.containers)
+from gpushare.admission.cel import SHARING_POD_LABELS, SHARING_PREFIXES
+from gpushare.rulekit.kinds import DEFAULT_TABLE, KindTable
+from gpushare.rulekit.podspecs import NODE_CONSTRAINT_FIELDS, gate_paths, has_prefix, pod_specs, values_at
 
 
 def requests_gpu_sharing(obj: Mapping[str, Any], table: KindTable = DEFAULT_TABLE) -> bool:
-    """Fast check: does any container of the object's pods mention an ``aliyun.com/gpu*`` resource
-    or ``nvidia.com/gpu.shared``, does a container ask for ``nvidia.com/gpu`` in a pod spec with
-    its own nodeSelector, affinity or nodeName (a pod that may be aimed at a pool), or does a pod
-    carry ACK's multi-GPU label ``aliyun.com/gpu-count``? (The webhook's matchConditions,
+    """Fast check: does any container of the object's pods mention a resource of a backend's
+    ``sharing_prefixes`` or ``nvidia.com/gpu.shared``, does a container ask for ``nvidia.com/gpu`` in
+    a pod spec with its own nodeSelector, affinity or nodeName (a pod that may be aimed at a pool),
+    or does a pod carry a backend's GPU-sharing pod label? (The webhook's matchConditions,
     :func:`gpushare.admission.cel.gpu_sharing_condition` with ``nvidia``, ask the same.)
 
     It runs on every review the webhook gets, so it only reads: the kind's paths are parsed once
-    (:func:`_gate`), and the containers are looked at where :func:`pod_likes` finds them without
-    building them."""
+    (:func:`gpushare.rulekit.podspecs.gate_paths`), and the containers are looked at where
+    :func:`gpushare.rulekit.podspecs.pod_likes` finds them without building them."""
     kind = table.lookup(obj)
     if kind is None:
         return False
-    labels, sources = _gate(kind)
+    labels, sources = gate_paths(kind)
     # The labels where the CEL looks for them, whether or not the pod spec beside them exists.
     for steps in labels:
-        if any(isinstance(found, Mapping) and POD_LABEL_GPU_COUNT in found for found in _values(obj, steps)):
+        if any(
+            isinstance(found, Mapping) and any(label in found for label in SHARING_POD_LABELS)
+            for found in values_at(obj, steps)
+        ):
             return True
     for steps, containers in sources:
-        for node in _values(obj, steps):
+        for node in values_at(obj, steps):
             if not isinstance(node, Mapping):
                 continue
             constrained = any(k in node for k in NODE_CONSTRAINT_FIELDS)
-            if any(_names_gpu(item, constrained) for rel in containers for item in _values(node, rel)):
+            if any(_names_gpu(item, constrained) for rel in containers for item in values_at(node, rel)):
                 return True
     return False
 
 
-Steps = tuple[str, ...]
-
-
-@functools.lru_cache(maxsize=256)
-def _gate(kind: WorkloadKind) -> tuple[tuple[Steps, ...], tuple[tuple[Steps, tuple[Steps, ...]], ...]]:
-    """A kind's label paths and (pod path, container paths), parsed."""
-    labels = tuple(parse_path(pod_labels_path(s.path, s.labels)) for s in kind.sources)
-    sources = tuple(
-        (parse_path(s.path), tuple(parse_path(rel) for rel in s.containers)) for s in kind.sources
-    )
-    return labels, sources
-
-
-def _values(node: Any, steps: Steps) -> Iterator[Any]:
-    """The values :func:`walk` reaches, without their paths."""
-    if not steps:
-        yield node
-        return
-    head, rest = steps[0], steps[1:]
-    if head == "[*]" or (head == "*" and isinstance(node, list)):
-        if isinstance(node, list):
-            for item in node:
-                yield from _values(item, rest)
-    elif head == "*":
-        if isinstance(node, Mapping):
-            for value in node.values():
-                yield from _values(value, rest)
-    elif isinstance(node, Mapping) and head in node:
-        yield from _values(node[head], rest)
-
-
 def _names_gpu(item: Any, constrained: bool = False) -> bool:
-    """A container whose resources name an ``aliyun.com/gpu*`` resource (as :func:`asks_gpu`) or
+    """A container whose resources name a resource of :data:`SHARING_PREFIXES` or
     ``nvidia.com/gpu.shared``, or ``nvidia.com/gpu`` when its pod spec is ``constrained``."""
     resources = item.get("resources") if isinstance(item, Mapping) else None
     if not isinstance(resources, Mapping):
@@ -248,7 +57,7 @@ def _names_gpu(item: Any, constrained: bool = False) -> bool:
     return any(
         isinstance(names, Mapping)
         and any(
-            is_gpu_resource(name)
+            has_prefix(name, SHARING_PREFIXES)
             or name == c.RES_NVIDIA_GPU_SHARED
             or (constrained and name == c.RES_NVIDIA_GPU)
             for name in names
@@ -257,31 +66,4 @@ def _names_gpu(item: Any, constrained: bool = False) -> bool:
     )
 
 
-#: How deep :func:`find_gpu_container` looks into an object of an unknown kind.
-MAX_SCAN_DEPTH = 40
-
-
-def find_gpu_container(node: Any, path: str = "", depth: int = 0) -> str | None:
-    """The path of the first container-like object (``resources.limits|requests`` naming an
-    ``aliyun.com/gpu*`` resource) anywhere in ``node``, or None. Bounded in depth."""
-    if depth > MAX_SCAN_DEPTH:
-        return None
-    if isinstance(node, Mapping):
-        resources = node.get("resources")
-        if isinstance(resources, Mapping) and any(
-            isinstance(resources.get(k), Mapping) and any(is_gpu_resource(r) for r in resources[k])
-            for k in ("limits", "requests")
-        ):
-            return path or "<root>"
-        for key, value in node.items():
-            if isinstance(value, Mapping | list):
-                found = find_gpu_container(value, f"{path}.{key}" if path else str(key), depth + 1)
-                if found is not None:
-                    return found
-    elif isinstance(node, list):
-        for i, item in enumerate(node):
-            if isinstance(item, Mapping | list):
-                found = find_gpu_container(item, f"{path}[{i}]", depth + 1)
-                if found is not None:
-                    return found
-    return None
+__all__ = ["pod_specs", "requests_gpu_sharing"]

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any
 
-from gpushare.admission.catalog import CODE_FORBIDDEN, CODE_INVALID, RULES
-from gpushare.admission.model import Finding
+from gpushare.admission.catalog import RULES
+from gpushare.rulekit.model import Finding
+from gpushare.rulekit.records import CODE_FORBIDDEN, CODE_INVALID
 
 CODE_BAD_REQUEST = 400
 

@@ -29,8 +29,17 @@ from typing import Any, Literal
 import yaml
 
 from gpushare import constants as c
-from gpushare.admission.catalog import STATELESS, AdmissionRule, CelMessage, cel_message
-from gpushare.admission.cel import (
+from gpushare.admission.catalog import STATELESS
+from gpushare.admission.cel import gpu_sharing_anywhere
+from gpushare.admission.webhook_config import (
+    TARGETS,
+    WebhookSettings,
+    WebhookTarget,
+    excluded_namespaces,
+    kind_paths,
+)
+from gpushare.backends.ack.admission.cel import gpu_entries
+from gpushare.rulekit.cel import (
     OBJECT_NAME,
     RESOURCE,
     KindPaths,
@@ -39,19 +48,11 @@ from gpushare.admission.cel import (
     containers_variable,
     entry,
     exists_at,
-    gpu_entries,
-    gpu_sharing_anywhere,
     is_flat,
     string_literal,
     uncovered,
 )
-from gpushare.admission.webhook_config import (
-    TARGETS,
-    WebhookSettings,
-    WebhookTarget,
-    excluded_namespaces,
-    kind_paths,
-)
+from gpushare.rulekit.records import AdmissionRule, CelMessage, cel_message
 
 POLICY_NAME = "gpushare-stateless-rules.gpushare.io"
 #: The rule ids the policy enforces (the rest need pools and nodes: the webhook's job).

@@ -26,9 +26,10 @@ from typing import Any, Literal
 import yaml
 
 from gpushare import constants as c
-from gpushare.admission.cel import KindPaths, gpu_sharing_condition
-from gpushare.admission.cel import kind_paths as cel_kind_paths
-from gpushare.admission.kinds import DEFAULT_TABLE, KindTable, WorkloadKind
+from gpushare.admission.cel import gpu_sharing_condition
+from gpushare.rulekit.cel import KindPaths
+from gpushare.rulekit.cel import kind_paths as cel_kind_paths
+from gpushare.rulekit.kinds import DEFAULT_TABLE, KindTable, WorkloadKind
 
 FailurePolicy = Literal["Fail", "Ignore"]
 
@@ -61,7 +62,7 @@ class WebhookTarget:
 
 
 def targets_for(table: KindTable = DEFAULT_TABLE) -> tuple[WebhookTarget, ...]:
-    """One target per kind of the workload-kinds table (:mod:`gpushare.admission.kinds`), then pools."""
+    """One target per kind of the workload-kinds table (:mod:`gpushare.rulekit.kinds`), then pools."""
     return (
         *(
             WebhookTarget(

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from gpushare.admission import EMPTY_CONTEXT, Context, NodeInfo
-from gpushare.admission.model import node_info
+from gpushare.admission.model import node_info, node_of
 from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
 from gpushare.policy import NodeView
 
@@ -68,7 +68,7 @@ class ContextCache:
         if type_ == "DELETED" or view is None:
             self._feed(name, None)
         else:
-            self._feed(name, NodeInfo.of(view.name, view.labels, view.allocatable, view.annotations))
+            self._feed(name, node_of(view.name, view.labels, view.allocatable, view.annotations))
 
     def nodes_listed(self, names: set[str]) -> None:
         """After a complete list (``gpushare.k8s.watch.OnListed``): forget the nodes not in it."""

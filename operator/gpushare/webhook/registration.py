@@ -8,10 +8,10 @@
   live context of the rules (``ContextCache``);
 * one validating handler per resource kind, with explicit ids that are also the URL paths
   (``validate-pods``, ``validate-deployments``, ... ``validate-gpusharepools``; see
-  ``gpushare.admission.webhook_config.TARGETS``). Objects without any ``aliyun.com/gpu*``
-  request are allowed at once, without touching the indexes. Denials are ``Denied`` (a
-  ``kopf.AdmissionError``) with code 422 (invalid value) or 403 (policy); warnings go to the
-  ``warnings`` list, which ``kubectl`` prints;
+  ``gpushare.admission.webhook_config.TARGETS``). Objects that ask for no GPU sharing
+  (``gpushare.admission.requests_gpu_sharing``) are allowed at once, without touching the
+  indexes. Denials are ``Denied`` (a ``kopf.AdmissionError``) with code 422 (invalid value) or
+  403 (policy); warnings go to the ``warnings`` list, which ``kubectl`` prints;
 * a startup handler that serves HTTPS (``GPUShareWebhookServer``) with the certificate of
   ``CertLifecycle`` (the operator's Secret, or mounted files, e.g. from cert-manager), which also
   keeps the shipped ValidatingWebhookConfiguration's caBundle current; a cleanup handler (in

@@ -1,14 +1,14 @@
-"""Values of the GPU-sharing extended resources (``aliyun.com/gpu-mem``, ``gpu-core.percentage``).
+"""Values of the GPU-sharing extended resources (a backend's GPU memory and compute share).
 
-Both are counted in whole units (GiB or MiB of GPU memory, percent of one GPU). A value is judged
+They are counted in whole units (GiB or MiB of GPU memory, percent of one GPU). A value is judged
 as the apiserver stores it: a Kubernetes quantity is canonicalized before any admission plugin
 sees it (``5e1``, ``0.05k`` and ``50000m`` are stored as ``50``, ``5000`` as ``5k``), so every
 spelling of a whole amount is that amount. Refused, with a reason: a fraction (``1.5``), a
 negative amount, a binary suffix the apiserver keeps (``2Gi``: a whole number of KiB written with
 ``Ki``..``Ei``; ``1.5Ki`` is stored as ``1536``), text that is no quantity, and JSON that is no
 number or string. The rules turn the reason into a denial, never an exception; the
-ValidatingAdmissionPolicy's CEL (:func:`gpushare.admission.cel.number`,
-:func:`gpushare.admission.cel.reason`) reads the same.
+ValidatingAdmissionPolicy's CEL (:func:`gpushare.rulekit.cel.number`,
+:func:`gpushare.rulekit.cel.reason`) reads the same.
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def same_amount(a: object, b: object) -> bool:
 
 
 def parse_count(raw: object) -> Amount:
-    """A count written as a label value (``aliyun.com/gpu-count: "2"``): labels are text, stored
+    """A count written as a label value (such as ACK's multi-GPU label, ``"2"``): labels are text, stored
     as written, so only plain digits count (the scheduler reads them with ``strconv.Atoi``)."""
     if isinstance(raw, str) and raw.isascii() and raw.isdigit() and len(raw) <= 18:
         return Amount(raw, value=int(raw))

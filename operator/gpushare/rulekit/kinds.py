@@ -4,7 +4,7 @@ Each :class:`WorkloadKind` names a resource (group, versions, plural, kind, scop
 :class:`PodSource` entries. A pod source is a *path* from the object root to something pod-like
 (a PodSpec, or an Argo template, or a KServe predictor) that carries the node constraints
 (``nodeSelector``, ``affinity``, ``nodeName``), plus the container locations relative to it and where
-the pod's labels are (ACK's ``aliyun.com/gpu-count`` is a pod label).
+the pod's labels are (a backend may read a pod label, as ACK's multi-GPU sharing does).
 
 Path syntax: dot-separated keys; ``*`` is every value of a map (or every item of a list) and
 ``[*]`` every item of a list, e.g. ``spec.pytorchReplicaSpecs.*.template.spec`` or
