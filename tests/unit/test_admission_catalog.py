@@ -36,7 +36,7 @@ def test_each_rule_id_is_defined_in_one_place() -> None:
     """No GSnnn id is written anywhere in the package but in its record."""
     ids = re.compile(r"GS\d{3}")
     for path in PACKAGE.rglob("*.py"):
-        if path == ACK_CATALOG:
+        if path.name == "catalog.py" and path.parent.name == "admission":
             continue
         found = ids.findall(path.read_text())
         assert not found, f"{path.relative_to(REPO)} names {sorted(set(found))}: use the catalog's record"

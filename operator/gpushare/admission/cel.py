@@ -11,7 +11,7 @@ walks, values) are :mod:`gpushare.rulekit.cel`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 from gpushare import constants as c
@@ -68,6 +68,11 @@ def _nvidia_gpu_parts(kind: KindPaths) -> list[str]:
     return parts
 
 
+def _carries(label: str) -> Callable[[str], str]:
+    """A pod's label map ``m`` has ``label``."""
+    return lambda m: f"{string_literal(label)} in {m}"
+
+
 #: How much of NVIDIA's requests a condition matches: none (the policy's), ``nvidia.com/gpu.shared``
 #: only (the shipped webhook configuration's), or also ``nvidia.com/gpu`` in a pod spec with node
 #: constraints (the webhook's while the cluster has an NVIDIA pool; ``gpushare.admission.gate``).
@@ -83,11 +88,7 @@ def gpu_sharing_condition(kind: KindPaths, nvidia: NvidiaMatch = "none") -> str:
     parts = [
         exists_at(path, lambda x: container_asks(x, SHARING_PREFIXES)) for path, _ in kind.all_containers()
     ]
-    parts.extend(
-        exists_at(path, lambda m, label=label: f"{string_literal(label)} in {m}")
-        for path in kind.labels
-        for label in SHARING_POD_LABELS
-    )
+    parts.extend(exists_at(path, _carries(label)) for path in kind.labels for label in SHARING_POD_LABELS)
     if nvidia in ("shared", "all"):
         parts.extend(_nvidia_shared_parts(kind))
     if nvidia == "all":
