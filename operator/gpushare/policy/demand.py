@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpushare import constants as c
-from gpushare.admission.model import Context, NodeInfo
+from gpushare.admission.model import Context, NodeInfo, node_of
 from gpushare.admission.targeting import Constraints, names_nodes, node_constraints, resolve
 from gpushare.api.v1alpha1 import GPUSharePool
 from gpushare.backends import BACKENDS, backend_for
@@ -146,7 +146,8 @@ def waiting_pod(obj: Mapping[str, Any]) -> WaitingPod | None:
 
 
 def node_info(view: NodeView) -> NodeInfo:
-    return NodeInfo(name=view.name, labels=dict(view.labels), allocatable=dict(view.allocatable))
+    """The rules' model of a node (as the webhook builds it: ``admission.model.node_of``)."""
+    return node_of(view.name, view.labels, view.allocatable, view.annotations)
 
 
 def targets(
