@@ -79,20 +79,23 @@ def rule_validation(
     rule: AdmissionRule,
     kinds: Sequence[KindPaths],
     *,
-    gpu_var: str = "variables.gpu",
-    groups_var: str | None = "variables.gpuGroups",
+    gpu_var: str | None = "variables.gpu",
+    groups_var: str | None = None,
     name_var: str = "variables.objectName",
     resource_var: str = "variables.resource",
 ) -> dict[str, str]:
     """The VAP validation of one stateless rule: expression, messageExpression, message, reason.
 
-    ``groups_var`` None: the kinds have no grouped containers (no ``gpuGroups`` to read). The
-    apiserver evaluates every messageExpression for every request the policy matches, passing
-    ones too (validating/validator.go), in a context of its own where the variables are computed
-    again; so the object's name is read only in the branches of a broken container."""
+    ``gpu_var`` a list of GPU entries, ``groups_var`` a list of lists of them (the policy reads
+    one or the other; a None is not read). The apiserver evaluates every messageExpression for
+    every request the policy matches, passing ones too (validating/validator.go), in a context of
+    its own where the variables are computed again; so the object's name is read only in the
+    branches of a broken container."""
     assert rule.cel is not None
     broken = f"({rule.cel.broken})"
-    checks = [f"!{gpu_var}.exists(e, {broken})"]
+    checks = []
+    if gpu_var is not None:
+        checks.append(f"!{gpu_var}.exists(e, {broken})")
     if groups_var is not None:
         checks.append(f"!{groups_var}.exists(g, g.exists(e, {broken}))")
     walks = uncovered(kinds)
@@ -103,20 +106,21 @@ def rule_validation(
     summary = f"a container {rule.cel.summary} {rule.tag}"
     # Without walked paths the last branch is reached only when the rule holds (the message is
     # then not shown): the summary alone.
-    text = f"{name_var} + ': ' + {string_literal(summary)}" if walks else string_literal(summary)
+    message = f"{name_var} + ': ' + {string_literal(summary)}" if walks else string_literal(summary)
     detail = _detail(rule)
     if groups_var is not None:
-        text = (
+        message = (
             f"({groups_var}.exists(g, g.exists(e, {broken}))"
             f" ? {name_var} + ': ' + {groups_var}.filter(g, g.exists(e, {broken}))[0]"
             f".filter(e, {broken}).map(e, {detail})[0]"
-            f" : {text})"
+            f" : {message})"
         )
-    message = (
-        f"({gpu_var}.exists(e, {broken})"
-        f" ? {name_var} + ': ' + {gpu_var}.filter(e, {broken}).map(e, {detail})[0]"
-        f" : {text})"
-    )
+    if gpu_var is not None:
+        message = (
+            f"({gpu_var}.exists(e, {broken})"
+            f" ? {name_var} + ': ' + {gpu_var}.filter(e, {broken}).map(e, {detail})[0]"
+            f" : {message})"
+        )
     return {
         "expression": " && ".join(checks),
         "messageExpression": message,
@@ -129,8 +133,8 @@ def pod_rule_validation(
     rule: AdmissionRule,
     kinds: Sequence[KindPaths],
     *,
-    gpu_var: str = "variables.gpu",
-    groups_var: str | None = "variables.gpuGroups",
+    gpu_var: str | None = "variables.gpu",
+    groups_var: str | None = None,
     name_var: str = "variables.objectName",
 ) -> dict[str, str]:
     """The VAP validation of a stateless rule on a pod spec's field (``rule.pod_cel``): broken
@@ -140,9 +144,10 @@ def pod_rule_validation(
     form = rule.pod_cel
     assert form is not None
     sharing = "e.mn != -2 || e.cn != -2"
-    asks = f"{gpu_var}.exists(e, {sharing})"
+    asking = [f"{gpu_var}.exists(e, {sharing})"] if gpu_var is not None else []
     if groups_var is not None:
-        asks = f"({asks} || {groups_var}.exists(g, g.exists(e, {sharing})))"
+        asking.append(f"{groups_var}.exists(g, g.exists(e, {sharing}))")
+    asks = asking[0] if len(asking) == 1 else f"({' || '.join(asking)})"
     paths = list(dict.fromkeys(path for kind in kinds for path in kind.pod_specs))
     at = {path: exists_at(path, lambda node: f"[{node}].exists(p, {form.broken})") for path in paths}
     summary = f"a pod {form.summary} {rule.tag}"
@@ -208,21 +213,27 @@ def build_policy(
         raise ValueError(f"no kinds for the {part} policy")
     paths = [k for k, _, _ in kinds]
     groups = container_groups_variable(paths)
+    grouped = groups != "[]"
     variables = [
         {"name": "resource", "expression": RESOURCE},
         {"name": "objectName", "expression": OBJECT_NAME},
         {"name": "containers", "expression": containers_variable(paths)},
-        {"name": "containerGroups", "expression": groups},
-        {"name": "gpu", "expression": gpu_entries("variables.containers")},
-        {"name": "gpuGroups", "expression": f"variables.containerGroups.map(g, {gpu_entries('g')})"},
     ]
-    grouped = groups != "[]"
-    if not grouped:
-        variables = [v for v in variables if v["name"] not in ("containerGroups", "gpuGroups")]
+    if grouped:
+        # One list of lists of GPU entries: the ungrouped containers first, then each group (the
+        # GPU entries' expression written once; a broken container is found in the same order).
+        every = "[variables.containers] + variables.containerGroups"
+        variables += [
+            {"name": "containerGroups", "expression": groups},
+            {"name": "gpuGroups", "expression": f"({every}).map(g, {gpu_entries('g')})"},
+        ]
+    else:
+        variables.append({"name": "gpu", "expression": gpu_entries("variables.containers")})
+    gpu_var, groups_var = (None, "variables.gpuGroups") if grouped else ("variables.gpu", None)
     validations = [
-        rule_validation(rule, paths, groups_var="variables.gpuGroups" if grouped else None)
+        rule_validation(rule, paths, gpu_var=gpu_var, groups_var=groups_var)
         if rule.cel is not None
-        else pod_rule_validation(rule, paths, groups_var="variables.gpuGroups" if grouped else None)
+        else pod_rule_validation(rule, paths, gpu_var=gpu_var, groups_var=groups_var)
         for rule in STATELESS
     ]
     condition = gpu_sharing_anywhere(paths)
