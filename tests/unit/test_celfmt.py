@@ -39,7 +39,9 @@ def _outside(expr: str) -> tuple[str, list[str]]:
     literals: list[str] = []
     i = 0
     while i < len(expr):
-        match = _LITERAL.match(expr, i) if expr[i] in "'\"r" and (i == 0 or not expr[i - 1].isalnum()) else None
+        match = (
+            _LITERAL.match(expr, i) if expr[i] in "'\"r" and (i == 0 or not expr[i - 1].isalnum()) else None
+        )
         if match is not None:
             out.append(match.group())
             literals.append(match.group())
@@ -69,7 +71,10 @@ def _string_literal(draw: st.DrawFn) -> str:
 
 _names = st.sampled_from(["a", "e.cn", "variables.gpu", "object.spec.template", "x1", "r", "in_", "size"])
 _atoms = st.one_of(
-    _names, st.integers(-5, 10**6).map(str), st.sampled_from(["1.5e+3", "2e-1", "true", "null"]), _string_literal()
+    _names,
+    st.integers(-5, 10**6).map(str),
+    st.sampled_from(["1.5e+3", "2e-1", "true", "null"]),
+    _string_literal(),
 )
 
 
@@ -112,7 +117,9 @@ def _split_outside(expr: str) -> list[str]:
     out: list[str] = []
     i = 0
     while i < len(expr):
-        match = _LITERAL.match(expr, i) if expr[i] in "'\"r" and (i == 0 or not expr[i - 1].isalnum()) else None
+        match = (
+            _LITERAL.match(expr, i) if expr[i] in "'\"r" and (i == 0 or not expr[i - 1].isalnum()) else None
+        )
         if match is not None:
             out.append(match.group())
             i = match.end()
@@ -156,11 +163,13 @@ def test_the_layout_breaks_at_the_loosest_separator_and_indents_brackets() -> No
         "    r.startsWith('aliyun.com/gpu'))))"
     )
     chain = "(v == 'a' ? [1, 2] : (v == 'b' ? [3] : (v == 'c' ? [4, 5, 6] : [])))"
-    assert layout(chain, 20) == "(v == 'a'\n  ? [1, 2]\n  : (v == 'b'\n  ? [3]\n  : (v == 'c'\n  ? [4, 5, 6]\n  : [])))"
+    assert (
+        layout(chain, 20)
+        == "(v == 'a'\n  ? [1, 2]\n  : (v == 'b'\n  ? [3]\n  : (v == 'c'\n  ? [4, 5, 6]\n  : [])))"
+    )
     calls = "variables.containers.filter(e, e.name != 'x').map(e, {'label': e.label, 'name': e.name})"
     assert layout(calls, 50) == (
-        "variables.containers.filter(e, e.name != 'x')\n"
-        "  .map(e, {'label': e.label, 'name': e.name})"
+        "variables.containers.filter(e, e.name != 'x')\n  .map(e, {'label': e.label, 'name': e.name})"
     )
 
 
@@ -197,7 +206,9 @@ def test_split_literals_keeps_every_string_and_all_else(expr: str, size: int) ->
     _, out_literals = _outside(out)
     assert "".join(_body(lit) for lit in out_literals) == "".join(_body(lit) for lit in literals)
     assert _joined(_shape(out)) == _joined(_shape(expr))
-    assert all(len(lit) <= size or " " not in lit.rstrip("'\" ")[1:] for lit in set(out_literals) - set(literals))
+    assert all(
+        len(lit) <= size or " " not in lit.rstrip("'\" ")[1:] for lit in set(out_literals) - set(literals)
+    )
     assert layout(readable(expr)) == readable(expr)
 
 

@@ -167,6 +167,8 @@ def _parse(expr: str) -> _Group:
             stack[-1].parts.append(_Sep(ch))
             i += 1
         else:
+            if ch == "." and buf == [" "] and stack[-1].parts and isinstance(stack[-1].parts[-1], _Group):
+                buf.clear()  # ") .map(": the line break a layout put before a chained call
             buf.append(ch)
             i += 1
     flush()
@@ -311,8 +313,8 @@ class _Layout:
             if not isinstance(p, _Group):
                 text = _flat(p)
                 if n > 0 and text.startswith(".") and isinstance(parts[n - 1], _Group):
-                    after = _flat(parts[n + 1]) if n + 1 < len(parts) else ""
-                    if col + len(text) + len(after) > self.width and col > indent + self.step:
+                    call = _flat(parts[n + 1]) if n + 1 < len(parts) else ""
+                    if col + len(text) + len(call) > self.width and col > indent + self.step:
                         base = indent + self.step
                         out += "\n" + " " * base
                         col = base
@@ -360,7 +362,9 @@ def split_literals(expr: str, size: int = LITERAL) -> str:
             if chunks[-1] and len(chunks[-1]) + len(word) + 2 > size:
                 chunks.append("")
             chunks[-1] += word
-        out.append(literal if len(chunks) == 1 else "(" + " + ".join(f"{quote}{c}{quote}" for c in chunks) + ")")
+        out.append(
+            literal if len(chunks) == 1 else "(" + " + ".join(f"{quote}{c}{quote}" for c in chunks) + ")"
+        )
     return "".join(out)
 
 
@@ -428,9 +432,11 @@ _Dumper.add_representer(str, _str)
 
 def yaml_dump(data: Any, **kwargs: Any) -> str:
     """``yaml.safe_dump`` with multi-line strings as literal blocks (``|-``)."""
-    return yaml.dump(data, Dumper=_Dumper, **kwargs)
+    text: str = yaml.dump(data, Dumper=_Dumper, **kwargs)
+    return text
 
 
 def yaml_dump_all(docs: Iterable[Any], **kwargs: Any) -> str:
     """``yaml.safe_dump_all`` with multi-line strings as literal blocks (``|-``)."""
-    return yaml.dump_all(docs, Dumper=_Dumper, **kwargs)
+    text: str = yaml.dump_all(docs, Dumper=_Dumper, **kwargs)
+    return text
