@@ -3,7 +3,8 @@ ValidatingWebhookConfiguration (gpushare.admission.webhook_config, default setti
 chart's template fills in with its values (failurePolicy, timeoutSeconds, namespaces); and
 files/policy-spec.yaml: the specs of the ValidatingAdmissionPolicies (gpushare.admission.vap:
 the Pods policy and the workload kinds' one), by name, whose excluded namespaces
-templates/policy.yaml fills in.
+templates/policy.yaml fills in. Their CEL is laid out over lines by the builders
+(gpushare.admission.celfmt) and written as YAML literal blocks.
 
     python hack/chart-webhooks.py            # (make manifests) write the file
     python hack/chart-webhooks.py --print    # print it
@@ -17,8 +18,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import yaml
-
+from gpushare.admission.celfmt import yaml_dump
 from gpushare.admission.vap import build_policies
 from gpushare.admission.webhook_config import WebhookSettings, build_configuration
 
@@ -40,12 +40,12 @@ POLICY_HEADER = (
 
 def render_policy() -> str:
     specs = {p["metadata"]["name"]: p["spec"] for p in build_policies(WebhookSettings())}
-    return POLICY_HEADER + yaml.safe_dump(specs, sort_keys=False, width=100000)
+    return POLICY_HEADER + yaml_dump(specs, sort_keys=False, width=100000)
 
 
 def render() -> str:
     hooks = build_configuration(WebhookSettings())["webhooks"]
-    return HEADER + yaml.safe_dump(hooks, sort_keys=False)
+    return HEADER + yaml_dump(hooks, sort_keys=False)
 
 
 if __name__ == "__main__":

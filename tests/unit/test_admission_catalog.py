@@ -23,6 +23,7 @@ from gpushare.admission.review import verdict
 from gpushare.admission.vap import build_policy
 from gpushare.backends.ack.admission import catalog as ack
 from gpushare.rulekit.records import CODE_FORBIDDEN, CODE_INVALID, AdmissionRule, cel_text
+from support.celtext import one_line
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "operator" / "gpushare"
@@ -143,8 +144,10 @@ def test_the_engine_writes_the_records_message_for_a_pod_field() -> None:
 def test_the_policy_writes_the_records_messages(rule: AdmissionRule) -> None:
     """Each case of the record, as a CEL concatenation of the same text, is in the rule's
     messageExpression; and no other rule's text is."""
-    (validation,) = [v for v in build_policy()["spec"]["validations"] if rule.tag in v["messageExpression"]]
-    expression = validation["messageExpression"]
+    (validation,) = [
+        v for v in build_policy()["spec"]["validations"] if rule.tag in one_line(v["messageExpression"])
+    ]
+    expression = one_line(validation["messageExpression"])
     others = {r.tag for r in cat.ALL_RULES} - {rule.tag}
     if rule.pod_cel is not None:
         form = rule.pod_cel

@@ -19,6 +19,7 @@ from gpushare.admission.webhook_config import TARGETS, WebhookSettings, build_co
 from gpushare.rulekit.cel import KindPaths, PathError, Step, exists_at, kind_paths, parse_path
 from gpushare.rulekit.kinds import DEFAULT_TABLE, PodSource, WorkloadKind, table_with
 from gpushare.rulekit.podspecs import pod_specs
+from support.celtext import one_line
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -81,7 +82,7 @@ def test_every_workload_webhook_matches_only_gpu_sharing_and_pools_always_go() -
             assert "matchConditions" not in hook
             continue
         (cond,) = hook["matchConditions"]  # every kind of the table, Argo and KServe included
-        expr = cond["expression"]
+        expr = one_line(cond["expression"])
         assert expr.startswith("object != null && (")
         assert target.workload is not None
         for source in target.workload.sources:
@@ -197,9 +198,9 @@ def test_policy_covers_the_webhook_kinds_and_the_stateless_rules() -> None:
     # every built-in container path is in one of the two variables: no per-rule walk, bounded size
     assert all("all(x" not in v["expression"] for v in spec["validations"])
     assert len(yaml.safe_dump(policy)) < 400_000
-    assert [v["messageExpression"].count("(rule ") > 0 for v in spec["validations"]] == [True] * len(
-        POLICY_RULES
-    )
+    assert [one_line(v["messageExpression"]).count("(rule ") > 0 for v in spec["validations"]] == [
+        True
+    ] * len(POLICY_RULES)
     assert set(POLICY_RULES) == {
         "GS001-core-percentage-step",
         "GS002-core-percentage-range",
@@ -290,10 +291,110 @@ def test_chart_policy_spec_is_current() -> None:
     assert path.read_text() == module.render_policy(), "stale: run 'make manifests'"
 
 
-def test_each_shipped_policy_fits_kubectls_last_applied_annotation() -> None:
+def _open_gate(configuration: dict[str, Any]) -> dict[str, Any]:
+    """The configuration with every entry's NVIDIA gate open (the operator's patch)."""
+    from gpushare.admission.gate import gate_patch
+
+    patch = gate_patch({**configuration, "metadata": {"resourceVersion": "1"}}, True, TARGETS)
+    out: dict[str, Any] = json.loads(json.dumps(configuration))
+    for op in patch.ops[1:]:
+        _, _, index, _, j, _ = op["path"].split("/")
+        out["webhooks"][int(index)]["matchConditions"][int(j)]["expression"] = op["value"]
+    return out
+
+
+def test_each_shipped_object_fits_kubectls_last_applied_annotation() -> None:
     """A client-side ``kubectl apply`` keeps the whole object, as JSON, in its
     last-applied-configuration annotation, and the apiserver refuses annotations over 256 KiB
-    (the manifests test applies them that way)."""
-    for policy in build_policies():
-        size = len(json.dumps(policy, separators=(",", ":")))
-        assert size < 256 * 1024 - 16 * 1024, (policy["metadata"]["name"], size)
+    (the manifests test applies them that way): the laid-out CEL's whitespace counts too. The
+    webhook configuration with the NVIDIA gate open is the largest it gets."""
+    configuration = build_configuration(WebhookSettings())
+    opened = _open_gate(configuration)
+    assert opened != configuration
+    for obj in [*build_policies(), configuration, opened]:
+        size = len(json.dumps(obj, separators=(",", ":")))
+        assert size < 256 * 1024 - 16 * 1024, (obj["metadata"]["name"], size)
+
+
+#: The generated files whose CEL is laid out over lines.
+GENERATED = [
+    REPO / "manifests" / "webhook" / "policy.yaml",
+    REPO / "manifests" / "webhook" / "policy-pods.yaml",
+    REPO / "manifests" / "webhook" / "webhook.yaml",
+    REPO / "charts" / "gpushare-operator" / "files" / "policy-spec.yaml",
+    REPO / "charts" / "gpushare-operator" / "files" / "webhooks.yaml",
+]
+
+
+@pytest.mark.parametrize("path", GENERATED, ids=lambda p: p.name)
+def test_no_line_of_the_generated_cel_files_is_over_200_characters(path: Path) -> None:
+    """Every variable, condition and validation is multi-line CEL a reviewer can read: a YAML
+    literal block (``|-``) of lines of at most 200 characters (a long message literal is split)."""
+    lines = path.read_text().splitlines()
+    assert max(len(line) for line in lines) <= 200, [line[:80] for line in lines if len(line) > 200]
+    text = path.read_text()
+    assert text.count("expression: |-") > 0
+
+
+def _expressions(obj: Any) -> list[str]:
+    """Every CEL expression of a generated object, in order."""
+    if isinstance(obj, dict):
+        own = [v for k, v in obj.items() if k in ("expression", "messageExpression") and isinstance(v, str)]
+        return own + [
+            e for k, v in obj.items() if k not in ("expression", "messageExpression") for e in _expressions(v)
+        ]
+    if isinstance(obj, list):
+        return [e for item in obj for e in _expressions(item)]
+    return []
+
+
+def test_the_shipped_cel_is_the_generators_laid_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The builders write what the CEL generator wrote, laid out (celfmt.readable): the same
+    text once back on one line; only the whitespace and the long literals' splits differ."""
+    import gpushare.admission.vap as vap
+    import gpushare.admission.webhook_config as webhook_config
+    from gpushare.admission.celfmt import readable
+
+    shipped = _expressions([*build_policies(), build_configuration(WebhookSettings())])
+    monkeypatch.setattr(vap, "readable", lambda expr: expr)
+    monkeypatch.setattr(webhook_config, "readable", lambda expr: expr)
+    raw = _expressions([*build_policies(), build_configuration(WebhookSettings())])
+    assert len(shipped) == len(raw) > 50
+    for laid, written in zip(shipped, raw, strict=True):
+        assert laid == readable(written)
+        assert one_line(laid) == written
+        assert max(len(line) for line in laid.split("\n")) <= 190, laid[:200]
+
+
+def test_the_gate_knows_its_conditions_however_they_are_laid_out() -> None:
+    """A configuration applied before the CEL was laid out over lines has the same conditions on
+    one line: the NVIDIA gate reads them as its own and rewrites them laid out."""
+    from gpushare.admission.gate import condition, gate_of, gate_patch
+    from gpushare.admission.webhook_config import webhook_name
+
+    configuration = build_configuration(WebhookSettings())
+    by_name = {webhook_name(t.handler_id): t for t in TARGETS}
+    flat = json.loads(json.dumps(configuration))
+    gated = 0
+    for hook in flat["webhooks"]:
+        target = by_name[hook["name"]]
+        if "matchConditions" not in hook:
+            continue
+        hook["matchConditions"][0]["expression"] = one_line(hook["matchConditions"][0]["expression"])
+        assert "\n" not in hook["matchConditions"][0]["expression"]
+        assert gate_of(hook, target) is False
+        gated += 1
+        opened = {
+            **hook,
+            "matchConditions": [
+                {**hook["matchConditions"][0], "expression": one_line(str(condition(target, True)))}
+            ],
+        }
+        assert gate_of(opened, target) is True
+    patch = gate_patch({**flat, "metadata": {"resourceVersion": "7"}}, True, TARGETS)
+    assert len(patch.ops) == gated + 1 and not patch.foreign
+    assert all(
+        op["value"] == condition(by_name[flat["webhooks"][int(op["path"].split("/")[2])]["name"]], True)
+        for op in patch.ops[1:]
+    )
+    assert gate_patch({**flat, "metadata": {"resourceVersion": "7"}}, False, TARGETS).ops == ()

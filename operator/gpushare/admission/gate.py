@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpushare.admission.cel import gpu_sharing_condition
+from gpushare.admission.celfmt import readable, tokens
 from gpushare.admission.webhook_config import MATCH_CONDITION_NAME, WebhookTarget, kind_paths, webhook_name
 
 
@@ -43,11 +44,31 @@ def gate_wanted(pools: Iterable[Mapping[str, Any]]) -> bool:
 @functools.lru_cache(maxsize=256)
 def condition(target: WebhookTarget, open_: bool) -> str | None:
     """The expression of the target's ``asks-for-gpu-sharing`` condition with the gate open or
-    closed; None for a target without one (pools; kinds CEL cannot select)."""
+    closed, laid out as the shipped configuration has it (:mod:`gpushare.admission.celfmt`); None
+    for a target without one (pools; kinds CEL cannot select)."""
     paths = kind_paths(target)
     if paths is None:
         return None
-    return gpu_sharing_condition(paths, "all" if open_ else "shared")
+    return readable(gpu_sharing_condition(paths, "all" if open_ else "shared"))
+
+
+@functools.lru_cache(maxsize=256)
+def _condition_tokens(target: WebhookTarget, open_: bool) -> tuple[str, ...] | None:
+    wanted = condition(target, open_)
+    return None if wanted is None else tuple(tokens(wanted))
+
+
+def _is(expression: Any, target: WebhookTarget, open_: bool) -> bool:
+    """Whether ``expression`` is gpushare's condition for the gate open or closed, however it is
+    laid out (a configuration applied before the expressions were laid out over lines, too)."""
+    if not isinstance(expression, str) or condition(target, open_) is None:
+        return False
+    if expression == condition(target, open_):
+        return True
+    try:
+        return tuple(tokens(expression)) == _condition_tokens(target, open_)
+    except ValueError:  # an unterminated literal: not ours
+        return False
 
 
 def gate_of(hook: Mapping[str, Any], target: WebhookTarget) -> bool | None:
@@ -56,9 +77,9 @@ def gate_of(hook: Mapping[str, Any], target: WebhookTarget) -> bool | None:
     for cond in hook.get("matchConditions") or ():
         if isinstance(cond, Mapping) and cond.get("name") == MATCH_CONDITION_NAME:
             expression = cond.get("expression")
-            if expression == condition(target, True):
+            if _is(expression, target, True):
                 return True
-            if expression == condition(target, False):
+            if _is(expression, target, False):
                 return False
             return None
     return None
@@ -93,9 +114,9 @@ def gate_patch(current: Mapping[str, Any], open_: bool, targets: Sequence[Webhoo
             if not isinstance(cond, Mapping) or cond.get("name") != MATCH_CONDITION_NAME:
                 continue
             expression = cond.get("expression")
-            if expression == condition(target, open_):
+            if _is(expression, target, open_):
                 break
-            if expression != condition(target, not open_):
+            if not _is(expression, target, not open_):
                 foreign.append(str(hook.get("name")))
                 break
             ops.append(

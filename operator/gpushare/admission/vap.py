@@ -16,6 +16,9 @@ Pod's share of the CEL to what a Pod has. The Python rules engine stays the refe
 integration test drives generated objects through the real apiserver with only these policies
 installed and compares.
 
+Every expression is laid out over lines for review (:func:`gpushare.admission.celfmt.readable`:
+whitespace, and long literals split into concatenations) and written as a YAML literal block.
+
 ``python -m gpushare.admission.vap`` prints ``manifests/webhook/policy.yaml``.
 """
 
@@ -26,11 +29,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Literal
 
-import yaml
-
 from gpushare import constants as c
 from gpushare.admission.catalog import STATELESS
 from gpushare.admission.cel import gpu_sharing_anywhere
+from gpushare.admission.celfmt import readable, yaml_dump_all
 from gpushare.admission.webhook_config import (
     TARGETS,
     WebhookSettings,
@@ -165,6 +167,11 @@ def pod_rule_validation(
     }
 
 
+def _laid_out(validation: dict[str, str]) -> dict[str, str]:
+    """A validation with its expressions laid out over lines (:mod:`gpushare.admission.celfmt`)."""
+    return {k: readable(v) if k in ("expression", "messageExpression") else v for k, v in validation.items()}
+
+
 #: ``(paths, operations, versions)`` of one kind.
 PolicyKind = tuple[KindPaths, tuple[str, ...], tuple[str, ...]]
 
@@ -239,6 +246,8 @@ def build_policy(
     condition = gpu_sharing_anywhere(paths)
     if not any("variables.resource" in text for v in [*variables, *validations] for text in v.values()):
         variables = [v for v in variables if v["name"] != "resource"]
+    variables = [{**v, "expression": readable(v["expression"])} for v in variables]
+    validations = [_laid_out(v) for v in validations]
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
@@ -279,7 +288,7 @@ def build_policy(
                     for k, ops, versions in kinds
                 ],
             },
-            "matchConditions": [{"name": "asks-for-gpu-sharing", "expression": condition}],
+            "matchConditions": [{"name": "asks-for-gpu-sharing", "expression": readable(condition)}],
             "variables": variables,
             "validations": validations,
         },
@@ -347,7 +356,7 @@ def render_manifest(settings: WebhookSettings | None = None, part: Part = "workl
         p for p, which in zip(build_policies(settings), ("pods", "workloads"), strict=True) if which == part
     )
     docs = [policy, build_binding(policy["metadata"]["name"])]
-    return header + yaml.safe_dump_all(docs, sort_keys=False, width=100000)
+    return header + yaml_dump_all(docs, sort_keys=False, width=100000)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 One webhook entry per Kopf handler (the handler id is the URL path), so a denial names the
 resource kind (``validate-pods.gpushare.io``). ``namespaceSelector`` excludes ``kube-system`` and
 the operator's own namespace, ``objectSelector`` honours ``gpushare.io/webhook: ignore``,
-``matchConditions`` (CEL from :mod:`gpushare.admission.cel`) send only objects that ask for GPU
+``matchConditions`` (CEL from :mod:`gpushare.admission.cel`, laid out over lines by
+:mod:`gpushare.admission.celfmt`) send only objects that ask for GPU
 sharing (GPUSharePools always go; NVIDIA's ``nvidia.com/gpu`` only while the operator keeps the
 NVIDIA gate open, :mod:`gpushare.admission.gate`),
 ``timeoutSeconds`` is at most 5, and ``failurePolicy`` is configurable (default ``Fail``) for the
@@ -23,10 +24,9 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import yaml
-
 from gpushare import constants as c
 from gpushare.admission.cel import gpu_sharing_condition
+from gpushare.admission.celfmt import readable, yaml_dump_all
 from gpushare.rulekit.cel import KindPaths
 from gpushare.rulekit.cel import kind_paths as cel_kind_paths
 from gpushare.rulekit.kinds import DEFAULT_TABLE, KindTable, WorkloadKind
@@ -116,7 +116,7 @@ def match_conditions(target: WebhookTarget, *, nvidia_gate: bool = False) -> lis
     if paths is None:
         return []
     expression = gpu_sharing_condition(paths, "all" if nvidia_gate else "shared")
-    return [{"name": MATCH_CONDITION_NAME, "expression": expression}]
+    return [{"name": MATCH_CONDITION_NAME, "expression": readable(expression)}]
 
 
 @dataclass(frozen=True)
@@ -250,7 +250,7 @@ def render_manifest(settings: WebhookSettings | None = None) -> str:
         "# The operator fills in caBundle (from its CA Secret) and keeps it current.\n"
     )
     docs = [build_service(settings), build_configuration(settings)]
-    return header + yaml.safe_dump_all(docs, sort_keys=False)
+    return header + yaml_dump_all(docs, sort_keys=False)
 
 
 if __name__ == "__main__":
