@@ -32,11 +32,9 @@ _LITERAL = re.compile(
 )
 
 
-def _outside(expr: str) -> tuple[str, list[str]]:
-    """``expr`` without whitespace outside its string literals, and its literals in order (an
-    independent reading of the literals: a regex, not celfmt's scanner)."""
+def _split_outside(expr: str) -> list[str]:
+    """``expr`` as characters, each string literal kept as one item."""
     out: list[str] = []
-    literals: list[str] = []
     i = 0
     while i < len(expr):
         match = (
@@ -44,13 +42,19 @@ def _outside(expr: str) -> tuple[str, list[str]]:
         )
         if match is not None:
             out.append(match.group())
-            literals.append(match.group())
             i = match.end()
-            continue
-        if not expr[i].isspace():
+        else:
             out.append(expr[i])
-        i += 1
-    return "".join(out), literals
+            i += 1
+    return out
+
+
+def _outside(expr: str) -> tuple[str, list[str]]:
+    """``expr`` without whitespace outside its string literals, and its literals in order (an
+    independent reading of the literals: a regex, not celfmt's scanner)."""
+    items = _split_outside(expr)
+    literals = [item for item in items if len(item) > 1]
+    return "".join(item for item in items if len(item) > 1 or not item.isspace()), literals
 
 
 _chars = st.sampled_from([*"ab c,()[]{}?:&|+-=!.\\'\"é", "&&", "||", "//", "\n"])
@@ -110,23 +114,6 @@ def _spaced(draw: st.DrawFn) -> str:
     if not draw(st.booleans()):
         return expr
     return "".join(spaces if ch == " " and draw(st.booleans()) else ch for ch in _split_outside(expr))
-
-
-def _split_outside(expr: str) -> list[str]:
-    """``expr`` as characters, each string literal kept as one item."""
-    out: list[str] = []
-    i = 0
-    while i < len(expr):
-        match = (
-            _LITERAL.match(expr, i) if expr[i] in "'\"r" and (i == 0 or not expr[i - 1].isalnum()) else None
-        )
-        if match is not None:
-            out.append(match.group())
-            i = match.end()
-        else:
-            out.append(expr[i])
-            i += 1
-    return out
 
 
 @settings(max_examples=400, deadline=None)
