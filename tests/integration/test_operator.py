@@ -265,8 +265,16 @@ async def test_seed_scenario_labels_plugins_status_and_restore(
                                   extra_labels={"team": "vision"})  # fmt: skip
     noiso = await fake_nodes.create(2, prefix="share", pool_labels={POOL_LABEL: np_noiso}, gpus_per_node=1)
     before = {n: await node_labels(api, n) for n in iso + noiso}
-    plugins_before = {n: await plugin_pod_uids(api, n) for n in iso + noiso}
-    assert all(plugins_before.values()), "the stand-in DaemonSet runs a plugin pod on every fake GPU node"
+
+    async def every_node_has_its_plugin() -> dict[str, set[str]] | None:
+        found = {n: await plugin_pod_uids(api, n) for n in iso + noiso}
+        return found if all(found.values()) else None
+
+    # The stand-in DaemonSet runs a plugin pod on every fake GPU node, once its controller has
+    # seen the new nodes (seconds on a loaded machine): the pods the operator must replace.
+    plugins_before = await wait_for(
+        every_node_has_its_plugin, what="a plugin pod on every fake GPU node", timeout_s=60
+    )
 
     p_iso, p_noiso = f"cgpu-{np_iso}", f"cgpu-no-isolation-{np_noiso}"
     await pools.create(p_iso, np_iso)
@@ -640,8 +648,13 @@ async def test_nodes_joining_and_leaving_the_selector(
         api, [outsider], {c.LABEL_PLACEMENT: "spread", c.LABEL_SCHEDULE: "default", c.LABEL_POOL: None}
     )
     await pools.wait_condition(name, "Ready", "True")
-    obj = await pools.get(name)
-    assert obj is not None and obj["status"]["nodes"]["matched"] == 1
+
+    async def one_matched() -> dict[str, Any] | None:
+        found = await pools.get(name)
+        return found if found is not None and found["status"]["nodes"]["matched"] == 1 else None
+
+    # The pool was Ready before the nodes left: its status counts them gone at its next write.
+    await wait_for(one_matched, what=f"{name}'s status.nodes.matched == 1 after two nodes left")
 
 
 async def _restart_states(api: client.ApiClient, nodes: list[str]) -> list[str]:
