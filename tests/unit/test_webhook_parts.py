@@ -455,6 +455,8 @@ def test_an_index_of_pool_bodies_is_parsed_once_per_version() -> None:
     assert ctx2 is not ctx1
     (pool,) = ctx2.pools
     assert pool.spec.nvidia is not None and pool.spec.nvidia.replicas == 8
+    assert cache.context({}, cache.fed).pools == ()
+    assert cache._bodies == {}  # the deleted pools' parsed bodies are forgotten
 
 
 def test_webhook_options_from_args() -> None:

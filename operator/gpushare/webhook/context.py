@@ -118,11 +118,16 @@ class ContextCache:
         if not isinstance(index, Mapping):
             return []
         out: list[GPUSharePool] = []
+        names: set[str] = set()
         for store in index.values():
             for value in store:
-                found = self.parsed(value) if isinstance(value, Mapping) else value
-                if isinstance(found, GPUSharePool):
-                    out.append(found)
+                if isinstance(value, Mapping):
+                    names.add(str((value.get("metadata") or {}).get("name") or ""))
+                    value = self.parsed(value)
+                if isinstance(value, GPUSharePool):
+                    out.append(value)
+        if len(self._bodies) > len(names):  # a pool deleted: forget its parsed body
+            self._bodies = {k: v for k, v in self._bodies.items() if k in names}
         return out
 
     def context(self, pools_index: Any, nodes_index: Any) -> Context:
