@@ -21,10 +21,8 @@ Marked ``realnode``: ``make test REAL_NODES=0`` deselects it; without root or cg
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import ssl
 import subprocess
 import time
@@ -52,6 +50,7 @@ from gpushare.devcluster.prometheus import (
 )
 from gpushare.devcluster.realnode import RealNodeUnavailable, preflight
 from support.alerts import Row, Scenario, report
+from support.host import container_pids, frozen
 
 pytestmark = pytest.mark.realnode
 
@@ -308,11 +307,9 @@ def test_a_hung_operator_does_not_take_the_webhook_beside_it_out_of_the_service(
     limits = {"aliyun.com/gpu-mem": "2", "aliyun.com/gpu-core.percentage": "33"}
     pods = release.pods("operator")
     assert len(pods) == 2 and all(_ready(p) for p in pods), [p["metadata"]["name"] for p in pods]
-    pids = [pid for pod in pods for pid in _container_pids(pod, "operator")]
+    pids = [pid for pod in pods for pid in _pids(pod, "operator")]
     assert pids, "no host process of the operator containers"
-    for pid in pids:
-        os.kill(pid, signal.SIGSTOP)
-    try:
+    with frozen(pids):
         deadline = time.monotonic() + HUNG_WINDOW_S
         reviews = 0
         while time.monotonic() < deadline:
@@ -323,10 +320,6 @@ def test_a_hung_operator_does_not_take_the_webhook_beside_it_out_of_the_service(
         pods = release.pods("operator")
         assert all(_ready(p) for p in pods), [(p["metadata"]["name"], p["status"]) for p in pods]
         assert reviews > 1
-    finally:
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
 
 
 def _agent_token(release: Release, pod: dict[str, Any]) -> str:
@@ -455,20 +448,10 @@ def _all_up(release: Release, mon: Monitoring, replicas: int) -> bool:
     return _targets(mon) == _expected_targets(release)
 
 
-def _container_pids(pod: dict[str, Any], container: str) -> list[int]:
-    """The host PIDs of ``container`` of ``pod`` (its processes' cgroup paths name the container's id)."""
+def _pids(pod: dict[str, Any], container: str) -> list[int]:
+    """The host PIDs of ``container`` of ``pod``."""
     (status,) = [s for s in pod["status"]["containerStatuses"] if s["name"] == container]
-    cid = status["containerID"].rpartition("//")[2]
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            if cid in (proc / "cgroup").read_text():
-                pids.append(int(proc.name))
-        except OSError:
-            continue
-    return pids
+    return container_pids(status["containerID"])
 
 
 def test_prometheus_scrapes_both_replicas_and_webhooks_through_the_servicemonitors_ports(
@@ -536,23 +519,17 @@ async def test_replicas_stopped_on_the_real_node_the_operator_alerts_are_pending
         pods = sorted(release.pods("operator"), key=lambda p: p["metadata"]["name"])
         for pod, container, port in ((pods[0], "operator", 8080), (pods[1], "webhook", 8082)):
             instance = f"{pod['status']['podIP']}:{port}"
-            pids = _container_pids(pod, container)
+            pids = _pids(pod, container)
             assert pids, f"no host process of {pod['metadata']['name']}'s {container} container"
-            for pid in pids:
-                os.kill(pid, signal.SIGSTOP)
-            try:
-                frozen = await sc.pending(
+            with frozen(pids):
+                stopped = await sc.pending(
                     "GPUShareOperatorReplicaDown",
                     f"one replica's {container} container frozen (SIGSTOP)",
                     instance,
                 )
                 sc.absent("GPUShareOperatorDown")
                 sc.absent("GPUShareWebhookDown")
-            finally:
-                for pid in pids:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGCONT)
-            await sc.cleared(frozen, instance)
+            await sc.cleared(stopped, instance)
 
         # One replica scaled away: once its pod is gone it is no endpoint of the Service, so no
         # target at all, and `up == 0` does not name it (watched until its targets are gone).

@@ -32,6 +32,7 @@ from gpushare.devcluster.crds import install_crd_files
 from gpushare.devcluster.realnode import IMAGE_WORKLOAD
 from gpushare.k8s.client import make_api_client
 from support.cluster import serve
+from support.host import container_pids, frozen
 from support.namespaces import fresh_namespace
 from support.operator_proc import OperatorProc, launch_operator
 from support.pools import PoolApi
@@ -434,10 +435,22 @@ async def test_the_operator_killed_mid_switch_converges_and_switches_the_node_on
 ) -> None:
     """SIGKILL right after the operator labelled the node, before the plugin advertises the new
     count: a new operator picks up where it stopped (the restart record on the node), and the
-    node's config label went from its prior value to the pool's config once, never back."""
+    node's config label went from its prior value to the pool's config once, never back.
+
+    The real config-manager switches the plugin within a second or so of the label, sooner than
+    the test can be sure to kill the operator; so the sidecar is frozen (SIGSTOP on the host) from
+    before the pool exists until the first operator is dead, which holds the node mid-switch."""
     core = client.CoreV1Api(napi)
     await agent_published(nvidia_cluster, napi, product_image)
     await label_and_wait(core, "ts2", 2 * GPUS)
+    sidecars = [
+        s.container_id
+        for pod in await nv.plugin_pods_on(napi, NODE)
+        for s in pod.status.container_statuses or []
+        if s.name == "nvidia-device-plugin-sidecar" and s.container_id
+    ]
+    pids = [pid for cid in sidecars for pid in container_pids(cid)]
+    assert pids, f"no host process of the config-manager sidecar on {NODE}"
     seen: list[str | None] = []
     stop = asyncio.Event()
 
@@ -454,16 +467,18 @@ async def test_the_operator_killed_mid_switch_converges_and_switches_the_node_on
     second: OperatorProc | None = None
     try:
         first.wait_serving()
-        await pools.create_pool("tsk", {c.LABEL_HOSTNAME: NODE}, **_nvidia(4))
+        with frozen(pids):
+            await pools.create_pool("tsk", {c.LABEL_HOSTNAME: NODE}, **_nvidia(4))
 
-        async def labelled() -> str | None:
-            node = await core.read_node(NODE)
-            value = (node.metadata.labels or {}).get(nv.CONFIG_LABEL)
-            return value if value not in ("ts2", None) else None
+            async def labelled() -> str | None:
+                node = await core.read_node(NODE)
+                value = (node.metadata.labels or {}).get(nv.CONFIG_LABEL)
+                return value if value not in ("ts2", None) else None
 
-        config = await wait_for(labelled, what=f"{NODE} labelled by the pool", timeout_s=POOL_WAIT)
-        first.kill()
-        assert await _allocatable(core) != (str(4 * GPUS), str(4 * GPUS)), "killed too late: switched"
+            config = await wait_for(labelled, what=f"{NODE} labelled by the pool", timeout_s=POOL_WAIT)
+            first.kill()
+            switched = (str(4 * GPUS), str(4 * GPUS))
+            assert await _allocatable(core) != switched, "switched while the sidecar was frozen"
         second = launch_operator(nvidia_cluster.kubeconfig, tmp_path / "second.log")
         second.wait_serving()
         await ready_with(core, pools, "tsk", 4 * GPUS)
