@@ -7,9 +7,9 @@ from typing import Any, cast
 
 import yaml
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare.devcluster.fakes import wait_for
+from gpushare.k8s.generated import refused
 
 
 def crd_documents(path: Path) -> list[dict[str, Any]]:
@@ -21,11 +21,9 @@ async def install_crd(api: client.ApiClient, body: dict[str, Any], *, timeout_s:
     """Create (or replace) one CRD, then wait for its Established condition."""
     ext = client.ApiextensionsV1Api(api)
     name = body["metadata"]["name"]
-    try:
+    with refused(409) as exists:
         await ext.create_custom_resource_definition(cast(Any, body))
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
+    if exists:
         current = await ext.read_custom_resource_definition(name)
         body = {
             **body,

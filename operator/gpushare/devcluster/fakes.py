@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import constants as c
 from gpushare.devcluster.pluginsim import LABEL_SIMULATED, SIMULATED_VALUE, seen_pod
 from gpushare.gpu.fake import FakeGPU, FakeNVML
 from gpushare.gpu.inventory import collect_inventory
+from gpushare.k8s.generated import refused
 
 T = TypeVar("T")
 
@@ -66,11 +66,11 @@ async def wait_for(
     deadline = time.monotonic() + timeout_s
     last: object = "never checked"
     while True:
-        try:
+        value: T | None = None
+        with refused() as error:
             value = await check()
-        except ApiException as exc:
-            value = None
-            last = f"API error {exc.status}: {exc.reason}"
+        if error:
+            last = f"API error {error.status}: {error.reason}"
         else:
             if value is not None and value is not False:
                 return value
@@ -264,11 +264,8 @@ async def delete_nodes(api: client.ApiClient, names: Iterable[str], *, wait: boo
     core = client.CoreV1Api(api)
     names = list(names)
     for name in names:
-        try:
+        with refused(404):
             await core.delete_node(name)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
     if wait and names:
         gone = set(names)
 
@@ -404,16 +401,11 @@ async def ensure_device_plugin_daemonset(
             lambda: rbac.create_cluster_role(cast(Any, role)),
             lambda: rbac.create_cluster_role_binding(cast(Any, binding)),
         ):
-            try:
+            with refused(409):
                 await create()
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise
-    try:
+    with refused(409) as exists:
         await apps.create_namespaced_daemon_set(namespace, cast(Any, body))
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
+    if exists:
         await apps.replace_namespaced_daemon_set(PLUGIN_DS_NAME, namespace, cast(Any, body))
 
 

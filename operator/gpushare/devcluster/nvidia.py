@@ -47,11 +47,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 import yaml
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import constants as c
 from gpushare.devcluster.images import build_files_image
 from gpushare.devcluster.realnode import REPO, programs_dir
+from gpushare.k8s.generated import refused
 
 if TYPE_CHECKING:
     from gpushare.devcluster.cluster import DevCluster
@@ -333,13 +333,10 @@ def configmap_body(name: str, data: Mapping[str, str]) -> dict[str, Any]:
 
 
 async def _apply(create: Callable[[], Awaitable[Any]], replace: Callable[[], Awaitable[Any]] | None) -> None:
-    try:
+    with refused(409) as exists:
         await create()
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
-        if replace is not None:
-            await replace()
+    if exists and replace is not None:
+        await replace()
 
 
 async def _apply_configmap(core: client.CoreV1Api, name: str, data: Mapping[str, str]) -> None:

@@ -39,10 +39,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import constants as c
 from gpushare.gpu.inventory import Inventory, inventory_from_annotations
+from gpushare.k8s.generated import refused
 
 log = logging.getLogger("gpushare.pluginsim")
 
@@ -158,13 +158,11 @@ class PluginSimulator:
     async def handle(self, node_name: str, uid: str) -> None:
         if self.done.get(node_name) == uid:
             return
-        try:
+        with refused(404) as gone:
             node = await self.core.read_node(node_name)
-        except ApiException as exc:
-            if exc.status == 404:
-                self.waiting.pop(node_name, None)
-                return
-            raise
+        if gone:
+            self.waiting.pop(node_name, None)
+            return
         labels = dict(node.metadata.labels or {})
         annotations = dict(node.metadata.annotations or {})
         if labels.get(LABEL_SIMULATED) != SIMULATED_VALUE or seen_pod(annotations) == uid:
@@ -204,10 +202,10 @@ class PluginSimulator:
 
     async def _safe(self, node_name: str, uid: str) -> None:
         async with self._lock:  # one node at a time: events for a node are handled in order
-            try:
+            with refused() as error:
                 await self.handle(node_name, uid)
-            except ApiException as exc:
-                log.warning("node %s: API error %s %s; retrying", node_name, exc.status, exc.reason)
+            if error:
+                log.warning("node %s: API error %s %s; retrying", node_name, error.status, error.reason)
                 self.waiting[node_name] = uid
 
     async def _pod(self, event_type: str, pod: Mapping[str, Any]) -> None:
