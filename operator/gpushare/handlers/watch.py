@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any, Protocol
 
 import structlog
@@ -54,10 +55,14 @@ def relevant(obj: Mapping[str, Any]) -> bool:
     return is_plugin_pod(labels) or is_gpu_pod(obj.get("spec") or {})
 
 
+#: The labels of every kept pod but a device plugin's: one shared empty mapping.
+NO_LABELS: Mapping[str, str] = MappingProxyType({})
+
+
 def pod_view(obj: Mapping[str, Any]) -> PodView:
     """The pod's projection; labels only for device plugin pods (matched by pod selectors)."""
     pod = PodView.from_obj(obj)
-    return pod if is_plugin_pod(pod.labels) else replace(pod, labels={})
+    return pod if is_plugin_pod(pod.labels) else replace(pod, labels=NO_LABELS)
 
 
 class NodeListener(Protocol):

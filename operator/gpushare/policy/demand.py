@@ -29,6 +29,7 @@ pool, which the operator writes to the pool's ``status.demand`` and exports as g
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -133,15 +134,15 @@ def waiting_pod(obj: Mapping[str, Any]) -> WaitingPod | None:
     if not gpu_shortage(message):
         return None
     labels = meta.get("labels") or {}
-    return WaitingPod(
-        namespace=str(meta.get("namespace") or ""),
+    return WaitingPod(  # namespaces and the scheduler's messages repeat across a job's pods
+        namespace=sys.intern(str(meta.get("namespace") or "")),
         name=str(meta.get("name") or ""),
         uid=str(meta.get("uid") or ""),
         requests=requests,
         gpus=spread_of(labels if isinstance(labels, Mapping) else {}, requests),
         constraints=node_constraints("spec", spec),
         since=_time(scheduled.get("lastTransitionTime")) or _time(meta.get("creationTimestamp")),
-        message=message,
+        message=sys.intern(message),
     )
 
 
