@@ -159,7 +159,7 @@ class PodView:
             for cond in status.get("conditions") or []
         )
         # Namespaces, node names, phases and label keys and values repeat across pods: interned,
-        # the model holds one copy of each (about a third of what a kept pod costs).
+        # the model holds one copy of each (820 -> 583 bytes per kept GPU pod, bench_model.py).
         return cls(
             namespace=sys.intern(str(meta.get("namespace", ""))),
             name=str(meta.get("name", "")),
