@@ -75,7 +75,30 @@ def test_the_webhook_process_takes_the_webhook_options_but_not_the_operators(
         main(["webhook", "--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
-    for option in ("--kubeconfig", "--metrics-port", "--liveness", "--webhook-port", "--webhook-local"):
+    for option in (
+        "--kubeconfig", "--metrics-port", "--liveness", "--webhook-port", "--webhook-local", "--event-loop",
+    ):  # fmt: skip
         assert option in out
     for option in ("--peering", "--plugin-namespaces", "--namespace-for-events", "--webhook "):
         assert option not in out
+
+
+def test_the_webhook_process_serves_on_uvloop_unless_told_asyncio(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import uvloop
+
+    from gpushare.cli.webhook import loop_factory
+
+    factory = loop_factory("uvloop")
+    assert factory is not None
+    loop = factory()
+    try:
+        assert isinstance(loop, uvloop.Loop)
+    finally:
+        loop.close()
+    assert loop_factory("asyncio") is None  # asyncio.Runner's default loop
+    with pytest.raises(SystemExit) as exc:
+        main(["webhook", "--event-loop", "trio"])
+    assert exc.value.code == 2
+    assert "invalid choice: 'trio'" in capsys.readouterr().err

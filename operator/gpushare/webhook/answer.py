@@ -12,6 +12,7 @@ bounds and hands each parsed review here; Kopf's validating handlers
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -279,5 +280,18 @@ def record(kind: str, decision: Decision, elapsed: float) -> None:
         label = "error"
     rules = sorted(set(decision.rules)) or ["none"]
     for rule in rules:
-        metrics.ADMISSION_REQUESTS.labels(kind=kind, decision=label, rule=rule).inc()
-    metrics.ADMISSION_SECONDS.labels(kind=kind, decision=label).observe(elapsed)
+        _requests(kind, label, rule).inc()
+    _seconds(kind, label).observe(elapsed)
+
+
+# Each review counts once and observes once: the labelled children are looked up once per label
+# set (the client library's ``labels()`` builds and checks its key on every call). The label sets
+# are few: kinds x decisions x rules of the catalog.
+@functools.cache
+def _requests(kind: str, decision: str, rule: str) -> Any:
+    return metrics.ADMISSION_REQUESTS.labels(kind=kind, decision=decision, rule=rule)
+
+
+@functools.cache
+def _seconds(kind: str, decision: str) -> Any:
+    return metrics.ADMISSION_SECONDS.labels(kind=kind, decision=decision)
