@@ -39,6 +39,7 @@ def test_help_lists_the_options(capsys: pytest.CaptureFixture[str]) -> None:
         "--metrics-port",
         "--liveness",
         "--log-format",
+        "--event-loop",
         "--peering",
         "--webhook",
         "--webhook-local",
@@ -83,12 +84,12 @@ def test_the_webhook_process_takes_the_webhook_options_but_not_the_operators(
         assert option not in out
 
 
-def test_the_webhook_process_serves_on_uvloop_unless_told_asyncio(
+def test_the_processes_serve_on_uvloop_unless_told_asyncio(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     import uvloop
 
-    from gpushare.cli.webhook import loop_factory
+    from gpushare.cli.run import loop_factory
 
     factory = loop_factory("uvloop")
     assert factory is not None
@@ -98,7 +99,8 @@ def test_the_webhook_process_serves_on_uvloop_unless_told_asyncio(
     finally:
         loop.close()
     assert loop_factory("asyncio") is None  # asyncio.Runner's default loop
-    with pytest.raises(SystemExit) as exc:
-        main(["webhook", "--event-loop", "trio"])
-    assert exc.value.code == 2
-    assert "invalid choice: 'trio'" in capsys.readouterr().err
+    for command in ("run", "webhook"):
+        with pytest.raises(SystemExit) as exc:
+            main([command, "--event-loop", "trio"])
+        assert exc.value.code == 2
+        assert "invalid choice: 'trio'" in capsys.readouterr().err

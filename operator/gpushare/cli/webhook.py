@@ -1,8 +1,8 @@
 """``gpushare webhook``: the validating admission webhook in a process of its own.
 
 The chart and the manifests run it as the ``webhook`` container of each operator pod, beside the
-``operator`` container (``gpushare run``): its own process, so its own event loop (uvloop by default,
-``--event-loop``: 9 % less CPU per review than asyncio's, docs/benchmarks.md), its own GIL and
+``operator`` container (``gpushare run``): its own process, so its own event loop (uvloop unless
+``--event-loop asyncio``: a tenth less CPU per review, docs/benchmarks.md), its own GIL and
 its own CPU time. Admission latency then does not wait behind the reconciler's passes, the demand
 loop or the operator's pod and node watches (issue 40; docs/concepts/admission.md). It keeps one
 model of what the rules need: the webhook's context (``gpushare.webhook.context.ContextCache``),
@@ -17,11 +17,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 from gpushare.cli import CLIError
-from gpushare.cli.run import add_process_arguments, add_webhook_arguments, prepare, webhook_options
+from gpushare.cli.run import (
+    add_process_arguments,
+    add_webhook_arguments,
+    loop_factory,
+    prepare,
+    webhook_options,
+)
 
 #: The webhook process's /metrics and liveness ports by default (the operator's are 8080 and 8081).
 DEFAULT_METRICS_PORT = 8082
@@ -37,25 +42,7 @@ def register(subparsers: Any) -> None:
     )
     add_process_arguments(parser, metrics_port=DEFAULT_METRICS_PORT, health_port=DEFAULT_HEALTH_PORT)
     add_webhook_arguments(parser, serve_flag=False)
-    parser.add_argument(
-        "--event-loop", choices=EVENT_LOOPS, default="uvloop",
-        help="the event loop that serves the reviews: uvloop (libuv; less CPU per review, the"
-        " default) or Python's asyncio",
-    )  # fmt: skip
     parser.set_defaults(func=serve)
-
-
-#: ``--event-loop`` choices.
-EVENT_LOOPS = ("uvloop", "asyncio")
-
-
-def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """The ``asyncio.Runner`` loop factory for ``--event-loop`` (None: asyncio's default)."""
-    if name == "asyncio":
-        return None
-    import uvloop
-
-    return uvloop.new_event_loop
 
 
 def serve(args: argparse.Namespace) -> int:
