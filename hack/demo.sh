@@ -460,6 +460,14 @@ raise SystemExit(", ".join(missing) if missing else 0)' 2>&1)"; then
   # policy goes in too, as the chart installs it for failurePolicy Ignore: a bare Pod stays guarded.
   step "Install the ValidatingAdmissionPolicies: the stateless rules, evaluated inside the kube-apiserver itself" \
     "$KUBECTL" apply -f manifests/webhook/policy.yaml -f manifests/webhook/policy-pods.yaml
+  # The dashboard's warnings panel (a rate) needs the operator's warned counter scraped twice before
+  # the operator stops: this process is the only one that counted the seed job's warning.
+  local prom_now
+  if prom_now="$(prometheus_url)"; then
+    wait_until "Prometheus to scrape the webhook's warning count twice" \
+      "$PY" -m gpushare.devcluster.prometheus scraped --url "$prom_now" \
+      --series 'gpushare_admission_requests_total{decision="warned"}' --samples 2
+  fi
   echo
   bold "# Stop the operator, and with it the webhook, as in an outage"
   stop_operator 2>&1

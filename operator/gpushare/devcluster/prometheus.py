@@ -503,7 +503,19 @@ def main(argv: list[str] | None = None) -> int:
         metavar="TITLE=WHY",
         help="a panel the scenario feeds nothing, and why (printed beside it when it is empty)",
     )
+    scraped = sub.add_parser(
+        "scraped",
+        help="exit 0 once every series of --series has at least --samples samples in Prometheus, else 1",
+    )
+    scraped.add_argument("--url", required=True)
+    scraped.add_argument("--series", required=True, help='a series selector, e.g. up{job="x"}')
+    scraped.add_argument("--samples", type=int, default=2)
     args = parser.parse_args(argv)
+    if args.cmd == "scraped":
+        port = int(urllib.parse.urlsplit(args.url).port or 80)
+        data = Prometheus(Path(), port).get("query", query=f"count_over_time({args.series}[15m])")
+        counts = [float(r["value"][1]) for r in data["result"]]
+        return 0 if counts and min(counts) >= args.samples else 1
     if args.cmd == "up":
         apiserver = None
         if args.cluster_dir:
