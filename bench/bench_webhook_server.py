@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_webhook import build_noop, gpu_pod, review  # the script's folder is on sys.path
+from bench_webhook import build_noop, cpu_seconds, gpu_pod, review  # the script's folder is on sys.path
 
 from gpushare.devcluster.cluster import free_port
 from gpushare.webhook import tls as certs
@@ -87,18 +87,11 @@ async def main():
     print("READY", flush=True)
     await asyncio.Event().wait()
 
-if which == "uvloop":
-    import uvloop
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(main())
-else:
-    asyncio.run(main())
+from gpushare.cli.run import loop_factory  # what `gpushare webhook --event-loop` runs on
+
+with asyncio.Runner(loop_factory=loop_factory("uvloop" if which == "uvloop" else "asyncio")) as runner:
+    runner.run(main())
 """
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def start(which: str, port: int, cert_dir: Path, noop: Path) -> subprocess.Popen[bytes]:
@@ -108,7 +101,7 @@ def start(which: str, port: int, cert_dir: Path, noop: Path) -> subprocess.Popen
     else:
         mode = {"gpushare/uvloop": "uvloop", "gpushare/asyncio": "asyncio", "aiohttp floor": "floor"}[which]
         cmd = [sys.executable, "-c", SERVE, str(port), str(cert_dir), mode]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 
 def connect(port: int, cafile: Path, limit_s: float = 30.0) -> http.client.HTTPSConnection:
