@@ -27,8 +27,8 @@ from support.celtext import one_line
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "operator" / "gpushare"
-#: Where the GS* records are (ACK's admission rules, behind the sharing-backend seam).
-ACK_CATALOG = PACKAGE / "backends" / "ack" / "admission" / "catalog.py"
+#: Where the GS* records are (the backends' admission rules, behind the sharing-backend seam).
+BACKEND_CATALOGS = [PACKAGE / "backends" / name / "admission" / "catalog.py" for name in ("ack", "nvidia")]
 MEM = "aliyun.com/gpu-mem"
 CORE = "aliyun.com/gpu-core.percentage"
 
@@ -41,7 +41,7 @@ def test_each_rule_id_is_defined_in_one_place() -> None:
             continue
         found = ids.findall(path.read_text())
         assert not found, f"{path.relative_to(REPO)} names {sorted(set(found))}: use the catalog's record"
-    text = ACK_CATALOG.read_text()
+    text = "".join(path.read_text() for path in BACKEND_CATALOGS)
     for rule in cat.ALL_RULES:
         if rule.id.startswith("GS"):
             assert text.count(f'"{rule.id}"') == 1, rule.id

@@ -289,6 +289,25 @@ def test_workload_findings_point_into_the_template() -> None:
     )
 
 
+def test_every_backends_pod_rules_are_driven_ack_first() -> None:
+    """``admission.rules`` offers each pod to every backend's pod rules (a backend without them
+    fails here), ACK's first: a pod asking for ACK's sharing and NVIDIA's shared GPUs is claimed by
+    both, judged by ACK's (GS018), and NVIDIA's rules say nothing of it."""
+    from gpushare.admission.rules import POD_RULES
+    from gpushare.backends import BACKENDS
+    from gpushare.rulekit.podspecs import pod_likes
+
+    assert [rules.name for rules in POD_RULES] == list(BACKENDS)
+    both = pod({MEM: 2, "nvidia.com/gpu.shared": 1}, selector=CGPU_SEL)
+    (like,) = pod_likes(both)
+    assert [rules.name for rules in POD_RULES if rules.judges(like)] == ["ack", "nvidia"]
+    assert [f.rule_id for f in evaluate(both, SEED_CTX)] == ["GS018-shared-and-whole-gpu"]
+    shared = pod({"nvidia.com/gpu.shared": 1}, selector=CGPU_SEL)
+    (like,) = pod_likes(shared)
+    assert [rules.name for rules in POD_RULES if rules.judges(like)] == ["nvidia"]
+    assert [f.rule_id for f in evaluate(shared, SEED_CTX)] == ["GS009-pool-kind-mismatch"]
+
+
 def test_objects_without_gpu_requests_have_no_findings() -> None:
     plain = pod({"cpu": "1", "nvidia.com/gpu": 1})
     assert not requests_gpu_sharing(plain)

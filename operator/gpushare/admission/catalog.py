@@ -1,9 +1,10 @@
 """Every admission rule in one table: the backends' pod and workload rules, and the pool rules.
 
-A rule is a record (:class:`gpushare.rulekit.records.AdmissionRule`) defined once: ACK's pod and
-workload rules ``GS*`` in :mod:`gpushare.backends.ack.admission.catalog`, the pool rules ``GP*``
-here (their CRD/pydantic record is :mod:`gpushare.api.rules`; here they get their verdict and
-HTTP code). This module assembles them:
+A rule is a record (:class:`gpushare.rulekit.records.AdmissionRule`) defined once: the backends'
+pod and workload rules ``GS*`` in :mod:`gpushare.backends.ack.admission.catalog` and
+:mod:`gpushare.backends.nvidia.admission.catalog`, the pool rules ``GP*`` here (their
+CRD/pydantic record is :mod:`gpushare.api.rules`; here they get their verdict and HTTP code).
+This module assembles them:
 
 * :data:`ALL_RULES` and :data:`RULES` (by id): the table the engine's findings, the HTTP code of a
   denial (:func:`gpushare.admission.review.verdict`) and the docs read;
@@ -18,6 +19,7 @@ from __future__ import annotations
 from gpushare import constants as c
 from gpushare.api.rules import COMPUTE_WITHOUT_ISOLATION, EMPTY_SELECTOR, MANAGED_SELECTOR
 from gpushare.backends.ack.admission import catalog as ack
+from gpushare.backends.nvidia.admission import catalog as nvidia
 from gpushare.rulekit.records import CODE_INVALID, AdmissionRule
 
 # --- the pool rules (their CRD/pydantic record is gpushare.api.rules) ------------------------------
@@ -57,6 +59,7 @@ POOL_OVERLAP = AdmissionRule(
 )
 ALL_RULES: tuple[AdmissionRule, ...] = (
     *ack.WORKLOAD_RULES,
+    *nvidia.WORKLOAD_RULES,
     POOL_SCHEMA,
     POOL_COMPUTE_WITHOUT_ISOLATION,
     POOL_EMPTY_SELECTOR,

@@ -3,8 +3,9 @@
 Pure: plain dicts in, plain findings out; no Kopf, no Kubernetes client. The webhook and
 ``gpushare check`` both call :func:`evaluate`. Each rule is a record of
 :mod:`gpushare.admission.catalog` (verdict, pool mode, code, and the messages the
-ValidatingAdmissionPolicy writes too). Pods and workloads are judged by the backends' rules
-(:func:`gpushare.backends.ack.admission.rules.evaluate_workload`); GPUSharePools here.
+ValidatingAdmissionPolicy writes too). Pods and workloads are judged by the backends' pod rules
+(:data:`POD_RULES`, each a :class:`gpushare.backends.base.PodRules`): this module finds the pods of
+a workload and offers each to the backends in turn; GPUSharePools it judges itself.
 """
 
 from __future__ import annotations
@@ -17,11 +18,21 @@ from gpushare import constants as c
 from gpushare.admission.catalog import POOL_OVERLAP, POOL_SCHEMA, RULES
 from gpushare.api.rules import EMPTY_SELECTOR, SCHEMA_FIX, SPEC_RULES, SpecRule
 from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, Problem, parse_pool
-from gpushare.backends.ack.admission.rules import evaluate_workload
+from gpushare.backends.ack.admission import rules as ack
+from gpushare.backends.base import PodRules
+from gpushare.backends.nvidia.admission import rules as nvidia
+from gpushare.rulekit.constraints import node_constraints
 from gpushare.rulekit.emit import Emitter
 from gpushare.rulekit.kinds import DEFAULT_TABLE, KindTable, object_name
 from gpushare.rulekit.model import EMPTY_CONTEXT, Context, Finding
+from gpushare.rulekit.podspecs import pod_likes
 from gpushare.rulekit.quantity import clip
+
+#: The backends' pod rules, in the order they are offered a pod: the first that judges it has it.
+#: ACK's first: a pod asking for ``aliyun.com/gpu*`` is ACK's, also when it asks for NVIDIA's GPUs
+#: too (ACK's ``SHARED_WITH_WHOLE_GPU`` denies that); NVIDIA's get every other pod asking for
+#: NVIDIA's resources.
+POD_RULES: tuple[PodRules, ...] = (ack.POD_RULES, nvidia.POD_RULES)
 
 
 def evaluate(obj: Any, ctx: Context = EMPTY_CONTEXT, table: KindTable = DEFAULT_TABLE) -> list[Finding]:
@@ -31,6 +42,32 @@ def evaluate(obj: Any, ctx: Context = EMPTY_CONTEXT, table: KindTable = DEFAULT_
     if obj.get("kind") == c.KIND:
         return evaluate_pool(obj, ctx)
     return evaluate_workload(obj, ctx, table)
+
+
+def evaluate_workload(
+    obj: Mapping[str, Any], ctx: Context = EMPTY_CONTEXT, table: KindTable = DEFAULT_TABLE
+) -> list[Finding]:
+    """Every finding for one object that is no GPUSharePool: each of its pods (a Pod, or the pod
+    templates of a workload kind of ``table``) judged by the first backend that judges it, in the
+    pods' order. Objects without GPU-sharing requests give ``[]``; an object of a kind ``table``
+    does not know, what each backend says of it (``PodRules.unknown_kind``)."""
+    kind = table.lookup(obj)
+    if kind is None:
+        return [finding for rules in POD_RULES for finding in rules.unknown_kind(obj, table)]
+    pods = pod_likes(obj, table)
+    judged = [(pod, next((rules for rules in POD_RULES if rules.judges(pod)), None)) for pod in pods]
+    if all(rules is None for _, rules in judged):
+        return []
+    name = object_name(obj, table)
+    several = len(pods) > 1 or any("*" in s.path for s in kind.sources)
+    findings: list[Finding] = []
+    for pod, rules in judged:
+        if rules is None:
+            continue
+        em = Emitter(name, pod.path if several else None)
+        rules.evaluate(em, pod, node_constraints(pod.constraints_path, pod.spec), ctx)
+        findings.extend(em.out)
+    return findings
 
 
 def is_denied(findings: list[Finding]) -> bool:

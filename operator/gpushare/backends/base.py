@@ -14,8 +14,10 @@ backend of a pool what to do, and names none of the stack's labels or resources 
   backend, per GPU (or in slots), and what a waiting pod takes of it;
 * **admission**: the resources and pod labels that ask for its GPU sharing (what the webhook's
   matchConditions and the rules' fast gate look for), and what a node's plugin advertises of its
-  GPUs (the node model of the rules). Its rules themselves are records of
-  ``gpushare.rulekit.records`` (``gpushare.backends.ack.admission``).
+  GPUs (the node model of the rules); and its **pod rules** (:class:`PodRules`: which pods they
+  judge and the judging, whose records are ``gpushare.rulekit.records``), which
+  ``gpushare.admission.rules`` drives for every pod of a workload
+  (``gpushare.backends.ack.admission``, ``gpushare.backends.nvidia.admission``).
 
 A backend is pure: no client, no clock. ``gpushare.backends.ack`` is the first (Alibaba ACK's
 cGPU and GPU sharing), ``gpushare.backends.nvidia`` the second (NVIDIA's device plugin:
@@ -24,11 +26,16 @@ time-slicing and MPS).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from gpushare.api.v1alpha1 import GPUSharePoolSpec
+from gpushare.rulekit.constraints import Constraints
+from gpushare.rulekit.emit import Emitter
+from gpushare.rulekit.kinds import KindTable
+from gpushare.rulekit.model import Context, Finding
+from gpushare.rulekit.podspecs import PodLike
 
 
 @dataclass(frozen=True)
@@ -221,3 +228,24 @@ class SharingBackend(Protocol):
         """What a node's device plugin advertises of its GPUs, read from its allocatable: how many
         physical GPUs, and their memory together in the plugin's unit (None: not advertised)."""
         ...
+
+
+def _nothing(obj: Mapping[str, Any], table: KindTable) -> list[Finding]:
+    return []
+
+
+@dataclass(frozen=True)
+class PodRules:
+    """A backend's admission rules for pods, as ``gpushare.admission.rules`` drives them: for each
+    pod of a workload, the first backend whose ``judges`` claims it judges it (``evaluate``), adding
+    its findings to the pod's :class:`~gpushare.rulekit.emit.Emitter`; an object of a kind whose pod
+    templates are unknown goes to every backend's ``unknown_kind``."""
+
+    #: The backend's name (``SharingBackend.name``).
+    name: str
+    #: Whether its rules judge this pod (a container asks for one of its resources).
+    judges: Callable[[PodLike], bool]
+    #: The judging: the pod, its node constraints, the live context (pools, nodes).
+    evaluate: Callable[[Emitter, PodLike, Constraints, Context], None]
+    #: Findings for an object whose kind gpushare cannot read pod templates from.
+    unknown_kind: Callable[[Mapping[str, Any], KindTable], list[Finding]] = _nothing

@@ -169,6 +169,12 @@ def asks_prefixed(ref: ContainerRef, prefixes: tuple[str, ...]) -> bool:
     )
 
 
+def resource_field(where: str, resource: str) -> str:
+    """A container's resource, as a finding's field names it below the container's path:
+    ``resources.<limits|requests>["<resource>"]``."""
+    return f'resources.{where}["{resource}"]'
+
+
 Steps = tuple[str, ...]
 
 

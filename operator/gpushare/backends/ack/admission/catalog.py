@@ -2,16 +2,20 @@
 HTTP code, what must hold, the fix, the messages, and the CEL form of the rules the
 ValidatingAdmissionPolicy holds (records of :class:`gpushare.rulekit.records.AdmissionRule`).
 
-The engine (:mod:`gpushare.backends.ack.admission.rules`) emits findings of these records; the
-rules that ask for NVIDIA's resources (``GS018``, ``GS019``, the NVIDIA cases of ``GS009`` and
-``GS011``) are here too, because they judge a pod against the kinds of pool ACK's labels resolve
-(an NVIDIA pool is the kind ``nvidia`` among ACK's ``cgpu``, ``share`` and ``core_mem``).
-``gpushare.admission.catalog`` assembles them with the pool rules into the one table.
+The engine (:mod:`gpushare.backends.ack.admission.rules`) emits findings of these records.
+Two of them are shared with NVIDIA's pod rules (:mod:`gpushare.backends.nvidia.admission`), which
+emit their NVIDIA cases: ``GS009`` (the pod is confined to pools of another kind; an NVIDIA pool
+is the kind ``nvidia`` beside ACK's ``cgpu``, ``share`` and ``core_mem``) and ``GS011`` (the
+target does not exist). ``GS018`` is ACK's: a pod asking for ACK's GPU sharing also asks for
+NVIDIA's GPUs. NVIDIA's own ``GS019`` is in :mod:`gpushare.backends.nvidia.admission.catalog`.
+``gpushare.admission.catalog`` assembles the backends' records with the pool rules into the one
+table.
 """
 
 from __future__ import annotations
 
 from gpushare import constants as c
+from gpushare.backends.nvidia.admission.catalog import NVIDIA_WHAT
 from gpushare.rulekit import cel
 from gpushare.rulekit.records import CODE_INVALID, AdmissionRule, Case, CelForm, CelMessage, PodCelForm
 
@@ -394,9 +398,6 @@ NODE_NAME_SET = AdmissionRule(
     " rule's summary, without the template's path",
 )
 
-#: What each NVIDIA resource is, in GS018's messages.
-NVIDIA_WHAT: dict[str, str] = {_NV: "whole GPUs", _NVS: "NVIDIA's shared GPUs"}
-
 
 def _nvidia_in(m: str) -> str:
     return " || ".join(f"{cel.string_literal(r)} in e.{m}" for r in NVIDIA_WHAT)
@@ -450,35 +451,6 @@ SHARED_WITH_WHOLE_GPU = AdmissionRule(
     " in another of the same pod are denied by the webhook and `check` only",
 )
 
-NVIDIA_MORE_THAN_ONE = AdmissionRule(
-    id="GS019-nvidia-more-than-one-shared-gpu",
-    verdict="deny",
-    pool_mode=True,
-    what=f"a container asks for at most one `{_NV}` (or `{_NVS}`) when it can land on an NVIDIA pool whose"
-    " device plugin refuses more at Allocate: `failRequestsGreaterThanOne: true`, or strategy MPS (NVIDIA's"
-    " plugin always refuses more than one MPS replica); for `" + _NV + "` the pod is confined to such"
-    " pools by its node constraints, for `" + _NVS + "` it can reach one",
-    fix="ask for 1, or set `failRequestsGreaterThanOne: false` on a TimeSlicing pool (more than one"
-    " time-sliced replica gives a container no more of the GPU)",
-    cases={
-        "fail": Case(
-            "asks for {count} shared GPUs, but pool {pool} (NVIDIA {strategy}, failRequestsGreaterThanOne:"
-            " true) makes the device plugin refuse a container asking for more than one at Allocate"
-            " (UnexpectedAdmissionError)",
-            'ask for 1 "{resource}", or set spec.nvidia.failRequestsGreaterThanOne: false on pool {pool};'
-            " more than one time-sliced replica gives the container no more of the GPU, only more"
-            " shares of the same one",
-        ),
-        "mps": Case(
-            "asks for {count} shared GPUs, but pool {pool} shares its GPUs with MPS, and NVIDIA's device"
-            " plugin refuses a container asking for more than one MPS replica at Allocate"
-            " (UnexpectedAdmissionError)",
-            'ask for 1 "{resource}"; for a larger share of each GPU, lower spec.nvidia.replicas on'
-            " pool {pool}",
-        ),
-    },
-)
-
 #: The pod and workload rules, in the table's order.
 WORKLOAD_RULES: tuple[AdmissionRule, ...] = (
     CORE_STEP,
@@ -499,7 +471,6 @@ WORKLOAD_RULES: tuple[AdmissionRule, ...] = (
     GPU_COUNT_EXCEEDS_NODE,
     NODE_NAME_SET,
     SHARED_WITH_WHOLE_GPU,
-    NVIDIA_MORE_THAN_ONE,
 )
 #: The rules the ValidatingAdmissionPolicy holds (no cluster state), in the policy's order.
 STATELESS: tuple[AdmissionRule, ...] = (

@@ -1,13 +1,13 @@
-"""ACK's admission rules for pods and workloads: ``evaluate_workload(obj, ctx) -> list[Finding]``.
+"""ACK's admission rules for pods: which pods they judge (:func:`judges`) and the judging
+(:func:`evaluate_pod`); :data:`POD_RULES` is what ``gpushare.admission.rules`` drives.
 
 Pure: plain dicts in, plain findings out; no Kopf, no Kubernetes client. Each rule is a record of
 :mod:`gpushare.backends.ack.admission.catalog` (verdict, pool mode, code, and the messages the
 ValidatingAdmissionPolicy writes too). A pod asking for ACK's GPU sharing (an ``aliyun.com/gpu*``
 resource) is judged by its values, by the kind of pool it targets
-(:mod:`gpushare.backends.ack.admission.targeting`) and by what one GPU of that pool holds; a pod
-asking for NVIDIA's resources (``gpushare.backends.nvidia.admission.judged_nvidia``) by the pools
-its node constraints confine it to. ``gpushare.admission.evaluate`` sends every workload here and
-judges GPUSharePools itself.
+(:mod:`gpushare.backends.ack.admission.targeting`) and by what one GPU of that pool holds, and
+denied if it also asks for NVIDIA's GPUs (``SHARED_WITH_WHOLE_GPU``). A pod asking only for
+NVIDIA's resources is NVIDIA's rules' (``gpushare.backends.nvidia.admission.rules``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpushare import constants as c
-from gpushare.api.v1alpha1 import GPUSharePool
 from gpushare.backends.ack.admission.catalog import (
     CGPU_DISABLE_ENV,
     CORE_RANGE,
@@ -32,8 +31,6 @@ from gpushare.backends.ack.admission.catalog import (
     MEM_POSITIVE,
     NO_ISOLATION,
     NODE_NAME_SET,
-    NVIDIA_MORE_THAN_ONE,
-    NVIDIA_WHAT,
     REQUEST_LIMIT,
     SHARED_WITH_WHOLE_GPU,
     TARGET_AMBIGUOUS,
@@ -41,25 +38,21 @@ from gpushare.backends.ack.admission.catalog import (
     TARGET_UNKNOWN,
     UNKNOWN_RESOURCE,
 )
-from gpushare.backends.ack.admission.targeting import (
-    KIND_TEXT,
-    nvidia_target,
-    pools_of_kind,
-    reaches_pool,
-    resolve,
-)
-from gpushare.backends.nvidia.admission import judged_nvidia
-from gpushare.rulekit.constraints import Constraints, node_constraints, reaches_node
+from gpushare.backends.ack.admission.targeting import KIND_TEXT, pools_of_kind, resolve
+from gpushare.backends.base import PodRules
+from gpushare.backends.nvidia.admission.catalog import NVIDIA_WHAT
+from gpushare.backends.nvidia.admission.rules import offered
+from gpushare.rulekit.constraints import Constraints
 from gpushare.rulekit.emit import Emitter, pool_verdict
-from gpushare.rulekit.kinds import DEFAULT_TABLE, KindTable, object_name
-from gpushare.rulekit.model import EMPTY_CONTEXT, Context, Finding
+from gpushare.rulekit.kinds import KindTable, object_name
+from gpushare.rulekit.model import Context, Finding
 from gpushare.rulekit.podspecs import (
     ContainerRef,
     PodLike,
     asks_prefixed,
     find_container,
     has_prefix,
-    pod_likes,
+    resource_field,
 )
 from gpushare.rulekit.quantity import Amount, clip, parse_amount, parse_count, same_amount, shown_value
 from gpushare.rulekit.records import AdmissionRule, Verdict
@@ -93,28 +86,8 @@ def asks_gpu(ref: ContainerRef) -> bool:
     return asks_prefixed(ref, GPU_PREFIXES)
 
 
-def evaluate_workload(
-    obj: Mapping[str, Any], ctx: Context = EMPTY_CONTEXT, table: KindTable = DEFAULT_TABLE
-) -> list[Finding]:
-    """Every finding for one object that is no GPUSharePool, in one pass. Objects without
-    GPU-sharing requests give ``[]``."""
-    kind = table.lookup(obj)
-    if kind is None:
-        return _unknown_kind(obj, table)
-    pods = pod_likes(obj, table)
-    if not any(asks_gpu(ref) for pod in pods for ref in pod.containers) and not any(
-        judged_nvidia(pod) for pod in pods
-    ):
-        return []
-    name = object_name(obj, table)
-    findings: list[Finding] = []
-    several = len(pods) > 1 or any("*" in s.path for s in kind.sources)
-    for pod in pods:
-        findings.extend(_evaluate_pod(name, pod, ctx, several))
-    return findings
-
-
-def _unknown_kind(obj: Mapping[str, Any], table: KindTable) -> list[Finding]:
+def unknown_kind(obj: Mapping[str, Any], table: KindTable) -> list[Finding]:
+    """``KIND_UNKNOWN``: a container of an object of an unknown kind asks for ``aliyun.com/gpu*``."""
     where = find_container(obj, GPU_PREFIXES)
     if where is None:
         return []
@@ -136,10 +109,6 @@ def _unknown_kind(obj: Mapping[str, Any], table: KindTable) -> list[Finding]:
 
 
 # --- containers -----------------------------------------------------------------------------------
-
-
-def _res_field(where: str, resource: str) -> str:
-    return f'resources.{where}["{resource}"]'
 
 
 @dataclass
@@ -183,7 +152,7 @@ def _check_names(em: Emitter, ref: ContainerRef) -> None:
                 continue
             seen.add(name)
             other = OTHER_RESOURCES.get(name)
-            field = f"{ref.path}.{_res_field(where, name)}"
+            field = f"{ref.path}.{resource_field(where, name)}"
             shown = shown_value(resources[name])
             if other is None:
                 em.case(
@@ -237,14 +206,14 @@ def _check_container(em: Emitter, ref: ContainerRef, unit: str) -> _ContainerGPU
         if resource not in ref.requests:
             continue
         req = parse_amount(ref.requests[resource])
-        field = f"{ref.path}.{_res_field('requests', resource)}"
+        field = f"{ref.path}.{resource_field('requests', resource)}"
         if resource not in ref.limits:
             em.case(REQUEST_LIMIT, "no-limit", container=ref, field=field, value=req.shown, resource=resource)
         elif not same_amount(ref.requests[resource], ref.limits[resource]):
             limit = parse_amount(ref.limits[resource]).shown
             em.case(REQUEST_LIMIT, "differs", container=ref, field=field, value=req.shown, limit=limit)
     if mem is not None:
-        field = f"{ref.path}.{_res_field(mem_where, c.RES_GPU_MEM)}"
+        field = f"{ref.path}.{resource_field(mem_where, c.RES_GPU_MEM)}"
         example = 2 if unit == "GiB" else 2048
         if mem.error is not None:
             em.case(
@@ -260,7 +229,7 @@ def _check_container(em: Emitter, ref: ContainerRef, unit: str) -> _ContainerGPU
         elif mem.value == 0:
             em.case(MEM_POSITIVE, "zero", container=ref, field=field, value=mem.shown, unit=unit)
     if core is not None:
-        field = f"{ref.path}.{_res_field(core_where, c.RES_GPU_CORE)}"
+        field = f"{ref.path}.{resource_field(core_where, c.RES_GPU_CORE)}"
         if core.error is not None:
             em.case(CORE_STEP, "malformed", container=ref, field=field, value=core.shown, error=core.error)
         elif core.value is not None and not 5 <= core.value <= 100:
@@ -274,7 +243,7 @@ def _check_container(em: Emitter, ref: ContainerRef, unit: str) -> _ContainerGPU
                 CORE_WITHOUT_MEM,
                 "missing",
                 container=ref,
-                field=f"{ref.path}.{_res_field('limits', c.RES_GPU_MEM)}",
+                field=f"{ref.path}.{resource_field('limits', c.RES_GPU_MEM)}",
                 value=None,
                 core=core.shown,
                 unit=unit,
@@ -293,7 +262,7 @@ def _check_whole_gpus(em: Emitter, ref: ContainerRef, case: str, **values: objec
         for name, what in NVIDIA_WHAT.items():
             if name in resources:
                 shown = parse_amount(resources[name]).shown
-                field = f"{ref.path}.{_res_field(where, name)}"
+                field = f"{ref.path}.{resource_field(where, name)}"
                 em.case(
                     SHARED_WITH_WHOLE_GPU,
                     case,
@@ -413,9 +382,14 @@ def _check_node_name(em: Emitter, pod: PodLike) -> None:
         em.case(NODE_NAME_SET, "set", container=None, field=f"{pod.path}.nodeName", value=shown, node=shown)
 
 
-def _evaluate_pod(obj_name: str, pod: PodLike, ctx: Context, several: bool = False) -> list[Finding]:
-    em = Emitter(obj_name, pod.path if several else None)
-    constraints = node_constraints(pod.constraints_path, pod.spec)
+def judges(pod: PodLike) -> bool:
+    """Whether ACK's rules judge the pod: a container asks for ``aliyun.com/gpu*``."""
+    return any(asks_gpu(ref) for ref in pod.containers)
+
+
+def evaluate_pod(em: Emitter, pod: PodLike, constraints: Constraints, ctx: Context) -> None:
+    """The rules for a pod asking for ACK's GPU sharing: its containers' values, NVIDIA's GPUs
+    beside them (``SHARED_WITH_WHOLE_GPU``), its GPU count, and the pools its node constraints target."""
     res = resolve(constraints, ctx)
     if len(res.kinds) > 1:
         # NVIDIA pools offer no aliyun.com/gpu*: the scheduler cannot place the pod there, so they
@@ -423,14 +397,10 @@ def _evaluate_pod(obj_name: str, pod: PodLike, ctx: Context, several: bool = Fal
         res.kinds.pop(c.POOL_KIND_NVIDIA, None)
     all_pools = {p.name for p in ctx.pools if p.spec.mode != c.POOL_KIND_NVIDIA}
     unit = _unit(ctx, res.pools) if res.pools else "GiB"
-    if not any(asks_gpu(ref) for ref in pod.containers):
-        if judged_nvidia(pod):
-            _evaluate_nvidia_pod(em, pod, constraints, ctx)
-        return em.out
     containers = [_check_container(em, ref, unit) for ref in pod.containers]
     gpu = [g for g in containers if g.mem is not None or g.core is not None]
     if not gpu:
-        return em.out
+        return
     if len(gpu) < len(containers):  # whole GPUs in a container of its own (its own are checked above)
         sharing = gpu[0].ref.display
         for g in containers:
@@ -462,9 +432,9 @@ def _evaluate_pod(obj_name: str, pod: PodLike, ctx: Context, several: bool = Fal
                 note=note,
             )
         _check_fits(em, ctx, all_pools, gpu, pod.path, split, total, anywhere=True)
-        return em.out
+        return
     if res.source == "unknown":
-        return em.out  # names a pool we cannot resolve offline; nothing more to check
+        return  # names a pool we cannot resolve offline; nothing more to check
 
     def on_target(rule: AdmissionRule, problem: str, fix: str, verdict: Verdict, note: str) -> None:
         """A finding of the pod as a whole, on its node constraints."""
@@ -493,13 +463,13 @@ def _evaluate_pod(obj_name: str, pod: PodLike, ctx: Context, several: bool = Fal
             f" GPUSharePool makes {wanted} nodes (known pools: {known}); the pod would stay Pending",
             _unmatched_fix(ctx, wanted, compute, multi),
         )
-        return em.out
+        return
     if res.source == "none":
         target_unknown(
             f"matches no GPU-sharing pool or node (known pools: {known})", _suggest(ctx, compute, multi)
         )
         _check_fits(em, ctx, all_pools, gpu, pod.path, split, total, anywhere=True)
-        return em.out
+        return
     if len(res.kinds) > 1:
         verdict, note = pool_verdict(TARGET_AMBIGUOUS, ctx, res.pools, res.unpooled)
         if verdict:
@@ -512,7 +482,7 @@ def _evaluate_pod(obj_name: str, pod: PodLike, ctx: Context, several: bool = Fal
             )
         if not res.unpooled:
             _check_fits(em, ctx, res.pools, gpu, pod.path, split, total, anywhere=True)
-        return em.out
+        return
     (kind,) = res.kinds
     pools = res.kinds[kind]
     where = f"pool {', '.join(sorted(pools))}" if pools else f"{c.LABEL_SCHEDULE}={kind} nodes"
@@ -527,10 +497,10 @@ def _evaluate_pod(obj_name: str, pod: PodLike, ctx: Context, several: bool = Fal
                 asker=first.ref.display,
                 resource=c.RES_GPU_MEM if first.mem is not None else c.RES_GPU_CORE,
                 suggestion=_suggest(ctx, compute, multi),
-                offered=" or ".join(sorted(_offered(ctx, pools))),
+                offered=" or ".join(sorted(offered(ctx, pools))),
             )
             on_target(KIND_MISMATCH, problem, fix, verdict, note)
-        return em.out
+        return
     if compute != (kind == c.SCHEDULE_CORE_MEM):
         verdict, note = pool_verdict(KIND_MISMATCH, ctx, pools, res.unpooled)
         if verdict:
@@ -575,238 +545,6 @@ def _evaluate_pod(obj_name: str, pod: PodLike, ctx: Context, several: bool = Fal
             )
     if not res.unpooled:
         _check_fits(em, ctx, res.pools, gpu, pod.path, split, total)
-    return em.out
-
-
-# --- NVIDIA's resources ---------------------------------------------------------------------------
-
-
-def _nvidia_pools(ctx: Context, names: set[str] | None = None) -> list[GPUSharePool]:
-    return [
-        p
-        for p in ctx.pools
-        if p.spec.nvidia is not None
-        and p.spec.mode == c.POOL_KIND_NVIDIA
-        and (names is None or p.name in names)
-    ]
-
-
-def _offered(ctx: Context, pools: set[str]) -> set[str]:
-    """The NVIDIA resources the NVIDIA pools among ``pools`` advertise."""
-    return {p.spec.nvidia.resource for p in _nvidia_pools(ctx, pools) if p.spec.nvidia is not None}
-
-
-def _nvidia_why(pool: GPUSharePool) -> str:
-    nv = pool.spec.nvidia
-    assert nv is not None
-    if nv.strategy == "None":
-        return "strategy None: whole GPUs"
-    return f"{nv.strategy}, renameByDefault: {'true' if nv.rename_by_default else 'false'}"
-
-
-def _nvidia_asks(pod: PodLike) -> list[tuple[ContainerRef, str, str, Amount]]:
-    """(container, resource, limits|requests, amount) of every NVIDIA resource a container asks for."""
-    out = []
-    for ref in pod.containers:
-        for name in NVIDIA_WHAT:
-            if name in ref.limits:
-                out.append((ref, name, "limits", parse_amount(ref.limits[name])))
-            elif name in ref.requests:
-                out.append((ref, name, "requests", parse_amount(ref.requests[name])))
-    return out
-
-
-def _nvidia_suggest(ctx: Context, resource: str | None = None) -> str:
-    pools = sorted(p.name for p in _nvidia_pools(ctx) if p.spec.nvidia and p.spec.nvidia.resource == resource)
-    if not pools:
-        return f"e.g. nodeSelector {{{c.LABEL_POOL}: <pool>}}"
-    listed = ", ".join(pools)
-    return f"e.g. nodeSelector {{{c.LABEL_POOL}: {pools[0]}}} (NVIDIA pools advertising {resource}: {listed})"
-
-
-def _evaluate_nvidia_pod(em: Emitter, pod: PodLike, constraints: Constraints, ctx: Context) -> None:
-    """The rules for a pod asking for NVIDIA's GPU resources and no ``aliyun.com/gpu*``:
-    ``KIND_MISMATCH`` (confined to ACK pools, or to NVIDIA pools advertising the other resource),
-    ``TARGET_UNKNOWN`` (``nvidia.com/gpu.shared`` that no pool or node it reaches advertises) and
-    ``NVIDIA_MORE_THAN_ONE`` (more than one shared GPU where the plugin refuses it)."""
-    asks = _nvidia_asks(pod)
-    if not asks:
-        return
-    value = constraints.render() if constraints.present else None
-    field = constraints.field
-    target = nvidia_target(constraints, ctx) if constraints.present else None
-    if target is not None and target.unknown:
-        return  # names a pool that cannot be resolved offline
-    wanted = {name for _, name, _, _ in asks}
-
-    def emit(rule: AdmissionRule, problem: str, fix: str, verdict: Verdict, note: str) -> None:
-        """A finding of the pod as a whole, on its node constraints."""
-        em.add(
-            rule,
-            container=None,
-            field=field,
-            value=value,
-            problem=problem,
-            fix=fix,
-            verdict=verdict,
-            note=note,
-        )
-
-    nv_asker, resource = asks[0][0], asks[0][1]
-    if target is not None and target.missing and not target.pools and not target.unconfined:
-        # Aimed by name at pools that do not exist: no node carries the label.
-        verdict, note = pool_verdict(TARGET_UNKNOWN, ctx, {p.name for p in ctx.pools}, False)
-        if verdict:
-            problem, fix = TARGET_UNKNOWN.text(
-                "nvidia-pool-unknown",
-                wanted=", ".join(sorted(target.missing)),
-                known=", ".join(sorted(p.name for p in ctx.pools)),
-                asker=nv_asker.display,
-                suggestion=_nvidia_suggest(ctx, resource),
-            )
-            emit(TARGET_UNKNOWN, problem, fix, verdict, note)
-        return
-    # Confined to pools (or ACK-labelled nodes) none of which offers what the pod asks for.
-    if target is not None and not target.unconfined and (target.pools or target.labels):
-        offering = {
-            p.name
-            for p in _nvidia_pools(ctx, target.pools)
-            if p.spec.nvidia and p.spec.nvidia.resource in wanted
-        }
-        if not offering:
-            ack = {
-                p.name: p.spec.mode
-                for p in ctx.pools
-                if p.name in target.pools and p.spec.mode != c.POOL_KIND_NVIDIA
-            }
-            nvidia = _nvidia_pools(ctx, target.pools)
-            verdict, note = pool_verdict(KIND_MISMATCH, ctx, target.pools, not target.pools)
-            if verdict and (ack or target.labels):
-                kinds = sorted({*ack.values(), *target.labels})
-                where = ", ".join(
-                    [
-                        *(f"pool {n}" for n in sorted(ack)),
-                        *(f"{c.LABEL_SCHEDULE}={k} nodes" for k in sorted(target.labels)),
-                    ]
-                )
-                problem, fix = KIND_MISMATCH.text(
-                    "nvidia-on-ack",
-                    where=where,
-                    asker=nv_asker.display,
-                    resource=resource,
-                    kinds=", ".join(f"{k}: {KIND_TEXT[k]}" for k in kinds),
-                    suggestion=_nvidia_suggest(ctx, resource),
-                )
-                emit(KIND_MISMATCH, problem, fix, verdict, note)
-                return
-            if verdict and nvidia:
-                offered = sorted({p.spec.nvidia.resource for p in nvidia if p.spec.nvidia})
-                why = "; ".join(f"pool {p.name}: {_nvidia_why(p)}" for p in nvidia)
-                problem, fix = KIND_MISMATCH.text(
-                    "nvidia-resource",
-                    where=f"pool {', '.join(p.name for p in nvidia)}",
-                    asker=nv_asker.display,
-                    resource=resource,
-                    offered=" or ".join(offered),
-                    why=why,
-                    suggestion=_nvidia_suggest(ctx, resource),
-                )
-                emit(KIND_MISMATCH, problem, fix, verdict, note)
-                return
-    # The NVIDIA pools each request can land on.
-    reach: dict[str, list[GPUSharePool]] = {}
-    if c.RES_NVIDIA_GPU_SHARED in wanted:
-        # Only nodes that advertise nvidia.com/gpu.shared take the pod: the pools it can reach.
-        shared = [
-            p
-            for p in _nvidia_pools(ctx)
-            if p.spec.nvidia
-            and p.spec.nvidia.resource == c.RES_NVIDIA_GPU_SHARED
-            and reaches_pool(constraints, p, ctx)
-        ]
-        reach[c.RES_NVIDIA_GPU_SHARED] = shared
-        in_pools = {p.name for p in shared}
-        elsewhere = any(
-            n.allocatable.get(c.RES_NVIDIA_GPU_SHARED) not in (None, "0")
-            and ctx.node_pool.get(n.name) not in in_pools
-            and reaches_node(constraints, n.labels, n.name)
-            for n in ctx.nodes
-        )
-        if not shared and not elsewhere and (ctx.pools or ctx.nodes):
-            nvidia = _nvidia_pools(ctx)
-            verdict, note = pool_verdict(TARGET_UNKNOWN, ctx, {p.name for p in nvidia}, False)
-            if verdict:
-                sharer = next(ref for ref, name, _, _ in asks if name == c.RES_NVIDIA_GPU_SHARED)
-                known = (
-                    ", ".join(
-                        p.name
-                        for p in nvidia
-                        if p.spec.nvidia and p.spec.nvidia.resource == c.RES_NVIDIA_GPU_SHARED
-                    )
-                    or "none"
-                )
-                problem, fix = TARGET_UNKNOWN.text(
-                    "no-shared-pool",
-                    asker=sharer.display,
-                    known=known,
-                    suggestion=_nvidia_suggest(ctx, c.RES_NVIDIA_GPU_SHARED),
-                )
-                em.add(
-                    TARGET_UNKNOWN,
-                    container=None,
-                    field=field if constraints.present else f"{pod.constraints_path}.nodeSelector",
-                    value=value,
-                    problem=problem,
-                    fix=fix,
-                    verdict=verdict,
-                    note=note,
-                )
-    if c.RES_NVIDIA_GPU in wanted and target is not None:
-        reach[c.RES_NVIDIA_GPU] = [
-            p
-            for p in _nvidia_pools(ctx, target.pools)
-            if p.spec.nvidia and p.spec.nvidia.resource == c.RES_NVIDIA_GPU
-        ]
-    for ref, name, where, amount in asks:
-        if amount.value is None or amount.value <= 1:
-            continue
-        refusing = [
-            p
-            for p in reach.get(name, [])
-            if p.spec.nvidia
-            and p.spec.nvidia.strategy != "None"
-            and (p.spec.nvidia.strategy == "MPS" or p.spec.nvidia.fail_requests_greater_than_one)
-        ]
-        if not refusing:
-            continue
-        names = {p.name for p in refusing}
-        verdict, note = pool_verdict(NVIDIA_MORE_THAN_ONE, ctx, names, False)
-        if not verdict:
-            continue
-        mps = [p.name for p in refusing if p.spec.nvidia and p.spec.nvidia.strategy == "MPS"]
-        failing = [p for p in refusing if p.name not in mps]
-        if failing:
-            problem, fix = NVIDIA_MORE_THAN_ONE.text(
-                "fail",
-                count=amount.shown,
-                pool=", ".join(p.name for p in failing),
-                strategy=" / ".join(sorted({p.spec.nvidia.strategy for p in failing if p.spec.nvidia})),
-                resource=name,
-            )
-        else:
-            problem, fix = NVIDIA_MORE_THAN_ONE.text(
-                "mps", count=amount.shown, pool=", ".join(mps), resource=name
-            )
-        em.add(
-            NVIDIA_MORE_THAN_ONE,
-            container=ref,
-            field=f"{ref.path}.{_res_field(where, name)}",
-            value=amount.shown,
-            problem=problem,
-            fix=fix,
-            verdict=verdict,
-            note=note,
-        )
 
 
 def _pod_total(gpu: list[_ContainerGPU]) -> int:
@@ -823,7 +561,7 @@ def _check_split(em: Emitter, split: _Split, gpu: list[_ContainerGPU], total: in
         em.add(
             GPU_COUNT_SPLIT,
             container=asker.ref,
-            field=f"{asker.ref.path}.{_res_field(asker.core_where, c.RES_GPU_CORE)}",
+            field=f"{asker.ref.path}.{resource_field(asker.core_where, c.RES_GPU_CORE)}",
             value=asker.core.shown if asker.core else None,
             problem=f"is asked for by a pod spread over {split.count} GPUs ({c.RES_GPU_COUNT}={split.shown});"
             " ACK's multi-GPU sharing works with memory isolation and shared compute (cgpu) only, not with"
@@ -952,7 +690,7 @@ def _check_memory_fits(
         em.add(
             MEM_EXCEEDS_GPU,
             container=g.ref,
-            field=f"{g.ref.path}.{_res_field(g.mem_where, c.RES_GPU_MEM)}",
+            field=f"{g.ref.path}.{resource_field(g.mem_where, c.RES_GPU_MEM)}",
             value=g.mem.shown,
             problem=f"is larger than one GPU of {target} ({shown})",
             fix=f"ask for at most {best}, or target a pool with larger GPUs{_multi_hint(g.mem.value, best)}"
@@ -981,3 +719,7 @@ def _unit_hint(units: dict[str, str], best: int) -> str:
     if "GiB" in units.values():
         return f" (the value looks like MiB, but the pool counts {c.RES_GPU_MEM} in GiB: one GPU is {best})"
     return ""
+
+
+#: ACK's pod rules, as ``gpushare.admission.rules`` drives them.
+POD_RULES = PodRules(name="ack", judges=judges, evaluate=evaluate_pod, unknown_kind=unknown_kind)

@@ -1,0 +1,50 @@
+"""NVIDIA's admission records: what ``gpushare.backends.nvidia.admission.rules`` emits of its own.
+
+``GS019`` is NVIDIA's alone: a container asks for more than one shared GPU where the pool's
+device plugin refuses it at Allocate. The pod rules also emit the NVIDIA cases of two records
+shared with ACK's rules, ``GS009`` and ``GS011`` (in :mod:`gpushare.backends.ack.admission.catalog`,
+where their other cases are), and ACK's ``GS018`` names NVIDIA's resources by :data:`NVIDIA_WHAT`.
+"""
+
+from __future__ import annotations
+
+from gpushare import constants as c
+from gpushare.rulekit.records import AdmissionRule, Case
+
+_NV = c.RES_NVIDIA_GPU
+_NVS = c.RES_NVIDIA_GPU_SHARED
+
+#: What each NVIDIA resource is, in the messages (ACK's GS018 too).
+NVIDIA_WHAT: dict[str, str] = {_NV: "whole GPUs", _NVS: "NVIDIA's shared GPUs"}
+
+NVIDIA_MORE_THAN_ONE = AdmissionRule(
+    id="GS019-nvidia-more-than-one-shared-gpu",
+    verdict="deny",
+    pool_mode=True,
+    what=f"a container asks for at most one `{_NV}` (or `{_NVS}`) when it can land on an NVIDIA pool whose"
+    " device plugin refuses more at Allocate: `failRequestsGreaterThanOne: true`, or strategy MPS (NVIDIA's"
+    " plugin always refuses more than one MPS replica); for `" + _NV + "` the pod is confined to such"
+    " pools by its node constraints, for `" + _NVS + "` it can reach one",
+    fix="ask for 1, or set `failRequestsGreaterThanOne: false` on a TimeSlicing pool (more than one"
+    " time-sliced replica gives a container no more of the GPU)",
+    cases={
+        "fail": Case(
+            "asks for {count} shared GPUs, but pool {pool} (NVIDIA {strategy}, failRequestsGreaterThanOne:"
+            " true) makes the device plugin refuse a container asking for more than one at Allocate"
+            " (UnexpectedAdmissionError)",
+            'ask for 1 "{resource}", or set spec.nvidia.failRequestsGreaterThanOne: false on pool {pool};'
+            " more than one time-sliced replica gives the container no more of the GPU, only more"
+            " shares of the same one",
+        ),
+        "mps": Case(
+            "asks for {count} shared GPUs, but pool {pool} shares its GPUs with MPS, and NVIDIA's device"
+            " plugin refuses a container asking for more than one MPS replica at Allocate"
+            " (UnexpectedAdmissionError)",
+            'ask for 1 "{resource}"; for a larger share of each GPU, lower spec.nvidia.replicas on'
+            " pool {pool}",
+        ),
+    },
+)
+
+#: NVIDIA's own pod and workload rules, in the table's order.
+WORKLOAD_RULES: tuple[AdmissionRule, ...] = (NVIDIA_MORE_THAN_ONE,)

@@ -1,0 +1,282 @@
+"""NVIDIA's admission rules for pods (pure): which pods they judge, and the judging.
+
+A pod asking for ``nvidia.com/gpu.shared`` is always judged (only sharing users create such pods:
+NVIDIA's plugin advertises the name with ``renameByDefault``); one asking for ``nvidia.com/gpu``
+only when its own fields constrain its nodes (it may be aimed at an NVIDIA pool; whole GPUs
+anywhere are none of gpushare's business). The webhook's matchConditions ask the same
+(``gpushare.admission.cel.gpu_sharing_condition`` with ``nvidia="all"``). A pod that also asks
+for ACK's GPU sharing is ACK's to judge (its ``SHARED_WITH_WHOLE_GPU``):
+``gpushare.admission.rules`` offers each pod to ACK's rules first.
+
+The rules (:func:`evaluate_pod`) judge a pod against every pool its node constraints confine it
+to, ACK's too: where it is aimed (:func:`gpushare.backends.ack.admission.targeting.nvidia_target`,
+which resolves pools by ``gpushare.io/pool``, their nodeSelectors and ACK's schedule label). So
+they emit the NVIDIA cases of two records shared with ACK's rules, ``KIND_MISMATCH`` and
+``TARGET_UNKNOWN`` (ACK's catalog), beside NVIDIA's own ``NVIDIA_MORE_THAN_ONE`` (:mod:`.catalog`).
+"""
+
+from __future__ import annotations
+
+from gpushare import constants as c
+from gpushare.api.v1alpha1 import GPUSharePool
+from gpushare.backends.ack.admission.catalog import KIND_MISMATCH, TARGET_UNKNOWN
+from gpushare.backends.ack.admission.targeting import KIND_TEXT, nvidia_target, reaches_pool
+from gpushare.backends.base import PodRules
+from gpushare.backends.nvidia.admission.catalog import NVIDIA_MORE_THAN_ONE, NVIDIA_WHAT
+from gpushare.rulekit.constraints import Constraints, reaches_node
+from gpushare.rulekit.emit import Emitter, pool_verdict
+from gpushare.rulekit.model import Context
+from gpushare.rulekit.podspecs import ContainerRef, PodLike, asks_any, resource_field
+from gpushare.rulekit.quantity import Amount, parse_amount
+from gpushare.rulekit.records import AdmissionRule, Verdict
+
+#: NVIDIA's device plugin: whole or time-sliced GPUs, and shared GPUs under renameByDefault.
+NVIDIA_RESOURCES: tuple[str, ...] = (c.RES_NVIDIA_GPU, c.RES_NVIDIA_GPU_SHARED)
+
+
+def asks_nvidia(ref: ContainerRef, resources: tuple[str, ...] = NVIDIA_RESOURCES) -> bool:
+    """Does the container ask for one of NVIDIA's GPU resources (``nvidia.com/gpu``,
+    ``nvidia.com/gpu.shared``)?"""
+    return asks_any(ref, resources)
+
+
+def judged_nvidia(pod: PodLike) -> bool:
+    """Whether the NVIDIA rules judge the pod: a container asks for ``nvidia.com/gpu.shared``, or
+    for ``nvidia.com/gpu`` in a pod whose own fields constrain its nodes (the webhook's
+    matchConditions ask the same: ``gpushare.admission.podspecs.requests_gpu_sharing``)."""
+    if any(asks_nvidia(ref, (c.RES_NVIDIA_GPU_SHARED,)) for ref in pod.containers):
+        return True
+    return pod.own_constraints and any(asks_nvidia(ref, (c.RES_NVIDIA_GPU,)) for ref in pod.containers)
+
+
+def _nvidia_pools(ctx: Context, names: set[str] | None = None) -> list[GPUSharePool]:
+    return [
+        p
+        for p in ctx.pools
+        if p.spec.nvidia is not None
+        and p.spec.mode == c.POOL_KIND_NVIDIA
+        and (names is None or p.name in names)
+    ]
+
+
+def offered(ctx: Context, pools: set[str]) -> set[str]:
+    """The NVIDIA resources the NVIDIA pools among ``pools`` advertise (ACK's ``KIND_MISMATCH`` names them
+    to a pod asking for ACK's GPU sharing on an NVIDIA pool)."""
+    return {p.spec.nvidia.resource for p in _nvidia_pools(ctx, pools) if p.spec.nvidia is not None}
+
+
+def _nvidia_why(pool: GPUSharePool) -> str:
+    nv = pool.spec.nvidia
+    assert nv is not None
+    if nv.strategy == "None":
+        return "strategy None: whole GPUs"
+    return f"{nv.strategy}, renameByDefault: {'true' if nv.rename_by_default else 'false'}"
+
+
+def _nvidia_asks(pod: PodLike) -> list[tuple[ContainerRef, str, str, Amount]]:
+    """(container, resource, limits|requests, amount) of every NVIDIA resource a container asks for."""
+    out = []
+    for ref in pod.containers:
+        for name in NVIDIA_WHAT:
+            if name in ref.limits:
+                out.append((ref, name, "limits", parse_amount(ref.limits[name])))
+            elif name in ref.requests:
+                out.append((ref, name, "requests", parse_amount(ref.requests[name])))
+    return out
+
+
+def _nvidia_suggest(ctx: Context, resource: str | None = None) -> str:
+    pools = sorted(p.name for p in _nvidia_pools(ctx) if p.spec.nvidia and p.spec.nvidia.resource == resource)
+    if not pools:
+        return f"e.g. nodeSelector {{{c.LABEL_POOL}: <pool>}}"
+    listed = ", ".join(pools)
+    return f"e.g. nodeSelector {{{c.LABEL_POOL}: {pools[0]}}} (NVIDIA pools advertising {resource}: {listed})"
+
+
+def evaluate_pod(em: Emitter, pod: PodLike, constraints: Constraints, ctx: Context) -> None:
+    """The rules for a pod asking for NVIDIA's GPU resources and no ``aliyun.com/gpu*``:
+    ``KIND_MISMATCH`` (confined to ACK pools, or to NVIDIA pools advertising the other resource),
+    ``TARGET_UNKNOWN`` (``nvidia.com/gpu.shared`` that no pool or node it reaches advertises) and
+    ``NVIDIA_MORE_THAN_ONE`` (more than one shared GPU where the plugin refuses it)."""
+    asks = _nvidia_asks(pod)
+    if not asks:
+        return
+    value = constraints.render() if constraints.present else None
+    field = constraints.field
+    target = nvidia_target(constraints, ctx) if constraints.present else None
+    if target is not None and target.unknown:
+        return  # names a pool that cannot be resolved offline
+    wanted = {name for _, name, _, _ in asks}
+
+    def emit(rule: AdmissionRule, problem: str, fix: str, verdict: Verdict, note: str) -> None:
+        """A finding of the pod as a whole, on its node constraints."""
+        em.add(
+            rule,
+            container=None,
+            field=field,
+            value=value,
+            problem=problem,
+            fix=fix,
+            verdict=verdict,
+            note=note,
+        )
+
+    nv_asker, resource = asks[0][0], asks[0][1]
+    if target is not None and target.missing and not target.pools and not target.unconfined:
+        # Aimed by name at pools that do not exist: no node carries the label.
+        verdict, note = pool_verdict(TARGET_UNKNOWN, ctx, {p.name for p in ctx.pools}, False)
+        if verdict:
+            problem, fix = TARGET_UNKNOWN.text(
+                "nvidia-pool-unknown",
+                wanted=", ".join(sorted(target.missing)),
+                known=", ".join(sorted(p.name for p in ctx.pools)),
+                asker=nv_asker.display,
+                suggestion=_nvidia_suggest(ctx, resource),
+            )
+            emit(TARGET_UNKNOWN, problem, fix, verdict, note)
+        return
+    # Confined to pools (or ACK-labelled nodes) none of which offers what the pod asks for.
+    if target is not None and not target.unconfined and (target.pools or target.labels):
+        offering = {
+            p.name
+            for p in _nvidia_pools(ctx, target.pools)
+            if p.spec.nvidia and p.spec.nvidia.resource in wanted
+        }
+        if not offering:
+            ack = {
+                p.name: p.spec.mode
+                for p in ctx.pools
+                if p.name in target.pools and p.spec.mode != c.POOL_KIND_NVIDIA
+            }
+            nvidia = _nvidia_pools(ctx, target.pools)
+            verdict, note = pool_verdict(KIND_MISMATCH, ctx, target.pools, not target.pools)
+            if verdict and (ack or target.labels):
+                kinds = sorted({*ack.values(), *target.labels})
+                where = ", ".join(
+                    [
+                        *(f"pool {n}" for n in sorted(ack)),
+                        *(f"{c.LABEL_SCHEDULE}={k} nodes" for k in sorted(target.labels)),
+                    ]
+                )
+                problem, fix = KIND_MISMATCH.text(
+                    "nvidia-on-ack",
+                    where=where,
+                    asker=nv_asker.display,
+                    resource=resource,
+                    kinds=", ".join(f"{k}: {KIND_TEXT[k]}" for k in kinds),
+                    suggestion=_nvidia_suggest(ctx, resource),
+                )
+                emit(KIND_MISMATCH, problem, fix, verdict, note)
+                return
+            if verdict and nvidia:
+                offered = sorted({p.spec.nvidia.resource for p in nvidia if p.spec.nvidia})
+                why = "; ".join(f"pool {p.name}: {_nvidia_why(p)}" for p in nvidia)
+                problem, fix = KIND_MISMATCH.text(
+                    "nvidia-resource",
+                    where=f"pool {', '.join(p.name for p in nvidia)}",
+                    asker=nv_asker.display,
+                    resource=resource,
+                    offered=" or ".join(offered),
+                    why=why,
+                    suggestion=_nvidia_suggest(ctx, resource),
+                )
+                emit(KIND_MISMATCH, problem, fix, verdict, note)
+                return
+    # The NVIDIA pools each request can land on.
+    reach: dict[str, list[GPUSharePool]] = {}
+    if c.RES_NVIDIA_GPU_SHARED in wanted:
+        # Only nodes that advertise nvidia.com/gpu.shared take the pod: the pools it can reach.
+        shared = [
+            p
+            for p in _nvidia_pools(ctx)
+            if p.spec.nvidia
+            and p.spec.nvidia.resource == c.RES_NVIDIA_GPU_SHARED
+            and reaches_pool(constraints, p, ctx)
+        ]
+        reach[c.RES_NVIDIA_GPU_SHARED] = shared
+        in_pools = {p.name for p in shared}
+        elsewhere = any(
+            n.allocatable.get(c.RES_NVIDIA_GPU_SHARED) not in (None, "0")
+            and ctx.node_pool.get(n.name) not in in_pools
+            and reaches_node(constraints, n.labels, n.name)
+            for n in ctx.nodes
+        )
+        if not shared and not elsewhere and (ctx.pools or ctx.nodes):
+            nvidia = _nvidia_pools(ctx)
+            verdict, note = pool_verdict(TARGET_UNKNOWN, ctx, {p.name for p in nvidia}, False)
+            if verdict:
+                sharer = next(ref for ref, name, _, _ in asks if name == c.RES_NVIDIA_GPU_SHARED)
+                known = (
+                    ", ".join(
+                        p.name
+                        for p in nvidia
+                        if p.spec.nvidia and p.spec.nvidia.resource == c.RES_NVIDIA_GPU_SHARED
+                    )
+                    or "none"
+                )
+                problem, fix = TARGET_UNKNOWN.text(
+                    "no-shared-pool",
+                    asker=sharer.display,
+                    known=known,
+                    suggestion=_nvidia_suggest(ctx, c.RES_NVIDIA_GPU_SHARED),
+                )
+                em.add(
+                    TARGET_UNKNOWN,
+                    container=None,
+                    field=field if constraints.present else f"{pod.constraints_path}.nodeSelector",
+                    value=value,
+                    problem=problem,
+                    fix=fix,
+                    verdict=verdict,
+                    note=note,
+                )
+    if c.RES_NVIDIA_GPU in wanted and target is not None:
+        reach[c.RES_NVIDIA_GPU] = [
+            p
+            for p in _nvidia_pools(ctx, target.pools)
+            if p.spec.nvidia and p.spec.nvidia.resource == c.RES_NVIDIA_GPU
+        ]
+    for ref, name, where, amount in asks:
+        if amount.value is None or amount.value <= 1:
+            continue
+        refusing = [
+            p
+            for p in reach.get(name, [])
+            if p.spec.nvidia
+            and p.spec.nvidia.strategy != "None"
+            and (p.spec.nvidia.strategy == "MPS" or p.spec.nvidia.fail_requests_greater_than_one)
+        ]
+        if not refusing:
+            continue
+        names = {p.name for p in refusing}
+        verdict, note = pool_verdict(NVIDIA_MORE_THAN_ONE, ctx, names, False)
+        if not verdict:
+            continue
+        mps = [p.name for p in refusing if p.spec.nvidia and p.spec.nvidia.strategy == "MPS"]
+        failing = [p for p in refusing if p.name not in mps]
+        if failing:
+            problem, fix = NVIDIA_MORE_THAN_ONE.text(
+                "fail",
+                count=amount.shown,
+                pool=", ".join(p.name for p in failing),
+                strategy=" / ".join(sorted({p.spec.nvidia.strategy for p in failing if p.spec.nvidia})),
+                resource=name,
+            )
+        else:
+            problem, fix = NVIDIA_MORE_THAN_ONE.text(
+                "mps", count=amount.shown, pool=", ".join(mps), resource=name
+            )
+        em.add(
+            NVIDIA_MORE_THAN_ONE,
+            container=ref,
+            field=f"{ref.path}.{resource_field(where, name)}",
+            value=amount.shown,
+            problem=problem,
+            fix=fix,
+            verdict=verdict,
+            note=note,
+        )
+
+
+#: NVIDIA's pod rules, as ``gpushare.admission.rules`` drives them.
+POD_RULES = PodRules(name="nvidia", judges=judged_nvidia, evaluate=evaluate_pod)
