@@ -43,6 +43,9 @@ SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 #: resident). The operator keeps up to 64 writes in flight per pool, each on its own connection to
 #: the apiserver: at the default, 64 connections held 19.5 MiB and 100 held 29.6 MiB; at 64 KiB,
 #: 7.8 and 11.0 MiB (client side, measured with kubernetes-asyncio against a local TLS server).
+#: On uvloop (the default ``--event-loop``) the cap does not apply and is not needed: uvloop's own
+#: SSL protocol mallocs its 256 KiB buffer without filling it, so the pages never read into need
+#: not be resident.
 TLS_READ_BUFFER = 64 * 1024
 
 
@@ -53,7 +56,8 @@ READ_BUFSIZE = 2**21
 
 def limit_tls_read_buffer(size: int = TLS_READ_BUFFER) -> None:
     """Cap asyncio's per-connection TLS read buffer (``SSLProtocol.max_size``, the size of the
-    buffer each TLS connection allocates and of each read) for connections opened from now on.
+    buffer each TLS connection allocates and of each read) for connections opened from now on
+    (asyncio's event loop only; uvloop has its own, see ``TLS_READ_BUFFER``).
     Larger responses are read in more steps; a TLS record is at most 16 KiB anyway."""
     asyncio.sslproto.SSLProtocol.max_size = min(asyncio.sslproto.SSLProtocol.max_size, size)
 
