@@ -274,6 +274,27 @@ async def hold_a_gpu(core: client.CoreV1Api, ns: str, name: str) -> None:
     await wait_for(running, what=f"pod {ns}/{name} to run", timeout_s=WAIT)
 
 
+async def _plugin_state(napi: client.ApiClient, core: client.CoreV1Api, pools: PoolApi, name: str) -> str:
+    """What a failed wait reports: the plugin pods' containers (restarts, state, last exit), the
+    node's config label and advertised count, and the pool's status."""
+    lines = []
+    for pod in await nv.plugin_pods_on(napi, NODE):
+        for s in pod.status.container_statuses or []:
+            last = s.last_state.terminated if s.last_state else None
+            lines.append(
+                f"pod {pod.metadata.name} container {s.name}: ready={s.ready} restarts={s.restart_count}"
+                f" state={s.state.to_dict() if s.state else None}"
+                f" last exit={(last.exit_code, last.reason, last.finished_at) if last else None}"
+            )
+    node = await core.read_node(NODE)
+    lines.append(
+        f"node {NODE}: {nv.CONFIG_LABEL}={(node.metadata.labels or {}).get(nv.CONFIG_LABEL)}"
+        f" advertises {await _allocatable(core)}"
+    )
+    lines.append(f"pool {name} status: {(await pools.get(name) or {}).get('status')}")
+    return "\n".join(lines)
+
+
 async def ready_with(core: client.CoreV1Api, pools: PoolApi, name: str, count: int) -> dict[str, Any]:
     """Wait until pool ``name`` is Ready; every time it says Ready, the node already advertises
     ``count`` (the pool is Ready only once the node does)."""
@@ -481,7 +502,10 @@ async def test_the_operator_killed_mid_switch_converges_and_switches_the_node_on
             assert await _allocatable(core) != switched, "switched while the sidecar was frozen"
         second = launch_operator(nvidia_cluster.kubeconfig, tmp_path / "second.log")
         second.wait_serving()
-        await ready_with(core, pools, "tsk", 4 * GPUS)
+        try:
+            await ready_with(core, pools, "tsk", 4 * GPUS)
+        except TimeoutError as exc:  # say what the node and its plugin were doing (CI of 58d253c)
+            raise AssertionError(f"{exc}\n{await _plugin_state(napi, core, pools, 'tsk')}") from None
         await pools.delete("tsk")
     finally:
         stop.set()
