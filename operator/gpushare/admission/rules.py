@@ -25,7 +25,7 @@ from gpushare.rulekit.constraints import node_constraints
 from gpushare.rulekit.emit import Emitter
 from gpushare.rulekit.kinds import DEFAULT_TABLE, KindTable, object_name
 from gpushare.rulekit.model import EMPTY_CONTEXT, Context, Finding
-from gpushare.rulekit.podspecs import pod_likes
+from gpushare.rulekit.podspecs import PodLike, pod_likes
 from gpushare.rulekit.quantity import clip
 
 #: The backends' pod rules, in the order they are offered a pod: the first that judges it has it.
@@ -55,15 +55,18 @@ def evaluate_workload(
     if kind is None:
         return [finding for rules in POD_RULES for finding in rules.unknown_kind(obj, table)]
     pods = pod_likes(obj, table)
-    judged = [(pod, next((rules for rules in POD_RULES if rules.judges(pod)), None)) for pod in pods]
-    if all(rules is None for _, rules in judged):
+    judged: list[tuple[PodLike, PodRules]] = []
+    for pod in pods:
+        for rules in POD_RULES:
+            if rules.judges(pod):
+                judged.append((pod, rules))
+                break
+    if not judged:
         return []
     name = object_name(obj, table)
     several = len(pods) > 1 or any("*" in s.path for s in kind.sources)
     findings: list[Finding] = []
     for pod, rules in judged:
-        if rules is None:
-            continue
         em = Emitter(name, pod.path if several else None)
         rules.evaluate(em, pod, node_constraints(pod.constraints_path, pod.spec), ctx)
         findings.extend(em.out)
