@@ -30,23 +30,14 @@ from gpushare.rulekit.podspecs import ContainerRef, PodLike, asks_any, resource_
 from gpushare.rulekit.quantity import Amount, parse_amount
 from gpushare.rulekit.records import AdmissionRule, Verdict
 
-#: NVIDIA's device plugin: whole or time-sliced GPUs, and shared GPUs under renameByDefault.
-NVIDIA_RESOURCES: tuple[str, ...] = (c.RES_NVIDIA_GPU, c.RES_NVIDIA_GPU_SHARED)
-
-
-def asks_nvidia(ref: ContainerRef, resources: tuple[str, ...] = NVIDIA_RESOURCES) -> bool:
-    """Does the container ask for one of NVIDIA's GPU resources (``nvidia.com/gpu``,
-    ``nvidia.com/gpu.shared``)?"""
-    return asks_any(ref, resources)
-
 
 def judged_nvidia(pod: PodLike) -> bool:
     """Whether the NVIDIA rules judge the pod: a container asks for ``nvidia.com/gpu.shared``, or
     for ``nvidia.com/gpu`` in a pod whose own fields constrain its nodes (the webhook's
     matchConditions ask the same: ``gpushare.admission.podspecs.requests_gpu_sharing``)."""
-    if any(asks_nvidia(ref, (c.RES_NVIDIA_GPU_SHARED,)) for ref in pod.containers):
+    if any(asks_any(ref, (c.RES_NVIDIA_GPU_SHARED,)) for ref in pod.containers):
         return True
-    return pod.own_constraints and any(asks_nvidia(ref, (c.RES_NVIDIA_GPU,)) for ref in pod.containers)
+    return pod.own_constraints and any(asks_any(ref, (c.RES_NVIDIA_GPU,)) for ref in pod.containers)
 
 
 def _nvidia_pools(ctx: Context, names: set[str] | None = None) -> list[GPUSharePool]:
@@ -60,8 +51,8 @@ def _nvidia_pools(ctx: Context, names: set[str] | None = None) -> list[GPUShareP
 
 
 def offered(ctx: Context, pools: set[str]) -> set[str]:
-    """The NVIDIA resources the NVIDIA pools among ``pools`` advertise (ACK's ``KIND_MISMATCH`` names them
-    to a pod asking for ACK's GPU sharing on an NVIDIA pool)."""
+    """The NVIDIA resources the NVIDIA pools among ``pools`` advertise (ACK's ``KIND_MISMATCH``
+    names them to a pod asking for ACK's GPU sharing on an NVIDIA pool)."""
     return {p.spec.nvidia.resource for p in _nvidia_pools(ctx, pools) if p.spec.nvidia is not None}
 
 
