@@ -9,8 +9,11 @@ one kept-alive TLS connection. Servers, in an order rotated each round:
 - ``gpushare/uvloop`` and ``gpushare/asyncio``: ``GPUShareWebhookServer`` with ``respond`` as
   ``gpushare webhook`` wires it (the rules, the clean-allow memo, the metrics), under each event
   loop (``gpushare webhook --event-loop``); the rules read an empty context;
-- ``aiohttp floor``: aiohttp's low-level server that parses the review and allows it: the least a
-  Python webhook on this stack can spend;
+- ``protocol floor``: an ``asyncio.Protocol`` on uvloop's TLS transport with llhttp's parser
+  (``httptools``), parsing the review and allowing it: the least a Python webhook on gpushare's
+  stack can spend;
+- ``aiohttp floor``: aiohttp's low-level server doing the same, on asyncio's loop (the stack
+  gpushare's server was built on before);
 - ``Go no-op``: bench/noop-webhook (Go ``net/http``), the no-op of ``make bench-webhook``.
 
 Server CPU per review is the server process's user+system time over the requests (from /proc).
@@ -39,7 +42,7 @@ from bench_webhook import build_noop, cpu_seconds, gpu_pod, review  # the script
 from gpushare.devcluster.cluster import free_port
 from gpushare.webhook import tls as certs
 
-SERVERS = ("gpushare/uvloop", "gpushare/asyncio", "aiohttp floor", "Go no-op")
+SERVERS = ("gpushare/uvloop", "gpushare/asyncio", "protocol floor", "aiohttp floor", "Go no-op")
 WARMUP = 200
 
 SERVE = r"""
@@ -82,14 +85,40 @@ async def floor_server():
     await runner.setup()
     await aiohttp.web.TCPSite(runner, "127.0.0.1", port, ssl_context=context).start()
 
+async def protocol_server():
+    import ssl
+    import httptools
+
+    class Floor(asyncio.Protocol):
+        def connection_made(self, transport):
+            self.transport, self.parser, self.body = transport, httptools.HttpRequestParser(self), []
+
+        def data_received(self, data):
+            self.parser.feed_data(data)
+
+        def on_body(self, body):
+            self.body.append(body)
+
+        def on_message_complete(self):
+            data, self.body = json.loads(b"".join(self.body)), []
+            out = json.dumps({"apiVersion": data["apiVersion"], "kind": "AdmissionReview",
+                              "response": {"uid": data["request"]["uid"], "allowed": True}}).encode()
+            self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                 b"Content-Length: %d\r\n\r\n%s" % (len(out), out))
+
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert_dir / "tls.crt", cert_dir / "tls.key")
+    await asyncio.get_running_loop().create_server(Floor, "127.0.0.1", port, ssl=context)
+
 async def main():
-    await (floor_server() if which == "floor" else gpushare_server())
+    servers = {"floor": floor_server, "protocol": protocol_server}
+    await servers.get(which, gpushare_server)()
     print("READY", flush=True)
     await asyncio.Event().wait()
 
 from gpushare.cli.run import loop_factory  # what `gpushare webhook --event-loop` runs on
 
-with asyncio.Runner(loop_factory=loop_factory("uvloop" if which == "uvloop" else "asyncio")) as runner:
+with asyncio.Runner(loop_factory=loop_factory("uvloop" if which in ("uvloop", "protocol") else "asyncio")) as runner:
     runner.run(main())
 """
 
@@ -99,7 +128,8 @@ def start(which: str, port: int, cert_dir: Path, noop: Path) -> subprocess.Popen
         cmd = [str(noop), "-addr", f"127.0.0.1:{port}", "-cert", str(cert_dir / "tls.crt"),
                "-key", str(cert_dir / "tls.key")]  # fmt: skip
     else:
-        mode = {"gpushare/uvloop": "uvloop", "gpushare/asyncio": "asyncio", "aiohttp floor": "floor"}[which]
+        mode = {"gpushare/uvloop": "uvloop", "gpushare/asyncio": "asyncio", "aiohttp floor": "floor",
+                "protocol floor": "protocol"}[which]  # fmt: skip
         cmd = [sys.executable, "-c", SERVE, str(port), str(cert_dir), mode]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
