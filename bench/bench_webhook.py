@@ -631,6 +631,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 start_gpushare, info.kubeconfig, port, cert_dir, metrics_port, args.via_kopf, shared
             )
             results["webhook_process"] = args.webhook_process
+            results["columns"] = list(args.columns)
             auth = {"Authorization": f"Bearer {info.token}"}
             apiserver_metrics = f"{info.server.rstrip('/')}/metrics"
             hook_metrics = f"http://127.0.0.1:{metrics_port}/metrics"
@@ -658,7 +659,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 connections: list[int] = []
                 try:
                     for r in range(args.rounds):
-                        for column in rotated(COLUMNS, r):
+                        for column in rotated(args.columns, r):
                             await install(api, column, vwc, noop, noop_port, cafile)
                             for gpu in (False, True):
                                 key = f"{column}/{'gpu' if gpu else 'plain'}"
@@ -839,7 +840,7 @@ def render(results: dict[str, Any]) -> str:
         base = cr[f"none/{pod}"]
         floor = cr[f"noop/{pod}"]
         floor50, floor99 = floor["p50_ms"] - base["p50_ms"], floor["p99_ms"] - base["p99_ms"]
-        for column in COLUMNS:
+        for column in results.get("columns", COLUMNS):
             r = cr[f"{column}/{pod}"]
             add50, add99 = r["p50_ms"] - base["p50_ms"], r["p99_ms"] - base["p99_ms"]
             # Each percentile's ratio on its own: a p99 floor that is not above "nothing" (noise at a
@@ -958,9 +959,22 @@ def main() -> int:
         "--webhook-process", choices=("own", "shared"), default="own",
         help="own: the webhook in a process of its own, as shipped; shared: in the operator's process",
     )  # fmt: skip
+    parser.add_argument(
+        "--columns", default=",".join(COLUMNS),
+        help="the settled scenario's columns, in the order of its first round (rotated each round); "
+        "none, noop and shipped are needed",
+    )  # fmt: skip
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     args = parser.parse_args()
     args.concurrency = [int(x) for x in args.concurrency.split(",")]
+    columns = tuple(c.strip() for c in args.columns.split(",") if c.strip())
+    unknown = sorted(set(columns) - set(COLUMN_TEXT))
+    if unknown or not {"none", "noop", "shipped"} <= set(columns) or len(set(columns)) != len(columns):
+        parser.error(
+            f"--columns {args.columns!r}: each of {', '.join(COLUMN_TEXT)} at most once,"
+            " none, noop and shipped included"
+        )
+    args.columns = columns
     try:
         results = asyncio.run(main_async(args))
     except asyncio.CancelledError:
