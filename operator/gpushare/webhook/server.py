@@ -1,7 +1,7 @@
 """The webhook's HTTPS server: bounded work per request, never a 5xx, never a stalled event loop.
 
 HTTP/1.1 over the event loop's TLS transport, parsed by llhttp (``httptools``, uvicorn's parser),
-answered in a ``asyncio.Protocol`` of its own (``_Connection``). A review is answered inside the
+answered in an ``asyncio.Protocol`` of its own (``_Connection``). A review is answered inside the
 parser's callback: no task, request object or response object per review. On the 2-core machine
 that is 0.14 ms of CPU per review where aiohttp's low-level server, which served it before, took
 0.22 ms, and its empty server (parse, allow) 0.16 (bench/bench_webhook_server.py).
