@@ -48,10 +48,10 @@ def _review(uid: str, core: str = "30") -> bytes:
     ).encode()
 
 
-def _post(body: bytes, *, version: str = "1.1", method: str = "POST", extra: str = "") -> bytes:
+def _post(body: bytes, *, version: str = "1.1") -> bytes:
     return (
-        f"{method} /validate-pods HTTP/{version}\r\nHost: x\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n{extra}\r\n"
+        f"POST /validate-pods HTTP/{version}\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
     ).encode() + body
 
 
@@ -85,7 +85,7 @@ def port(served: tuple[int, GPUShareWebhookServer]) -> int:
 
 
 async def _answers(reader: asyncio.StreamReader, count: int) -> list[tuple[int, dict[str, str], Any]]:
-    """``count`` HTTP answers read off ``reader``: (status, headers, JSON body or None for HEAD)."""
+    """``count`` HTTP answers read off ``reader``: (status, headers, JSON body or None if empty)."""
     out = []
     for _ in range(count):
         head = (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)).decode()
