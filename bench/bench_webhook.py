@@ -528,7 +528,7 @@ def figure_means(delta: dict[str, float], pods: int) -> dict[str, float]:
     out: dict[str, float] = {}
     renamed = {"rules_sum": "gpushare_admission_duration_seconds_sum",
                "rules_count": "gpushare_admission_duration_seconds_count"}  # fmt: skip
-    for label in [f[0] for f in APISERVER_FIGURES] + ["rules"]:
+    for label in [f[0] for f in APISERVER_FIGURES] + ["rules", "webhook_cpu", "noop_cpu"]:
         total = delta.get(renamed.get(f"{label}_sum", f"{label}_sum"), 0.0)
         out[f"{label}_calls"] = delta.get(renamed.get(f"{label}_count", f"{label}_count"), 0.0)
         out[f"{label}_per_pod_ms"] = 1000 * total / pods if pods else 0.0
@@ -665,12 +665,16 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                                 key = f"{column}/{'gpu' if gpu else 'plain'}"
                                 before = await apiserver_figures(apiserver_metrics, auth, info.ca_path)
                                 rules_before = await metric_sums(hook_metrics, rules, 'kind="Pod"', {}, None)
+                                cpu_before = cpu_seconds(proc.pid), cpu_seconds(noop_proc.pid)
                                 phases.setdefault(key, []).extend(
                                     await create_latency(api, per_round, f"r{r}-{key.replace('/', '-')}", gpu)
                                 )
+                                cpu_after = cpu_seconds(proc.pid), cpu_seconds(noop_proc.pid)
                                 after = await apiserver_figures(apiserver_metrics, auth, info.ca_path)
                                 rules_after = await metric_sums(hook_metrics, rules, 'kind="Pod"', {}, None)
                                 acc = deltas.setdefault(key, {})
+                                for i, name in enumerate(("webhook_cpu_sum", "noop_cpu_sum")):
+                                    acc[name] = acc.get(name, 0.0) + cpu_after[i] - cpu_before[i]
                                 for name in after:
                                     acc[name] = acc.get(name, 0.0) + after[name] - before[name]
                                 for name in rules:
@@ -908,6 +912,10 @@ def render(results: dict[str, Any]) -> str:
         ("the webhook plugin", "all", "webhook_plugin"),
         ("the policy plugin: its whole evaluation (same metric, name=ValidatingAdmissionPolicy)", "policy", "policy_plugin"),
         ("the policy plugin", "all", "policy_plugin"),
+        ("CPU of the no-op's process during the creates", "noop", "noop_cpu"),
+        ("CPU of the gpushare webhook's process during the creates", "webhook", "webhook_cpu"),
+        ("CPU of the gpushare webhook's process during the creates", "shipped", "webhook_cpu"),
+        ("CPU of the gpushare webhook's process during the creates", "all", "webhook_cpu"),
     )  # fmt: skip
     for text, column, key in rows:
         f = fig.get(f"{column}/gpu", {})
