@@ -157,8 +157,10 @@ class _Request:
     method: str
     path: str
     headers: list[tuple[str, str]]
-    body: bytes
-    keep_alive: bool
+    #: The handler the path names (None: no handler there; refused from the head).
+    webhook: str | None = None
+    body: bytes = b""
+    keep_alive: bool = False
     #: The answer already decided while parsing (malformed, refused from its head, too large, too
     #: slow): given in turn, then the connection closes.
     answer: Reply | None = None
@@ -238,8 +240,8 @@ class _Connection(asyncio.Protocol):
         self.in_message = False
         self.head_done = False
         self.head_bytes = 0
-        self.method = ""
-        self.path = ""
+        #: The request being read, from its complete head on.
+        self.request: _Request | None = None
 
     # --- the connection ---------------------------------------------------------------------
 
@@ -301,7 +303,7 @@ class _Connection(asyncio.Protocol):
         logger.debug(
             "Webhook request from %s to %s: body not received within %ss",
             self._peer(),
-            self._path()[:200],
+            self.request.path[:200] if self.request is not None else "?",
             self.limits.body_timeout,
         )
         self._refuse(bad_request(f"the body did not arrive within {self.limits.body_timeout:g} s", 408))
@@ -312,7 +314,7 @@ class _Connection(asyncio.Protocol):
         if self.timer is not None:
             self.timer.cancel()
         if self.task is not None or self.pending:
-            self.pending.append(_Request("", "", [], b"", False, answer=reply))
+            self.pending.append(_Request("", "", [], answer=reply))
         else:
             self._send(reply, False, head_only=head_only)
 
@@ -373,9 +375,8 @@ class _Connection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         self.head_done = True
         server, path = self.server, self._path()
-        self.method = method = self.parser.get_method().decode("latin-1")
-        self.path = path
-        request = _Request(method, path, self.headers, b"", False)
+        method = self.parser.get_method().decode("latin-1")
+        self.request = request = _Request(method, path, self.headers, server.webhook_id(path))
         early = server.refuse_early(request)
         if early is None:
             declared = request.header("content-length")
@@ -402,7 +403,7 @@ class _Connection(asyncio.Protocol):
             logger.debug(
                 "Webhook request from %s to %s refused: more than %d bytes sent",
                 self._peer(),
-                self._path()[:200],
+                self.request.path[:200] if self.request is not None else "?",
                 cap,
             )
             self._refuse(
@@ -420,9 +421,8 @@ class _Connection(asyncio.Protocol):
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-        request = _Request(
-            self.method, self.path, self.headers, b"".join(self.chunks), self.parser.should_keep_alive()
-        )
+        request = self.request or _Request("", "", [])  # llhttp completes a message after its head
+        request.body, request.keep_alive = b"".join(self.chunks), self.parser.should_keep_alive()
         self._reset()
         if self.task is not None or self.pending:
             self.pending.append(request)
@@ -603,7 +603,8 @@ class GPUShareWebhookServer(kopf.WebhookServer):
 
     # --- one request ---------------------------------------------------------------------------
 
-    def _webhook_id(self, path: str) -> str | None:
+    def webhook_id(self, path: str) -> str | None:
+        """The handler id ``path`` names, or None (no handler there)."""
         prefix = (self.path or "").rstrip("/") + "/"
         if not path.startswith(prefix):
             return None
@@ -615,7 +616,7 @@ class GPUShareWebhookServer(kopf.WebhookServer):
     def refuse_early(self, request: _Request) -> Reply | None:
         """The answer to a request that its head alone decides (wrong path, method or encoding),
         before its body is read; None: read the body."""
-        if self._webhook_id(request.path) is None:
+        if request.webhook is None:
             return bad_request(f"no admission webhook at {request.path[:200]!r}", status=404)
         if request.method != "POST":
             return bad_request(f"{request.method[:20]} is not allowed: POST an AdmissionReview", status=405)
@@ -630,21 +631,14 @@ class GPUShareWebhookServer(kopf.WebhookServer):
         """The answer, when it needs no waiting (a body up to ``inline_bytes`` and ``respond``
         answering it); else what ``answer_later`` starts from: the parsed review (Kopf's turn) or
         None (a large body, for the worker thread)."""
-        webhook = self._webhook_id(request.path)
-        if webhook is None:  # refuse_early saw the same path
-            return bad_request(f"no admission webhook at {request.path[:200]!r}", status=404)
-        raw = request.body
+        webhook, raw = request.webhook or "", request.body  # refuse_early refused a None
         if len(raw) > self.limits.inline_bytes:
             return None
         screened = self._screen(webhook, raw)
         if isinstance(screened, Reply) or self.respond is None:
             return screened
-        answer = self._respond(webhook, screened, self.context_fn() if self.context_fn is not None else None)
-        if isinstance(answer, Reply):
-            return answer
-        if answer is not None:
-            return Reply(200, _review(screened, answer))
-        return screened
+        context = self.context_fn() if self.context_fn is not None else None
+        return _answered(screened, self._respond(webhook, screened, context)) or screened
 
     async def answer_later(
         self,
@@ -656,7 +650,7 @@ class GPUShareWebhookServer(kopf.WebhookServer):
         """The answer to what ``answer_now`` left: a large body (checked, parsed and judged in the
         worker thread) or a review for Kopf's handlers (the indexes are not handed over yet, or
         ``--webhook-via-kopf``)."""
-        webhook = self._webhook_id(request.path) or ""
+        webhook = request.webhook or ""
         if screened is None:
             parsed = await self._in_worker(self._screen, webhook, request.body)
             if isinstance(parsed, Reply):
@@ -664,11 +658,9 @@ class GPUShareWebhookServer(kopf.WebhookServer):
             screened = cast(Mapping[str, Any], parsed)
             if self.respond is not None:
                 context = self.context_fn() if self.context_fn is not None else None  # on the loop
-                answer = await self._in_worker(self._respond, webhook, screened, context)
-                if isinstance(answer, Reply):
-                    return answer
-                if answer is not None:
-                    return Reply(200, _review(screened, answer))
+                reply = _answered(screened, await self._in_worker(self._respond, webhook, screened, context))
+                if reply is not None:
+                    return reply
         sslpeer = transport.get_extra_info("peercert") if transport is not None else None
         try:
             response = await fn(
@@ -745,6 +737,13 @@ async def _shut(server: asyncio.Server, open_: set[_Connection], grace: float = 
         if conn.transport is not None:
             conn.transport.abort()
     await server.wait_closed()
+
+
+def _answered(data: Mapping[str, Any], answer: dict[str, Any] | Reply | None) -> Reply | None:
+    """``respond``'s answer to review ``data`` as the HTTP reply (None: it left it to Kopf)."""
+    if answer is None or isinstance(answer, Reply):
+        return answer
+    return Reply(200, _review(data, answer))
 
 
 def _review(data: Mapping[str, Any], response: Mapping[str, Any]) -> dict[str, Any]:
