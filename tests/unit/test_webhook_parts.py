@@ -776,6 +776,13 @@ def test_a_workloads_identical_pods_are_judged_once_while_the_context_holds(
     assert first == {"uid": "u", "allowed": True}
     second = respond("validate-pods", pod("job-2", {MEM: "2"}, "u2"), ctx, allows=allows)
     assert second == first and calls == ["job-1"] and allows.hits == 1
+    # The memo is looked up after the routing check: the same object sent to the Pods handler as
+    # another resource is refused, never allowed from the memo.
+    elsewhere = pod("job-2b", {MEM: "2"}, "u2b")
+    elsewhere["request"]["resource"] = {"group": "apps", "version": "v1", "resource": "deployments"}
+    refused = respond("validate-pods", elsewhere, ctx, allows=allows)
+    assert refused is not None and refused["allowed"] is False and refused["status"]["code"] == 400
+    assert allows.hits == 1
     for name in ("bad-1", "bad-2"):  # denied: judged each time, each message names its pod
         denied = respond("validate-pods", pod(name, {MEM: "2", CORE: "33"}, name), ctx, allows=allows)
         assert denied is not None and denied["allowed"] is False and name in denied["status"]["message"]

@@ -107,7 +107,13 @@ class Decision:
         return tuple(f.rule_id for f in self.findings)
 
 
+#: The decision with nothing to say (one object: the webhook counts it without looking further).
+ALLOWED = Decision(True)
+
+
 def verdict(findings: list[Finding]) -> Decision:
+    if not findings:
+        return ALLOWED
     denials = [f for f in findings if f.verdict == "deny"]
     warnings = tuple(f.message for f in findings if f.verdict == "warn")
     if not denials:

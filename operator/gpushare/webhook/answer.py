@@ -13,11 +13,11 @@ bounds and hands each parsed review here; Kopf's validating handlers
 from __future__ import annotations
 
 import functools
-import json
 import logging
+import marshal
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from gpushare import constants as c
 from gpushare import metrics
@@ -29,7 +29,7 @@ from gpushare.admission import (
     object_name,
     requests_gpu_sharing,
 )
-from gpushare.admission.review import CODE_BAD_REQUEST, Decision, verdict
+from gpushare.admission.review import ALLOWED, CODE_BAD_REQUEST, Decision, verdict
 from gpushare.admission.webhook_config import TARGETS_BY_ID, WebhookTarget
 from gpushare.webhook.context import ContextCache
 
@@ -57,17 +57,17 @@ def admit(
     with a warning; either way it is logged in one line. ``asks``: whether the object asks for GPU
     sharing, when the caller has looked already (``respond``, after ``fast_allow``)."""
     if operation not in target.operations:
-        return Decision(True)
+        return ALLOWED
     if (
         target.kind == c.KIND
         and operation == "UPDATE"
         and old is not None
         and old.get("spec") == body.get("spec")
     ):
-        return Decision(True)
+        return ALLOWED
     obj = dict(body)
     if target.kind != c.KIND and not (requests_gpu_sharing(obj, table) if asks is None else asks):
-        return Decision(True)  # fast path: no GPU sharing, no state
+        return ALLOWED  # fast path: no GPU sharing, no state
     try:
         return verdict(evaluate(obj, ctx_fn(), table))
     except Exception as exc:  # a bug must not become a 500 (kopf's default code)
@@ -138,7 +138,7 @@ def fast_allow(
         not isinstance(obj, Mapping) or requests_gpu_sharing(obj, table)
     ):
         return False
-    record(target.kind, Decision(True), time.perf_counter() - started)
+    record(target.kind, ALLOWED, time.perf_counter() - started)
     return True
 
 
@@ -160,22 +160,25 @@ class CleanAllows:
     def __init__(self, size: int = 256) -> None:
         self.size = size
         self._context: Context | None = None
-        self._seen: dict[str, None] = {}
+        self._seen: dict[bytes, None] = {}
         self.hits = 0
 
     @staticmethod
-    def key(kind: str, operation: object, obj: Mapping[str, Any]) -> str | None:
+    def key(kind: str, operation: object, obj: Mapping[str, Any]) -> bytes | None:
+        """The object less its identity as bytes (``marshal`` version 2: C speed, about a quarter
+        of ``json.dumps``'s time on a pod; no back-references, so equal objects give equal bytes,
+        and unequal ones unequal bytes). Only this process reads it back: never stored."""
         meta = obj.get("metadata")
         if not isinstance(meta, Mapping):
             return None
         rest = {k: v for k, v in obj.items() if k != "metadata"}
         same = {k: v for k, v in meta.items() if k not in IDENTITY_FIELDS}
         try:
-            return json.dumps([kind, operation, same, rest], separators=(",", ":"))
-        except (TypeError, ValueError):
+            return marshal.dumps(cast(Any, (kind, operation, same, rest)), 2)
+        except ValueError:  # not JSON's types (a parsed review has only those)
             return None
 
-    def holds(self, context: Context, key: str) -> bool:
+    def holds(self, context: Context, key: bytes) -> bool:
         if context is not self._context:
             self._context = context
             self._seen.clear()
@@ -185,7 +188,7 @@ class CleanAllows:
             return True
         return False
 
-    def add(self, context: Context, key: str) -> None:
+    def add(self, context: Context, key: bytes) -> None:
         if context is not self._context:
             return
         if len(self._seen) >= self.size:
@@ -213,14 +216,19 @@ def respond(
     index snapshot the Kopf handler would use.
 
     In order: a review routed to another resource than the handler's is denied (code 400: a wrong
-    path never allows); one that asks for no GPU sharing, or for an operation the handler does
-    not check, is allowed without any state (``fast_allow``); the rest is judged with
-    ``context`` (once per identical object while the context holds, with ``allows``). None (let
-    Kopf answer) for a handler id it does not know, a review with no object
-    (a DELETE), or no ``context`` yet (the indexes not handed over, or ``--webhook-via-kopf``)."""
+    path never allows); an object identical but for its identity to one allowed with nothing to
+    say under ``context`` is allowed again (``allows``: a workload's pods, judged once); one that
+    asks for no GPU sharing, or for an operation the handler does not check, is allowed without
+    any state (``fast_allow``); the rest is judged with ``context``. None (let Kopf answer) for a
+    handler id it does not know, a review with no object (a DELETE), or no ``context`` yet (the
+    indexes not handed over, or ``--webhook-via-kopf``).
+
+    The memo comes before ``fast_allow``: the apiserver's ``matchConditions`` send only objects
+    that ask for GPU sharing, so that scan would find one every time."""
     target = targets.get(handler_id)
     if target is None:
         return None
+    started = time.perf_counter()
     request = review.get("request") or {}
     wrong = misrouted(handler_id, target, request)
     if wrong is not None:
@@ -230,30 +238,33 @@ def respond(
             "allowed": False,
             "status": {"code": CODE_BAD_REQUEST, "message": f"malformed AdmissionReview: {wrong}"},
         }
+    obj = request.get("object")
+    operation = request.get("operation")
+    key = (
+        allows.key(target.kind, operation, obj)
+        if allows is not None and context is not None and target.kind != c.KIND and isinstance(obj, Mapping)
+        else None
+    )
+    if key is not None and allows is not None and context is not None and allows.holds(context, key):
+        record(target.kind, ALLOWED, time.perf_counter() - started)
+        return {"uid": request["uid"], "allowed": True}
     if fast_allow(handler_id, review, targets, table):
         return {"uid": request["uid"], "allowed": True}
-    obj = request.get("object")
     if not isinstance(obj, Mapping) or context is None:
         return None
-    started = time.perf_counter()
-    operation = request.get("operation")
-    key = allows.key(target.kind, operation, obj) if allows is not None and target.kind != c.KIND else None
-    if key is not None and allows is not None and allows.holds(context, key):
-        decision = Decision(True)
-    else:
-        old = request.get("oldObject")
-        decision = admit(
-            target,
-            obj,
-            operation,
-            lambda: context,
-            table,
-            failure_policy,
-            old if isinstance(old, Mapping) else None,
-            asks=True if target.kind != c.KIND else None,  # fast_allow looked: it does
-        )
-        if key is not None and allows is not None and decision == Decision(True):  # nothing to say
-            allows.add(context, key)
+    old = request.get("oldObject")
+    decision = admit(
+        target,
+        obj,
+        operation,
+        lambda: context,
+        table,
+        failure_policy,
+        old if isinstance(old, Mapping) else None,
+        asks=True if target.kind != c.KIND else None,  # fast_allow looked: it does
+    )
+    if key is not None and allows is not None and decision == ALLOWED:  # nothing to say
+        allows.add(context, key)
     record(target.kind, decision, time.perf_counter() - started)
     log_decision(obj, decision, table)
     answer: dict[str, Any] = {"uid": request["uid"], "allowed": decision.allowed}
@@ -275,6 +286,10 @@ def log_decision(body: Mapping[str, Any], decision: Decision, table: KindTable =
 
 
 def record(kind: str, decision: Decision, elapsed: float) -> None:
+    if decision is ALLOWED:  # the common answer: its two series looked up once
+        _requests(kind, "allowed", "none").inc()
+        _seconds(kind, "allowed").observe(elapsed)
+        return
     label = "denied" if not decision.allowed else ("warned" if decision.warnings else "allowed")
     if decision.code == CODE_BAD_REQUEST and not decision.allowed and not decision.findings:
         label = "error"
