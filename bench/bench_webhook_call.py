@@ -15,6 +15,10 @@ selectors, timeout), aimed in turn at each server:
   off (``GODEBUG=http2server=0``). gpushare's server speaks HTTP/1.1;
 - ``nothing``: no configuration (the baseline of "added").
 
+With ``--workload-policy`` the shipped workload kinds' ValidatingAdmissionPolicy and its binding
+(what the chart installs beside the webhook; no Pod matches it) are installed for the whole run,
+so every server, nothing included, is measured beside it.
+
 Every server uses the same certificate. In each of ``--rounds`` rounds, in an order rotated each
 round, ``--creates`` sequential dry-run creates of the benchmark's GPU pod per server (dry run:
 admission runs, nothing is stored, so nothing piles up over the run). Per server: the client's
@@ -22,7 +26,7 @@ p50 and what it adds to nothing's; the apiserver's own time for the call
 (``apiserver_admission_webhook_admission_duration_seconds``, which the creates alone feed); the
 server process's CPU per create (/proc: everything the process did meanwhile).
 
-Usage: python bench/bench_webhook_call.py [--nodes 30] [--creates 300] [--rounds 6]
+Usage: python bench/bench_webhook_call.py [--nodes 30] [--creates 300] [--rounds 6] [--workload-policy]
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ from bench_webhook_server import SERVE
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from gpushare.admission.vap import POLICY_NAME, build_binding, build_policies
 from gpushare.devcluster import DevCluster
 from gpushare.devcluster.cluster import free_port
 from gpushare.k8s.client import make_api_client
@@ -145,7 +150,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                         if which == "protocol floor"
                         else start_go(go, ports[which], cert_dir, http2="HTTP/2" in which)
                     )
-                await asyncio.sleep(3)  # the floor's interpreter starts
+                if args.workload_policy:
+                    workloads = next(p for p in build_policies() if p["metadata"]["name"] == POLICY_NAME)
+                    await adm.create_validating_admission_policy(workloads)  # type: ignore[arg-type]
+                    await adm.create_validating_admission_policy_binding(build_binding(POLICY_NAME))  # type: ignore[arg-type]
+                await asyncio.sleep(3)  # the floor's interpreter starts (and the policy is compiled)
                 url = f"{info.server.rstrip('/')}/metrics"
                 auth = {"Authorization": f"Bearer {info.token}"}
                 names = (f"{CALL}_sum", f"{CALL}_count")
@@ -174,6 +183,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                     print(f"# round {r + 1}/{args.rounds} done", file=sys.stderr)
                 await aim(api, entry, None)
                 return {"nodes": args.nodes, "creates": args.creates, "rounds": args.rounds, "runs": runs,
+                        "workload_policy": args.workload_policy,
                         "load_average": (load, os.getloadavg()[0])}  # fmt: skip
             finally:
                 for proc in [*procs.values(), *([operator] if operator is not None else [])]:
@@ -187,7 +197,8 @@ def render(results: dict[str, Any]) -> str:
     lines = [
         f"{results['creates']} sequential dry-run GPU pod creates per server and round,"
         f" {results['rounds']} rounds (order rotated), {results['nodes']} kwok nodes;"
-        f" load average {load[0]:.1f} at start, {load[1]:.1f} at end",
+        f" load average {load[0]:.1f} at start, {load[1]:.1f} at end"
+        + ("; the workload kinds' policy installed throughout" if results.get("workload_policy") else ""),
         "",
         "| server | p50 ms | added p50 ms | added ÷ Go no-op (HTTP/2)'s | apiserver's call ms,"
         " median of rounds (range) | server CPU ms / create, median of rounds (range) |",
@@ -214,6 +225,11 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=30, help="kwok GPU nodes (split over 3 node pools)")
     parser.add_argument("--creates", type=int, default=300, help="dry-run creates per server and round")
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument(
+        "--workload-policy",
+        action="store_true",
+        help="the shipped workload kinds' policy installed throughout",
+    )
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     args = parser.parse_args()
     results = asyncio.run(main_async(args))
