@@ -46,7 +46,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +57,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import constants as c
 from gpushare.admission.vap import POLICY_NAME, build_binding, build_policies, pod_policy_name
-from gpushare.devcluster import DevCluster
+from gpushare.devcluster import ClusterInfo, DevCluster
 from gpushare.devcluster.cluster import free_port
 from gpushare.devcluster.crds import install_crd_files
 from gpushare.devcluster.fakes import POOL_LABEL, create_gpu_nodes, ensure_device_plugin_daemonset
@@ -607,126 +607,133 @@ async def install(
         await asyncio.sleep(0.5)
 
 
-async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    # SIGTERM (``timeout``, a kill) cancels the run, so the cleanups below stop the operator and
-    # webhook processes (their own sessions) and the control plane instead of leaving them behind.
+@contextlib.asynccontextmanager
+async def prepared_cluster(nodes: int) -> AsyncIterator[tuple[ClusterInfo, client.ApiClient]]:
+    """A fresh control plane with ``nodes`` kwok GPU nodes and the example pools (``prepare``), and
+    a client of it. SIGTERM (``timeout``, a kill) cancels the calling task, so its cleanups stop the
+    processes it started (their own sessions) and the control plane instead of leaving them behind."""
     task = asyncio.current_task()
     if task is not None:
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
     with DevCluster() as info:
         api = await make_api_client(str(info.kubeconfig))
         async with api:
-            await prepare(api, args.nodes)
-            results: dict[str, Any] = {
-                "nodes": args.nodes, "machine_cpus": os.cpu_count(), "via_kopf": args.via_kopf,
-            }  # fmt: skip
-            results["engine"] = {str(n): engine_cost(n) for n in (args.nodes, 1000)}
-            results["load_average_start"] = os.getloadavg()
-            assert not await configuration_exists(api)
+            await prepare(api, nodes)
+            yield info, api
 
-            port, metrics_port = free_port(), free_port()
-            cert_dir = Path(tempfile.mkdtemp(prefix="gpushare-bench-certs-"))
-            shared = args.webhook_process == "shared"
-            proc, operator = await asyncio.to_thread(
-                start_gpushare, info.kubeconfig, port, cert_dir, metrics_port, args.via_kopf, shared
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    async with prepared_cluster(args.nodes) as (info, api):
+        results: dict[str, Any] = {
+            "nodes": args.nodes, "machine_cpus": os.cpu_count(), "via_kopf": args.via_kopf,
+        }  # fmt: skip
+        results["engine"] = {str(n): engine_cost(n) for n in (args.nodes, 1000)}
+        results["load_average_start"] = os.getloadavg()
+        assert not await configuration_exists(api)
+
+        port, metrics_port = free_port(), free_port()
+        cert_dir = Path(tempfile.mkdtemp(prefix="gpushare-bench-certs-"))
+        shared = args.webhook_process == "shared"
+        proc, operator = await asyncio.to_thread(
+            start_gpushare, info.kubeconfig, port, cert_dir, metrics_port, args.via_kopf, shared
+        )
+        results["webhook_process"] = args.webhook_process
+        results["columns"] = list(args.columns)
+        auth = {"Authorization": f"Bearer {info.token}"}
+        apiserver_metrics = f"{info.server.rstrip('/')}/metrics"
+        hook_metrics = f"http://127.0.0.1:{metrics_port}/metrics"
+        rules = ("gpushare_admission_duration_seconds_sum", "gpushare_admission_duration_seconds_count")
+        try:
+            await wait_webhook_answers(api)
+            await wait_pools_settled(api)  # the operator's own rollout must not share the measurement
+            adm = client.AdmissionregistrationV1Api(api)
+            vwc = api.sanitize_for_serialization(
+                await adm.read_validating_webhook_configuration(CONFIGURATION)
             )
-            results["webhook_process"] = args.webhook_process
-            results["columns"] = list(args.columns)
-            auth = {"Authorization": f"Bearer {info.token}"}
-            apiserver_metrics = f"{info.server.rstrip('/')}/metrics"
-            hook_metrics = f"http://127.0.0.1:{metrics_port}/metrics"
-            rules = ("gpushare_admission_duration_seconds_sum", "gpushare_admission_duration_seconds_count")
+            vwc["metadata"] = {
+                "name": vwc["metadata"]["name"],
+                "labels": vwc["metadata"].get("labels", {}),
+            }
+            per_round = max(1, args.creates // args.rounds)
+            cafile = cert_dir / "ca.crt"
+            noop_port = free_port()
+            noop_proc = await asyncio.to_thread(
+                start_noop, await asyncio.to_thread(build_noop), noop_port, cert_dir
+            )
+            noop = noop_configuration(vwc, noop_port)
+            phases: dict[str, list[float]] = {}
+            deltas: dict[str, dict[str, float]] = {}
+            connections: list[int] = []
             try:
-                await wait_webhook_answers(api)
-                await wait_pools_settled(api)  # the operator's own rollout must not share the measurement
-                adm = client.AdmissionregistrationV1Api(api)
-                vwc = api.sanitize_for_serialization(
-                    await adm.read_validating_webhook_configuration(CONFIGURATION)
-                )
-                vwc["metadata"] = {
-                    "name": vwc["metadata"]["name"],
-                    "labels": vwc["metadata"].get("labels", {}),
-                }
-                per_round = max(1, args.creates // args.rounds)
-                cafile = cert_dir / "ca.crt"
-                noop_port = free_port()
-                noop_proc = await asyncio.to_thread(
-                    start_noop, await asyncio.to_thread(build_noop), noop_port, cert_dir
-                )
-                noop = noop_configuration(vwc, noop_port)
-                phases: dict[str, list[float]] = {}
-                deltas: dict[str, dict[str, float]] = {}
-                connections: list[int] = []
-                try:
-                    for r in range(args.rounds):
-                        for column in rotated(args.columns, r):
-                            await install(api, column, vwc, noop, noop_port, cafile)
-                            for gpu in (False, True):
-                                key = f"{column}/{'gpu' if gpu else 'plain'}"
-                                before = await apiserver_figures(apiserver_metrics, auth, info.ca_path)
-                                rules_before = await metric_sums(hook_metrics, rules, 'kind="Pod"', {}, None)
-                                cpu_before = cpu_seconds(proc.pid), cpu_seconds(noop_proc.pid)
-                                phases.setdefault(key, []).extend(
-                                    await create_latency(api, per_round, f"r{r}-{key.replace('/', '-')}", gpu)
-                                )
-                                cpu_after = cpu_seconds(proc.pid), cpu_seconds(noop_proc.pid)
-                                after = await apiserver_figures(apiserver_metrics, auth, info.ca_path)
-                                rules_after = await metric_sums(hook_metrics, rules, 'kind="Pod"', {}, None)
-                                acc = deltas.setdefault(key, {})
-                                for i, name in enumerate(("webhook_cpu_sum", "noop_cpu_sum")):
-                                    acc[name] = acc.get(name, 0.0) + cpu_after[i] - cpu_before[i]
-                                for name in after:
-                                    acc[name] = acc.get(name, 0.0) + after[name] - before[name]
-                                for name in rules:
-                                    acc[name] = acc.get(name, 0.0) + rules_after[name] - rules_before[name]
-                                if column in ("webhook", "shipped", "all") and gpu:
-                                    connections.append(established(port))
-                        print(f"# round {r + 1}/{args.rounds} done", file=sys.stderr)
-                    if args.burst:
-                        results["burst"] = await burst_scenario(
-                            api, args, vwc, noop, noop_port, cafile, proc.pid, (operator or proc).pid
-                        )
-                finally:
-                    await asyncio.to_thread(stop_webhook, noop_proc)
-                results["creates"] = {k: summary(v) for k, v in phases.items()}
-                results["spread"] = {
-                    pod: spread(phases[f"none/{pod}"], phases[f"noop/{pod}"], phases[f"shipped/{pod}"])
-                    for pod in ("gpu", "plain")
-                }
-                results["apiserver"] = {k: figure_means(v, len(phases[k])) for k, v in deltas.items()}
-                results["path"] = {"webhook_connections_after_gpu_phases": connections}
-                await install(api, "all", vwc, noop, noop_port, cafile)
-                direct: list[dict[str, Any]] = []
-                for label, obj in (("GPU pod", gpu_pod()), ("non-GPU pod", plain_pod())):
-                    row = await rate_load(port, cert_dir / "ca.crt", obj, args.requests, args.rate, proc.pid)
-                    row.update(pod=label, concurrency=f"open loop {args.rate:.0f}/s")
-                    direct.append(row)
-                    for conc in args.concurrency:
-                        row = await direct_load(port, cert_dir / "ca.crt", obj, args.requests, conc, proc.pid)
-                        row.update(pod=label, concurrency=conc)
-                        direct.append(row)
-                        print(f"# {label} c={conc}: {row['rps']:.0f} req/s", file=sys.stderr)
-                results["direct"] = direct
-                results["load_average_end"] = os.getloadavg()
+                for r in range(args.rounds):
+                    for column in rotated(args.columns, r):
+                        await install(api, column, vwc, noop, noop_port, cafile)
+                        for gpu in (False, True):
+                            key = f"{column}/{'gpu' if gpu else 'plain'}"
+                            before = await apiserver_figures(apiserver_metrics, auth, info.ca_path)
+                            rules_before = await metric_sums(hook_metrics, rules, 'kind="Pod"', {}, None)
+                            cpu_before = cpu_seconds(proc.pid), cpu_seconds(noop_proc.pid)
+                            phases.setdefault(key, []).extend(
+                                await create_latency(api, per_round, f"r{r}-{key.replace('/', '-')}", gpu)
+                            )
+                            cpu_after = cpu_seconds(proc.pid), cpu_seconds(noop_proc.pid)
+                            after = await apiserver_figures(apiserver_metrics, auth, info.ca_path)
+                            rules_after = await metric_sums(hook_metrics, rules, 'kind="Pod"', {}, None)
+                            acc = deltas.setdefault(key, {})
+                            for i, name in enumerate(("webhook_cpu_sum", "noop_cpu_sum")):
+                                acc[name] = acc.get(name, 0.0) + cpu_after[i] - cpu_before[i]
+                            for name in after:
+                                acc[name] = acc.get(name, 0.0) + after[name] - before[name]
+                            for name in rules:
+                                acc[name] = acc.get(name, 0.0) + rules_after[name] - rules_before[name]
+                            if column in ("webhook", "shipped", "all") and gpu:
+                                connections.append(established(port))
+                    print(f"# round {r + 1}/{args.rounds} done", file=sys.stderr)
+                if args.burst:
+                    results["burst"] = await burst_scenario(
+                        api, args, vwc, noop, noop_port, cafile, proc.pid, (operator or proc).pid
+                    )
             finally:
-                await asyncio.to_thread(stop_webhook, proc)
-                if operator is not None:
-                    await asyncio.to_thread(stop_webhook, operator)
-                adm = client.AdmissionregistrationV1Api(api)
-                for delete, name in (
-                    (adm.delete_validating_webhook_configuration, CONFIGURATION),
-                    (adm.delete_validating_webhook_configuration, NOOP_NAME),
-                    *(
-                        (delete, name)
-                        for name in (pod_policy_name(POLICY_NAME), POLICY_NAME)
-                        for delete in (
-                            adm.delete_validating_admission_policy_binding,
-                            adm.delete_validating_admission_policy,
-                        )
-                    ),
-                ):
-                    with contextlib.suppress(ApiException):
-                        await delete(name)
+                await asyncio.to_thread(stop_webhook, noop_proc)
+            results["creates"] = {k: summary(v) for k, v in phases.items()}
+            results["spread"] = {
+                pod: spread(phases[f"none/{pod}"], phases[f"noop/{pod}"], phases[f"shipped/{pod}"])
+                for pod in ("gpu", "plain")
+            }
+            results["apiserver"] = {k: figure_means(v, len(phases[k])) for k, v in deltas.items()}
+            results["path"] = {"webhook_connections_after_gpu_phases": connections}
+            await install(api, "all", vwc, noop, noop_port, cafile)
+            direct: list[dict[str, Any]] = []
+            for label, obj in (("GPU pod", gpu_pod()), ("non-GPU pod", plain_pod())):
+                row = await rate_load(port, cert_dir / "ca.crt", obj, args.requests, args.rate, proc.pid)
+                row.update(pod=label, concurrency=f"open loop {args.rate:.0f}/s")
+                direct.append(row)
+                for conc in args.concurrency:
+                    row = await direct_load(port, cert_dir / "ca.crt", obj, args.requests, conc, proc.pid)
+                    row.update(pod=label, concurrency=conc)
+                    direct.append(row)
+                    print(f"# {label} c={conc}: {row['rps']:.0f} req/s", file=sys.stderr)
+            results["direct"] = direct
+            results["load_average_end"] = os.getloadavg()
+        finally:
+            await asyncio.to_thread(stop_webhook, proc)
+            if operator is not None:
+                await asyncio.to_thread(stop_webhook, operator)
+            adm = client.AdmissionregistrationV1Api(api)
+            for delete, name in (
+                (adm.delete_validating_webhook_configuration, CONFIGURATION),
+                (adm.delete_validating_webhook_configuration, NOOP_NAME),
+                *(
+                    (delete, name)
+                    for name in (pod_policy_name(POLICY_NAME), POLICY_NAME)
+                    for delete in (
+                        adm.delete_validating_admission_policy_binding,
+                        adm.delete_validating_admission_policy,
+                    )
+                ),
+            ):
+                with contextlib.suppress(ApiException):
+                    await delete(name)
     return results
 
 
@@ -986,7 +993,9 @@ def main() -> int:
     try:
         results = asyncio.run(main_async(args))
     except asyncio.CancelledError:
-        print("bench_webhook: stopped by SIGTERM; its processes and control plane are stopped", file=sys.stderr)
+        print(
+            "bench_webhook: stopped by SIGTERM; its processes and control plane are stopped", file=sys.stderr
+        )
         return 143
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

@@ -36,7 +36,6 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -52,7 +51,7 @@ from bench_webhook import (  # the script's folder is on sys.path
     cpu_seconds,
     gpu_pod,
     metric_sums,
-    prepare,
+    prepared_cluster,
     rotated,
     start_gpushare,
     stop_webhook,
@@ -64,9 +63,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare.admission.vap import POLICY_NAME, build_binding, build_policies
-from gpushare.devcluster import DevCluster
 from gpushare.devcluster.cluster import free_port
-from gpushare.k8s.client import make_api_client
 
 SERVERS = ("nothing", "gpushare", "protocol floor", "Go no-op (HTTP/2)", "Go no-op (HTTP/1.1)")
 NAME = "gpushare-bench-call"
@@ -119,75 +116,67 @@ async def creates(api: client.ApiClient, count: int) -> list[float]:
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    task = asyncio.current_task()
-    if task is not None:
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
-    with DevCluster() as info:
-        api = await make_api_client(str(info.kubeconfig))
-        async with api:
-            await prepare(api, args.nodes)
-            cert_dir = Path(tempfile.mkdtemp(prefix="gpushare-bench-call-"))
-            port = free_port()
-            webhook, operator = await asyncio.to_thread(
-                start_gpushare, info.kubeconfig, port, cert_dir, free_port(), False, False
+    async with prepared_cluster(args.nodes) as (info, api):
+        cert_dir = Path(tempfile.mkdtemp(prefix="gpushare-bench-call-"))
+        port = free_port()
+        webhook, operator = await asyncio.to_thread(
+            start_gpushare, info.kubeconfig, port, cert_dir, free_port(), False, False
+        )
+        procs: dict[str, subprocess.Popen[bytes]] = {"gpushare": webhook}
+        try:
+            await wait_webhook_answers(api)  # the certificate files are written by then
+            await wait_pools_settled(api)
+            adm = client.AdmissionregistrationV1Api(api)
+            shipped = api.sanitize_for_serialization(
+                await adm.read_validating_webhook_configuration(CONFIGURATION)
             )
-            procs: dict[str, subprocess.Popen[bytes]] = {"gpushare": webhook}
-            try:
-                await wait_webhook_answers(api)  # the certificate files are written by then
-                await wait_pools_settled(api)
-                adm = client.AdmissionregistrationV1Api(api)
-                shipped = api.sanitize_for_serialization(
-                    await adm.read_validating_webhook_configuration(CONFIGURATION)
+            entry = next(h for h in shipped["webhooks"] if h["name"] == HOOK)
+            await adm.delete_validating_webhook_configuration(CONFIGURATION)  # ours alone from here
+            go = await asyncio.to_thread(build_noop)
+            ports = {"gpushare": port}
+            for which in SERVERS[2:]:
+                ports[which] = free_port()
+                procs[which] = (
+                    start_floor(ports[which], cert_dir)
+                    if which == "protocol floor"
+                    else start_go(go, ports[which], cert_dir, http2="HTTP/2" in which)
                 )
-                entry = next(h for h in shipped["webhooks"] if h["name"] == HOOK)
-                await adm.delete_validating_webhook_configuration(CONFIGURATION)  # ours alone from here
-                go = await asyncio.to_thread(build_noop)
-                ports = {"gpushare": port}
-                for which in SERVERS[2:]:
-                    ports[which] = free_port()
-                    procs[which] = (
-                        start_floor(ports[which], cert_dir)
-                        if which == "protocol floor"
-                        else start_go(go, ports[which], cert_dir, http2="HTTP/2" in which)
-                    )
-                if args.workload_policy:
-                    workloads = next(p for p in build_policies() if p["metadata"]["name"] == POLICY_NAME)
-                    await adm.create_validating_admission_policy(workloads)  # type: ignore[arg-type]
-                    await adm.create_validating_admission_policy_binding(build_binding(POLICY_NAME))  # type: ignore[arg-type]
-                await asyncio.sleep(3)  # the floor's interpreter starts (and the policy is compiled)
-                url = f"{info.server.rstrip('/')}/metrics"
-                auth = {"Authorization": f"Bearer {info.token}"}
-                names = (f"{CALL}_sum", f"{CALL}_count")
-                runs: dict[str, dict[str, list[float]]] = {
-                    s: {"lat": [], "call": [], "cpu": []} for s in SERVERS
-                }
-                load = os.getloadavg()[0]
-                for r in range(args.rounds):
-                    for which in rotated(SERVERS, r):
-                        await aim(api, entry, ports.get(which))
-                        before = await metric_sums(url, names, f'name="{HOOK}"', auth, info.ca_path)
-                        cpu0 = cpu_seconds(procs[which].pid) if which in procs else 0.0
-                        lat = await creates(api, args.creates)
-                        cpu1 = cpu_seconds(procs[which].pid) if which in procs else 0.0
-                        after = await metric_sums(url, names, f'name="{HOOK}"', auth, info.ca_path)
-                        calls = after[names[1]] - before[names[1]]
-                        want = 0 if which == "nothing" else args.creates
-                        if calls != want:
-                            raise RuntimeError(
-                                f"{which}: the apiserver called the webhook {calls:g} times, not {want}"
-                            )
-                        runs[which]["lat"].extend(lat)
-                        if calls:
-                            runs[which]["call"].append(1000 * (after[names[0]] - before[names[0]]) / calls)
-                            runs[which]["cpu"].append(1000 * (cpu1 - cpu0) / args.creates)
-                    print(f"# round {r + 1}/{args.rounds} done", file=sys.stderr)
-                await aim(api, entry, None)
-                return {"nodes": args.nodes, "creates": args.creates, "rounds": args.rounds, "runs": runs,
-                        "workload_policy": args.workload_policy,
-                        "load_average": (load, os.getloadavg()[0])}  # fmt: skip
-            finally:
-                for proc in [*procs.values(), *([operator] if operator is not None else [])]:
-                    await asyncio.to_thread(stop_webhook, proc)
+            if args.workload_policy:
+                workloads = next(p for p in build_policies() if p["metadata"]["name"] == POLICY_NAME)
+                await adm.create_validating_admission_policy(workloads)  # type: ignore[arg-type]
+                await adm.create_validating_admission_policy_binding(build_binding(POLICY_NAME))  # type: ignore[arg-type]
+            await asyncio.sleep(3)  # the floor's interpreter starts (and the policy is compiled)
+            url = f"{info.server.rstrip('/')}/metrics"
+            auth = {"Authorization": f"Bearer {info.token}"}
+            names = (f"{CALL}_sum", f"{CALL}_count")
+            runs: dict[str, dict[str, list[float]]] = {s: {"lat": [], "call": [], "cpu": []} for s in SERVERS}
+            load = os.getloadavg()[0]
+            for r in range(args.rounds):
+                for which in rotated(SERVERS, r):
+                    await aim(api, entry, ports.get(which))
+                    before = await metric_sums(url, names, f'name="{HOOK}"', auth, info.ca_path)
+                    cpu0 = cpu_seconds(procs[which].pid) if which in procs else 0.0
+                    lat = await creates(api, args.creates)
+                    cpu1 = cpu_seconds(procs[which].pid) if which in procs else 0.0
+                    after = await metric_sums(url, names, f'name="{HOOK}"', auth, info.ca_path)
+                    calls = after[names[1]] - before[names[1]]
+                    want = 0 if which == "nothing" else args.creates
+                    if calls != want:
+                        raise RuntimeError(
+                            f"{which}: the apiserver called the webhook {calls:g} times, not {want}"
+                        )
+                    runs[which]["lat"].extend(lat)
+                    if calls:
+                        runs[which]["call"].append(1000 * (after[names[0]] - before[names[0]]) / calls)
+                        runs[which]["cpu"].append(1000 * (cpu1 - cpu0) / args.creates)
+                print(f"# round {r + 1}/{args.rounds} done", file=sys.stderr)
+            await aim(api, entry, None)
+            return {"nodes": args.nodes, "creates": args.creates, "rounds": args.rounds, "runs": runs,
+                    "workload_policy": args.workload_policy,
+                    "load_average": (load, os.getloadavg()[0])}  # fmt: skip
+        finally:
+            for proc in [*procs.values(), *([operator] if operator is not None else [])]:
+                await asyncio.to_thread(stop_webhook, proc)
 
 
 def render(results: dict[str, Any]) -> str:
@@ -232,7 +221,14 @@ def main() -> int:
     )
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     args = parser.parse_args()
-    results = asyncio.run(main_async(args))
+    try:
+        results = asyncio.run(main_async(args))
+    except asyncio.CancelledError:
+        print(
+            "bench_webhook_call: stopped by SIGTERM; its processes and control plane are stopped",
+            file=sys.stderr,
+        )
+        return 143
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     print(render(results))
