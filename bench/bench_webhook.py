@@ -548,12 +548,18 @@ async def install(
     noop: dict[str, Any],
     noop_port: int,
     cafile: Path,
+    keep: bool = False,
 ) -> None:
     """Install exactly what ``column`` names (and remove the rest), and wait until the apiserver
     acts on it: the Pods policy denies a 33 % pod and the workload kinds' policy a 33 % Deployment
     (a new policy is compiled first, which takes the apiserver's CPU: the creates must not share
     it), gpushare's webhook denies a pod without a pool target, the no-op webhook answers a GPU
-    pod's dry run."""
+    pod's dry run.
+
+    gpushare's configuration is created anew for each column that has it, as the no-op's is (no
+    two no-op columns follow each other): every webhook column starts with the apiserver's client
+    to its webhook built afresh. ``keep`` (``--keep-configuration``): left in place between the
+    gpushare columns that follow each other, as before 2026-12-05."""
     adm = client.AdmissionregistrationV1Api(api)
     want_policy = column in ("policy", "all")  # the Pods policy
     want_workloads = column in ("policy", "shipped", "all")
@@ -572,6 +578,9 @@ async def install(
             )
         ),
     )  # fmt: skip
+    if want_webhook and not keep:
+        with contextlib.suppress(ApiException):
+            await adm.delete_validating_webhook_configuration(vwc["metadata"]["name"])
     for wanted, create, delete, body in objects:
         if wanted:
             try:
@@ -639,6 +648,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         )
         results["webhook_process"] = args.webhook_process
         results["columns"] = list(args.columns)
+        results["keep_configuration"] = args.keep_configuration
         auth = {"Authorization": f"Bearer {info.token}"}
         apiserver_metrics = f"{info.server.rstrip('/')}/metrics"
         hook_metrics = f"http://127.0.0.1:{metrics_port}/metrics"
@@ -667,7 +677,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             try:
                 for r in range(args.rounds):
                     for column in rotated(args.columns, r):
-                        await install(api, column, vwc, noop, noop_port, cafile)
+                        await install(api, column, vwc, noop, noop_port, cafile, args.keep_configuration)
                         for gpu in (False, True):
                             key = f"{column}/{'gpu' if gpu else 'plain'}"
                             before = await apiserver_figures(apiserver_metrics, auth, info.ca_path)
@@ -787,7 +797,7 @@ async def burst_scenario(
             _content_type="application/merge-patch+json",
         )  # fmt: skip
         for column in rotated(BURST_COLUMNS, r):
-            await install(api, column, vwc, noop, noop_port, cafile)
+            await install(api, column, vwc, noop, noop_port, cafile, args.keep_configuration)
             out = latencies.setdefault(column, [])
             for i in range(args.burst):
                 body = burst_pod(f"burst-r{r}-{column}-{i}")
@@ -838,7 +848,8 @@ def render(results: dict[str, Any]) -> str:
     lines = [
         f"({results['nodes']} kwok nodes in 3 pools, {results['machine_cpus']} CPUs shared by the load generator,"
         f" the webhook and the control plane; load average {results['load_average_start'][0]:.1f} at start,"
-        f" {results['load_average_end'][0]:.1f} at end{'; reviews through Kopf' if results['via_kopf'] else ''})",
+        f" {results['load_average_end'][0]:.1f} at end{'; reviews through Kopf' if results['via_kopf'] else ''}"
+        f"{'; gpushare configuration kept between its columns' if results.get('keep_configuration') else ''})",
         "",
         "Pod creation through the kube-apiserver (sequential creates, alternating rounds; every column"
         " in the same run; added = p50/p99 less the same pod's with nothing installed):",
@@ -978,6 +989,11 @@ def main() -> int:
         "--columns", default=",".join(COLUMNS),
         help="the settled scenario's columns, in the order of its first round (rotated each round); "
         "none, noop and shipped are needed",
+    )  # fmt: skip
+    parser.add_argument(
+        "--keep-configuration", action="store_true",
+        help="leave gpushare's webhook configuration in place between the gpushare columns that follow each other"
+        " (before 2026-12-05; by default it is created anew for each column, as the no-op's is)",
     )  # fmt: skip
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     args = parser.parse_args()
