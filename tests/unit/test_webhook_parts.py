@@ -794,6 +794,30 @@ def test_a_workloads_identical_pods_are_judged_once_while_the_context_holds(
     assert calls[-1] == "job-4" and allows.hits == 1
 
 
+def test_the_clean_allow_key_tells_apart_what_json_tells_apart() -> None:
+    """The memo's key: the same object less its identity gives the same key; any other difference
+    in a value, even one ``==`` would not see (``1`` and ``True``, ``1`` and ``1.0``), or in the
+    kind or operation, another key."""
+    key = answer_module.CleanAllows.key
+    pod: dict[str, Any] = {
+        "metadata": {"name": "a", "uid": "1", "labels": {"x": "y"}},
+        "spec": {"n": 1, "l": [1, "s"]},
+    }
+    same = copy.deepcopy(pod)
+    same["metadata"].update(name="b", uid="2", generateName="job-", creationTimestamp="t", managedFields=[{}])
+    assert key("Pod", "CREATE", pod) == key("Pod", "CREATE", same) is not None
+    others = []
+    for value in (True, 1.0, "1", None, [1]):
+        other = copy.deepcopy(pod)
+        other["spec"]["n"] = value
+        others.append(key("Pod", "CREATE", other))
+    relabelled = copy.deepcopy(pod)
+    relabelled["metadata"]["labels"] = {"x": "z"}
+    others += [key("Pod", "CREATE", relabelled), key("Pod", "UPDATE", pod), key("Job", "CREATE", pod)]
+    assert len({key("Pod", "CREATE", pod), *others}) == len(others) + 1
+    assert key("Pod", "CREATE", {"spec": {}}) is None  # no metadata: never memoized
+
+
 def test_a_crash_in_the_rules_follows_the_failure_policy(monkeypatch: pytest.MonkeyPatch) -> None:
     """A bug in a rule is never a 500: Fail denies with code 400, Ignore allows with a warning."""
 
