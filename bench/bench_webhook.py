@@ -674,6 +674,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             phases: dict[str, list[float]] = {}
             deltas: dict[str, dict[str, float]] = {}
             connections: list[int] = []
+            places: dict[str, list[tuple[int, int, float, float]]] = {}
             try:
                 for r in range(args.rounds):
                     for column in rotated(args.columns, r):
@@ -683,9 +684,10 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                             before = await apiserver_figures(apiserver_metrics, auth, info.ca_path)
                             rules_before = await metric_sums(hook_metrics, rules, 'kind="Pod"', {}, None)
                             cpu_before = cpu_seconds(proc.pid), cpu_seconds(noop_proc.pid)
-                            phases.setdefault(key, []).extend(
-                                await create_latency(api, per_round, f"r{r}-{key.replace('/', '-')}", gpu)
+                            latencies = await create_latency(
+                                api, per_round, f"r{r}-{key.replace('/', '-')}", gpu
                             )
+                            phases.setdefault(key, []).extend(latencies)
                             cpu_after = cpu_seconds(proc.pid), cpu_seconds(noop_proc.pid)
                             after = await apiserver_figures(apiserver_metrics, auth, info.ca_path)
                             rules_after = await metric_sums(hook_metrics, rules, 'kind="Pod"', {}, None)
@@ -698,6 +700,14 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                                 acc[name] = acc.get(name, 0.0) + rules_after[name] - rules_before[name]
                             if column in ("webhook", "shipped", "all") and gpu:
                                 connections.append(established(port))
+                            if gpu:  # each round's place, p50 and call: what the order does
+                                name = "noop_call" if column == "noop" else "webhook_call"
+                                calls = after[f"{name}_count"] - before[f"{name}_count"]
+                                spent = after[f"{name}_sum"] - before[f"{name}_sum"]
+                                place = rotated(args.columns, r).index(column)
+                                places.setdefault(column, []).append(
+                                    (r, place, statistics.median(latencies), spent / calls if calls else 0.0)
+                                )
                     print(f"# round {r + 1}/{args.rounds} done", file=sys.stderr)
                 if args.burst:
                     results["burst"] = await burst_scenario(
@@ -712,6 +722,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             }
             results["apiserver"] = {k: figure_means(v, len(phases[k])) for k, v in deltas.items()}
             results["path"] = {"webhook_connections_after_gpu_phases": connections}
+            results["places"] = places
             await install(api, "all", vwc, noop, noop_port, cafile)
             direct: list[dict[str, Any]] = []
             for label, obj in (("GPU pod", gpu_pod()), ("non-GPU pod", plain_pod())):
@@ -842,6 +853,27 @@ SPREAD_HEAD = [
 ]
 
 
+def places_table(places: Mapping[str, list[Any]]) -> list[str]:
+    """Each settled column's GPU phase per round: its place in the round's order (1 = first), the
+    p50 of its creates and the apiserver's call to its webhook (ms)."""
+    if not places:
+        return []
+    rounds = max(len(v) for v in places.values())
+    lines = [
+        "GPU pods per round (settled): place in the round's order, p50 ms, the apiserver's call ms:",
+        "",
+        "| column | " + " | ".join(f"round {r + 1}" for r in range(rounds)) + " |",
+        "|---|" + "---:|" * rounds,
+    ]
+    for column, rows in places.items():
+        cells = [
+            f"#{place + 1}: {p50 * 1000:.2f}" + (f" / {call * 1000:.2f}" if call else "")
+            for _, place, p50, call in rows
+        ]
+        lines.append(f"| {COLUMN_TEXT.get(column, column)} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
 def render(results: dict[str, Any]) -> str:
     cr = results["creates"]
     fig = results["apiserver"]
@@ -944,6 +976,7 @@ def render(results: dict[str, Any]) -> str:
         "",
         f"Established apiserver connections to the webhook after each GPU phase: {results['path']['webhook_connections_after_gpu_phases']}.",
         "",
+        *places_table(results.get("places") or {}),
         "Direct HTTPS AdmissionReview load:",
         "",
         "| pod | load | requests | req/s | p50 ms | p99 ms | webhook CPU ms/request |",
