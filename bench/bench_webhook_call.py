@@ -49,6 +49,8 @@ from bench_webhook import (  # the script's folder is on sys.path
     CONFIGURATION,
     build_noop,
     cpu_seconds,
+    deployment_of,
+    dry_run,
     gpu_pod,
     metric_sums,
     prepared_cluster,
@@ -62,6 +64,7 @@ from bench_webhook_server import SERVE
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from gpushare import constants as c
 from gpushare.admission.vap import POLICY_NAME, build_binding, build_policies
 from gpushare.devcluster.cluster import free_port
 
@@ -88,9 +91,42 @@ def start_go(binary: Path, port: int, cert_dir: Path, http2: bool) -> subprocess
     )  # fmt: skip
 
 
-async def aim(api: client.ApiClient, entry: dict[str, Any], port: int | None) -> None:
+async def churn_policy(api: client.ApiClient) -> None:
+    """Delete the workload kinds' policy and its binding and create them again, as
+    ``bench_webhook.py``'s columns do; wait until the new one denies a 33 % Deployment."""
+    adm = client.AdmissionregistrationV1Api(api)
+    for delete in (adm.delete_validating_admission_policy_binding, adm.delete_validating_admission_policy):
+        with contextlib.suppress(ApiException):
+            await delete(POLICY_NAME)
+    workloads = next(p for p in build_policies() if p["metadata"]["name"] == POLICY_NAME)
+    creations: tuple[tuple[Any, dict[str, Any]], ...] = (
+        (adm.create_validating_admission_policy, workloads),
+        (adm.create_validating_admission_policy_binding, build_binding(POLICY_NAME)),
+    )
+    for create, body in creations:
+        while True:
+            try:
+                await create(body)
+                break
+            except ApiException as exc:  # 409: the deletion is not through yet
+                if exc.status != 409:
+                    raise
+                await asyncio.sleep(0.2)
+    bad = gpu_pod("probe-33")
+    bad["spec"]["containers"][0]["resources"]["limits"][c.RES_GPU_CORE] = "33"
+    deadline = time.monotonic() + 120
+    while f"ValidatingAdmissionPolicy '{POLICY_NAME}'" not in await dry_run(api, deployment_of(bad)):
+        if time.monotonic() > deadline:
+            raise TimeoutError("the re-created workload policy never acted")
+        await asyncio.sleep(0.5)
+
+
+async def aim(api: client.ApiClient, entry: dict[str, Any], port: int | None, churn: bool = False) -> None:
     """Our configuration aimed at ``port`` (None: no configuration); the apiserver given a moment to
-    see it, then warmed up (its client to the server is built on the first call)."""
+    see it, then warmed up (its client to the server is built on the first call). ``churn``: the
+    workload kinds' policy re-created first."""
+    if churn:
+        await churn_policy(api)
     adm = client.AdmissionregistrationV1Api(api)
     with contextlib.suppress(ApiException):
         await adm.delete_validating_webhook_configuration(NAME)
@@ -141,7 +177,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                     if which == "protocol floor"
                     else start_go(go, ports[which], cert_dir, http2="HTTP/2" in which)
                 )
-            if args.workload_policy:
+            if args.workload_policy and not args.churn_policy:
                 workloads = next(p for p in build_policies() if p["metadata"]["name"] == POLICY_NAME)
                 await adm.create_validating_admission_policy(workloads)  # type: ignore[arg-type]
                 await adm.create_validating_admission_policy_binding(build_binding(POLICY_NAME))  # type: ignore[arg-type]
@@ -153,7 +189,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             load = os.getloadavg()[0]
             for r in range(args.rounds):
                 for which in rotated(SERVERS, r):
-                    await aim(api, entry, ports.get(which))
+                    await aim(api, entry, ports.get(which), args.churn_policy)
                     before = await metric_sums(url, names, f'name="{HOOK}"', auth, info.ca_path)
                     cpu0 = cpu_seconds(procs[which].pid) if which in procs else 0.0
                     lat = await creates(api, args.creates)
@@ -173,6 +209,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             await aim(api, entry, None)
             return {"nodes": args.nodes, "creates": args.creates, "rounds": args.rounds, "runs": runs,
                     "workload_policy": args.workload_policy,
+                    "churn_policy": args.churn_policy,
                     "load_average": (load, os.getloadavg()[0])}  # fmt: skip
         finally:
             for proc in [*procs.values(), *([operator] if operator is not None else [])]:
@@ -187,7 +224,12 @@ def render(results: dict[str, Any]) -> str:
         f"{results['creates']} sequential dry-run GPU pod creates per server and round,"
         f" {results['rounds']} rounds (order rotated), {results['nodes']} kwok nodes;"
         f" load average {load[0]:.1f} at start, {load[1]:.1f} at end"
-        + ("; the workload kinds' policy installed throughout" if results.get("workload_policy") else ""),
+        + ("; the workload kinds' policy installed throughout" if results.get("workload_policy") else "")
+        + (
+            "; the workload kinds' policy re-created before each server"
+            if results.get("churn_policy")
+            else ""
+        ),
         "",
         "| server | p50 ms | added p50 ms | added ÷ Go no-op (HTTP/2)'s | apiserver's call ms,"
         " median of rounds (range) | server CPU ms / create, median of rounds (range) |",
@@ -206,6 +248,9 @@ def render(results: dict[str, Any]) -> str:
         lines.append(
             f"| {which} | {p50:.2f} | {added:+.2f} | {ratio} | {ranged(run['call'])} | {ranged(run['cpu'])} |"
         )
+    lines += ["", "The apiserver's call per round (ms):", ""]
+    for which in SERVERS[1:]:
+        lines.append(f"- {which}: " + ", ".join(f"{x:.2f}" for x in runs[which]["call"]))
     return "\n".join(lines)
 
 
@@ -218,6 +263,11 @@ def main() -> int:
         "--workload-policy",
         action="store_true",
         help="the shipped workload kinds' policy installed throughout",
+    )
+    parser.add_argument(
+        "--churn-policy",
+        action="store_true",
+        help="re-create the workload kinds' policy before each server (as bench_webhook.py's columns do)",
     )
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     args = parser.parse_args()
