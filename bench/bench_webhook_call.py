@@ -17,7 +17,8 @@ selectors, timeout), aimed in turn at each server:
 
 With ``--workload-policy`` the shipped workload kinds' ValidatingAdmissionPolicy and its binding
 (what the chart installs beside the webhook; no Pod matches it) are installed for the whole run,
-so every server, nothing included, is measured beside it.
+so every server, nothing included, is measured beside it. With ``--churn-policy`` that policy is
+deleted and created again before each server's phase, as ``bench_webhook.py``'s columns do.
 
 Every server uses the same certificate. In each of ``--rounds`` rounds, in an order rotated each
 round, ``--creates`` sequential dry-run creates of the benchmark's GPU pod per server (dry run:
@@ -26,7 +27,8 @@ p50 and what it adds to nothing's; the apiserver's own time for the call
 (``apiserver_admission_webhook_admission_duration_seconds``, which the creates alone feed); the
 server process's CPU per create (/proc: everything the process did meanwhile).
 
-Usage: python bench/bench_webhook_call.py [--nodes 30] [--creates 300] [--rounds 6] [--workload-policy]
+Usage: python bench/bench_webhook_call.py [--nodes 30] [--creates 300] [--rounds 6]
+       [--workload-policy | --churn-policy]
 """
 
 from __future__ import annotations
