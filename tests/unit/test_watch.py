@@ -318,3 +318,42 @@ async def test_the_echo_of_the_operators_own_write_is_not_parsed(
     reconciler.state.believe(node("n0", 30))
     assert not raw.known("n0", "30")
     assert not feeds.known("n0", "31"), "another version is not the echo"
+
+
+async def test_a_watch_on_the_small_read_buffer_still_reads_an_event_of_megabytes(
+    apiserver: tuple[FakeApiserver, Any],
+) -> None:
+    """The watches' session reads with ``WATCH_READ_BUFSIZE`` (64 KiB: aiohttp stops reading at
+    twice that unread, the backlog stays in the socket); an event line up to ``MAX_EVENT_BYTES``
+    is still read whole (without the explicit line limit, aiohttp refuses a line over 128 KiB)."""
+    from gpushare.k8s.client import WATCH_READ_BUFSIZE, new_api_client
+    from gpushare.k8s.watch import MAX_EVENT_BYTES
+
+    fake, plain = apiserver
+    api = new_api_client(plain.configuration, environ={}, read_bufsize=WATCH_READ_BUFSIZE)
+    big = node("big", 30)
+    big["metadata"]["annotations"] = {"example.com/blob": "x" * (MAX_EVENT_BYTES // 2)}
+    assert 20 * WATCH_READ_BUFSIZE < len(json.dumps(big)) < MAX_EVENT_BYTES
+    fake.objects["nodes"] = [node("n0", 1)]
+    fake.script(
+        "nodes",
+        [
+            {"type": "MODIFIED", "object": big},
+            *({"type": "MODIFIED", "object": node(f"n{i}", 40 + i)} for i in range(200)),
+        ],
+    )
+    seen: list[tuple[str, str, int]] = []
+
+    def on_event(type_: str, obj: Any) -> None:
+        blob = (obj["metadata"].get("annotations") or {}).get("example.com/blob", "")
+        seen.append((type_, obj["metadata"]["name"], len(blob)))
+
+    watch = ListWatch(api, "nodes", on_event, lambda keys: None, reconnect=0.01)
+    task = asyncio.create_task(watch.run())
+    try:
+        await _until(lambda: len(seen) == 202)
+    finally:
+        task.cancel()
+        await api.close()
+    assert seen[:2] == [("ADDED", "n0", 0), ("MODIFIED", "big", MAX_EVENT_BYTES // 2)]
+    assert seen[2:] == [("MODIFIED", f"n{i}", 0) for i in range(200)]

@@ -14,7 +14,7 @@ from gpushare.demand_loop import DemandTracker
 from gpushare.handlers import watch
 from gpushare.handlers.state import OperatorState, Started
 from gpushare.k8s import ApiError
-from gpushare.k8s.client import kopf_connection, load_configuration, new_api_client
+from gpushare.k8s.client import WATCH_READ_BUFSIZE, kopf_connection, load_configuration, new_api_client
 from gpushare.k8s.cluster import Cluster
 from gpushare.reconcile import Reconciler
 from gpushare.webhook.gate import NvidiaGate
@@ -65,7 +65,7 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **_: A
     memo.gate = NvidiaGate(new_api_client(cfg), options.webhook_configuration, options.webhook_targets)
     memo.watches = watch.start(
         reconciler,
-        new_api_client(cfg),
+        new_api_client(cfg, read_bufsize=WATCH_READ_BUFSIZE),
         memo.node_listeners,
         [memo.demand],
         [*memo.view_listeners, memo.demand],

@@ -29,7 +29,7 @@ import aiohttp
 import structlog
 
 from gpushare import metrics
-from gpushare.k8s.client import ApiClient
+from gpushare.k8s.client import READ_BUFSIZE, ApiClient
 from gpushare.k8s.rest import ApiError, Query, Rest, error, pages
 
 log = structlog.get_logger("gpushare.watch")
@@ -38,6 +38,11 @@ log = structlog.get_logger("gpushare.watch")
 OnEvent = Callable[[str, Mapping[str, Any]], None]
 #: Called after every complete list with the keys of every listed object (to drop vanished ones).
 OnListed = Callable[[set[str]], None]
+
+
+#: The longest event line a watch reads: what aiohttp allowed on kubernetes_asyncio's session
+#: (twice its read buffer), whatever the read buffer of the watch's own session.
+MAX_EVENT_BYTES = 2 * READ_BUFSIZE
 
 
 class Gone(Exception):
@@ -152,7 +157,7 @@ class ListWatch:
                 raise error(resp.status, resp.reason)
             self._answered()
             while True:
-                line = await resp.content.readline()
+                line = await resp.content.readline(max_line_length=MAX_EVENT_BYTES)
                 if not line:
                     return rv
                 if not line.strip():

@@ -38,7 +38,7 @@ from gpushare import constants as c
 from gpushare.admission import DEFAULT_TABLE, KindTable
 from gpushare.admission.webhook_config import WebhookTarget
 from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
-from gpushare.k8s.client import ApiClient, load_configuration, new_api_client
+from gpushare.k8s.client import WATCH_READ_BUFSIZE, ApiClient, load_configuration, new_api_client
 from gpushare.k8s.watch import ListWatch
 from gpushare.webhook.answer import CleanAllows, admit, live_context, log_decision, record, respond
 from gpushare.webhook.context import ContextCache
@@ -153,7 +153,7 @@ def register(
         cfg = await load_configuration(options.kubeconfig, context=options.context)
         lifecycle.api = new_api_client(cfg)
         if watch_nodes:
-            watch_api = new_api_client(cfg)
+            watch_api = new_api_client(cfg, read_bufsize=WATCH_READ_BUFSIZE)
             node_watch = ListWatch(watch_api, "nodes", cache.node_event, cache.nodes_listed, page=NODE_PAGE)
             task = asyncio.create_task(node_watch.run(), name="gpushare webhook node watch")
             nodes.append((watch_api, task))
