@@ -4,8 +4,10 @@ change, loans onto the version decided on, returns after returnAfterSeconds."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import math
+import types
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
@@ -17,6 +19,7 @@ from gpushare import constants as c
 from gpushare.demand_loop import SETTLE_MAX, DemandTracker
 from gpushare.handlers.watch import Feeds
 from gpushare.k8s import Conflict
+from gpushare.policy import NodeView
 from gpushare.policy.planner import desired_labels
 from gpushare.reconcile import Reconciler
 from unit.test_demand import NP, pending_obj, pool
@@ -179,6 +182,44 @@ def test_a_node_that_changed_since_the_decision_is_not_lent() -> None:
     api.nodes["a1"]["metadata"]["resourceVersion"] = "11"  # changed; the tracker has not seen it yet
     asyncio.run(tracker.run("core", bodies))
     assert [n for n, _ in api.node_patches] == [], "409: decided again once the watch shows the node"
+
+
+def _reachable(root: object, skip: tuple[object, ...]) -> list[object]:
+    """Every object ``root`` refers to, directly or not, except through ``skip`` and through
+    classes, modules and functions."""
+    seen = {id(s) for s in skip}
+    out: list[object] = []
+    todo = [root]
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen or isinstance(obj, type | types.ModuleType | types.FunctionType):
+            continue
+        seen.add(id(obj))
+        out.append(obj)
+        todo.extend(gc.get_referents(obj))
+    return out
+
+
+def test_between_steps_the_loop_keeps_no_node_view_of_its_own() -> None:
+    """The nodes are the model's: the loop's cache of its last step holds none of their views. It
+    did (a snapshot of every view), and kept the old view of each node the store replaced since: a
+    second copy of the model's nodes after a pool's restore rewrote them all."""
+    api, tracker, bodies, _ = setup({"to": ["core"], "keepIdle": 2})
+    asyncio.run(tracker.run("core", bodies))
+    asyncio.run(tracker.run("cgpu", bodies))  # a step on the cached result (nothing moved)
+    assert api.status, "the steps ran and wrote status.demand"
+    model = tracker.rec
+    held = [o for o in _reachable(tracker.tracker, skip=(model, api)) if isinstance(o, NodeView)]
+    assert held == []
+    # The cached result still serves: a heartbeat moves no generation, and the loan decision reads
+    # the model's current views (keepIdle 2: nothing lent).
+    for obj in api.nodes.values():
+        beat = json.loads(json.dumps(obj))
+        beat["metadata"]["resourceVersion"] = "20"
+        tracker.node_event("MODIFIED", beat)
+    asyncio.run(tracker.run("core", bodies))
+    assert api.node_patches == []
+    assert [o for o in _reachable(tracker.tracker, skip=(model, api)) if isinstance(o, NodeView)] == []
 
 
 def _pod(name: str, node: str, mem: int, phase: str = "Running") -> dict[str, Any]:
