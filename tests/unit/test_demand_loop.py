@@ -211,14 +211,17 @@ def test_between_steps_the_loop_keeps_no_node_view_of_its_own() -> None:
     model = tracker.rec
     held = [o for o in _reachable(tracker.tracker, skip=(model, api)) if isinstance(o, NodeView)]
     assert held == []
-    # The cached result still serves: a heartbeat moves no generation, and the loan decision reads
-    # the model's current views (keepIdle 2: nothing lent).
+    # A heartbeat (a new resourceVersion, nothing else) replaces every view in the store without
+    # moving the model's generation: the next step is served from the cache, and holds none of
+    # the views it replaced either.
+    generation, written = model.generation(), len(api.status)
     for obj in api.nodes.values():
         beat = json.loads(json.dumps(obj))
         beat["metadata"]["resourceVersion"] = "20"
         tracker.node_event("MODIFIED", beat)
+    assert model.generation() == generation
     asyncio.run(tracker.run("core", bodies))
-    assert api.node_patches == []
+    assert len(api.status) == written and api.node_patches == []
     assert [o for o in _reachable(tracker.tracker, skip=(model, api)) if isinstance(o, NodeView)] == []
 
 
