@@ -17,10 +17,14 @@ nodes carry ``bench-half=a|b`` so that two pools can split them), in one run:
    Node and Pod. Each round also prints CPU seconds until all were labelled: this process's
    during the loop (its patches and replies, and the observer's watch) against the operator
    process's plus this process's (the observer) during the operator's run: on a shared machine
-   the time ratio moves with the load, the CPU ratio much less. ``--rounds K`` repeats this comparison K times on the same cluster (the loop
-   with no operator alive, then a fresh operator and a pool, deleted again), so that a run on a
-   shared machine gives a range of ratios measured side by side; ``--labels-only`` stops after
-   it (steps 1, 2 and 7).
+   the time ratio moves with the load, the CPU ratio much less. ``--rounds K`` repeats this
+   comparison K times on the same cluster (the loop with no operator alive, then a fresh
+   operator and a pool, deleted again), so that a run on a shared machine gives a range of
+   ratios measured side by side; ``--labels-only`` stops after it (steps 1, 2 and 7).
+   ``--operator-src`` given more than once (an A/B of commits): the rounds take the sources in
+   turn on the one cluster, and a table per source gives the median of its rounds (one cluster
+   for both sides: at 5000 nodes the loop's own time differs by half from one fresh cluster to
+   the next).
 2. writes per node during (1), from the operator's metrics (expect exactly 1 label patch).
 3. steady state: writes of any kind during --steady seconds with nothing changing (expect 0).
 4. pool deletion (cleanup Restore) timed until the finalizer is gone.
@@ -32,6 +36,7 @@ nodes carry ``bench-half=a|b`` so that two pools can split them), in one run:
 
 Usage: ``python bench/bench_operator.py --nodes 1000,3000 [--steady 60] [--json out.json]``
 or ``python bench/bench_operator.py --nodes 1000 --labels-only --rounds 3``
+or ``python bench/bench_operator.py --nodes 5000 --labels-only --rounds 4 --operator-src A --operator-src B``
 (``make bench``). Prints Markdown tables. Nothing is asserted: these are measurements. The load
 average at the start and end of each size is printed (the machine may be shared).
 """
@@ -202,7 +207,13 @@ HALF = "bench-half"
 LISTED = "Listed Nodes and Pods"
 #: ``--operator-src``: the operator runs from this source root (e.g. an older commit's
 #: ``git archive`` ``operator/``), put first on its PYTHONPATH; the benchmark itself does not.
-OPERATOR_SRC: Path | None = None
+#: Several: round i runs the operator from source i modulo their number (``source_of``).
+OPERATOR_SRCS: list[Path] = []
+
+
+def source_of(round_: int) -> Path | None:
+    """The source root of the operator in round ``round_`` (1-based): the sources in turn."""
+    return OPERATOR_SRCS[(round_ - 1) % len(OPERATOR_SRCS)] if OPERATOR_SRCS else None
 
 
 class LabelWatch:
@@ -392,7 +403,9 @@ async def run_size(
                 f"{result['loop_label_s']:.2f}s (seen by the watch: {result['loop_seen_s']:.2f}s)"
             )
 
-            proc, port, listed_s = await start_operator(workdir / "operator.log", kubeconfig, limit)
+            proc, port, listed_s = await start_operator(
+                workdir / "operator.log", kubeconfig, limit, source_of(1)
+            )
             try:
                 result["operator_listed_s"] = listed_s
                 log(f"[{n}] operator started and listed {n} nodes in {listed_s:.1f}s")
@@ -417,11 +430,12 @@ async def run_size(
                         f"Ready {result['operator_ready_s']:.2f}s"
                     )
 
-                    result["rounds"] = [_round(result)]
+                    result["rounds"] = [{**_round(result), "source": _source_name(1)}]
                     if labels_only:
                         result["operator_peak_rss_labels_mib"] = peak_rss_mib(proc.pid)
                         await pool.delete()
                         await wait(pool.gone, limit, "pool deleted", interval=0.05)
+                        result["rounds"][0]["operator_peak_rss_mib"] = peak_rss_mib(proc.pid)
                 result["operator_peak_rss_mib"] = peak_rss_mib(proc.pid)
                 if not labels_only:
                     await other_steps(
@@ -588,15 +602,15 @@ async def operator_labels(pool: Pool, watch: LabelWatch, n: int, limit: float, p
     }
 
 
-def _operator_env() -> dict[str, str]:
+def _operator_env(src: Path | None) -> dict[str, str]:
     env = dict(os.environ)
-    if OPERATOR_SRC is not None:
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(OPERATOR_SRC), env.get("PYTHONPATH", "")) if p)
+    if src is not None:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(src), env.get("PYTHONPATH", "")) if p)
     return env
 
 
 async def start_operator(
-    op_log: Path, kubeconfig: Path, limit: float
+    op_log: Path, kubeconfig: Path, limit: float, src: Path | None = None
 ) -> tuple[subprocess.Popen[bytes], int, float]:
     """Start ``gpushare run``; returns once its Node and Pod watches have listed everything
     (the process, its metrics port, seconds from start to listed)."""
@@ -605,7 +619,7 @@ async def start_operator(
         proc = subprocess.Popen(  # noqa: ASYNC220 - started once, never waited on here
             [sys.executable, "-m", "gpushare", "run", "--kubeconfig", str(kubeconfig),
              "--metrics-port", str(port), "--log-format", "json"],
-            stdout=out, stderr=subprocess.STDOUT, env=_operator_env(),
+            stdout=out, stderr=subprocess.STDOUT, env=_operator_env(src),
         )  # fmt: skip
     started = time.monotonic()
     try:
@@ -661,7 +675,7 @@ async def labels_round(
         r: dict[str, Any] = await loop_floor(api, watch, names, concurrency, limit)
     await kubectl(kubeconfig, "label", "nodes", "-l", selector, *unlabel_args())
     await asyncio.sleep(2)
-    proc, _, _ = await start_operator(workdir / f"operator-{i}.log", kubeconfig, limit)
+    proc, _, _ = await start_operator(workdir / f"operator-{i}.log", kubeconfig, limit, source_of(i))
     try:
         async with LabelWatch(api, selector) as watch:
             pool = Pool(api, f"bench-labels-{i}")
@@ -671,14 +685,43 @@ async def labels_round(
             await wait(pool.gone, limit, "pool deleted", interval=0.05)
     finally:
         stop_operator(proc)
-    out = {**_round(r), "operator_peak_rss_mib": r["operator_peak_rss_mib"]}
+    out = {**_round(r), "operator_peak_rss_mib": r["operator_peak_rss_mib"], "source": _source_name(i)}
     log(
-        f"[{n}] round {i}: loop {r['loop_label_s']:.2f}s (seen {r['loop_seen_s']:.2f}s), operator first "
-        f"write {r['operator_first_write_s']:.2f}s, all labelled {r['operator_labelled_s']:.2f}s "
-        f"({out['ratio']:.2f}x the loop; CPU {out['loop_cpu_s']:.2f} / {out['operator_cpu_s']:.2f} s, "
-        f"{out['cpu_ratio']:.2f}x) (load {loadavg()})"
+        f"[{n}] round {i} ({out['source']}): loop {r['loop_label_s']:.2f}s (seen {r['loop_seen_s']:.2f}s), "
+        f"operator first write {r['operator_first_write_s']:.2f}s, "
+        f"all labelled {r['operator_labelled_s']:.2f}s ({out['ratio']:.2f}x the loop; "
+        f"CPU {out['loop_cpu_s']:.2f} / {out['operator_cpu_s']:.2f} s, {out['cpu_ratio']:.2f}x) "
+        f"(load {loadavg()})"
     )
     return out
+
+
+def _source_name(round_: int) -> str:
+    src = source_of(round_)
+    return "this tree" if src is None else str(src)
+
+
+def by_source(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (size, source): its rounds' count and the medians of their figures."""
+    rows = []
+    for r in results:
+        rounds = r.get("rounds") or []
+        for source in dict.fromkeys(x["source"] for x in rounds):
+            mine = [x for x in rounds if x["source"] == source]
+            row: dict[str, Any] = {"nodes": r["nodes"], "source": source, "count": len(mine)}
+            for key in (
+                "ratio",
+                "cpu_ratio",
+                "operator_cpu_s",
+                "operator_labelled_s",
+                "operator_peak_rss_mib",
+            ):
+                values = [x[key] for x in mine if key in x]
+                if values:
+                    row[key] = statistics.median(values)
+                    row[f"{key}_all"] = ", ".join(f"{v:.2f}" for v in values)
+            rows.append(row)
+    return rows
 
 
 async def _serving(port: int) -> bool:
@@ -711,12 +754,22 @@ LABEL_COLUMNS = (
 ROUND_COLUMNS = (
     ("nodes", "{nodes}"),
     ("round", "{round}"),
+    ("operator from", "{source}"),
     ("plain loop: returned / seen", "{loop_label_s:.2f} / {loop_seen_s:.2f} s"),
     ("operator: first write", "{operator_first_write_s:.2f} s"),
     ("operator: all labelled", "{operator_labelled_s:.2f} s"),
     ("÷ loop", "{ratio:.2f}x"),
     ("CPU: loop / operator + observer", "{loop_cpu_s:.2f} / {operator_cpu_s:.2f} s"),
     ("CPU ÷ loop", "{cpu_ratio:.2f}x"),
+)
+SOURCE_COLUMNS = (
+    ("nodes", "{nodes}"),
+    ("operator from", "{source}"),
+    ("rounds", "{count}"),
+    ("all labelled ÷ loop, rounds (median)", "{ratio_all} ({ratio:.2f}x)"),
+    ("CPU ÷ loop, rounds (median)", "{cpu_ratio_all} ({cpu_ratio:.2f}x)"),
+    ("operator + observer CPU, rounds (median)", "{operator_cpu_s_all} ({operator_cpu_s:.2f} s)"),
+    ("peak RSS, rounds (median)", "{operator_peak_rss_mib_all} ({operator_peak_rss_mib:.1f} MiB)"),
 )
 OTHER_COLUMNS = (
     ("nodes", "{nodes}"),
@@ -781,13 +834,17 @@ def main() -> int:
         "this many times on the same cluster; each round's ratio is printed",
     )
     parser.add_argument(
-        "--operator-src", type=Path, default=None, metavar="DIR",
+        "--operator-src", type=Path, action="append", default=[], metavar="DIR",
         help="run the operator from this source root (A/B against another commit: "
-        "git archive COMMIT operator | tar -x -C DIR, then DIR/operator)",
+        "git archive COMMIT operator | tar -x -C DIR, then DIR/operator); more than once: "
+        "the rounds take them in turn on one cluster",
     )  # fmt: skip
     args = parser.parse_args()
-    global OPERATOR_SRC
-    OPERATOR_SRC = args.operator_src.resolve() if args.operator_src else None
+    OPERATOR_SRCS[:] = [src.resolve() for src in args.operator_src]
+    for src in OPERATOR_SRCS:
+        # Without this check a tree's root (not its operator/) silently ran this checkout's code.
+        if not (src / "gpushare" / "__init__.py").is_file():
+            parser.error(f"--operator-src {src}: no gpushare package there (the tree's operator/ is)")
     if args.rounds < 1:
         parser.error(f"--rounds {args.rounds}: must be 1 or more")
 
@@ -819,6 +876,9 @@ def main() -> int:
     if any(len(r.get("rounds") or ()) > 1 for r in results):
         rows = [{"nodes": r["nodes"], "round": i, **x} for r in results for i, x in enumerate(r["rounds"], 1)]
         print(table(rows, ROUND_COLUMNS))
+        print()
+    if len(OPERATOR_SRCS) > 1:
+        print(table(by_source(results), SOURCE_COLUMNS))
         print()
     if not args.labels_only:
         print(table(results, OTHER_COLUMNS))
