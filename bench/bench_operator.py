@@ -433,9 +433,10 @@ async def run_size(
                     result["rounds"] = [{**_round(result), "source": _source_name(1)}]
                     if labels_only:
                         result["operator_peak_rss_labels_mib"] = peak_rss_mib(proc.pid)
+                        # as the later rounds read it: after the labels, before the restore
+                        result["rounds"][0]["operator_peak_rss_mib"] = result["operator_peak_rss_labels_mib"]
                         await pool.delete()
                         await wait(pool.gone, limit, "pool deleted", interval=0.05)
-                        result["rounds"][0]["operator_peak_rss_mib"] = peak_rss_mib(proc.pid)
                 result["operator_peak_rss_mib"] = peak_rss_mib(proc.pid)
                 if not labels_only:
                     await other_steps(
