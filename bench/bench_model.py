@@ -200,6 +200,10 @@ def main() -> None:
         child(args)
         return
     sides = [s.split("=", 1) for s in args.operator_src] or [["this tree", "operator"]]
+    for side in sides:
+        # A tree's root instead of its operator/ would silently run this checkout's package.
+        if len(side) != 2 or not (Path(side[1]) / "gpushare" / "__init__.py").is_file():
+            parser.error(f"--operator-src {'='.join(side)}: want NAME=DIR, DIR holding the gpushare package")
     results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in sides}
     for r in range(args.rounds):
         order = sides if r % 2 == 0 else sides[::-1]

@@ -710,13 +710,7 @@ def by_source(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for source in dict.fromkeys(x["source"] for x in rounds):
             mine = [x for x in rounds if x["source"] == source]
             row: dict[str, Any] = {"nodes": r["nodes"], "source": source, "count": len(mine)}
-            for key in (
-                "ratio",
-                "cpu_ratio",
-                "operator_cpu_s",
-                "operator_labelled_s",
-                "operator_peak_rss_mib",
-            ):
+            for key in ("ratio", "cpu_ratio", "operator_cpu_s", "operator_peak_rss_mib"):
                 values = [x[key] for x in mine if key in x]
                 if values:
                     row[key] = statistics.median(values)
@@ -846,8 +840,8 @@ def main() -> int:
         # Without this check a tree's root (not its operator/) silently ran this checkout's code.
         if not (src / "gpushare" / "__init__.py").is_file():
             parser.error(f"--operator-src {src}: no gpushare package there (the tree's operator/ is)")
-    if args.rounds < 1:
-        parser.error(f"--rounds {args.rounds}: must be 1 or more")
+    if args.rounds < max(1, len(OPERATOR_SRCS)):
+        parser.error(f"--rounds {args.rounds}: must be 1 or more, and at least one per --operator-src")
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
