@@ -25,7 +25,7 @@ import re
 import secrets
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -221,6 +221,66 @@ def dead_webhook(env: Env) -> Iterator[WebhookSettings]:
         yield env.settings
     finally:
         env.kube.request("DELETE", f"{ADM}/validatingwebhookconfigurations/{WEBHOOKS}")
+
+
+def test_the_policies_pass_over_opted_out_objects_and_excluded_namespaces_as_the_webhook_does(
+    env: Env,
+) -> None:
+    """The webhook's namespaceSelector and objectSelector, as the policies' matchConditions: an
+    object labelled ``gpushare.io/webhook: ignore``, or in an excluded namespace, is not judged;
+    an UPDATE is judged unless both its old and its new object carry the label (the apiserver's
+    objectSelector)."""
+    for kind in ("Pod", "Deployment", "CronJob"):
+        bad = wrap(kind, pod("opt-33", [container("cuda", {MEM: "2", CORE: "33"})]))
+        assert _denied_by_policy(r := env.kube.create(bad)), (kind, r.status, r.message)
+        opted_out = copy.deepcopy(bad)
+        opted_out["metadata"]["labels"] = {"gpushare.io/webhook": "ignore"}
+        assert (r := env.kube.create(opted_out)).status == 201, (kind, r.message)
+        elsewhere = copy.deepcopy(bad)
+        elsewhere["metadata"]["namespace"] = OPERATOR_NS
+        assert (r := env.kube.create(elsewhere)).status == 201, (kind, r.message)
+        other_label = copy.deepcopy(bad)
+        other_label["metadata"]["labels"] = {"gpushare.io/webhook": "check"}
+        assert _denied_by_policy(r := env.kube.create(other_label)), (kind, r.message)
+
+    def put(path: str, edit: Callable[[dict[str, Any]], None], **params: str) -> Response:
+        """GET, ``edit``, PUT: again when the deployment controller wrote its status in between."""
+        for _ in range(20):
+            current = env.kube.request("GET", path).body
+            edit(current)
+            r = env.kube.request("PUT", path, current, **params)
+            if r.status != 409:
+                return r
+        raise AssertionError(f"PUT {path}: still conflicting: {r.message}")
+
+    def annotate(obj: dict[str, Any]) -> None:
+        obj["metadata"]["annotations"] = {"example.com/edited": "yes"}
+
+    def unlabel(obj: dict[str, Any]) -> None:
+        del obj["metadata"]["labels"]["gpushare.io/webhook"]
+
+    def label_and_break(obj: dict[str, Any]) -> None:
+        obj["metadata"]["labels"] = {"gpushare.io/webhook": "ignore"}
+        obj["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"][CORE] = "33"
+
+    stored = wrap("Deployment", pod(f"opted-out-{SUFFIX}", [container("cuda", {MEM: "2", CORE: "33"})]))
+    stored["metadata"]["labels"] = {"gpushare.io/webhook": "ignore"}
+    valid = wrap("Deployment", pod(f"opting-out-{SUFFIX}", [container("cuda", {MEM: "2", CORE: "30"})]))
+    for obj in (stored, valid):
+        obj["spec"]["replicas"] = 0  # no pods for the controllers to create
+        assert (r := env.kube.create(obj, dry_run=False)).status == 201, r.message
+    out, stays_in = (
+        f"/apis/apps/v1/namespaces/{USER_NS}/deployments/{o['metadata']['name']}" for o in (stored, valid)
+    )
+    try:
+        assert (r := put(out, annotate)).status == 200, r.message  # still opted out: not judged
+        assert _denied_by_policy(r := put(out, unlabel, dryRun="All")), r.message  # its new object is in
+        assert "rule GS001-core-percentage-step" in r.message
+        # one that is in stays judged when an UPDATE labels it out: its old object is in
+        assert _denied_by_policy(r := put(stays_in, label_and_break, dryRun="All")), r.message
+    finally:
+        for path in (out, stays_in):
+            env.kube.request("DELETE", path)
 
 
 # --- the webhook is down --------------------------------------------------------------------------

@@ -212,10 +212,16 @@ def test_policy_covers_the_webhook_kinds_and_the_stateless_rules() -> None:
         "GS018-shared-and-whole-gpu",
     }
     assert all(v["reason"] == "Invalid" for v in spec["validations"])
-    assert spec["matchConstraints"]["namespaceSelector"]["matchExpressions"][0]["values"] == [
-        "gpushare-system",
-        "kube-system",
-    ]
+    # The webhook's selectors as matchConditions, tested before the GPU-sharing scan: none on
+    # the policy itself, which the apiserver would test on every request of every kind.
+    assert set(spec["matchConstraints"]) == {"matchPolicy", "resourceRules"}
+    assert [m["name"] for m in spec["matchConditions"]] == [
+        "outside-excluded-namespaces", "not-opted-out", "asks-for-gpu-sharing",
+    ]  # fmt: skip
+    assert (
+        spec["matchConditions"][0]["expression"]
+        == "!(request.namespace in ['gpushare-system', 'kube-system'])"
+    )
 
 
 def test_committed_policy_manifests_match_the_builder() -> None:

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpushare.admission.vap import NAMESPACE_CONDITION, build_policies
 from gpushare.admission.webhook_config import (
     WebhookSettings,
     WebhookTarget,
@@ -219,6 +220,31 @@ def test_webhooks_equal_the_generated_configuration(
         assert f"--webhook-failure-policy={settings.failure_policy}" in args
     if settings.timeout_seconds != 5:
         assert f"--webhook-timeout={settings.timeout_seconds}" in args
+
+
+@pytest.mark.parametrize(
+    ("sets", "excluded"),
+    [
+        ((), ("kube-system",)),
+        (("webhook.excludedNamespaces={kube-system,monitoring}",), ("kube-system", "monitoring")),
+        (("json:webhook.excludedNamespaces=[]",), ()),
+    ],
+    ids=["defaults", "monitoring", "no-exclusions"],
+)
+def test_policies_equal_the_generated_ones_with_the_charts_excluded_namespaces(
+    helm_bin: str, sets: tuple[str, ...], excluded: tuple[str, ...]
+) -> None:
+    """The chart writes its excluded namespaces (and its own) into each policy's namespace
+    matchCondition in the text the builder writes for the same list."""
+    objs = template(helm_bin, "webhook.failurePolicy=Ignore", *sets)
+    for policy in build_policies(WebhookSettings(excluded_namespaces=excluded)):
+        rendered = objs[("ValidatingAdmissionPolicy", "", policy["metadata"]["name"])]
+        assert rendered["spec"] == policy["spec"]
+        (condition,) = [m for m in rendered["spec"]["matchConditions"] if m["name"] == NAMESPACE_CONDITION]
+        names = sorted({*excluded, "gpushare-system"})
+        assert (
+            condition["expression"] == "!(request.namespace in [" + ", ".join(f"'{n}'" for n in names) + "])"
+        )
 
 
 def test_generated_webhooks_file_is_current() -> None:

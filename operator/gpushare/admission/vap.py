@@ -1,11 +1,12 @@
 """The ValidatingAdmissionPolicies that hold the stateless rules inside the apiserver (pure builder).
 
 The rules that need no cluster state (``catalog.STATELESS``: the records with a CEL form) become
-one validation each, for the same kinds, namespaces and object-selector opt-out as the webhook,
-so they keep denying while no webhook replica answers. Their messages are the records' cases, the
-same text the Python engine writes. The work is done once per request in the policy's variables:
-the request's containers, then its GPU containers with their values read (``cel.gpu_entries``),
-so each validation is a few comparisons per GPU container.
+one validation each, for the same kinds, namespaces and opt-out label as the webhook (as
+matchConditions, not selectors: :data:`NOT_OPTED_OUT`), so they keep denying while no webhook
+replica answers. Their messages are the records' cases, the same text the Python engine writes.
+The work is done once per request in the policy's variables: the request's containers, then its
+GPU containers with their values read (``cel.gpu_entries``), so each validation is a few
+comparisons per GPU container.
 
 Two policies are shipped (:func:`build_policies`): one for Pods, the hot path, which reads only a
 Pod's own container lists (no chain on the request's kind, no grouped containers), and one for
@@ -57,6 +58,31 @@ from gpushare.rulekit.cel import (
 from gpushare.rulekit.records import AdmissionRule, CelMessage, cel_message
 
 POLICY_NAME = "gpushare-stateless-rules.gpushare.io"
+#: The matchCondition holding the excluded namespaces (the chart writes its own list into it).
+NAMESPACE_CONDITION = "outside-excluded-namespaces"
+
+
+def outside_namespaces(names: Sequence[str]) -> str:
+    """True outside ``names``: the webhook's ``namespaceSelector`` on ``kubernetes.io/metadata.name``
+    (a cluster-scoped object has no namespace: in, as that selector has it). The chart's
+    templates/policy.yaml writes the same text for its list."""
+    return f"!(request.namespace in [{', '.join(string_literal(n) for n in names)}])"
+
+
+def _opted_out(obj: str) -> str:
+    label = string_literal(c.LABEL_WEBHOOK)
+    return (
+        f"(has({obj}.metadata.labels) && {label} in {obj}.metadata.labels"
+        f" && {obj}.metadata.labels[{label}] == {string_literal(c.WEBHOOK_IGNORE)})"
+    )
+
+
+#: The webhook's ``objectSelector`` (``gpushare.io/webhook NotIn [ignore]``) as the apiserver applies
+#: it: the request is in when its object or its old object (an UPDATE) is not opted out.
+NOT_OPTED_OUT = (
+    f"(object != null && !{_opted_out('object')}) || (oldObject != null && !{_opted_out('oldObject')})"
+)
+
 #: The rule ids the policy enforces (the rest need pools and nodes: the webhook's job).
 POLICY_RULES: tuple[str, ...] = tuple(r.id for r in STATELESS)
 
@@ -262,22 +288,12 @@ def build_policy(
             # An expression that cannot be evaluated (an object of a shape no controller would
             # accept) skips the policy rather than blocking the object; the webhook still checks it.
             "failurePolicy": "Ignore",
+            # No namespaceSelector or objectSelector: the apiserver tests a policy's selectors on
+            # every admission request of every kind before its resourceRules (a namespace lookup
+            # and two selectors parsed each time), so they are matchConditions, which it tests
+            # only on the kinds below (docs/concepts/admission.md, "Safety").
             "matchConstraints": {
                 "matchPolicy": "Equivalent",
-                "namespaceSelector": {
-                    "matchExpressions": [
-                        {
-                            "key": "kubernetes.io/metadata.name",
-                            "operator": "NotIn",
-                            "values": excluded_namespaces(settings),
-                        }
-                    ]
-                },
-                "objectSelector": {
-                    "matchExpressions": [
-                        {"key": c.LABEL_WEBHOOK, "operator": "NotIn", "values": [c.WEBHOOK_IGNORE]}
-                    ]
-                },
                 "resourceRules": [
                     {
                         "apiGroups": [k.group],
@@ -288,7 +304,14 @@ def build_policy(
                     for k, ops, versions in kinds
                 ],
             },
-            "matchConditions": [{"name": "asks-for-gpu-sharing", "expression": readable(condition)}],
+            "matchConditions": [
+                {
+                    "name": NAMESPACE_CONDITION,
+                    "expression": outside_namespaces(excluded_namespaces(settings)),
+                },
+                {"name": "not-opted-out", "expression": readable(NOT_OPTED_OUT)},
+                {"name": "asks-for-gpu-sharing", "expression": readable(condition)},
+            ],
             "variables": variables,
             "validations": validations,
         },
