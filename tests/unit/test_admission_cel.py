@@ -212,8 +212,8 @@ def test_policy_covers_the_webhook_kinds_and_the_stateless_rules() -> None:
         "GS018-shared-and-whole-gpu",
     }
     assert all(v["reason"] == "Invalid" for v in spec["validations"])
-    # The webhook's selectors as matchConditions, tested before the GPU-sharing scan: none on
-    # the policy itself, which the apiserver would test on every request of every kind.
+    # The webhook's selectors as matchConditions (the apiserver evaluates those only for the
+    # policy's kinds): none on the policy itself, which it would test on every request of every kind.
     assert set(spec["matchConstraints"]) == {"matchPolicy", "resourceRules"}
     assert [m["name"] for m in spec["matchConditions"]] == [
         "outside-excluded-namespaces", "not-opted-out", "asks-for-gpu-sharing",
