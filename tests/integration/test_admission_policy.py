@@ -394,32 +394,39 @@ def test_gpu_objects_needing_the_stateful_rules_follow_the_failure_policy(
     assert _denied_by_policy(env.kube.create(pod("still-33", [container("c", {MEM: "2", CORE: "33"})])))
 
 
-def test_as_shipped_for_fail_a_gpu_pod_is_judged_by_the_webhook_alone_and_refused_while_it_is_down(
+def test_as_shipped_for_fail_a_gpu_object_is_judged_by_the_webhook_alone_and_refused_while_it_is_down(
     env: Env, dead_webhook: WebhookSettings
 ) -> None:
-    """manifests/webhook/ and the chart's default (failurePolicy Fail) ship no Pods policy: each GPU
-    pod is judged once, by the webhook. While no webhook answers, a 33 % pod is still refused (by
-    the apiserver, fail closed), and the workload kinds' policy still judges pod templates."""
-    name = pod_policy_name(POLICY)
-    path = f"{ADM}/validatingadmissionpolicybindings/{name}"
-    assert env.kube.request("DELETE", path).status == 200
+    """manifests/webhook/ and the chart's default (failurePolicy Fail) ship neither policy: each
+    GPU-sharing pod and workload is judged once, by the webhook. While no webhook answers, a 33 %
+    pod and a Deployment with a 33 % template are still refused (by the apiserver, fail closed),
+    and a good one with them: nothing the policies would deny gets in."""
+    paths = [f"{ADM}/validatingadmissionpolicybindings/{name}" for name in POLICIES]
+    for path in paths:
+        assert env.kube.request("DELETE", path).status == 200
     bad = pod("fail-33", [container("c", {MEM: "2", CORE: "33"})])
+    good = pod("fail-30", [container("c", {MEM: "2", CORE: "30"})])
+    objects = {
+        "Pod": ("pods", bad),
+        "Deployment": ("deployments", wrap("Deployment", bad)),
+        "Job": ("jobs", wrap("Job", good)),
+    }
     try:
-        deadline = time.monotonic() + 60
-        while _denied_by_policy(r := env.kube.create(bad)):  # until the apiserver drops the binding
-            assert time.monotonic() < deadline, "the Pods policy's binding was never dropped"
-            time.sleep(0.5)
-        assert r.status >= 500, (r.status, r.message)
-        assert 'failed calling webhook "validate-pods.gpushare.io"' in r.message, r.message
-        template = env.kube.create(wrap("Deployment", bad))
-        assert _denied_by_policy(template), template.message
-        assert "rule GS001-core-percentage-step" in template.message, template.message
+        for kind, (plural, obj) in objects.items():
+            deadline = time.monotonic() + 60
+            while _denied_by_policy(r := env.kube.create(obj)):  # until the apiserver drops the bindings
+                assert time.monotonic() < deadline, f"a policy's binding was never dropped ({kind})"
+                time.sleep(0.5)
+            assert r.status >= 500, (kind, r.status, r.message)
+            assert f'failed calling webhook "validate-{plural}.gpushare.io"' in r.message, (kind, r.message)
     finally:
-        assert env.kube.create(build_binding(name), dry_run=False).status == 201
-        deadline = time.monotonic() + 60
-        while not _denied_by_policy(env.kube.create(bad)):  # the other tests meet both policies
-            assert time.monotonic() < deadline, "the Pods policy's binding never came back"
-            time.sleep(0.5)
+        for name in POLICIES:
+            assert env.kube.create(build_binding(name), dry_run=False).status == 201
+        for obj in (bad, wrap("Deployment", bad)):
+            deadline = time.monotonic() + 60
+            while not _denied_by_policy(env.kube.create(obj)):  # the other tests meet both policies
+                assert time.monotonic() < deadline, "the policies' bindings never came back"
+                time.sleep(0.5)
 
 
 # --- one source of truth: the policy agrees with the Python rules ---------------------------------

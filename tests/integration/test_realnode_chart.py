@@ -273,13 +273,13 @@ def _dry_run_pod(release: Release, name: str, limits: dict[str, str]) -> subproc
 
 def test_a_33_percent_pod_is_denied_by_the_webhook_through_its_service(release: Release) -> None:
     limits = {"aliyun.com/gpu-mem": "2", "aliyun.com/gpu-core.percentage": "33"}
-    # As shipped (failurePolicy Fail), the chart has no ValidatingAdmissionPolicy for Pods: a GPU pod
-    # is judged once, by the webhook. The apiserver calls the gpushare-webhook Service, routed to an
-    # operator pod's IP on the real node.
+    # As shipped (failurePolicy Fail), the chart installs neither GPU-rules ValidatingAdmissionPolicy:
+    # a GPU pod is judged once, by the webhook. The apiserver calls the gpushare-webhook Service,
+    # routed to an operator pod's IP on the real node.
     out = release.kubectl("get", "validatingadmissionpolicies", "-o", "name").stdout.split()
     policies = [name.rpartition("/")[2] for name in out]
-    assert "gpushare-stateless-rules.gpushare.io" in policies, policies
-    assert "gpushare-stateless-rules-pods.gpushare.io" not in policies, policies
+    assert "gpushare-agent-node-restriction" in policies, policies
+    assert not [p for p in policies if p.startswith("gpushare-stateless-rules")], policies
 
     def denied_by_webhook() -> bool:
         res = _dry_run_pod(release, "core-33", limits)

@@ -226,7 +226,8 @@ def test_policy_covers_the_webhook_kinds_and_the_stateless_rules() -> None:
 
 def test_committed_policy_manifests_match_the_builder() -> None:
     """policy.yaml (the workload kinds) and policy-pods.yaml (Pods), one policy and its binding each;
-    kustomize installs only the first: the shipped webhook fails closed (docs/concepts/admission.md)."""
+    kustomize installs neither: the shipped webhooks fail closed, so each GPU-sharing object is
+    judged once, by the webhook (docs/concepts/admission.md)."""
     names = {"policy.yaml": "gpushare-stateless-rules.gpushare.io",
              "policy-pods.yaml": "gpushare-stateless-rules-pods.gpushare.io"}  # fmt: skip
     for (part, file), want in zip(MANIFESTS.items(), names.values(), strict=True):
@@ -238,12 +239,15 @@ def test_committed_policy_manifests_match_the_builder() -> None:
         assert docs[0]["metadata"]["name"] == names[file] == want
         assert docs[1]["spec"] == {"policyName": docs[0]["metadata"]["name"], "validationActions": ["Deny"]}
     kustomization = yaml.safe_load((REPO / "manifests" / "webhook" / "kustomization.yaml").read_text())
-    assert kustomization["resources"] == ["webhook.yaml", "policy.yaml"]
+    assert kustomization["resources"] == ["webhook.yaml"]
     configs = yaml.safe_load_all((REPO / "manifests" / "webhook" / "webhook.yaml").read_text())
     webhooks = [
         w for d in configs if d and d["kind"] == "ValidatingWebhookConfiguration" for w in d["webhooks"]
     ]
     assert next(w for w in webhooks if w["name"] == "validate-pods.gpushare.io")["failurePolicy"] == "Fail"
+    # Every webhook of a kind the policies hold fails closed (only the pools' entry fails open).
+    open_ = {w["name"] for w in webhooks if w["failurePolicy"] != "Fail"}
+    assert all("gpusharepools" in name for name in open_), open_
 
 
 def test_the_shipped_policies_split_the_kinds_and_a_pod_reads_only_its_own_paths() -> None:

@@ -652,11 +652,10 @@ def test_network_policy_opens_only_the_pods_ports_and_takes_the_peers_given(helm
     assert key not in template(helm_bin, "networkPolicy.enabled=false")
 
 
-def test_the_pods_policy_is_rendered_only_when_the_webhook_does_not_fail_closed(helm_bin: str) -> None:
-    """Under failurePolicy Fail (the default) a GPU pod is refused while no webhook answers, so
-    the chart leaves the Pods policy out and each GPU pod is judged once, by the webhook; with
-    Ignore the Pods policy holds the stateless rules during an outage. The workload kinds' policy
-    is always there."""
+def test_the_policies_are_rendered_only_when_the_webhook_does_not_fail_closed(helm_bin: str) -> None:
+    """Under failurePolicy Fail (the default) every GPU-sharing pod and workload is refused while
+    no webhook answers, so the chart leaves both policies out and each object is judged once, by
+    the webhook; with Ignore both hold the stateless rules during an outage."""
     pods, workloads = "gpushare-stateless-rules-pods.gpushare.io", "gpushare-stateless-rules.gpushare.io"
 
     def policies(*sets: str) -> set[str]:
@@ -667,7 +666,9 @@ def test_the_pods_policy_is_rendered_only_when_the_webhook_does_not_fail_closed(
             and "stateless" in name
         }
 
-    assert policies() == {workloads}
+    assert policies() == set()
+    assert policies("webhook.failurePolicy=Fail") == set()
     assert policies("webhook.failurePolicy=Ignore") == {pods, workloads}
     objs = template(helm_bin, "webhook.failurePolicy=Ignore")
-    assert objs[("ValidatingAdmissionPolicyBinding", "", pods)]["spec"]["policyName"] == pods
+    for name in (pods, workloads):
+        assert objs[("ValidatingAdmissionPolicyBinding", "", name)]["spec"]["policyName"] == name

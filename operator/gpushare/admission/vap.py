@@ -8,14 +8,17 @@ The work is done once per request in the policy's variables: the request's conta
 GPU containers with their values read (``cel.gpu_entries``), so each validation is a few
 comparisons per GPU container.
 
-Two policies are shipped (:func:`build_policies`): one for Pods, the hot path, which reads only a
+Two policies are generated (:func:`build_policies`): one for Pods, the hot path, which reads only a
 Pod's own container lists (no chain on the request's kind, no grouped containers), and one for
-the workload kinds. What a policy costs the apiserver per request is mostly fixed work (one
-conversion of the object per evaluation stage, every messageExpression evaluated, the variables
-computed again for the messages: docs/benchmarks.md, "Admission"); the split keeps a
-Pod's share of the CEL to what a Pod has. The Python rules engine stays the reference; an
-integration test drives generated objects through the real apiserver with only these policies
-installed and compares.
+the workload kinds. Both are the guard of a webhook that fails open (``failurePolicy: Ignore``, the
+local and demo modes): under ``Fail`` the apiserver refuses every object the webhook is sent
+while no replica answers, so a policy would only change the message of that refusal, and none
+is installed (docs/concepts/admission.md, "Each GPU object judged once"). What a policy costs the
+apiserver per request is mostly fixed work (one conversion of the object per evaluation stage,
+every messageExpression evaluated, the variables computed again for the messages:
+docs/benchmarks.md, "Admission"); the split keeps a Pod's share of the CEL to what a Pod has.
+The Python rules engine stays the reference; an integration test drives generated objects
+through the real apiserver with only these policies installed and compares.
 
 Every expression is laid out over lines for review (:func:`gpushare.admission.celfmt.readable`:
 whitespace, and long literals split into concatenations) and written as a YAML literal block.
@@ -323,7 +326,8 @@ def build_policies(
     name: str = POLICY_NAME,
     extra_kinds: tuple[PolicyKind, ...] = (),
 ) -> list[dict[str, Any]]:
-    """The shipped policies: Pods (:func:`pod_policy_name`) and the workload kinds (``name``).
+    """The two policies, installed where the webhook fails open: Pods (:func:`pod_policy_name`)
+    and the workload kinds (``name``).
 
     A Pod is the hot path (every pod a controller creates): its policy reads only the Pod's
     containers. The workload kinds' policy keeps the chains on the request's kind."""
@@ -354,15 +358,19 @@ MANIFESTS: dict[Part, str] = {"workloads": "policy.yaml", "pods": "policy-pods.y
 _HEADERS: dict[Part, str] = {
     "workloads": (
         "# The stateless GPU-sharing rules for the workload kinds' pod templates (Deployments, Jobs,\n"
-        "# Kubeflow, ...) as a ValidatingAdmissionPolicy: they hold inside the kube-apiserver even\n"
-        "# while the gpushare webhook is down (docs/concepts/admission.md). Pods: policy-pods.yaml.\n"
+        "# Kubeflow, ...) as a ValidatingAdmissionPolicy. Apply it, with policy-pods.yaml, when the\n"
+        "# webhooks have failurePolicy: Ignore (then these rules still hold while the webhook is\n"
+        "# down). With the shipped failurePolicy: Fail every GPU-sharing object is refused while no\n"
+        "# webhook answers, so it is left out: each one is judged once, by the webhook\n"
+        '# (docs/concepts/admission.md, "Each GPU object judged once").\n'
+        "# The chart follows webhook.failurePolicy.\n"
     ),
     "pods": (
-        "# The stateless GPU-sharing rules for Pods as a ValidatingAdmissionPolicy. Apply it when the\n"
-        "# validate-pods webhook has failurePolicy: Ignore (then these rules still hold while the\n"
-        "# webhook is down). With the shipped failurePolicy: Fail a GPU pod is refused while no\n"
-        "# webhook answers, so it is left out: each GPU pod is judged once, by the webhook\n"
-        '# (docs/concepts/admission.md, "Each GPU pod judged once").\n'
+        "# The stateless GPU-sharing rules for Pods as a ValidatingAdmissionPolicy. Apply it, with\n"
+        "# policy.yaml, when the webhooks have failurePolicy: Ignore (then these rules still hold\n"
+        "# while the webhook is down). With the shipped failurePolicy: Fail a GPU pod is refused\n"
+        "# while no webhook answers, so it is left out: each GPU pod is judged once, by the webhook\n"
+        '# (docs/concepts/admission.md, "Each GPU object judged once").\n'
         "# The chart follows webhook.failurePolicy.\n"
     ),
 }

@@ -132,10 +132,11 @@ def admission_page() -> str:
         "warns, `Off` skips the rule). How targeting and the two engines work: "
         "[Admission](../concepts/admission.md).\n\n"
         "## Every rule\n\n" + catalog.rules_table() + "\n## The rules the ValidatingAdmissionPolicy holds\n\n"
-        "The stateless rules also ship as a ValidatingAdmissionPolicy "
-        "(`manifests/webhook/policy.yaml`, and `policy-pods.yaml` for Pods under `failurePolicy: "
-        "Ignore`) that keeps denying inside the API server while the webhook is down. Where its CEL "
-        "form differs from the webhook:\n\n" + catalog.policy_table()
+        "The stateless rules also ship as two ValidatingAdmissionPolicies "
+        "(`manifests/webhook/policy.yaml` for the workload kinds, `policy-pods.yaml` for Pods), "
+        "installed where the webhook fails open (`failurePolicy: Ignore`), which keep denying inside "
+        "the API server while the webhook is down. Where their CEL form differs from the "
+        "webhook:\n\n" + catalog.policy_table()
     )
 
 
