@@ -150,13 +150,13 @@ BENCH_STEADY ?= 60
 bench: setup control-plane ## All benchmarks: operator vs kubectl on kwok nodes (BENCH_NODES=100,1000 BENCH_STEADY=60), the model's cost per event and object, the webhook, the real-node tier's start
 	$(BIN)/python bench/bench_operator.py --nodes $(BENCH_NODES) --steady $(BENCH_STEADY)
 	$(BIN)/python bench/bench_model.py --nodes 5000 --pods 10000 --pending 500 --rounds 3
-	$(BIN)/python bench/bench_webhook.py --requests 2000 --creates 450 --rounds 9 --nodes 30 --burst 50
+	$(BIN)/python bench/bench_webhook.py --requests 2000 --creates 1350 --rounds 9 --nodes 30 --burst 150
 	$(BIN)/python bench/bench_webhook_server.py --requests 3000 --rounds 5
 	$(BIN)/python bench/bench_webhook_call.py --nodes 30 --creates 600 --rounds 6
 	$(if $(filter-out 0,$(REAL_NODES)),$(MAKE) realnode && )$(BIN)/python bench/bench_realnode.py --runs 3
 
 bench-webhook: setup control-plane ## Admission webhook benchmark: direct HTTPS load, pod create latency with/without; the server alone per review; the apiserver's call per server; see docs/benchmarks.md
-	$(BIN)/python bench/bench_webhook.py --requests 2000 --creates 450 --rounds 9 --nodes 30 --burst 50
+	$(BIN)/python bench/bench_webhook.py --requests 2000 --creates 1350 --rounds 9 --nodes 30 --burst 150
 	$(BIN)/python bench/bench_webhook_server.py --requests 3000 --rounds 5
 	$(BIN)/python bench/bench_webhook_call.py --nodes 30 --creates 600 --rounds 6
 
