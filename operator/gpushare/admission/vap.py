@@ -10,15 +10,15 @@ comparisons per GPU container.
 
 Two policies are generated (:func:`build_policies`): one for Pods, the hot path, which reads only a
 Pod's own container lists (no chain on the request's kind, no grouped containers), and one for
-the workload kinds. Both are the guard of a webhook that fails open (``failurePolicy: Ignore``, the
-local and demo modes): under ``Fail`` the apiserver refuses every object the webhook is sent
-while no replica answers, so a policy would only change the message of that refusal, and none
-is installed (docs/concepts/admission.md, "Each GPU object judged once"). What a policy costs the
-apiserver per request is mostly fixed work (one conversion of the object per evaluation stage,
-every messageExpression evaluated, the variables computed again for the messages:
-docs/benchmarks.md, "Admission"); the split keeps a Pod's share of the CEL to what a Pod has.
-The Python rules engine stays the reference; an integration test drives generated objects
-through the real apiserver with only these policies installed and compares.
+the workload kinds. Both are the guard of a webhook that fails open (``failurePolicy: Ignore``;
+``make demo`` applies both for its local webhook): under ``Fail`` the apiserver refuses every
+object the webhook is sent while no replica answers, so a policy would only change the message of
+that refusal, and none is installed (docs/concepts/admission.md, "Each GPU object judged once").
+What a policy costs the apiserver per request is mostly fixed work (one conversion of the object
+per evaluation stage, every messageExpression evaluated, the variables computed again for the
+messages: docs/benchmarks.md, "Admission"); the split keeps a Pod's share of the CEL to what a
+Pod has. The Python rules engine stays the reference; an integration test drives generated
+objects through the real apiserver with only these policies installed and compares.
 
 Every expression is laid out over lines for review (:func:`gpushare.admission.celfmt.readable`:
 whitespace, and long literals split into concatenations) and written as a YAML literal block.
