@@ -401,9 +401,8 @@ def test_as_shipped_for_fail_a_gpu_object_is_judged_by_the_webhook_alone_and_ref
     GPU-sharing pod and workload is judged once, by the webhook. While no webhook answers, a 33 %
     pod and a Deployment with a 33 % template are still refused (by the apiserver, fail closed),
     and a good one with them: nothing the policies would deny gets in."""
-    paths = [f"{ADM}/validatingadmissionpolicybindings/{name}" for name in POLICIES]
-    for path in paths:
-        assert env.kube.request("DELETE", path).status == 200
+    for name in POLICIES:
+        assert env.kube.request("DELETE", f"{ADM}/validatingadmissionpolicybindings/{name}").status == 200
     bad = pod("fail-33", [container("c", {MEM: "2", CORE: "33"})])
     good = pod("fail-30", [container("c", {MEM: "2", CORE: "30"})])
     objects = {
