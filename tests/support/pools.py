@@ -45,10 +45,12 @@ class PoolApi:
             raise
         return obj
 
-    async def patch_spec(self, name: str, spec: dict[str, Any]) -> None:
-        await self.custom.patch_cluster_custom_object(
+    async def patch_spec(self, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        """Merge ``spec`` into pool ``name``'s spec; the pool as patched (its new generation)."""
+        obj: dict[str, Any] = await self.custom.patch_cluster_custom_object(
             c.GROUP, c.VERSION, c.PLURAL, name, {"spec": spec}, **MERGE
         )
+        return obj
 
     async def delete(self, name: str, *, timeout_s: float = 180.0) -> None:
         """Delete pool ``name`` and wait until it is gone (its cleanup done by the operator)."""
