@@ -10,7 +10,7 @@ from gpushare import constants as c
 from gpushare.api.v1alpha1 import DevicePlugin
 from gpushare.policy import RestartRecord
 from gpushare.policy import conditions as reasons
-from gpushare.policy.restart import PLUGIN_RECREATE_GRACE, RestartStep, restart_step, watched
+from gpushare.policy.restart import PLUGIN_RECREATE_GRACE, RestartStep, reload_step, restart_step, watched
 from gpushare.policy.views import PluginPod, PodView, plugin_pod
 
 SINCE = datetime(2026, 11, 29, 12, 0, 1, tzinfo=UTC)
@@ -102,3 +102,73 @@ def test_the_watched_plugin_and_its_pods() -> None:
     assert plugin_pod(view) == PluginPod(
         "n0", "kube-system", "dp", "u", SINCE + timedelta(seconds=4), False, False
     )
+
+
+# --- a plugin that reloads itself (NVIDIA's config-manager): policy.restart.reload_step -------
+
+STALE = "labelled nvidia.com/device-plugin.config=x, but the node advertises nvidia.com/gpu: 2"
+SIDECAR_DOWN = "container nvidia-device-plugin-sidecar: CrashLoopBackOff, 2 restarts, last exit 1"
+SIDECAR_RESTARTED = "container nvidia-device-plugin-sidecar: restarted, 2 restarts, last exit 1"
+TIMED_OUT = SINCE + timedelta(seconds=121)
+
+
+def _with_problem(p: PluginPod, problem: str) -> PluginPod:
+    return PluginPod(p.node, p.namespace, p.name, p.uid, p.created, p.ready, p.deleting, problem)
+
+
+@pytest.mark.parametrize(
+    ("pods", "now", "advertised", "expected"),
+    [
+        pytest.param(
+            [OLD], LATER, True, RestartStep("Done", "Reloaded", metric="ready"),
+            id="advertised-with-a-ready-pod",
+        ),
+        pytest.param([NEW_STARTING], LATER, True, RestartStep(), id="advertised-but-no-ready-pod-yet"),
+        pytest.param([OLD], LATER, False, RestartStep(), id="within-the-timeout"),
+        pytest.param(
+            [_with_problem(NEW_STARTING, SIDECAR_DOWN)], TIMED_OUT, False,
+            RestartStep(
+                "Failed",
+                f"device plugin pod dp-new is not Ready ({SIDECAR_DOWN}), 120s after the labels changed",
+                metric="timeout",
+            ),
+            id="not-ready-names-the-container",
+        ),
+        pytest.param(
+            [_with_problem(OLD, SIDECAR_RESTARTED)], TIMED_OUT, False,
+            RestartStep(
+                "Failed",
+                f"{STALE}; device plugin pod dp-old: {SIDECAR_RESTARTED}, 120s after the labels changed",
+                metric="timeout",
+            ),
+            id="ready-between-the-sidecars-restarts-still-names-it",
+        ),
+        pytest.param(
+            [OLD], TIMED_OUT, False,
+            RestartStep("Failed", f"{STALE}, 120s after the labels changed", metric="timeout"),
+            id="ready-and-nothing-restarted-says-what-it-advertises",
+        ),
+    ],
+)  # fmt: skip
+def test_reload_step(pods: list[PluginPod], now: datetime, advertised: bool, expected: RestartStep) -> None:
+    assert (
+        reload_step("n0", PENDING, pods, now=now, plugin=DP, advertised=advertised, stale=STALE) == expected
+    )
+
+
+def test_a_ready_pod_with_a_restarted_container_says_so() -> None:
+    """The view keeps a Ready pod's restarts: the sidecar exits and comes back while the plugin
+    container runs on, and between its restarts the pod reads Ready."""
+    status = {
+        "phase": "Running",
+        "conditions": [{"type": "Ready", "status": "True"}],
+        "containerStatuses": [
+            {"name": "nvidia-device-plugin-ctr", "ready": True, "restartCount": 0, "state": {"running": {}}},
+            {
+                "name": "nvidia-device-plugin-sidecar", "ready": True, "restartCount": 2,
+                "state": {"running": {}}, "lastState": {"terminated": {"exitCode": 1}},
+            },
+        ],
+    }  # fmt: skip
+    view = PodView.from_obj({"metadata": {"name": "dp", "namespace": "kube-system"}, "status": status})
+    assert view.ready and view.problem == SIDECAR_RESTARTED

@@ -87,7 +87,10 @@ def reload_step(
     elif not ready:
         why = f"device plugin pod {pods[0].name} is not Ready{_waiting(pods[0])}"
     else:
-        why = stale
+        # Ready, yet the node advertises another mode: a container that restarts on its own (the
+        # config-manager sidecar failing on the label's config, between its restarts) is why.
+        restarted = next((p for p in ready if p.problem), None)
+        why = f"{stale}; device plugin pod {restarted.name}: {restarted.problem}" if restarted else stale
     return RestartStep(
         "Failed", f"{why}, {plugin.ready_timeout_seconds}s after the labels changed", metric="timeout"
     )

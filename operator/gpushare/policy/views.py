@@ -145,7 +145,8 @@ class PodView:
     ready: bool = False
     #: ``status.reason`` of a Failed pod (e.g. ``UnexpectedAdmissionError``: the kubelet refused it)
     reason: str = ""
-    #: Why a pod that is not Ready has a container down (:func:`container_problem`).
+    #: Which of its containers is down or has restarted, and why (:func:`container_problem`); ""
+    #: for a pod whose containers never restarted and all run.
     problem: str = ""
 
     @classmethod
@@ -172,7 +173,7 @@ class PodView:
             created=str(meta.get("creationTimestamp") or ""),
             ready=ready,
             reason=sys.intern(str(status.get("reason") or "")) if status.get("phase") == "Failed" else "",
-            problem="" if ready else container_problem(status),
+            problem=container_problem(status),
         )
 
     @property
@@ -223,8 +224,8 @@ class PluginPod:
     created: datetime | None
     ready: bool
     deleting: bool
-    #: Why a container is not running, from its status: "container C: CrashLoopBackOff (3
-    #: restarts): <last termination message>"; "" when none says.
+    #: Why a container is not running or restarted, from its status: "container C:
+    #: CrashLoopBackOff, 3 restarts, last exit 1: <last termination message>"; "" when none did.
     problem: str = ""
 
 
