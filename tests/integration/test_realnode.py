@@ -370,17 +370,29 @@ async def test_rolling_switch_cgpu_to_core_mem_then_a_core_job_gets_acks_env(
     assert alloc[c.RES_GPU_CORE] == "0"
     old = (await plugin_pod(rapi)).metadata.uid
 
-    # Sampled from before the switch until the pool is Ready again: gpu-core.percentage, then every
-    # plugin pod on the node, terminating or not (read after the node, so a pod seen then existed
-    # when the node was read: a sample never blames an old pod that was already gone).
-    samples: list[tuple[int, set[str]]] = []
+    # Sampled from before the switch until the pool is Ready again: whether the pool says Ready for
+    # the switched spec (read first), then gpu-core.percentage, then every plugin pod on the node.
+    # The node advertises gpu-core only from a plugin pod started after the switch (the stand-in
+    # plugin, as ACK's, reads its labels only at start, and the DaemonSet makes no new pod while
+    # the old one exists), so what a sample can catch is the operator's side: the pool called
+    # Ready for the new mode before the node advertises it, or the switch made without restarting
+    # the plugin (gpu-core never comes, or comes with the old pod still the node's plugin).
+    samples: list[tuple[bool, int, set[str]]] = []
     stop = asyncio.Event()
+    switched: list[int] = []
 
     async def sample() -> None:
         while not stop.is_set():
+            pool = await pools.get("rn-switch") or {}
+            ready = bool(switched) and any(
+                cond.get("type") == "Ready"
+                and cond.get("status") == "True"
+                and cond.get("observedGeneration") == switched[0]
+                for cond in (pool.get("status") or {}).get("conditions") or []
+            )
             _, alloc = await node_status(core)
             pods = await plugin_pods_on(rapi, NODE)
-            samples.append((int(alloc.get(c.RES_GPU_CORE, "0")), {p.metadata.uid for p in pods}))
+            samples.append((ready, int(alloc.get(c.RES_GPU_CORE, "0")), {p.metadata.uid for p in pods}))
             await asyncio.sleep(0.2)
 
     async def more_than(n: int) -> bool:
@@ -389,7 +401,8 @@ async def test_rolling_switch_cgpu_to_core_mem_then_a_core_job_gets_acks_env(
     sampler = asyncio.create_task(sample())
     try:
         await wait_for(lambda: more_than(0), what="a first sample", timeout_s=WAIT)
-        await pools.patch_spec("rn-switch", {"computeAllocation": True})
+        patched = await pools.patch_spec("rn-switch", {"computeAllocation": True})
+        switched.append(patched["metadata"]["generation"])
         await wait_for(
             lambda: _advertised(core, c.RES_GPU_CORE, "100"), what="gpu-core advertised", timeout_s=WAIT
         )
@@ -399,11 +412,14 @@ async def test_rolling_switch_cgpu_to_core_mem_then_a_core_job_gets_acks_env(
     finally:
         stop.set()
         await sampler
-    # The real kubelet advertises the new mode only once the old plugin pod is gone: no sample
-    # with gpu-core advertised lists it, terminating or not; the first samples do list it.
-    advertised = [uids for value, uids in samples if value > 0]
-    assert advertised and samples[0] == (0, samples[0][1]) and old in samples[0][1], samples[:3]
-    assert [uids for uids in advertised if old in uids] == [], samples
+    # Ready for the switched spec only once the node advertises it: every sample that read the pool
+    # Ready then read gpu-core advertised (the node, read after the pool, never goes back).
+    early = [i for i, (ready, value, _) in enumerate(samples) if ready and value == 0]
+    assert not early, ("the pool said Ready before the node advertised gpu-core", samples[: early[0] + 2])
+    assert any(ready for ready, _, _ in samples), samples[-3:]
+    # Before the switch the old plugin pod serves gpu-mem alone; the operator replaced it.
+    advertised = [uids for _, value, uids in samples if value > 0]
+    assert advertised and samples[0][1] == 0 and old in samples[0][2], samples[:3]
     assert (await plugin_pod(rapi)).metadata.uid != old
     print(f"rolling switch: {len(samples)} samples, {len(advertised)} with gpu-core advertised")
 
