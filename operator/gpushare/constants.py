@@ -35,6 +35,22 @@ MANAGED_LABELS: Final = (
     LABEL_POOL,
 )
 
+#: Node labels NVIDIA's GPU Feature Discovery writes from the node's sharing config, so that an
+#: NVIDIA pool changes them by applying itself; a pool may not select by them (the CRD refuses it,
+#: ``gpushare.api.rules.REWRITTEN_SELECTOR``). Read in k8s-device-plugin v0.19.3, ``internal/lm``:
+#: ``resource.go`` ``getProductName`` appends ``-SHARED`` to the product of a shared resource that
+#: is not renamed, ``baseLabeler`` writes its replicas and sharing strategy; ``nvml.go``
+#: ``newSharingLabeler`` writes ``mps.capable`` (true only under an MPS config); ``strategy.go``
+#: writes ``mig.strategy`` from the config's flags. MIG adds the labels its configs make GFD
+#: rewrite here: this tuple is the one list.
+NVIDIA_SHARING_LABELS: Final = (
+    "nvidia.com/gpu.product",
+    "nvidia.com/gpu.replicas",
+    "nvidia.com/gpu.sharing-strategy",
+    "nvidia.com/mig.strategy",
+    "nvidia.com/mps.capable",
+)
+
 SCHEDULE_DEFAULT: Final = "default"
 SCHEDULE_CGPU: Final = "cgpu"
 SCHEDULE_SHARE: Final = "share"

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import secrets
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
+import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -25,6 +27,7 @@ def pool(spec: dict[str, Any], name: str | None = None) -> dict[str, Any]:
 
 
 SEL = {"matchLabels": {"alibabacloud.com/nodepool-id": "np-a"}}
+REPO = Path(__file__).resolve().parents[2]
 
 
 async def create(api: client.ApiClient, body: dict[str, Any]) -> dict[str, Any]:
@@ -121,6 +124,40 @@ INVALID = [
         id="selector-expression-on-managed-label",
     ),
     pytest.param(
+        {
+            "nodeSelector": {"matchLabels": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}},
+            "nvidia": {"strategy": "TimeSlicing", "replicas": 4},
+        },
+        "NVIDIA's GPU Feature Discovery rewrites when a node's GPUs are shared (nvidia.com/gpu.product): "
+        "sharing appends -SHARED",
+        id="nvidia-selector-on-gpu-product",
+    ),
+    pytest.param(
+        {
+            "nodeSelector": {
+                "matchLabels": SEL["matchLabels"],
+                "matchExpressions": [
+                    {"key": "nvidia.com/gpu.sharing-strategy", "operator": "In", "values": ["none"]},
+                    {"key": "nvidia.com/mps.capable", "operator": "DoesNotExist"},
+                ],
+            },
+        },
+        "are shared (nvidia.com/mps.capable): sharing appends -SHARED",
+        id="ack-selector-expressions-on-sharing-labels",
+    ),
+    pytest.param(
+        {
+            "nodeSelector": {
+                "matchLabels": {"nvidia.com/gpu.replicas": "1", "nvidia.com/mig.strategy": "single"}
+            }
+        },
+        "are shared (nvidia.com/mig.strategy): sharing appends -SHARED to "
+        "nvidia.com/gpu.product and changes the replicas, strategy and MPS labels, so the pool would stop "
+        "selecting the nodes it shares; select nodes by a label of your own, the node pool's (such as "
+        "alibabacloud.com/nodepool-id), or gpushare.io/gpu.product",
+        id="selector-on-replicas-and-mig-strategy",
+    ),
+    pytest.param(
         {"nodeSelector": {"matchLabels": {f"k{i}": "v" for i in range(33)}}},
         "spec.nodeSelector.matchLabels: Too many: 33: must have at most 32 items",
         id="selector-too-many-terms",
@@ -148,6 +185,21 @@ async def test_invalid_pools_are_rejected_with_clear_messages(
     status = json.loads(cast(bytes, err.value.body))
     assert message in status["message"], status["message"]
     assert status["message"].startswith(f'GPUSharePool.gpushare.io "{status["details"]["name"]}" is invalid')
+
+
+async def test_a_selector_on_several_labels_sharing_rewrites_is_refused_naming_each(
+    api: client.ApiClient,
+) -> None:
+    used = ("nvidia.com/gpu.product", "nvidia.com/gpu.replicas", "nvidia.com/mig.strategy")
+    selector = {
+        "matchLabels": dict.fromkeys(used[:2], "x"),
+        "matchExpressions": [{"key": used[2], "operator": "Exists"}],
+    }
+    with pytest.raises(ApiException) as err:
+        await create(api, pool({"nodeSelector": selector}))
+    message = json.loads(cast(bytes, err.value.body))["message"]
+    named = [key for key in c.NVIDIA_SHARING_LABELS if f"GPUs are shared ({key}):" in message]
+    assert named == list(used), message
 
 
 async def test_round_trip_applies_the_same_defaults_as_the_models(api: client.ApiClient, pools: Any) -> None:
@@ -189,6 +241,14 @@ async def test_an_nvidia_pool_gets_nvidias_defaults(api: client.ApiClient, pools
     assert parsed.spec.device_plugin.pod_selector.match_labels == {
         "app.kubernetes.io/name": "nvidia-device-plugin"
     }
+
+
+async def test_the_nvidia_example_selects_by_a_label_sharing_never_changes(
+    api: client.ApiClient, pools: Any
+) -> None:
+    example = yaml.safe_load((REPO / "examples" / "pool-nvidia-time-slicing.yaml").read_text())
+    obj = await pools(pool(example["spec"]))
+    assert obj["spec"]["nodeSelector"]["matchLabels"] == {c.LABEL_GPU_PRODUCT: "NVIDIA-A100-SXM4-40GB"}
 
 
 async def test_partial_sub_objects_get_their_remaining_defaults(api: client.ApiClient, pools: Any) -> None:

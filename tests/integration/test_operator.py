@@ -593,7 +593,9 @@ async def test_drift_is_corrected_without_a_second_restart(
     await client.CoreV1Api(api).patch_node(
         node, {"metadata": {"labels": {c.LABEL_DISABLE_ISOLATION: "true", "owner": "someone"}}}
     )
-    await wait_event(api, name, "DriftCorrected")
+    event = await wait_event(api, name, "DriftCorrected")
+    # The Event names the label put back as key=value, not as a Python dict.
+    assert event.message.endswith(f"{node}: {c.LABEL_DISABLE_ISOLATION}=false"), event.message
     await wait_labels(api, [node], CGPU)
     labels = await node_labels(api, node)
     assert labels["owner"] == "someone", "the hand-made foreign label stays"

@@ -14,7 +14,7 @@ from gpushare import constants as c
 from gpushare.api.v1alpha1 import Nvidia, parse_pool
 from gpushare.backends import backend_for
 from gpushare.backends.nvidia import NVIDIA, config
-from gpushare.backends.nvidia.configmap import Wanted, plan_configmap, written
+from gpushare.backends.nvidia.configmap import Wanted, plan_configmap, release_plan, written
 from gpushare.policy.demand import busy_nodes
 from gpushare.policy.planner import Action, plan
 from gpushare.policy.views import NodeView, PodView
@@ -190,6 +190,31 @@ def test_only_its_own_unused_keys_are_deleted_and_foreign_keys_are_never_touched
     assert plan_configmap(recent, [W], in_use=(), now=NOW).removed == ()
     clash = plan_configmap(_cm({W.name: "someone else's"}), [W], in_use=(), now=NOW)
     assert clash.foreign == (W.name,) and clash.patch is None and not clash.ready
+
+
+def test_the_retention_of_an_unused_key_is_a_setting() -> None:
+    old = "gpushare-ts2-bbbbbbbb"
+    recent = _cm({old: "doc-2", W.name: "doc-4"}, {old: "2026-12-03T11:59:30Z", W.name: ""})
+    short = timedelta(seconds=20)
+    assert plan_configmap(recent, [W], in_use=(), now=NOW, retention=short).removed == (old,)
+    named = plan_configmap(recent, [W], in_use={old}, now=NOW, retention=short)
+    assert named.removed == () and named.expires is None, "a key a node names never ages out"
+    kept = plan_configmap(recent, [W], in_use=(), now=NOW, retention=timedelta(minutes=1))
+    # Written 30 s ago: the pass looks again when it is a minute old.
+    assert kept.removed == () and kept.expires == timedelta(seconds=30)
+
+
+def test_the_last_pools_cleanup_deletes_every_key_of_gpushares_that_no_node_names() -> None:
+    named = "gpushare-ts2-bbbbbbbb"
+    foreign = {"default": "d", "theirs": "x"}
+    cm = _cm({**foreign, W.name: "doc-4", named: "doc-2"}, {W.name: "2026-12-03T11:59:59Z", named: ""})
+    p = release_plan(cm, in_use={named}, now=NOW)
+    # Written a second ago, yet gone: no pool is left to switch back to it. A key a node still
+    # names (cleanup: Retain) stays; a key gpushare did not write is never in the patch.
+    assert p.removed == (W.name,) and p.patch is not None and p.patch["data"] == {W.name: None}
+    assert json.loads(p.patch["metadata"]["annotations"][c.ANNOTATION_CONFIGS]) == {named: ""}
+    assert release_plan(_cm(foreign), in_use=(), now=NOW).patch is None
+    assert release_plan(_cm(foreign, {}), in_use=(), now=NOW).patch is None
 
 
 @pytest.mark.parametrize("strategy", ["TimeSlicing", "MPS"])

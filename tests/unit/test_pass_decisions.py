@@ -124,6 +124,8 @@ BUSY = Settled(done=False, requeue=FAST_REQUEUE, leftover=0, pending=True, resyn
         pytest.param(QUIET, {"status_wait": 0.5}, 0.5, False, id="a-status-to-write"),
         pytest.param(QUIET, {"awaiting_plugin": True}, WAIT_REQUEUE, False, id="waiting-for-plugin-mode"),
         pytest.param(QUIET, {"deleting": True}, CLEANUP_POLL, False, id="cleanup-polls"),
+        pytest.param(QUIET, {"config_expires": 4.5}, 4.5, False, id="an-unused-config-ages-out"),
+        pytest.param(QUIET, {"config_expires": 3600.0}, RESYNC, True, id="an-unused-config-ages-out-later"),
         pytest.param(
             BUSY, {"awaiting_plugin": True, "deleting": True}, FAST_REQUEUE, False, id="busy-stays-fast"
         ),

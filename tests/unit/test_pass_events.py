@@ -14,6 +14,7 @@ from gpushare.policy.events import (
     Event,
     Reported,
     invalid_events,
+    label_changes,
     restart_events,
     transition_events,
     write_events,
@@ -48,12 +49,24 @@ def _apply(i: int, **kw: object) -> NodePlan:
         pytest.param(
             [_apply(0, drift=True)],
             [
-                Event("DriftCorrected", f"Put back managed labels edited by hand on 1 node(s): "
-                      f"n0: {{'{c.LABEL_SCHEDULE}': 'cgpu'}}", "Warning"),
-                Event("DriftCorrected", f"Put back managed labels edited by hand on 1 node(s): "
-                      f"n0: {{'{c.LABEL_SCHEDULE}': 'cgpu'}}", "Warning", node="n0"),
+                Event("DriftCorrected", "Put back managed labels edited by hand on 1 node(s): "
+                      "n0: ack.node.gpu.schedule=cgpu", "Warning"),
+                Event("DriftCorrected", "Put back managed labels edited by hand on 1 node(s): "
+                      "n0: ack.node.gpu.schedule=cgpu", "Warning", node="n0"),
             ],
             id="one-drift-also-on-the-node",
+        ),
+        pytest.param(
+            [
+                _apply(0, drift=True, label_patch={**APPLY.label_patch, c.LABEL_DISABLE_ISOLATION: "false"}),
+                _apply(1, drift=True, label_patch={c.LABEL_NVIDIA_CONFIG: None}),
+            ],
+            [
+                Event("DriftCorrected", "Put back managed labels edited by hand on 2 node(s): "
+                      "n0: ack.node.gpu.schedule=cgpu, cgpu.disable.isolation=false; "
+                      "n1: removed nvidia.com/device-plugin.config", "Warning"),
+            ],
+            id="drift-set-and-removed-labels-by-key",
         ),
         pytest.param(
             [_apply(0, label_patch={}, hold="Force", message="1 GPU pod")],
@@ -76,6 +89,20 @@ def _apply(i: int, **kw: object) -> NodePlan:
 )  # fmt: skip
 def test_write_events(done: list[NodePlan], expected: list[Event]) -> None:
     assert write_events("gpu", "cgpu", done) == expected
+
+
+@pytest.mark.parametrize(
+    ("patch", "text"),
+    [
+        pytest.param({}, "", id="nothing"),
+        pytest.param({"b": "2", "a": "1"}, "a=1, b=2", id="set-by-key"),
+        pytest.param({"k": None}, "removed k", id="removed"),
+        pytest.param({"k": ""}, "k=", id="set-empty-is-not-removed"),
+        pytest.param({"b": None, "a": "x"}, "a=x, removed b", id="both"),
+    ],
+)
+def test_label_changes_read_as_key_value_never_as_a_dict(patch: dict[str, str | None], text: str) -> None:
+    assert label_changes(patch) == text
 
 
 def test_restart_events() -> None:

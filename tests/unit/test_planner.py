@@ -560,6 +560,29 @@ def test_planner_guard_ignores_selector_on_managed_labels() -> None:
     assert cp.by_node()["n1"].action is Action.NOOP
 
 
+def test_a_pool_stored_before_the_sharing_label_rule_is_reported_and_its_nodes_left_alone() -> None:
+    """An NVIDIA pool selecting nvidia.com/gpu.product, stored before the CRD refused it, that
+    labelled its node: GFD made the product -SHARED, so acting on the selector would restore
+    the node (and flap). The planner reports the pool invalid and leaves its node as it is."""
+    good = pool("ts", "a", nvidia={"strategy": "TimeSlicing", "replicas": 4})
+    (n,) = _applied([good], [node("n1", {NP: "a"})])
+    shared = {**n.labels, "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-SHARED"}
+    stored = GPUSharePool.model_construct(
+        metadata=good.metadata,
+        spec=good.spec.model_copy(
+            update={
+                "node_selector": good.spec.node_selector.model_copy(
+                    update={"match_labels": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}}
+                )
+            }
+        ),
+    )
+    cp = plan([stored], [NodeView("n1", shared, annotations=dict(n.annotations))], now=LATER)
+    assert "nvidia.com/gpu.product" in cp.invalid_pools["ts"]
+    p = cp.by_node()["n1"]
+    assert (p.action, p.reason, p.label_patch) == (Action.NOOP, "PoolInvalid", {})
+
+
 # --- views ------------------------------------------------------------------------------------
 
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from gpushare import constants as c
 from gpushare.admission import evaluate
 from gpushare.api.crd import build_crd
 from gpushare.api.rules import (
@@ -14,6 +15,7 @@ from gpushare.api.rules import (
     MANAGED_SELECTOR,
     ONE_BACKEND,
     REPLICAS_FIT_STRATEGY,
+    REWRITTEN_SELECTOR,
     SPEC_RULES,
     VALUES_FIT_OPERATOR,
     SpecRule,
@@ -46,6 +48,11 @@ BROKEN: list[tuple[SpecRule, dict[str, Any], str]] = [
         "spec.nodeSelector",
     ),
     (
+        REWRITTEN_SELECTOR,
+        _pool(nodeSelector={"matchLabels": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}}),
+        "spec.nodeSelector",
+    ),
+    (
         ONE_BACKEND,
         _pool(nodeSelector=NP, placement="spread", nvidia={"strategy": "TimeSlicing", "replicas": 4}),
         "spec",
@@ -73,12 +80,14 @@ def test_every_rule_is_in_the_crd_where_it_says(rule: SpecRule) -> None:
         pod_terms = _schema_node("devicePlugin")["properties"]["podSelector"]["properties"][
             "matchExpressions"
         ]
-        assert rule.validation() in pod_terms["items"]["x-kubernetes-validations"]
+        for entry in rule.validations():
+            assert entry in pod_terms["items"]["x-kubernetes-validations"]
     elif rule.cel_on == "Nvidia":
         terms = _schema_node("nvidia")
     else:
         terms = _schema_node(rule.cel_on)
-    assert rule.validation() in terms["x-kubernetes-validations"]
+    for entry in rule.validations():
+        assert entry in terms["x-kubernetes-validations"]
 
 
 def test_every_rule_has_a_broken_example() -> None:
@@ -91,7 +100,7 @@ def test_the_validator_reports_the_rule_by_id(rule: SpecRule, obj: dict[str, Any
         parse_pool(obj)
     (problem,) = info.value.errors
     assert (problem.rule, problem.field) == (rule.id, field)
-    assert problem.message.split(" (")[0] in str(rule.validation()["message"])
+    assert all(problem.message.split(" (")[0] in str(v["message"]) for v in rule.validations())
 
 
 @pytest.mark.parametrize(("rule", "obj", "field"), BROKEN, ids=[r.cel for r, _, _ in BROKEN])
@@ -106,6 +115,59 @@ def test_managed_selector_message_names_the_labels_used() -> None:
         parse_pool(BROKEN[2][1])
 
 
+#: Each label GPU Feature Discovery rewrites because of sharing (k8s-device-plugin v0.19.3
+#: internal/lm), in each place a selector can name it, with and without spec.nvidia.
+REWRITTEN_CASES = [
+    pytest.param(where, key, nvidia, id=f"{where}-{key}-{'nvidia' if nvidia else 'ack'}")
+    for key in c.NVIDIA_SHARING_LABELS
+    for where in ("matchLabels", "matchExpressions")
+    for nvidia in (True, False)
+]
+
+
+def _selecting(where: str, key: str, nvidia: bool) -> dict[str, Any]:
+    selector: dict[str, Any] = (
+        {"matchLabels": {key: "x"}}
+        if where == "matchLabels"
+        else {"matchLabels": NP["matchLabels"], "matchExpressions": [{"key": key, "operator": "Exists"}]}
+    )
+    backend: dict[str, Any] = {"nvidia": {"strategy": "TimeSlicing", "replicas": 4}} if nvidia else {}
+    return _pool(nodeSelector=selector, **backend)
+
+
+@pytest.mark.parametrize(("where", "key", "nvidia"), REWRITTEN_CASES)
+def test_every_pool_is_refused_a_selector_on_a_label_sharing_rewrites(
+    where: str, key: str, nvidia: bool
+) -> None:
+    """ACK pools too: a node moves between backends, and an ACK pool can become an NVIDIA one."""
+    with pytest.raises(PoolValidationError) as info:
+        parse_pool(_selecting(where, key, nvidia))
+    (problem,) = info.value.errors
+    assert (problem.rule, problem.field) == (REWRITTEN_SELECTOR.id, "spec.nodeSelector")
+    assert f"rewrites when a node's GPUs are shared ({key})" in problem.message
+    assert c.LABEL_GPU_PRODUCT in problem.message, "the message says what to select by instead"
+    (finding,) = evaluate(_selecting(where, key, nvidia))
+    assert key in finding.message and c.LABEL_GPU_PRODUCT in finding.message
+
+
+def test_selecting_by_the_agents_product_label_or_another_nvidia_label_is_fine() -> None:
+    ok = {"gpushare.io/gpu.product": "NVIDIA-A100-SXM4-40GB", "nvidia.com/gpu.count": "8"}
+    pool = parse_pool(
+        _pool(nodeSelector={"matchLabels": ok}, nvidia={"strategy": "TimeSlicing", "replicas": 4})
+    )
+    assert selector_problem(pool.spec) is None
+
+
+def test_the_crd_holds_one_rule_per_refused_label_whose_message_names_it() -> None:
+    entries = REWRITTEN_SELECTOR.validations()
+    assert len(entries) == len(c.NVIDIA_SHARING_LABELS)
+    for key, entry in zip(c.NVIDIA_SHARING_LABELS, entries, strict=True):
+        assert f"'{key}' in self.matchLabels" in str(entry["rule"]) and f"e.key == '{key}'" in str(
+            entry["rule"]
+        )
+        assert entry["message"] == REWRITTEN_SELECTOR.message.format(labels=key)
+
+
 def test_planner_applies_the_same_rule_to_pools_built_without_it() -> None:
     spec = parse_pool(_pool(nodeSelector=NP)).spec
     assert selector_problem(spec) is None
@@ -113,6 +175,16 @@ def test_planner_applies_the_same_rule_to_pools_built_without_it() -> None:
         update={"node_selector": spec.node_selector.model_copy(update={"match_labels": {"cgpu": "true"}})}
     )
     assert selector_problem(bad) == ("spec.nodeSelector: " + MANAGED_SELECTOR.message.format(labels="cgpu"))
+    shared = spec.model_copy(
+        update={
+            "node_selector": spec.node_selector.model_copy(
+                update={"match_labels": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-SHARED"}}
+            )
+        }
+    )
+    assert selector_problem(shared) == (
+        "spec.nodeSelector: " + REWRITTEN_SELECTOR.message.format(labels="nvidia.com/gpu.product")
+    )
 
 
 def test_a_rule_is_reported_beside_other_field_errors() -> None:

@@ -572,7 +572,7 @@ async def test_an_nvidia_pool_labels_its_nodes_only_once_its_config_can_have_rea
     meta = {**pool["metadata"], "deletionTimestamp": "2026-11-29T12:02:00Z"}
     clock[0] = T0 + timedelta(seconds=90)
     fake.writes.clear()
-    await _pass(rec, "gpu", pools=[{**pool, "metadata": meta}], nodes=fake.views(), pods=[plugin])
+    deleted = await _pass(rec, "gpu", pools=[{**pool, "metadata": meta}], nodes=fake.views(), pods=[plugin])
     restore = _node_writes(fake)[0]
     assert restore[2]["metadata"]["labels"] == {c.LABEL_NVIDIA_CONFIG: None, c.LABEL_POOL: None}
     assert '"backend":"nvidia"' in restore[2]["metadata"]["annotations"][c.ANNOTATION_PLUGIN_RESTART]
@@ -581,6 +581,70 @@ async def test_an_nvidia_pool_labels_its_nodes_only_once_its_config_can_have_rea
     assert [w[0] for w in _node_writes(fake)] == ["patch", "patch"]
     assert c.ANNOTATION_PLUGIN_RESTART not in node["metadata"].get("annotations", {})
     assert c.ANNOTATION_OWNED not in node["metadata"].get("annotations", {})
+    # The last pool on the ConfigMap: once no node names its config (restored in this very pass),
+    # the config goes before the finalizer does, not an hour after it was written; the plugin's
+    # own keys stay.
+    assert deleted.done and cm["data"] == foreign
+    assert json.loads(cm["metadata"]["annotations"][c.ANNOTATION_CONFIGS]) == {}
+
+
+async def test_a_config_no_pool_wants_goes_after_the_retention_and_the_last_pool_takes_its_own() -> None:
+    """Two pools on one ConfigMap: one changes its replicas, then is deleted, while the other
+    lives; their unused configs go at the live pool's first pass past the retention (a setting),
+    never while a node names them; the last pool's cleanup takes what is left."""
+    fake = FakeCluster(["n0", "n1"])
+    fake.nodes["n1"]["metadata"]["labels"][NP] = "b"
+    foreign = {"default": "version: v1\n"}
+    where = (c.NVIDIA_PLUGIN_NAMESPACE, c.NVIDIA_CONFIGS_CONFIGMAP)
+    fake.configmaps[where] = {
+        "metadata": {"name": c.NVIDIA_CONFIGS_CONFIGMAP, "resourceVersion": "1"},
+        "data": dict(foreign),
+    }
+    cm = fake.configmaps[where]
+    clock = [T0]
+    rec = Reconciler(fake, clock=lambda: clock[0], config_retention=timedelta(minutes=5))
+    a4, a2 = _nvidia_pool(4), _nvidia_pool(2)
+    b = {**_nvidia_pool(3), "metadata": {**POOL["metadata"], "name": "b", "uid": "uid-b"}}
+    b["spec"] = {**b["spec"], "nodeSelector": {"matchLabels": {NP: "b"}}}
+
+    async def passes(at: timedelta, a: dict[str, Any] | None, *, only: str | None = None) -> None:
+        clock[0] = T0 + at
+        pools = [p for p in (a, b) if p is not None]
+        for name in [only] if only else [p["metadata"]["name"] for p in pools]:
+            await _pass(rec, name, pools=pools, nodes=fake.views(), pods=[])
+
+    def ours() -> set[str]:
+        return set(cm["data"]) - set(foreign)
+
+    await passes(timedelta(0), a4)
+    await passes(timedelta(seconds=61), a4)  # propagated: the nodes are labelled
+    ts4 = fake.nodes["n0"]["metadata"]["labels"][c.LABEL_NVIDIA_CONFIG]
+    ts3 = fake.nodes["n1"]["metadata"]["labels"][c.LABEL_NVIDIA_CONFIG]
+    assert ours() == {ts4, ts3}
+    await passes(timedelta(seconds=70), a2)  # replicas 4 -> 2: a new config; n0 still names ts4
+    (ts2,) = ours() - {ts4, ts3}
+    await passes(timedelta(seconds=140), a2)
+    assert fake.nodes["n0"]["metadata"]["labels"][c.LABEL_NVIDIA_CONFIG] == ts2
+    await passes(timedelta(seconds=200), a2)
+    assert ours() == {ts4, ts3, ts2}, "unused, but younger than the retention: kept for a switch back"
+    await passes(timedelta(minutes=5, seconds=1), a2)
+    assert ours() == {ts3, ts2}, "unused and older than the retention: gone"
+
+    # Pool "gpu" deleted while "b" lives on the ConfigMap: its cleanup leaves the ConfigMap to
+    # b's passes, which take ts2 once it is as old as the retention.
+    meta = {**a2["metadata"], "deletionTimestamp": "2026-11-29T12:10:00Z"}
+    gone = {**a2, "metadata": meta}
+    await passes(timedelta(minutes=6), gone, only="gpu")
+    assert c.LABEL_NVIDIA_CONFIG not in fake.nodes["n0"]["metadata"]["labels"]
+    assert ours() == {ts3, ts2}
+    await passes(timedelta(minutes=7), None, only="b")
+    assert ours() == {ts3}
+    # The last pool deleted: nothing of gpushare's is left in the ConfigMap; the foreign key is.
+    meta = {**b["metadata"], "deletionTimestamp": "2026-11-29T12:20:00Z"}
+    b = {**b, "metadata": meta}
+    await passes(timedelta(minutes=8), None, only="b")
+    assert cm["data"] == foreign
+    assert json.loads(cm["metadata"]["annotations"][c.ANNOTATION_CONFIGS]) == {}
 
 
 # --- a pool's reconcile daemon stopped by Kopf (gpushare.handlers.pools) -------------------------

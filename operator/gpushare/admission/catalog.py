@@ -30,7 +30,7 @@ POOL_SCHEMA = AdmissionRule(
     pool_mode=False,
     code=CODE_INVALID,
     what="a GPUSharePool follows the API schema (field types, enums, ranges, no selector on labels"
-    " gpushare writes)",
+    " gpushare writes, nor on those NVIDIA's GPU Feature Discovery rewrites when GPUs are shared)",
     fix="correct the field named in the message (see `kubectl explain gsp.spec`)",
 )
 POOL_COMPUTE_WITHOUT_ISOLATION = AdmissionRule(

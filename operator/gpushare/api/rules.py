@@ -10,8 +10,9 @@ projected three ways, so the API server, the operator and the admission webhook 
   finding of the rule); the planner re-checks with :meth:`SpecRule.problem`.
 
 The id is the admission rule the problem is reported under. A selector on the labels gpushare
-writes, and a selector term whose values do not fit its operator, have no admission rule of their
-own: they are part of ``GP001-pool-schema``.
+writes or on those NVIDIA's GPU Feature Discovery rewrites because of sharing, and a selector term
+whose values do not fit its operator, have no admission rule of their own: they are part of
+``GP001-pool-schema``.
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ class SpecRule:
     fix: str
     predicate: Callable[..., Broken]
     cel_values: Mapping[str, str] | None = None
+    #: When set, the CRD holds one CEL rule per value, ``{each}`` in ``cel`` replaced by it and the
+    #: message's placeholder (the one key of ``cel_values``) filled with it: each message names
+    #: what broke it, at a cost the API server accepts (a ``messageExpression`` joining the keys
+    #: found is refused as too costly).
+    cel_each: tuple[str, ...] = ()
 
     def problem(self, *args: object) -> str | None:
         """The message when the arguments break the rule, else None."""
@@ -58,9 +64,15 @@ class SpecRule:
         if broken is not None:
             raise PydanticCustomError(self.id, self.message, dict(broken))
 
-    def validation(self) -> dict[str, JsonValue]:
-        """The rule as a CRD ``x-kubernetes-validations`` entry."""
-        return {"rule": self.cel, "message": self.message.format(**(self.cel_values or {}))}
+    def validations(self) -> list[dict[str, JsonValue]]:
+        """The rule as CRD ``x-kubernetes-validations`` entries (one, or one per ``cel_each``)."""
+        if not self.cel_each:
+            return [{"rule": self.cel, "message": self.message.format(**(self.cel_values or {}))}]
+        (placeholder,) = self.cel_values or {"": ""}
+        return [
+            {"rule": self.cel.replace("{each}", each), "message": self.message.format(**{placeholder: each})}
+            for each in self.cel_each
+        ]
 
 
 def _empty(selector: Sequence[Requirement]) -> Broken:
@@ -69,6 +81,11 @@ def _empty(selector: Sequence[Requirement]) -> Broken:
 
 def _managed(selector: Sequence[Requirement]) -> Broken:
     used = sorted(keys(selector) & set(c.MANAGED_LABELS))
+    return {"labels": ", ".join(used)} if used else None
+
+
+def _rewritten(selector: Sequence[Requirement]) -> Broken:
+    used = sorted(keys(selector) & set(c.NVIDIA_SHARING_LABELS))
     return {"labels": ", ".join(used)} if used else None
 
 
@@ -98,8 +115,22 @@ def _values_fit_operator(operator: str, values: Sequence[str]) -> Broken:
 
 #: The fix of every GP001-pool-schema problem.
 SCHEMA_FIX = "correct the field (see `kubectl explain gpusharepool.spec`)"
+
+
+def _cel_list(items: Sequence[str]) -> str:
+    return "[" + ", ".join(f"'{item}'" for item in items) + "]"
+
+
+def _cel_no_key_in(keys_cel: str) -> str:
+    """CEL on a nodeSelector (``self``): none of its keys is in the list literal ``keys_cel``."""
+    return (
+        f"(!has(self.matchLabels) || !self.matchLabels.exists(k, k in {keys_cel})) && "
+        f"(!has(self.matchExpressions) || self.matchExpressions.all(e, !(e.key in {keys_cel})))"
+    )
+
+
 #: The managed label keys as a CEL list literal.
-_MANAGED_CEL = "[" + ", ".join(f"'{key}'" for key in c.MANAGED_LABELS) + "]"
+_MANAGED_CEL = _cel_list(c.MANAGED_LABELS)
 
 EMPTY_SELECTOR = SpecRule(
     id="GP003-pool-empty-selector",
@@ -116,8 +147,7 @@ MANAGED_SELECTOR = SpecRule(
     id="GP001-pool-schema",
     field="nodeSelector",
     cel_on="nodeSelector",
-    cel=f"(!has(self.matchLabels) || !self.matchLabels.exists(k, k in {_MANAGED_CEL})) && "
-    f"(!has(self.matchExpressions) || self.matchExpressions.all(e, !(e.key in {_MANAGED_CEL})))",
+    cel=_cel_no_key_in(_MANAGED_CEL),
     message="nodeSelector must not use labels gpushare writes itself ({labels}): applying the pool would "
     "change which nodes it selects; select nodes by a label gpushare does not manage, such as "
     "alibabacloud.com/nodepool-id",
@@ -125,6 +155,33 @@ MANAGED_SELECTOR = SpecRule(
     predicate=_managed,
     cel_values={"labels": ", ".join(c.MANAGED_LABELS)},
 )
+
+_SHARING_MESSAGE = (
+    "nodeSelector must not use labels that NVIDIA's GPU Feature Discovery rewrites when a node's GPUs "
+    "are shared ({labels}): sharing appends -SHARED to nvidia.com/gpu.product and changes the "
+    "replicas, strategy and MPS labels, so the pool would stop selecting the nodes it shares; select "
+    "nodes by a label of your own, the node pool's (such as alibabacloud.com/nodepool-id), or "
+    f"{c.LABEL_GPU_PRODUCT} (written by gpushare's node agent; sharing never changes it)"
+)
+
+#: Every pool, not only NVIDIA ones: a node moves between backends (an ACK pool selecting by
+#: nvidia.com/gpu.product would lose a node whose NVIDIA pool left it -SHARED, and win it back when
+#: GFD's next pass drops the suffix), and an ACK pool may become an NVIDIA one by an edit.
+REWRITTEN_SELECTOR = SpecRule(
+    id="GP001-pool-schema",
+    field="nodeSelector",
+    cel_on="nodeSelector",
+    cel="!(has(self.matchLabels) && '{each}' in self.matchLabels) && "
+    "!(has(self.matchExpressions) && self.matchExpressions.exists(e, e.key == '{each}'))",
+    message=_SHARING_MESSAGE,
+    fix=f"select the nodes by a label sharing does not change, e.g. {c.LABEL_GPU_PRODUCT}",
+    predicate=_rewritten,
+    cel_values={"labels": ""},
+    cel_each=c.NVIDIA_SHARING_LABELS,
+)
+
+#: The rules on which labels a nodeSelector may use (the planner re-checks them).
+SELECTOR_RULES: tuple[SpecRule, ...] = (MANAGED_SELECTOR, REWRITTEN_SELECTOR)
 
 COMPUTE_WITHOUT_ISOLATION = SpecRule(
     id="GP002-pool-compute-without-isolation",
@@ -177,6 +234,7 @@ SPEC_RULES: tuple[SpecRule, ...] = (
     COMPUTE_WITHOUT_ISOLATION,
     EMPTY_SELECTOR,
     MANAGED_SELECTOR,
+    REWRITTEN_SELECTOR,
     ONE_BACKEND,
     REPLICAS_FIT_STRATEGY,
     VALUES_FIT_OPERATOR,
@@ -185,4 +243,8 @@ SPEC_RULES: tuple[SpecRule, ...] = (
 
 def validations(on: str) -> list[JsonValue]:
     """The CEL rules placed on one schema node (see :attr:`SpecRule.cel_on`)."""
-    return [rule.validation() for rule in SPEC_RULES if rule.cel_on == on]
+    out: list[JsonValue] = []
+    for rule in SPEC_RULES:
+        if rule.cel_on == on:
+            out.extend(rule.validations())
+    return out

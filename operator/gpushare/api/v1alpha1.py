@@ -375,7 +375,9 @@ class GPUSharePoolSpec(_Model):
     node_selector: LabelSelector = Field(
         description="Required, non-empty: the nodes of this pool, e.g. matchLabels "
         "alibabacloud.com/nodepool-id: np-gpu. It must not use a label gpushare writes "
-        f"({', '.join(c.MANAGED_LABELS)}). A node selected by two pools is a Conflict and neither pool "
+        f"({', '.join(c.MANAGED_LABELS)}), nor one NVIDIA's GPU Feature Discovery rewrites when a node's "
+        f"GPUs are shared ({', '.join(c.NVIDIA_SHARING_LABELS)}; select by {c.LABEL_GPU_PRODUCT} "
+        "instead). A node selected by two pools is a Conflict and neither pool "
         f"changes it; a node labelled {c.LABEL_SKIP}=true is left alone.",
         json_schema_extra={"x-kubernetes-validations": rules.validations("nodeSelector")},
     )
@@ -443,7 +445,8 @@ class GPUSharePoolSpec(_Model):
     @classmethod
     def _selector_rules(cls, selector: LabelSelector) -> LabelSelector:
         rules.EMPTY_SELECTOR.check(selector.requirements())
-        rules.MANAGED_SELECTOR.check(selector.requirements())
+        for rule in rules.SELECTOR_RULES:
+            rule.check(selector.requirements())
         return selector
 
     @model_validator(mode="before")

@@ -51,8 +51,25 @@ def register(subparsers: Any) -> None:
         "pod deletes there); a pool naming another is reported, not a 403. "
         f"Default: ${PLUGIN_NAMESPACES_ENV}, else any namespace (RBAC alone decides)",
     )  # fmt: skip
+    parser.add_argument(
+        "--nvidia-config-retention", metavar="SECONDS", type=_seconds, default=3600,
+        help="how long a config gpushare wrote into NVIDIA's plugin ConfigMap stays once no pool wants it"
+        " and no node names it, from when it was written (a pool switched back finds it ready); default"
+        " 3600. The last pool on a ConfigMap deletes its unused configs when it is deleted",
+    )  # fmt: skip
     add_webhook_arguments(parser)  # --webhook* (docs/concepts/admission.md)
     parser.set_defaults(func=run)
+
+
+def _seconds(value: str) -> int:
+    """A whole number of seconds, 0 or more (argparse's ``type``)."""
+    try:
+        seconds = int(value)
+    except ValueError:
+        seconds = -1
+    if seconds < 0:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of seconds >= 0")
+    return seconds
 
 
 def add_process_arguments(parser: argparse.ArgumentParser, *, metrics_port: int, health_port: int) -> None:
@@ -282,6 +299,7 @@ def run(args: argparse.Namespace) -> int:
         metrics_addr=args.metrics_addr,
         peering=args.peering,
         plugin_namespaces=parse_plugin_namespaces(args.plugin_namespaces),
+        nvidia_config_retention=args.nvidia_config_retention,
         webhook_configuration=args.webhook_configuration,
         webhook_targets=targets_for(kinds),
     )

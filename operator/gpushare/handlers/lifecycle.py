@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from typing import Any
 
 import kopf
@@ -57,7 +58,7 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **_: A
     cluster = Cluster(
         api, events_namespace=options.events_namespace, plugin_namespaces=options.plugin_namespaces
     )
-    reconciler = Reconciler(cluster)
+    reconciler = Reconciler(cluster, config_retention=timedelta(seconds=options.nvidia_config_retention))
     memo.started = Started(api=api, cluster=cluster, reconciler=reconciler)
     # The demand loop (status.demand, lending) listens to the same watches (handlers.demand).
     memo.demand = DemandTracker(cluster, reconciler)

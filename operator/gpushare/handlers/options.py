@@ -17,6 +17,9 @@ class RunOptions:
     peering: str | None = None
     #: Namespaces where device-plugin pods may be restarted (``--plugin-namespaces``); None = any.
     plugin_namespaces: frozenset[str] | None = None
+    #: Seconds a config gpushare wrote into NVIDIA's plugin ConfigMap stays once unused, from when
+    #: it was written (``--nvidia-config-retention``).
+    nvidia_config_retention: int = 3600
     #: The ValidatingWebhookConfiguration whose NVIDIA gate the operator keeps
     #: (``--webhook-configuration``) and its gpushare entries (with ``--workload-kinds``' kinds).
     webhook_configuration: str = DEFAULT_CONFIGURATION_NAME

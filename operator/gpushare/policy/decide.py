@@ -181,17 +181,20 @@ def look_again(
     status_wait: float | None = None,
     awaiting_plugin: bool = False,
     deleting: bool = False,
+    config_expires: float | None = None,
 ) -> Settled:
     """``settled`` with what the report leaves: a changed status not written yet (rate limit, or
     a failed write) goes out ``status_wait`` seconds later; a node waiting for its device plugin to
     advertise the pool's mode is looked at again within ``WAIT_REQUEUE`` (before its timeout); a
-    pool being deleted polls its cleanup at least every ``CLEANUP_POLL`` seconds. Only a pass
+    pool being deleted polls its cleanup at least every ``CLEANUP_POLL`` seconds; an unused NVIDIA
+    config key is collected once it is old enough, ``config_expires`` seconds later. Only a pass
     that waits the full ``RESYNC`` plans every node again when nothing woke it first."""
     requeue = settled.requeue
     for delay in (
         status_wait,
         WAIT_REQUEUE if awaiting_plugin else None,
         CLEANUP_POLL if deleting else None,
+        max(config_expires, 0.0) if config_expires is not None else None,
     ):
         if delay is not None:
             requeue = min(requeue, delay)

@@ -7,7 +7,7 @@ memory, passed in and returned). The reconciler only posts what these functions 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpushare.backends import DEFAULT, SharingBackend
@@ -42,6 +42,14 @@ def names(items: Sequence[str]) -> str:
     return shown + (f" and {len(items) - LIST_MAX} more" if len(items) > LIST_MAX else "")
 
 
+def label_changes(patch: Mapping[str, str | None]) -> str:
+    """A label patch as a person reads it, by key: ``key=value`` for a label set, ``removed key``
+    for one removed (``a=1, removed b``)."""
+    return ", ".join(
+        f"removed {key}" if value is None else f"{key}={value}" for key, value in sorted(patch.items())
+    )
+
+
 def write_events(
     pool: str, mode: str, done: Sequence[NodePlan], backend: SharingBackend = DEFAULT
 ) -> list[Event]:
@@ -60,7 +68,7 @@ def write_events(
         )
     drift = [p for p in done if p.drift]
     if drift:
-        detail = "; ".join(f"{p.node}: {dict(p.label_patch)}" for p in drift[:LIST_MAX])
+        detail = "; ".join(f"{p.node}: {label_changes(p.label_patch)}" for p in drift[:LIST_MAX])
         more = f" and {len(drift) - LIST_MAX} more" if len(drift) > LIST_MAX else ""
         msg = f"Put back managed labels edited by hand on {len(drift)} node(s): {detail}{more}"
         out.append(Event("DriftCorrected", msg, "Warning"))

@@ -31,7 +31,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from gpushare import constants as c
-from gpushare.api.rules import MANAGED_SELECTOR
+from gpushare.api.rules import SELECTOR_RULES
 from gpushare.api.v1alpha1 import GPUSharePool, GPUSharePoolSpec, Rollout
 from gpushare.backends import BACKENDS, DEFAULT, OWNED_LABELS, SharingBackend, backend_for
 from gpushare.policy import conditions as cond
@@ -258,13 +258,19 @@ def restore_labels(
 def selector_problem(spec: GPUSharePoolSpec) -> str | None:
     """Why a pool's nodeSelector cannot be planned, or None.
 
-    A selector on a label gpushare writes would change membership by applying the pool (a node
-    selected by ``<owned label> DoesNotExist`` would leave the pool as soon as it is labelled). parse_pool
-    rejects such selectors (:data:`gpushare.api.rules.MANAGED_SELECTOR`); a pool built without it
-    (stored before the rule existed, or constructed in code) is ignored here by the same rule.
+    A selector on a label gpushare writes, or on one NVIDIA's GPU Feature Discovery rewrites
+    because of sharing, would change membership by applying the pool (a node selected by
+    ``<owned label> DoesNotExist`` would leave the pool as soon as it is labelled; one selected by
+    ``nvidia.com/gpu.product`` as soon as GFD appends ``-SHARED``). parse_pool rejects such
+    selectors (:data:`gpushare.api.rules.SELECTOR_RULES`); a pool built without them (stored
+    before a rule existed, or constructed in code) is ignored here by the same rules.
     """
-    problem = MANAGED_SELECTOR.problem(spec.node_selector.requirements())
-    return None if problem is None else f"spec.{MANAGED_SELECTOR.field}: {problem}"
+    requirements = spec.node_selector.requirements()
+    for rule in SELECTOR_RULES:
+        problem = rule.problem(requirements)
+        if problem is not None:
+            return f"spec.{rule.field}: {problem}"
+    return None
 
 
 def _diff(current: Mapping[str, str], target: Mapping[str, str | None]) -> dict[str, str | None]:

@@ -3,7 +3,9 @@ ConfigMap, and hold back node labels that name a config the plugin pods cannot s
 
 What to write is decided by ``gpushare.backends.nvidia.configmap.plan_configmap`` (pure); this
 phase reads the ConfigMap, writes the plan's patch (only onto the version it read), and tells the
-pass which of its node patches may go out now.
+pass which of its node patches may go out now. On a pass of a pool being deleted,
+:func:`release_configs` deletes gpushare's keys that no node names once no live pool is left on
+the ConfigMap (``release_plan``): when a key goes is stated in ``gpushare.backends.nvidia.configmap``.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from datetime import timedelta
 from gpushare import constants as c
 from gpushare.api.v1alpha1 import GPUSharePool
 from gpushare.backends.nvidia import config
-from gpushare.backends.nvidia.configmap import Wanted, plan_configmap
-from gpushare.k8s import ApiError, Conflict
+from gpushare.backends.nvidia.configmap import KEEP_UNUSED, Wanted, plan_configmap, release_plan
+from gpushare.k8s import ApiError, ApiUnavailable, Conflict
 from gpushare.policy.planner import NodePlan
 from gpushare.reconcile.calls import PassCalls
 from gpushare.reconcile.scope import PassScope
@@ -34,6 +36,9 @@ class Configs:
     wait: timedelta | None = None
     #: Why the config could not be kept (ConfigMap missing, refused write...).
     error: str | None = None
+    #: How long until an unused config key of gpushare's is old enough to go (the pass looks
+    #: again then).
+    collect: timedelta | None = None
 
     def holds(self, plan: NodePlan) -> bool:
         """Whether ``plan`` sets the node's config label to the pool's config, not ready yet."""
@@ -65,9 +70,22 @@ def _sharing(pools: Sequence[GPUSharePool], namespace: str, name: str) -> list[W
     return out
 
 
-async def keep_configs(s: PassScope, state: ClusterState, writes: PassCalls) -> Configs:
+def _live(s: PassScope, state: ClusterState) -> list[GPUSharePool]:
+    return [m for m in state.pools.models if m.name in s.live and m.name not in state.pools.deleting]
+
+
+def _named(state: ClusterState) -> set[str]:
+    """The config names nodes are labelled with, our own writes not yet watched included."""
+    views = (state.view(name) for name in {*state.nodes, *state.fresh})
+    return {v.labels.get(c.LABEL_NVIDIA_CONFIG, "") for v in views if v is not None} - {""}
+
+
+async def keep_configs(
+    s: PassScope, state: ClusterState, writes: PassCalls, retention: timedelta = KEEP_UNUSED
+) -> Configs:
     """Keep the pool's config (and those of the other live pools sharing its ConfigMap) in the
-    ConfigMap; delete the keys gpushare wrote that no pool wants and no node names."""
+    ConfigMap; delete the keys gpushare wrote that no pool wants and no node names, once they are
+    ``retention`` old."""
     model = s.model
     if model is None or model.spec.nvidia is None or s.deleting:
         return Configs()
@@ -85,9 +103,9 @@ async def keep_configs(s: PassScope, state: ClusterState, writes: PassCalls) -> 
             error=f"{where} does not exist: create it (NVIDIA's chart: config.name) or point "
             "spec.nvidia.configMap at the one the device plugin mounts",
         )
-    live = [m for m in state.pools.models if m.name in s.live and m.name not in state.pools.deleting]
-    in_use = {v.labels.get(c.LABEL_NVIDIA_CONFIG, "") for v in state.nodes.values()} - {""}
-    plan = plan_configmap(obj, _sharing(live, cm.namespace, cm.name), in_use, s.now)
+    plan = plan_configmap(
+        obj, _sharing(_live(s, state), cm.namespace, cm.name), _named(state), s.now, retention
+    )
     if plan.patch is not None:
         try:
             await writes.cluster.patch_configmap(cm.namespace, cm.name, plan.patch)
@@ -100,8 +118,37 @@ async def keep_configs(s: PassScope, state: ClusterState, writes: PassCalls) -> 
         )
     if mine in plan.foreign:
         return Configs(
-            False, mine, error=f"{where} has a key {mine} that gpushare did not write; it is left as is"
+            False,
+            mine,
+            error=f"{where} has a key {mine} that gpushare did not write; it is left as is",
+            collect=plan.expires,
         )
     if mine in plan.ready:
-        return Configs(True, mine)
-    return Configs(False, mine, wait=plan.waiting.get(mine))
+        return Configs(True, mine, collect=plan.expires)
+    return Configs(False, mine, wait=plan.waiting.get(mine), collect=plan.expires)
+
+
+async def release_configs(s: PassScope, state: ClusterState, writes: PassCalls) -> str | None:
+    """On a pass of a pool being deleted, after its node writes: when no live pool is left on its
+    ConfigMap, delete every key gpushare wrote there that no node names now (nothing else). Why it
+    could not, for the pass to run again (a conflicting write, the API server unavailable); None
+    when done, or when nothing can be done (no ConfigMap, another refusal: logged, not retried, so
+    that a pool can always be deleted)."""
+    model = s.model
+    if model is None or model.spec.nvidia is None or not s.deleting:
+        return None
+    cm = model.spec.nvidia.config_map
+    if _sharing(_live(s, state), cm.namespace, cm.name):
+        return None  # a live pool's passes keep (and collect) the ConfigMap's keys
+    where = f"ConfigMap {cm.namespace}/{cm.name}"
+    try:
+        obj = await writes.cluster.read_configmap(cm.namespace, cm.name)
+        plan = release_plan(obj, _named(state), s.now) if obj is not None else None
+        if plan is not None and plan.patch is not None:
+            await writes.cluster.patch_configmap(cm.namespace, cm.name, plan.patch)
+            s.log.info("Deleted unused NVIDIA configs", configmap=where, removed=plan.removed)
+    except (Conflict, ApiUnavailable) as exc:
+        return f"deleting gpushare's unused configs from {where} failed, trying again: {exc}"
+    except ApiError as exc:
+        s.log.warning("Unused NVIDIA configs left in place", configmap=where, error=str(exc))
+    return None

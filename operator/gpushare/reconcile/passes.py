@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import structlog
 
 from gpushare.backends import backend_for
+from gpushare.backends.nvidia.configmap import KEEP_UNUSED
 from gpushare.k8s.cluster import pool_ref
 from gpushare.policy import RestartRecord
 from gpushare.policy.decide import (
@@ -29,7 +30,7 @@ from gpushare.policy.decide import (
 from gpushare.policy.events import restart_events, write_events
 from gpushare.reconcile.apply import confirm, evict, write_nodes
 from gpushare.reconcile.calls import PassCalls
-from gpushare.reconcile.configs import keep_configs
+from gpushare.reconcile.configs import keep_configs, release_configs
 from gpushare.reconcile.memory import ReportMemory, RestartMemory
 from gpushare.reconcile.plans import PlanCache
 from gpushare.reconcile.report import report, report_invalid
@@ -53,6 +54,9 @@ class Parts:
     writes: PassCalls
     restarts: RestartMemory
     reports: dict[str, ReportMemory]
+    #: How long a config key gpushare wrote stays in the NVIDIA plugin's ConfigMap once no pool
+    #: wants it and no node names it (``--nvidia-config-retention``).
+    config_retention: timedelta = KEEP_UNUSED
 
 
 def observe(parts: Parts, name: str, now: datetime) -> tuple[PassScope | None, set[str]]:
@@ -114,13 +118,14 @@ async def run_pass(parts: Parts, name: str, now: datetime, apply: Apply) -> Pass
         )
         return PassResult(name, summary="invalid spec")
     decision = decide_pass(s, parts)
-    configs = await keep_configs(s, state, writes)
+    configs = await keep_configs(s, state, writes, parts.config_retention)
     held = {p.node: configs.why() for p in decision.patches if configs.holds(p)}
     patches = [p for p in decision.patches if p.node not in held]
     confirmed = await confirm(s, patches, state, cache, writes)
     apply(name, s.effects.drain())
     written = await write_nodes(s, confirmed, state, cache, writes)
     apply(name, s.effects.drain())
+    unreleased = await release_configs(s, state, writes)
     evicted = await evict(s, decision.evictions, state, writes)
     restarts = await move_restarts(s, owed(s, state, cache), state, cache, writes, parts.restarts)
     apply(name, s.effects.drain())
@@ -129,7 +134,9 @@ async def run_pass(parts: Parts, name: str, now: datetime, apply: Apply) -> Pass
         errors.update(held)
         held = {}
     after = cache.of_pool(name, orphans=False)
-    failed = bool(errors or written.conflicts)
+    if unreleased is not None:
+        s.log.warning("Cleanup not done", reason=unreleased)
+    failed = bool(errors or written.conflicts or unreleased)
     settled = settle(name, after, waiting=decision.waiting, restarting=restarts.running, failed_writes=failed)
     backend = backend_for(s.model.spec if s.model else None)
     events = [
@@ -149,7 +156,11 @@ async def run_pass(parts: Parts, name: str, now: datetime, apply: Apply) -> Pass
         held=held,
     )
     settled = look_again(
-        settled, status_wait=shown.status_wait, awaiting_plugin=shown.awaiting_plugin, deleting=s.deleting
+        settled,
+        status_wait=shown.status_wait,
+        awaiting_plugin=shown.awaiting_plugin,
+        deleting=s.deleting,
+        config_expires=configs.collect.total_seconds() if configs.collect is not None else None,
     )
     summary = (
         f"{len(written.done)} node(s) patched, {decision.waiting} waiting for rollout budget, "

@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gpushare import metrics
+from gpushare.backends.nvidia.configmap import KEEP_UNUSED
 from gpushare.k8s.cluster import pool_ref
 from gpushare.k8s.cluster_api import ClusterAPI
 from gpushare.policy import ClusterPlan, NodePlan, NodeView, PodView
@@ -34,7 +35,11 @@ class Reconciler:
     """Long-lived parts of the reconciler (all rebuilt from the watches after a restart)."""
 
     def __init__(
-        self, cluster: ClusterAPI, *, clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+        self,
+        cluster: ClusterAPI,
+        *,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        config_retention: timedelta = KEEP_UNUSED,
     ) -> None:
         self.clock = clock
         self.state = ClusterState()
@@ -43,7 +48,9 @@ class Reconciler:
         self.restarts = RestartMemory()
         self.reports: dict[str, ReportMemory] = {}
         self.wakeups: dict[str, asyncio.Event] = {}
-        self.parts = passes.Parts(self.state, self.cache, self.writes, self.restarts, self.reports)
+        self.parts = passes.Parts(
+            self.state, self.cache, self.writes, self.restarts, self.reports, config_retention
+        )
 
     # --- what tests and the watches read ---------------------------------------------------------
 

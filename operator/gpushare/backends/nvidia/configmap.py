@@ -8,9 +8,23 @@ a key it did not write.
 A key added to the ConfigMap reaches the plugin pods' mounted directory only at the kubelet's next
 sync of each pod (observed 59 to 90 s on the real node; ``syncFrequency`` 1 min plus jitter), and
 config-manager fails on a label naming a config it cannot find: a config is *ready* to be named by
-a node label only ``configPropagationSeconds`` after gpushare wrote it. A key no pool wants and no
-node names any more is kept for :data:`KEEP_UNUSED` after it was written, so that a pool switched
-back (replicas 4 -> 2 -> 4) finds its config ready at once; then it is deleted.
+a node label only ``configPropagationSeconds`` after gpushare wrote it.
+
+**When a key of gpushare's goes.** A key gpushare wrote is deleted once no live pool wants it and
+no node's ``nvidia.com/device-plugin.config`` names it, and never while a node names it:
+
+* while a pool on the ConfigMap lives, by that pool's pass once the key is ``retention`` old
+  (:data:`KEEP_UNUSED`, one hour from when it was written; ``gpushare run
+  --nvidia-config-retention``), so that a pool switched back (replicas 4 -> 2 -> 4) finds its
+  config ready at once. The pass that sees the key unused looks again when it is that old
+  (:attr:`ConfigMapPlan.expires`), and a node that stops naming it wakes the pool: the key is
+  gone within seconds of the later of that age and the last node naming it (at most a minute,
+  ``policy.decide.RESYNC``, should a wake-up be missed);
+* when the last pool on the ConfigMap is deleted, by its cleanup, before its finalizer goes: every
+  key of gpushare's that no node names once the pool's nodes are restored, whatever its age
+  (:func:`release_plan`). A key a node still names then (``cleanup: Retain``) stays with that node.
+
+A key gpushare did not write (not in the annotation) is never changed or deleted.
 """
 
 from __future__ import annotations
@@ -23,7 +37,7 @@ from typing import Any
 
 from gpushare import constants as c
 
-#: How long a key gpushare wrote stays once unused (from when it was written).
+#: How long a key gpushare wrote stays once unused (from when it was written), by default.
 KEEP_UNUSED = timedelta(hours=1)
 
 
@@ -76,13 +90,21 @@ class ConfigMapPlan:
     removed: tuple[str, ...] = ()
     #: Wanted configs whose key holds another document that gpushare did not write.
     foreign: tuple[str, ...] = ()
+    #: How long until the next key gpushare wrote that no pool wants and no node names is
+    #: ``retention`` old and can go (None: no such key waits).
+    expires: timedelta | None = None
 
 
 def plan_configmap(
-    obj: Mapping[str, Any], wanted: Collection[Wanted], in_use: Collection[str], now: datetime
+    obj: Mapping[str, Any],
+    wanted: Collection[Wanted],
+    in_use: Collection[str],
+    now: datetime,
+    retention: timedelta = KEEP_UNUSED,
 ) -> ConfigMapPlan:
     """The plan for the ConfigMap ``obj`` (as read) given every config live pools want of it and
-    the config names nodes are labelled with now."""
+    the config names nodes are labelled with now: a key of gpushare's that is neither goes once
+    it is ``retention`` old."""
     data: Mapping[str, str] = obj.get("data") or {}
     ours = written(obj)
     new_data: dict[str, str | None] = {}
@@ -113,13 +135,11 @@ def plan_configmap(
         else:
             ready.add(w.name)
     wanted_names = {w.name for w in wanted}
-    removed = tuple(
-        sorted(
-            k
-            for k, since in ours.items()
-            if k not in wanted_names and k not in in_use and (since is None or now - since >= KEEP_UNUSED)
-        )
-    )
+    unused = {k: since for k, since in ours.items() if k not in wanted_names and k not in in_use}
+    removed = tuple(sorted(k for k, since in unused.items() if since is None or now - since >= retention))
+    ageing = [
+        since + retention - now for k, since in unused.items() if since is not None and k not in removed
+    ]
     for key in removed:
         new_ours.pop(key)
         if key in data:
@@ -134,4 +154,12 @@ def plan_configmap(
         if version:
             meta["resourceVersion"] = version
         patch = {"metadata": meta, "data": new_data}
-    return ConfigMapPlan(patch, frozenset(ready), waiting, removed, tuple(sorted(foreign)))
+    expires = min(ageing, default=None)
+    return ConfigMapPlan(patch, frozenset(ready), waiting, removed, tuple(sorted(foreign)), expires)
+
+
+def release_plan(obj: Mapping[str, Any], in_use: Collection[str], now: datetime) -> ConfigMapPlan:
+    """The plan for the ConfigMap ``obj`` once no live pool is left on it (the last one's cleanup):
+    every key of gpushare's that no node names (``in_use``) goes now, whatever its age; nothing
+    else changes."""
+    return plan_configmap(obj, (), in_use, now, retention=timedelta(0))
