@@ -9,7 +9,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 
 .PHONY: manifests help setup test test-unit test-integration lint fmt crds crds-check control-plane cluster cluster-down \
         bench bench-webhook demo demo-down gpu-check e2e-kind image image-check image-local helm lock clean \
-        promtool monitoring-check realnode realnode-prereqs kubelet realnode-bins nvidia-plugin fake-nvml docs docs-serve
+        promtool monitoring-check realnode realnode-prereqs kubelet realnode-bins nvidia-plugin fake-nvml docs docs-serve docs-assets
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -87,7 +87,7 @@ promtool: ## Find promtool, or install it (Debian's prometheus package) to check
 monitoring-check: setup promtool ## Alerts, ServiceMonitor, dashboard: promtool check/test rules, every dashboard query, metric names
 	$(BIN)/pytest -q tests/unit/test_monitoring.py
 
-lint: setup ## ruff, mypy --strict (the package and tests/), the import contracts (layers), the CRD and docs drift checks, the strict site build
+lint: setup docs-assets ## ruff, mypy --strict (the package and tests/), the import contracts (layers), the CRD and docs drift checks, the strict site build
 	$(BIN)/ruff check operator tests
 	$(BIN)/ruff format --check operator tests
 	$(BIN)/mypy  # operator/gpushare and tests: pyproject.toml [tool.mypy] files
@@ -104,11 +104,14 @@ lint: setup ## ruff, mypy --strict (the package and tests/), the import contract
 	$(BIN)/python -m gpushare.docsgen --check
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
-docs: setup ## Regenerate docs/reference/ from the code and build the site into site/ (mkdocs build --strict, offline)
+docs-assets: ## Fetch the site's pinned Mermaid and iframe-worker from the npm registry into docs/assets/vendor (checksummed, cached)
+	bash hack/docs-assets.sh
+
+docs: setup docs-assets ## Regenerate docs/reference/ from the code and build the site into site/ (mkdocs build --strict, offline)
 	$(BIN)/python -m gpushare.docsgen
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-docs-serve: setup ## Serve the site on http://127.0.0.1:8000 (regenerates docs/reference/ first)
+docs-serve: setup docs-assets ## Serve the site on http://127.0.0.1:8000 (regenerates docs/reference/ first)
 	$(BIN)/python -m gpushare.docsgen
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
 
