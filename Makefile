@@ -102,7 +102,7 @@ lint: setup docs-assets ## ruff, mypy --strict (the package and tests/), the imp
 	$(BIN)/python -m gpushare.admission.vap --pods | diff -u manifests/webhook/policy-pods.yaml - \
 	  || { echo "manifests/webhook/policy-pods.yaml is stale: run 'make manifests'"; exit 1; }
 	$(BIN)/python -m gpushare.docsgen --check
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict  # not --quiet: it hides the warnings --strict fails on
 
 docs-assets: ## Fetch the site's pinned Mermaid and iframe-worker from the npm registry into docs/assets/vendor (checksummed, cached)
 	bash hack/docs-assets.sh
