@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -20,7 +21,7 @@ import yaml
 from gpushare import constants as c
 from gpushare import docsgen
 from gpushare.admission import vap
-from gpushare.api import crd
+from gpushare.api import crd, parse_pool
 from gpushare.backends import BACKENDS
 from gpushare.docsgen import snippets
 from gpushare.docsgen.snippets import DASH
@@ -292,3 +293,48 @@ def test_a_version_no_longer_pinned_where_it_was_fails_the_generator(monkeypatch
     monkeypatch.setattr(snippets, "ROOT", ROOT / "tests")  # no hack/ there
     with pytest.raises((SystemExit, FileNotFoundError)):
         snippets.pinned_versions()
+
+
+# --- pools shown in the pages ---------------------------------------------------------------------
+
+
+def _pools_shown() -> list[tuple[str, dict[str, Any]]]:
+    """Every GPUSharePool a page shows in a ``yaml`` block (as parsed)."""
+    return [
+        (page, doc)
+        for page, text in PAGES.items()
+        for block in re.findall(r"^```yaml\n(.*?)^```", text, flags=re.S | re.M)
+        for doc in yaml.safe_load_all(block)
+        if isinstance(doc, dict) and doc.get("kind") == c.KIND
+    ]
+
+
+def test_every_nvidia_pool_shown_is_valid_and_none_selects_by_a_label_gfd_rewrites() -> None:
+    """GPU Feature Discovery appends -SHARED to nvidia.com/gpu.product on a shared node: a pool
+    selecting by it would stop selecting its own nodes."""
+    pools = _pools_shown()
+    nvidia = [(page, doc) for page, doc in pools if "nvidia" in (doc.get("spec") or {})]
+    assert {page for page, _ in nvidia} >= {"docs/how-to/nvidia-time-slicing.md", "docs/how-to/nvidia-mps.md"}
+    for page, doc in pools:
+        parse_pool(doc)  # raises on an invalid pool
+        assert "nvidia.com/gpu.product" not in yaml.safe_dump(doc["spec"]), page
+    flat = " ".join(" ".join(t.split()) for t in PAGES.values())
+    assert not re.search(r"nodeSelector: \{matchLabels: \{nvidia\.com/gpu\.product", flat)
+
+
+# --- versions -------------------------------------------------------------------------------------
+
+
+def test_every_version_a_page_names_is_one_the_build_scripts_pin() -> None:
+    """kube-apiserver v1.34.4, NVIDIA's plugin v0.19.3...: a bumped pin must take the pages along
+    (k8s.io staging modules are v0.N.P for Kubernetes v1.N.P; go.mod's placeholder v0.0.0)."""
+    pinned = set(snippets.pinned_versions().values())
+    kube = snippets.pinned_versions()["kubernetes"]
+    allowed = {v for v in pinned if v.startswith("v")} | {"v0." + kube.removeprefix("v1."), "v0.0.0"}
+    named = {
+        (page, v)
+        for page, text in PAGES.items()
+        for v in re.findall(r"(?<![\w.])v\d+\.\d+\.\d+(?![\w.])", text)
+    }
+    assert len(named) > 5
+    assert sorted((page, v) for page, v in named if v not in allowed) == []

@@ -349,6 +349,34 @@ HEALTHY = frozenset(
 )
 
 
+#: Node reasons (``status.nodeStatuses``) that are not also condition reasons: the troubleshooting
+#: page each points to (its own, or the condition's it is part of), or None for a node that is
+#: fine or simply on its way.
+NODE_REASON_PAGES: dict[str, str | None] = {
+    cond.NODE_CONFIG_PROPAGATING: "ConfigPropagating",
+    cond.NODE_MODE_SWITCH_BLOCKED: cond.REASON_NODES_HELD,
+    cond.NODE_MULTIPLE_POOLS: cond.REASON_NODES_IN_MULTIPLE_POOLS,
+    cond.NODE_POOL_INVALID: cond.REASON_INVALID_SPEC,
+    cond.NODE_NOT_READY: cond.REASON_NODES_NOT_READY,
+    cond.PLUGIN_MODE_PENDING: cond.PLUGIN_MODE_STALE,
+    cond.NODE_PLUGIN_RESTARTING: None,
+    cond.NODE_SKIP_LABEL: None,
+    cond.NODE_RESTORING: None,
+    cond.NODE_RELEASING: None,
+    cond.NODE_LABELS_CHANGED: None,
+    cond.NODE_NO_PLUGIN_POD: None,
+    cond.NODE_LABELS_APPLIED: None,
+}
+
+
+def troubleshooting_page(reason: str) -> str | None:
+    """The troubleshooting page (its file name) for a condition or node reason; None when healthy."""
+    if reason in HEALTHY:
+        return None
+    page = NODE_REASON_PAGES.get(reason, reason)
+    return None if page is None else f"{troubleshooting_slug(page)}.md"
+
+
 def reason_constants() -> set[str]:
     """Every reason the code defines (``REASON_*``, ``NODE_*``, ``PLUGIN_*`` string constants)."""
     out = set()
@@ -366,18 +394,26 @@ def events_page() -> str:
     missing = reason_constants() - set(REASONS)
     if missing:
         raise SystemExit(f"gpushare.docsgen: describe the new reason(s) {sorted(missing)} in REASONS")
+    in_conditions = {r for rs in CONDITION_REASONS.values() for r in rs}
+    unplaced = reason_constants() - in_conditions - set(NODE_REASON_PAGES)
+    if unplaced:
+        raise SystemExit(
+            f"gpushare.docsgen: give the node reason(s) {sorted(unplaced)} a troubleshooting page "
+            "(or None) in NODE_REASON_PAGES"
+        )
     events = ["| Reason | Type | On | When |", "|---|---|---|---|"]
     events += [f"| `{r}` | {t} | {on} | {when} |" for r, (t, on, when) in EVENTS.items()]
     conds = ["| Condition | Reason | Meaning | Fix |", "|---|---|---|---|"]
     for ctype, reasons in CONDITION_REASONS.items():
         for r in reasons:
-            fix = (
-                "" if r in HEALTHY else f"[troubleshoot](../how-to/troubleshoot/{troubleshooting_slug(r)}.md)"
-            )
+            page = troubleshooting_page(r)
+            fix = f"[troubleshoot](../how-to/troubleshoot/{page})" if page else ""
             conds.append(f"| {ctype} | `{r}` | {REASONS[r]} | {fix} |")
-    in_conditions = {r for rs in CONDITION_REASONS.values() for r in rs}
-    nodes = ["| Node reason | Meaning |", "|---|---|"]
-    nodes += [f"| `{r}` | {REASONS[r]} |" for r in sorted(reason_constants() - in_conditions)]
+    nodes = ["| Node reason | Meaning | Fix |", "|---|---|---|"]
+    for r in sorted(reason_constants() - in_conditions):
+        page = troubleshooting_page(r)
+        fix = f"[troubleshoot](../how-to/troubleshoot/{page})" if page else ""
+        nodes.append(f"| `{r}` | {REASONS[r]} | {fix} |")
     return (
         "# Events and condition reasons\n\n"
         + _banner("operator/gpushare/policy/conditions.py and the Events the operator posts")
