@@ -9,7 +9,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 
 .PHONY: manifests help setup test test-unit test-integration lint fmt crds crds-check control-plane cluster cluster-down \
         bench bench-webhook demo demo-down gpu-check e2e-kind image image-check image-local helm lock clean \
-        promtool monitoring-check realnode realnode-prereqs kubelet realnode-bins nvidia-plugin fake-nvml docs docs-serve docs-assets
+        promtool monitoring-check realnode realnode-prereqs kubelet realnode-bins nvidia-plugin fake-nvml docs docs-serve docs-assets chromium
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -72,14 +72,17 @@ cluster: setup control-plane ## Start a local control plane in the background, w
 cluster-down: ## Stop the control plane started by `make cluster`
 	$(BIN)/python -m gpushare.devcluster down --dir $(CLUSTER_DIR)
 
-test: setup control-plane helm promtool fake-nvml $(REALNODE_DEPS) ## Run every test: unit, property, integration (real kube-apiserver) and the real-node tier (REAL_NODES=0: without it)
+test: setup control-plane helm promtool chromium docs-assets fake-nvml $(REALNODE_DEPS) ## Run every test: unit, property, integration (real kube-apiserver) and the real-node tier (REAL_NODES=0: without it)
 	GPUSHARE_TEST_PROGRESS=1 GPUSHARE_REAL_NODES=$(REAL_NODES) GPUSHARE_REAL_NODES_ORIGIN="$(origin REAL_NODES)" $(BIN)/pytest tests
 
-test-integration: setup control-plane helm $(REALNODE_DEPS) ## Run only the tests against the local control plane (and the real node)
+test-integration: setup control-plane helm chromium docs-assets $(REALNODE_DEPS) ## Run only the tests against the local control plane (and the real node)
 	GPUSHARE_TEST_PROGRESS=1 GPUSHARE_REAL_NODES=$(REAL_NODES) GPUSHARE_REAL_NODES_ORIGIN="$(origin REAL_NODES)" $(BIN)/pytest tests -m integration
 
 test-unit: setup helm promtool fake-nvml ## Run the tests that need no control plane
 	GPUSHARE_TEST_PROGRESS=1 $(BIN)/pytest tests -m "not integration"
+
+chromium: ## Find headless Chromium, or install it (Debian's chromium package) for the documentation site's browser test
+	bash hack/chromium.sh
 
 promtool: ## Find promtool, or install it (Debian's prometheus package) to check the monitoring rules
 	bash hack/promtool.sh
