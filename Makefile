@@ -9,7 +9,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 
 .PHONY: manifests help setup test test-unit test-integration lint fmt crds crds-check control-plane cluster cluster-down \
         bench bench-webhook demo demo-down gpu-check e2e-kind image image-check image-local helm lock clean \
-        promtool monitoring-check realnode realnode-prereqs kubelet realnode-bins nvidia-plugin fake-nvml docs docs-serve
+        promtool monitoring-check realnode realnode-prereqs kubelet realnode-bins nvidia-plugin fake-nvml docs docs-serve docs-assets chromium
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -72,14 +72,17 @@ cluster: setup control-plane ## Start a local control plane in the background, w
 cluster-down: ## Stop the control plane started by `make cluster`
 	$(BIN)/python -m gpushare.devcluster down --dir $(CLUSTER_DIR)
 
-test: setup control-plane helm promtool fake-nvml $(REALNODE_DEPS) ## Run every test: unit, property, integration (real kube-apiserver) and the real-node tier (REAL_NODES=0: without it)
+test: setup control-plane helm promtool chromium docs-assets fake-nvml $(REALNODE_DEPS) ## Run every test: unit, property, integration (real kube-apiserver) and the real-node tier (REAL_NODES=0: without it)
 	GPUSHARE_TEST_PROGRESS=1 GPUSHARE_REAL_NODES=$(REAL_NODES) GPUSHARE_REAL_NODES_ORIGIN="$(origin REAL_NODES)" $(BIN)/pytest tests
 
-test-integration: setup control-plane helm $(REALNODE_DEPS) ## Run only the tests against the local control plane (and the real node)
+test-integration: setup control-plane helm chromium docs-assets $(REALNODE_DEPS) ## Run only the tests against the local control plane (and the real node)
 	GPUSHARE_TEST_PROGRESS=1 GPUSHARE_REAL_NODES=$(REAL_NODES) GPUSHARE_REAL_NODES_ORIGIN="$(origin REAL_NODES)" $(BIN)/pytest tests -m integration
 
 test-unit: setup helm promtool fake-nvml ## Run the tests that need no control plane
 	GPUSHARE_TEST_PROGRESS=1 $(BIN)/pytest tests -m "not integration"
+
+chromium: ## Find headless Chromium, or install it (Debian's chromium package) for the documentation site's browser test
+	bash hack/chromium.sh
 
 promtool: ## Find promtool, or install it (Debian's prometheus package) to check the monitoring rules
 	bash hack/promtool.sh
@@ -87,7 +90,7 @@ promtool: ## Find promtool, or install it (Debian's prometheus package) to check
 monitoring-check: setup promtool ## Alerts, ServiceMonitor, dashboard: promtool check/test rules, every dashboard query, metric names
 	$(BIN)/pytest -q tests/unit/test_monitoring.py
 
-lint: setup ## ruff, mypy --strict (the package and tests/), the import contracts (layers), the CRD and docs drift checks, the strict site build
+lint: setup docs-assets ## ruff, mypy --strict (the package and tests/), the import contracts (layers), the CRD and docs drift checks, the strict site build
 	$(BIN)/ruff check operator tests
 	$(BIN)/ruff format --check operator tests
 	$(BIN)/mypy  # operator/gpushare and tests: pyproject.toml [tool.mypy] files
@@ -102,13 +105,16 @@ lint: setup ## ruff, mypy --strict (the package and tests/), the import contract
 	$(BIN)/python -m gpushare.admission.vap --pods | diff -u manifests/webhook/policy-pods.yaml - \
 	  || { echo "manifests/webhook/policy-pods.yaml is stale: run 'make manifests'"; exit 1; }
 	$(BIN)/python -m gpushare.docsgen --check
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict  # not --quiet: it hides the warnings --strict fails on
 
-docs: setup ## Regenerate docs/reference/ from the code and build the site into site/ (mkdocs build --strict, offline)
+docs-assets: ## Fetch the site's pinned Mermaid and iframe-worker from the npm registry into docs/assets/vendor (checksummed, cached)
+	bash hack/docs-assets.sh
+
+docs: setup docs-assets ## Regenerate docs/reference/ from the code and build the site into site/ (mkdocs build --strict, offline)
 	$(BIN)/python -m gpushare.docsgen
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-docs-serve: setup ## Serve the site on http://127.0.0.1:8000 (regenerates docs/reference/ first)
+docs-serve: setup docs-assets ## Serve the site on http://127.0.0.1:8000 (regenerates docs/reference/ first)
 	$(BIN)/python -m gpushare.docsgen
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
 

@@ -71,7 +71,7 @@ stop_operator() {
 PROM_DIR="$DEMO_DIR/prometheus"
 
 # A real Prometheus (Debian's package) with the shipped alert rules, scraping the operator's
-# /metrics and the kube-apiserver (docs/how-to/alerts.md); its URL is printed, demo-down stops it.
+# /metrics and the kube-apiserver (docs/how-to/monitoring.md); its URL is printed, demo-down stops it.
 start_prometheus() {
   local port url
   port="$(free_port)"

@@ -79,16 +79,28 @@ def test_a_new_condition_reason_must_be_described(monkeypatch: pytest.MonkeyPatc
 
 
 def test_every_reason_that_is_not_healthy_has_a_troubleshooting_page() -> None:
+    """Every condition reason and every node reason (the NVIDIA backend's ConfigPropagating too)."""
     pages = ROOT / "docs" / "how-to" / "troubleshoot"
     nav = (ROOT / "mkdocs.yml").read_text()
-    for reasons in docsgen.CONDITION_REASONS.values():
-        for reason in reasons:
-            if reason in docsgen.HEALTHY:
-                continue
-            page = pages / f"{docsgen.troubleshooting_slug(reason)}.md"
-            assert page.is_file(), f"{reason}: no {page.relative_to(ROOT)}"
-            assert page.read_text().startswith(f"# {reason}\n"), page
-            assert f"how-to/troubleshoot/{page.name}" in nav, page
+    reasons = docsgen.reason_constants()
+    assert cond.NODE_CONFIG_PROPAGATING in reasons
+    for reason in sorted(reasons):
+        name = docsgen.troubleshooting_page(reason)
+        if name is None:
+            assert reason in docsgen.HEALTHY or docsgen.NODE_REASON_PAGES[reason] is None
+            continue
+        page = pages / name
+        assert page.is_file(), f"{reason}: no {page.relative_to(ROOT)}"
+        title = docsgen.NODE_REASON_PAGES.get(reason) or reason
+        assert page.read_text().startswith(f"# {title}\n"), page
+        assert f"how-to/troubleshoot/{page.name}" in nav, page
+
+
+def test_a_new_node_reason_must_be_given_a_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cond, "NODE_SOMETHING_NEW", "SomethingNew", raising=False)
+    monkeypatch.setitem(docsgen.REASONS, "SomethingNew", "described, but with no page")
+    with pytest.raises(SystemExit, match="NODE_REASON_PAGES"):
+        docsgen.events_page()
 
 
 def _emitted_event_reasons() -> set[str]:

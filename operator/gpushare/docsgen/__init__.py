@@ -3,8 +3,9 @@
 Each page under ``docs/reference/`` is a function of what the code defines, so the site cannot
 drift from it: the GPUSharePool fields from the generated CRD (the pydantic models), the admission
 rules from their catalog, the CLI from its argparse parsers, the metrics from the registry and the
-alerts from the PrometheusRule, the condition reasons from :mod:`gpushare.policy.conditions` and
-:mod:`gpushare.policy.conditions`. ``python -m gpushare.docsgen`` writes them;
+alerts from the PrometheusRule, the condition reasons from :mod:`gpushare.policy.conditions`. The
+facts hand-written pages include (``docs/snippets/``) and the chart README's values table come from
+:mod:`gpushare.docsgen.snippets`. ``python -m gpushare.docsgen`` writes them all;
 ``python -m gpushare.docsgen --check`` (``make lint``) fails when one is stale.
 
 Part of the development harness: not in the wheel or the image, imported by nothing below it.
@@ -18,7 +19,6 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
 from gpushare import metrics
@@ -26,10 +26,10 @@ from gpushare.admission import catalog
 from gpushare.api.crd import build_crd
 from gpushare.backends import BACKENDS
 from gpushare.cli import build_parser
+from gpushare.docsgen import snippets
 from gpushare.policy import conditions as cond
 
 ROOT = Path(__file__).resolve().parents[3]
-PROMETHEUS_RULE = ROOT / "manifests" / "monitoring" / "prometheusrule.yaml"
 
 
 def _banner(source: str) -> str:
@@ -127,7 +127,8 @@ def admission_page() -> str:
     return (
         "# Admission rules\n\n"
         + _banner("the rule catalog, operator/gpushare/admission/catalog.py")
-        + "The admission webhook (`gpushare run --webhook`) and `gpushare check` run the same rules. "
+        + "The admission webhook (`gpushare webhook`, the `webhook` container of each operator pod) and "
+        "`gpushare check` run the same rules. "
         "*Pool mode* `yes`: the target pool's `spec.admission.mode` decides (`Enforce` denies, `Warn` "
         "warns, `Off` skips the rule). How targeting and the two engines work: "
         "[Admission](../concepts/admission.md).\n\n"
@@ -212,27 +213,18 @@ def metrics_page() -> str:
         name = m._name + ("_total" if m._type == "counter" else "")
         labels = ", ".join(f"`{x}`" for x in m._labelnames)
         rows.append(f"| `{name}` | {m._type} | {labels} | {_cell(m._documentation)} |")
-    rule = yaml.safe_load(PROMETHEUS_RULE.read_text())
-    alerts = ["| Alert | Severity | For | Summary | Description |", "|---|---|---|---|---|"]
-    for group in rule["spec"]["groups"]:
-        for r in group["rules"]:
-            if "alert" not in r:
-                continue
-            notes = r.get("annotations") or {}
-            alerts.append(
-                f"| `{r['alert']}` | {r['labels'].get('severity', '')} | {r.get('for', '')} | "
-                f"{_cell(notes.get('summary', ''))} | {_cell(notes.get('description', ''))} |"
-            )
     return (
         "# Metrics and alerts\n\n"
         + _banner("the registry in operator/gpushare/metrics.py and manifests/monitoring/prometheusrule.yaml")
-        + "`gpushare run` serves these on `--metrics-addr:--metrics-port` at `/metrics`. Pool gauges "
-        "come from the replica that reconciles; the alerts take `max by (pool)`.\n\n"
+        + "`gpushare run` serves these on `--metrics-addr:--metrics-port` at `/metrics`, but the "
+        "`gpushare_admission_*` metrics: `gpushare webhook` (the `webhook` container of each operator "
+        "pod) serves those on its own `--metrics-port`. Pool gauges come from the replica that "
+        "reconciles; the alerts take `max by (pool)`.\n\n"
         "## Metrics\n\n" + "\n".join(rows) + "\n\n"
         "## Alerts\n\n"
         "`manifests/monitoring` (a kustomize Component; the chart's `monitoring.*` values) ships them "
         "as a PrometheusRule, with a ServiceMonitor and a Grafana dashboard. Templated text "
-        "(`{{ $labels.pool }}`) is filled in by Prometheus.\n\n" + "\n".join(alerts) + "\n"
+        "(`{{ $labels.pool }}`) is filled in by Prometheus.\n\n" + snippets.alerts_table()
     )
 
 
@@ -357,6 +349,34 @@ HEALTHY = frozenset(
 )
 
 
+#: Node reasons (``status.nodeStatuses``) that are not also condition reasons: the troubleshooting
+#: page each points to (its own, or the condition's it is part of), or None for a node that is
+#: fine or simply on its way.
+NODE_REASON_PAGES: dict[str, str | None] = {
+    cond.NODE_CONFIG_PROPAGATING: "ConfigPropagating",
+    cond.NODE_MODE_SWITCH_BLOCKED: cond.REASON_NODES_HELD,
+    cond.NODE_MULTIPLE_POOLS: cond.REASON_NODES_IN_MULTIPLE_POOLS,
+    cond.NODE_POOL_INVALID: cond.REASON_INVALID_SPEC,
+    cond.NODE_NOT_READY: cond.REASON_NODES_NOT_READY,
+    cond.PLUGIN_MODE_PENDING: cond.PLUGIN_MODE_STALE,
+    cond.NODE_PLUGIN_RESTARTING: None,
+    cond.NODE_SKIP_LABEL: None,
+    cond.NODE_RESTORING: None,
+    cond.NODE_RELEASING: None,
+    cond.NODE_LABELS_CHANGED: None,
+    cond.NODE_NO_PLUGIN_POD: None,
+    cond.NODE_LABELS_APPLIED: None,
+}
+
+
+def troubleshooting_page(reason: str) -> str | None:
+    """The troubleshooting page (its file name) for a condition or node reason; None when healthy."""
+    if reason in HEALTHY:
+        return None
+    page = NODE_REASON_PAGES.get(reason, reason)
+    return None if page is None else f"{troubleshooting_slug(page)}.md"
+
+
 def reason_constants() -> set[str]:
     """Every reason the code defines (``REASON_*``, ``NODE_*``, ``PLUGIN_*`` string constants)."""
     out = set()
@@ -374,18 +394,26 @@ def events_page() -> str:
     missing = reason_constants() - set(REASONS)
     if missing:
         raise SystemExit(f"gpushare.docsgen: describe the new reason(s) {sorted(missing)} in REASONS")
+    in_conditions = {r for rs in CONDITION_REASONS.values() for r in rs}
+    unplaced = reason_constants() - in_conditions - set(NODE_REASON_PAGES)
+    if unplaced:
+        raise SystemExit(
+            f"gpushare.docsgen: give the node reason(s) {sorted(unplaced)} a troubleshooting page "
+            "(or None) in NODE_REASON_PAGES"
+        )
     events = ["| Reason | Type | On | When |", "|---|---|---|---|"]
     events += [f"| `{r}` | {t} | {on} | {when} |" for r, (t, on, when) in EVENTS.items()]
     conds = ["| Condition | Reason | Meaning | Fix |", "|---|---|---|---|"]
     for ctype, reasons in CONDITION_REASONS.items():
         for r in reasons:
-            fix = (
-                "" if r in HEALTHY else f"[troubleshoot](../how-to/troubleshoot/{troubleshooting_slug(r)}.md)"
-            )
+            page = troubleshooting_page(r)
+            fix = f"[troubleshoot](../how-to/troubleshoot/{page})" if page else ""
             conds.append(f"| {ctype} | `{r}` | {REASONS[r]} | {fix} |")
-    in_conditions = {r for rs in CONDITION_REASONS.values() for r in rs}
-    nodes = ["| Node reason | Meaning |", "|---|---|"]
-    nodes += [f"| `{r}` | {REASONS[r]} |" for r in sorted(reason_constants() - in_conditions)]
+    nodes = ["| Node reason | Meaning | Fix |", "|---|---|---|"]
+    for r in sorted(reason_constants() - in_conditions):
+        page = troubleshooting_page(r)
+        fix = f"[troubleshoot](../how-to/troubleshoot/{page})" if page else ""
+        nodes.append(f"| `{r}` | {REASONS[r]} | {fix} |")
     return (
         "# Events and condition reasons\n\n"
         + _banner("operator/gpushare/policy/conditions.py and the Events the operator posts")
@@ -415,17 +443,25 @@ PAGES: dict[str, Callable[[], str]] = {
 }
 
 
+def _outputs(root: Path) -> dict[str, str]:
+    """Every generated file (path -> text): the reference pages, the snippets and the chart's README."""
+    out = {path: render() for path, render in {**PAGES, **snippets.SNIPPETS}.items()}
+    readme = root / snippets.CHART_README
+    out[snippets.CHART_README] = snippets.chart_readme(readme.read_text() if readme.is_file() else "")
+    return out
+
+
 def stale(root: Path = ROOT) -> list[str]:
-    """The generated pages whose file differs from what the code gives."""
+    """The generated files that differ from what the code gives."""
     return [
         path
-        for path, render in PAGES.items()
-        if not (root / path).is_file() or (root / path).read_text() != render()
+        for path, text in _outputs(root).items()
+        if not (root / path).is_file() or (root / path).read_text() != text
     ]
 
 
 def write(root: Path = ROOT) -> None:
-    for path, render in PAGES.items():
+    for path, text in _outputs(root).items():
         target = root / path
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(render())
+        target.write_text(text)
