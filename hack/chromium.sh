@@ -24,17 +24,8 @@ if command -v chromium >/dev/null 2>&1; then
   exit 0
 fi
 
-command -v apt-get >/dev/null 2>&1 || fail "no apt-get on this machine"
-if [[ "$(id -u)" -eq 0 ]]; then
-  sudo=()
-elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-  sudo=(sudo -n)
-else
-  fail "not root and no passwordless sudo to run apt-get"
-fi
+source "$(dirname "$0")/apt.sh"
 echo "chromium: not found; installing Debian's chromium package (about 100 MB, a minute or two)"
-export DEBIAN_FRONTEND=noninteractive
-install() { "${sudo[@]}" apt-get install -y -q --no-install-recommends chromium >/dev/null; }
-install || { "${sudo[@]}" apt-get update -q >/dev/null && install; } || fail "apt-get install chromium failed"
+apt_install chromium
 command -v chromium >/dev/null 2>&1 || fail "the chromium package did not provide chromium"
 echo "chromium: $(command -v chromium)"

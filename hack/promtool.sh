@@ -22,17 +22,8 @@ fail() {
   exit 1
 }
 
-command -v apt-get >/dev/null 2>&1 || fail "no apt-get on this machine"
-if [[ "$(id -u)" -eq 0 ]]; then
-  sudo=()
-elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-  sudo=(sudo -n)
-else
-  fail "not root and no passwordless sudo to run apt-get"
-fi
+source "$(dirname "$0")/apt.sh"
 echo "promtool: not found; installing Debian's prometheus package (ships promtool)"
-export DEBIAN_FRONTEND=noninteractive
-install() { "${sudo[@]}" apt-get install -y -q --no-install-recommends prometheus >/dev/null; }
-install || { "${sudo[@]}" apt-get update -q >/dev/null && install; } || fail "apt-get install prometheus failed"
+apt_install prometheus
 command -v promtool >/dev/null 2>&1 || fail "the prometheus package did not provide promtool"
 echo "promtool: $(command -v promtool)"

@@ -27,17 +27,8 @@ fail() {
   exit 1
 }
 
-command -v apt-get >/dev/null 2>&1 || fail "no apt-get on this machine"
-if [ "$(id -u)" -eq 0 ]; then
-  sudo=()
-elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-  sudo=(sudo -n)
-else
-  fail "not root and no passwordless sudo to run apt-get"
-fi
+source "$(dirname "$0")/apt.sh"
 echo "realnode-prereqs: installing ${pkgs[*]} from Debian"
-export DEBIAN_FRONTEND=noninteractive
-install() { "${sudo[@]}" apt-get install -y -q --no-install-recommends "${pkgs[@]}" >/dev/null; }
-install || { "${sudo[@]}" apt-get update -q >/dev/null && install; } || fail "apt-get install failed"
+apt_install "${pkgs[@]}"
 command -v containerd >/dev/null 2>&1 && [ -x /usr/lib/cni/bridge ] || fail "the packages did not provide containerd / the CNI plugins"
 echo "realnode-prereqs: installed ${pkgs[*]}"
