@@ -790,6 +790,14 @@ RULE_CASES = [
         [("GS019-nvidia-more-than-one-shared-gpu", "warn")],
         id="nv-2-fail-warn-mode",
     ),
+    # GS020: Kubernetes refuses a fraction of an extended resource (pkg/apis/core/validation
+    # ValidateResourceQuantityValue; more in test_admission_nvidia.py)
+    pytest.param(
+        pod({NVS: "0.5"}, selector=on("ts-shared")),
+        NV_CTX,
+        [("GS020-nvidia-resource-quantity", "deny")],
+        id="nv-shared-fraction",
+    ),
     # GS009: NVIDIA resources aimed at ACK pools, ACK sharing aimed at NVIDIA pools, the other name
     pytest.param(
         pod({NVG: 1}, selector=on("cgpu")),

@@ -9,7 +9,7 @@ where their other cases are), and ACK's ``GS018`` names NVIDIA's resources by :d
 from __future__ import annotations
 
 from gpushare import constants as c
-from gpushare.rulekit.records import AdmissionRule, Case
+from gpushare.rulekit.records import CODE_INVALID, AdmissionRule, Case
 
 _NV = c.RES_NVIDIA_GPU
 _NVS = c.RES_NVIDIA_GPU_SHARED
@@ -46,5 +46,50 @@ NVIDIA_MORE_THAN_ONE = AdmissionRule(
     },
 )
 
+#: NVIDIA's resources are extended resources: the prefix of their names.
+NVIDIA_PREFIX = "nvidia.com/"
+
+# Kubernetes' own rules for an extended resource (pkg/apis/core/validation, validation.go:
+# ``ValidateResourceRequirements``, ``ValidateResourceQuantityValue``, ``ValidateNonnegativeQuantity``;
+# an extended resource is an integer resource, ``helper.IsIntegerResourceName``, that cannot be
+# overcommitted, ``helper.IsOvercommitAllowed``). The problems are Kubernetes' own words.
+NVIDIA_QUANTITY = AdmissionRule(
+    id="GS020-nvidia-resource-quantity",
+    verdict="deny",
+    pool_mode=False,
+    code=CODE_INVALID,
+    what=f"a container's `{NVIDIA_PREFIX}*` requests and limits are what Kubernetes accepts for an extended"
+    " resource (`pkg/apis/core/validation` `ValidateResourceRequirements`): quantities that are whole and not"
+    " negative, and a request only beside a limit of the same amount (extended resources cannot be"
+    " overcommitted); the apiserver refuses a Pod that breaks this, and a workload's pods are never created",
+    fix="write a whole number, and set only limits (the request defaults to the limit) or requests equal"
+    " to limits",
+    cases={
+        "malformed": Case(
+            "is not a Kubernetes quantity; the apiserver refuses it",
+            "write a whole number such as 1",
+        ),
+        "negative": Case(
+            "must be greater than or equal to 0 (Kubernetes refuses a negative quantity)",
+            "write a whole number such as 1",
+        ),
+        "not-integer": Case(
+            "must be an integer: Kubernetes counts {resource} in whole devices, as every extended resource",
+            "ask for a whole number (for a fraction of a GPU, ask for one replica of a shared GPU on an"
+            " NVIDIA pool that shares them)",
+        ),
+        "no-limit": Case(
+            "is set without a limit: Limit must be set for non overcommitable resources (Kubernetes refuses"
+            " a request of an extended resource without its limit)",
+            'set resources.limits["{resource}"] to the same value, or set only the limit (the request'
+            " defaults to it)",
+        ),
+        "differs": Case(
+            "must be equal to {resource} limit of {limit}: Kubernetes does not overcommit extended resources",
+            "set requests equal to limits, or drop requests",
+        ),
+    },
+)
+
 #: NVIDIA's own pod and workload rules, in the table's order.
-WORKLOAD_RULES: tuple[AdmissionRule, ...] = (NVIDIA_MORE_THAN_ONE,)
+WORKLOAD_RULES: tuple[AdmissionRule, ...] = (NVIDIA_MORE_THAN_ONE, NVIDIA_QUANTITY)

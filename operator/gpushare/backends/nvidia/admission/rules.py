@@ -17,17 +17,26 @@ they emit the NVIDIA cases of two records shared with ACK's rules, ``KIND_MISMAT
 
 from __future__ import annotations
 
+import math
+from decimal import Decimal
+
 from gpushare import constants as c
+from gpushare.api.quantity import quantity_or_none
 from gpushare.api.v1alpha1 import GPUSharePool
 from gpushare.backends.ack.admission.catalog import KIND_MISMATCH, TARGET_UNKNOWN
 from gpushare.backends.ack.admission.targeting import KIND_TEXT, nvidia_target, reaches_pool
 from gpushare.backends.base import PodRules
-from gpushare.backends.nvidia.admission.catalog import NVIDIA_MORE_THAN_ONE, NVIDIA_WHAT
+from gpushare.backends.nvidia.admission.catalog import (
+    NVIDIA_MORE_THAN_ONE,
+    NVIDIA_PREFIX,
+    NVIDIA_QUANTITY,
+    NVIDIA_WHAT,
+)
 from gpushare.rulekit.constraints import Constraints, reaches_node
 from gpushare.rulekit.emit import Emitter, pool_verdict
 from gpushare.rulekit.model import Context
 from gpushare.rulekit.podspecs import ContainerRef, PodLike, asks_any, resource_field
-from gpushare.rulekit.quantity import Amount, parse_amount
+from gpushare.rulekit.quantity import Amount, shown_value
 from gpushare.rulekit.records import AdmissionRule, Verdict
 
 
@@ -70,10 +79,83 @@ def _nvidia_asks(pod: PodLike) -> list[tuple[ContainerRef, str, str, Amount]]:
     for ref in pod.containers:
         for name in NVIDIA_WHAT:
             if name in ref.limits:
-                out.append((ref, name, "limits", parse_amount(ref.limits[name])))
+                out.append((ref, name, "limits", _amount(ref.limits[name])))
             elif name in ref.requests:
-                out.append((ref, name, "requests", parse_amount(ref.requests[name])))
+                out.append((ref, name, "requests", _amount(ref.requests[name])))
     return out
+
+
+def _amount(raw: object) -> Amount:
+    """A count of NVIDIA's devices as Kubernetes reads it (``kubernetes_quantity``: ``2.0`` and
+    ``2000m`` are 2); a value it refuses has no number (``NVIDIA_QUANTITY`` says why)."""
+    amount, case = kubernetes_quantity(raw)
+    if amount is None:
+        return Amount(raw, error=case)
+    return Amount(raw, value=int(amount))
+
+
+def kubernetes_quantity(raw: object) -> tuple[Decimal | None, str | None]:
+    """An extended resource's quantity as the apiserver reads it: ``(amount, None)``, else
+    ``(None, case)`` with the ``NVIDIA_QUANTITY`` case it breaks. A JSON number is parsed as
+    written (``2.0`` is 2, ``1.5`` a fraction); the amount is kept in nano units, rounded up, and
+    must be whole (``ValidateResourceQuantityValue``: ``MilliValue() % 1000 == 0``) and not negative
+    (``ValidateNonnegativeQuantity``)."""
+    amount = _read(raw)
+    if amount is None:
+        return None, "malformed"
+    if amount < 0:
+        return None, "negative"
+    if amount != amount.to_integral_value():
+        return None, "not-integer"
+    return amount, None
+
+
+def _read(raw: object) -> Decimal | None:
+    """The amount of a quantity in nano units (rounded up, as Kubernetes keeps it), or None for
+    what is no quantity."""
+    if isinstance(raw, float):
+        raw = repr(raw) if math.isfinite(raw) else None
+    q = quantity_or_none(raw)
+    return None if q is None else q.nano
+
+
+def _check_kubernetes(em: Emitter, ref: ContainerRef) -> None:
+    """``NVIDIA_QUANTITY``: what Kubernetes refuses in a container's ``nvidia.com/*`` resources
+    (pkg/apis/core/validation ``ValidateResourceRequirements``): each quantity whole and not negative
+    (``ValidateResourceQuantityValue``, ``ValidateNonnegativeQuantity``), a request only with its
+    limit and equal to it (extended resources: ``helper.IsOvercommitAllowed`` is false)."""
+    amounts: dict[tuple[str, str], Decimal | None] = {}
+    for where, resources in (("limits", ref.limits), ("requests", ref.requests)):
+        for name, raw in resources.items():
+            if not isinstance(name, str) or not name.startswith(NVIDIA_PREFIX):
+                continue
+            _, case = kubernetes_quantity(raw)
+            amounts[where, name] = _read(raw)  # compared even when refused, as Kubernetes does
+            if case is not None:
+                field = f"{ref.path}.{resource_field(where, name)}"
+                em.case(
+                    NVIDIA_QUANTITY, case, container=ref, field=field, value=shown_value(raw), resource=name
+                )
+    for name, raw in ref.requests.items():
+        if not isinstance(name, str) or not name.startswith(NVIDIA_PREFIX):
+            continue
+        field = f"{ref.path}.{resource_field('requests', name)}"
+        if name not in ref.limits:
+            em.case(
+                NVIDIA_QUANTITY, "no-limit", container=ref, field=field, value=shown_value(raw), resource=name
+            )
+            continue
+        request, limit = amounts.get(("requests", name)), amounts.get(("limits", name))
+        if request is not None and limit is not None and request != limit:
+            em.case(
+                NVIDIA_QUANTITY,
+                "differs",
+                container=ref,
+                field=field,
+                value=shown_value(raw),
+                resource=name,
+                limit=shown_value(ref.limits[name]),
+            )
 
 
 def _nvidia_suggest(ctx: Context, resource: str | None = None) -> str:
@@ -89,15 +171,17 @@ def evaluate_pod(em: Emitter, pod: PodLike, constraints: Constraints, ctx: Conte
     ``KIND_MISMATCH`` (confined to ACK pools, or to NVIDIA pools advertising the other resource),
     ``TARGET_UNKNOWN`` (``nvidia.com/gpu.shared`` that no pool or node it reaches advertises) and
     ``NVIDIA_MORE_THAN_ONE`` (more than one shared GPU where the plugin refuses it)."""
+    for ref in pod.containers:
+        _check_kubernetes(em, ref)
     asks = _nvidia_asks(pod)
     if not asks:
         return
     value = constraints.render() if constraints.present else None
     field = constraints.field
-    target = nvidia_target(constraints, ctx) if constraints.present else None
+    wanted = {name for _, name, _, _ in asks}
+    target = nvidia_target(constraints, ctx, frozenset(wanted)) if constraints.present else None
     if target is not None and target.unknown:
         return  # names a pool that cannot be resolved offline
-    wanted = {name for _, name, _, _ in asks}
 
     def emit(rule: AdmissionRule, problem: str, fix: str, verdict: Verdict, note: str) -> None:
         """A finding of the pod as a whole, on its node constraints."""
@@ -224,7 +308,7 @@ def evaluate_pod(em: Emitter, pod: PodLike, constraints: Constraints, ctx: Conte
     if c.RES_NVIDIA_GPU in wanted and target is not None:
         reach[c.RES_NVIDIA_GPU] = [
             p
-            for p in _nvidia_pools(ctx, target.pools)
+            for p in _nvidia_pools(ctx, target.confined)
             if p.spec.nvidia and p.spec.nvidia.resource == c.RES_NVIDIA_GPU
         ]
     for ref, name, where, amount in asks:
