@@ -18,6 +18,7 @@ from gpushare.api.v1alpha1 import GPUSharePool, parse_pool
 MEM = "aliyun.com/gpu-mem"
 NVG = "nvidia.com/gpu"
 NVS = "nvidia.com/gpu.shared"
+MIG = "nvidia.com/mig-1g.5gb"
 NP = "alibabacloud.com/nodepool-id"
 
 #: What each pool mode makes of a pool rule's denial.
@@ -231,6 +232,7 @@ KUBERNETES = [
     pytest.param({NVS: 1}, {NVS: "1000m"}, None, id="same-amount-ok"),
     pytest.param({NVS: 1.0}, None, None, id="whole-json-number-ok"),
     pytest.param({NVS: "1"}, None, None, id="limit-alone-ok"),
+    pytest.param({MIG: "0.5"}, None, "must be an integer", id="mig-fraction"),
 ]
 
 
@@ -264,3 +266,46 @@ def test_kubernetes_rules_offline_say_what_the_cluster_says() -> None:
     (finding,) = evaluate(deployment, Context())
     assert finding.field == 'spec.template.spec.containers[0].resources.requests["nvidia.com/gpu"]'
     assert "Limit must be set" in finding.message
+
+
+# --- what a pool's sharing settings cannot offer --------------------------------------------------
+#
+# gpushare's config (backends.nvidia.config.document) shares nvidia.com/gpu only: the plugin
+# advertises it as nvidia.com/gpu, or nvidia.com/gpu.shared with renameByDefault (k8s-device-plugin
+# v0.19.3 api/config/v1/replicas.go, ReplicatedResources). A MIG device is advertised as
+# nvidia.com/mig-<profile> only with the plugin's mixed MIG strategy (README, "--mig-strategy"),
+# which a TimeSlicing pool's config does not share, and NVIDIA's README: "MPS is not supported on
+# MIG-enabled devices". Strategy None leaves MIG to the plugin's flags: it may offer them.
+
+
+def may_offer_expected(spec: dict[str, Any], resource: str) -> bool:
+    if resource == MIG:
+        return bool(spec["strategy"] == "None")
+    return resource == offered(spec)
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("resource", [NVG, NVS, MIG])
+@pytest.mark.parametrize("spec", NVIDIA_SPECS, ids=spec_id)
+def test_resources_a_pool_cannot_offer(spec: dict[str, Any], resource: str, mode: str) -> None:
+    """Aimed at an NVIDIA pool by its name, its selector or a label only its nodes carry."""
+    ctx = targeting_ctx(mode, True, **spec)
+    rule = None if may_offer_expected(spec, resource) else "GS009-pool-kind-mismatch"
+    for selector in ({"gpushare.io/pool": "nv"}, {**A100, NP: "np-nv"}, A100):
+        findings = evaluate(pod({resource: 1}, selector=selector), ctx)
+        assert ids(findings) == expect(rule, mode), selector
+        if findings and resource == MIG:
+            assert "names no MIG device" in findings[0].message
+            assert ("does not support MPS on MIG-enabled devices" in findings[0].message) is (
+                spec["strategy"] == "MPS"
+            )
+
+
+def test_a_mig_device_without_node_constraints_is_not_judged() -> None:
+    """As nvidia.com/gpu: without node constraints the pod may land on any GPU node (the webhook is
+    not even sent it); with them it is judged as any NVIDIA request."""
+    ctx = targeting_ctx("Enforce", True)
+    assert evaluate(pod({MIG: 1}), ctx) == []
+    assert ids(evaluate(pod({MIG: 1}, selector={NP: "np-cgpu"}), ctx)) == [
+        ("GS009-pool-kind-mismatch", "deny")
+    ]

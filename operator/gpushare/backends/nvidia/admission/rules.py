@@ -35,18 +35,29 @@ from gpushare.backends.nvidia.admission.catalog import (
 from gpushare.rulekit.constraints import Constraints, reaches_node
 from gpushare.rulekit.emit import Emitter, pool_verdict
 from gpushare.rulekit.model import Context
-from gpushare.rulekit.podspecs import ContainerRef, PodLike, asks_any, resource_field
+from gpushare.rulekit.podspecs import (
+    ContainerRef,
+    PodLike,
+    asks_any,
+    asks_prefixed,
+    has_prefix,
+    resource_field,
+)
 from gpushare.rulekit.quantity import Amount, shown_value
 from gpushare.rulekit.records import AdmissionRule, Verdict
 
 
 def judged_nvidia(pod: PodLike) -> bool:
     """Whether the NVIDIA rules judge the pod: a container asks for ``nvidia.com/gpu.shared``, or
-    for ``nvidia.com/gpu`` in a pod whose own fields constrain its nodes (the webhook's
+    for ``nvidia.com/gpu`` or a MIG device (``nvidia.com/mig-*``) in a pod whose own fields constrain
+    its nodes (the webhook's
     matchConditions ask the same: ``gpushare.admission.podspecs.requests_gpu_sharing``)."""
     if any(asks_any(ref, (c.RES_NVIDIA_GPU_SHARED,)) for ref in pod.containers):
         return True
-    return pod.own_constraints and any(asks_any(ref, (c.RES_NVIDIA_GPU,)) for ref in pod.containers)
+    return pod.own_constraints and any(
+        asks_any(ref, (c.RES_NVIDIA_GPU,)) or asks_prefixed(ref, (c.RES_NVIDIA_MIG_PREFIX,))
+        for ref in pod.containers
+    )
 
 
 def _nvidia_pools(ctx: Context, names: set[str] | None = None) -> list[GPUSharePool]:
@@ -77,12 +88,33 @@ def _nvidia_asks(pod: PodLike) -> list[tuple[ContainerRef, str, str, Amount]]:
     """(container, resource, limits|requests, amount) of every NVIDIA resource a container asks for."""
     out = []
     for ref in pod.containers:
-        for name in NVIDIA_WHAT:
+        mig = sorted(
+            {str(n) for n in (*ref.limits, *ref.requests) if has_prefix(n, (c.RES_NVIDIA_MIG_PREFIX,))}
+        )
+        for name in (*NVIDIA_WHAT, *mig):
             if name in ref.limits:
                 out.append((ref, name, "limits", _amount(ref.limits[name])))
             elif name in ref.requests:
                 out.append((ref, name, "requests", _amount(ref.requests[name])))
     return out
+
+
+def may_offer(pool: GPUSharePool, resource: str) -> bool:
+    """Whether the nodes of an NVIDIA pool can advertise ``resource`` under the pool's sharing.
+
+    The config gpushare writes (``backends.nvidia.config.document``) shares ``nvidia.com/gpu``
+    only, advertised as ``nvidia.com/gpu.shared`` with renameByDefault (k8s-device-plugin v0.19.3
+    ``api/config/v1/replicas.go``). A MIG device (``nvidia.com/mig-<profile>``) exists only with
+    the plugin's mixed MIG strategy (its command line; README "Configuration Option Details":
+    ``--mig-strategy``), on whole GPUs: a TimeSlicing pool's config names no MIG resource to
+    share, and NVIDIA's README says MPS is not supported on MIG-enabled devices. Strategy None
+    (whole GPUs) leaves MIG to the plugin's flags: it may advertise them."""
+    nv = pool.spec.nvidia
+    if nv is None:
+        return False
+    if resource.startswith(c.RES_NVIDIA_MIG_PREFIX):
+        return nv.strategy == "None"
+    return nv.resource == resource
 
 
 def _amount(raw: object) -> Amount:
@@ -212,11 +244,7 @@ def evaluate_pod(em: Emitter, pod: PodLike, constraints: Constraints, ctx: Conte
         return
     # Confined to pools (or ACK-labelled nodes) none of which offers what the pod asks for.
     if target is not None and not target.unconfined and (target.pools or target.labels):
-        offering = {
-            p.name
-            for p in _nvidia_pools(ctx, target.pools)
-            if p.spec.nvidia and p.spec.nvidia.resource in wanted
-        }
+        offering = {p.name for p in _nvidia_pools(ctx, target.pools) if any(may_offer(p, r) for r in wanted)}
         if not offering:
             ack = {
                 p.name: p.spec.mode
@@ -240,6 +268,24 @@ def evaluate_pod(em: Emitter, pod: PodLike, constraints: Constraints, ctx: Conte
                     resource=resource,
                     kinds=", ".join(f"{k}: {KIND_TEXT[k]}" for k in kinds),
                     suggestion=_nvidia_suggest(ctx, resource),
+                )
+                emit(KIND_MISMATCH, problem, fix, verdict, note)
+                return
+            mig = next(((ref, n) for ref, n, _, _ in asks if n.startswith(c.RES_NVIDIA_MIG_PREFIX)), None)
+            if verdict and nvidia and mig is not None:
+                offered = sorted({p.spec.nvidia.resource for p in nvidia if p.spec.nvidia})
+                by_mps = ", ".join(
+                    p.name for p in nvidia if p.spec.nvidia and p.spec.nvidia.strategy == "MPS"
+                )
+                no_mps = "; NVIDIA's device plugin does not support MPS on MIG-enabled devices"
+                problem, fix = KIND_MISMATCH.text(
+                    "nvidia-mig",
+                    where=f"pool {', '.join(p.name for p in nvidia)}",
+                    asker=mig[0].display,
+                    resource=mig[1],
+                    why="; ".join(f"pool {p.name}: {_nvidia_why(p)}" for p in nvidia),
+                    mps=f"{no_mps} (pool {by_mps})" if by_mps else "",
+                    offered=" or ".join(offered),
                 )
                 emit(KIND_MISMATCH, problem, fix, verdict, note)
                 return
