@@ -301,11 +301,144 @@ def test_resources_a_pool_cannot_offer(spec: dict[str, Any], resource: str, mode
             )
 
 
-def test_a_mig_device_without_node_constraints_is_not_judged() -> None:
+def test_a_mig_device_without_node_constraints_is_not_aimed_at_a_pool() -> None:
     """As nvidia.com/gpu: without node constraints the pod may land on any GPU node (the webhook is
-    not even sent it); with them it is judged as any NVIDIA request."""
+    not even sent it), so no pool rule judges it; ``check`` still says that no known node offers
+    it (GS021). With node constraints it is judged as any NVIDIA request."""
+    from gpushare.admission import requests_gpu_sharing
+
     ctx = targeting_ctx("Enforce", True)
-    assert evaluate(pod({MIG: 1}), ctx) == []
+    assert not requests_gpu_sharing(pod({MIG: 1}))
+    (finding,) = evaluate(pod({MIG: 1}), ctx)
+    assert finding.rule_id == "GS021-nvidia-request-exceeds-node"
+    assert f"no known node offers {MIG}" in finding.message
+    assert evaluate(pod({MIG: 1}), targeting_ctx("Enforce", False)) == []  # offline: nothing known
     assert ids(evaluate(pod({MIG: 1}, selector={NP: "np-cgpu"}), ctx)) == [
         ("GS009-pool-kind-mismatch", "deny")
     ]
+
+
+# --- what no node of the target can ever hold -----------------------------------------------------
+#
+# The scheduler's NodeResourcesFit filter (pkg/scheduler/framework/plugins/noderesources/fit.go)
+# leaves a pod Pending ("Insufficient <resource>") when its request exceeds every node's
+# allocatable. The request is the pod's effective one (component-helpers/resource/helpers.go,
+# PodRequests: containers and restartable init containers summed, a regular init container with
+# the sidecars declared before it, the larger of the two). An NVIDIA pool's node advertises its
+# GPUs x replicas (k8s-device-plugin v0.19.3 api/config/v1/replicas.go), or what its allocatable
+# says once the pool's config is applied there.
+
+EXCEEDS = "GS021-nvidia-request-exceeds-node"
+ON_NV = {"gpushare.io/pool": "nv"}
+
+
+def ones(n: int, resource: str = NVG) -> list[dict[str, Any]]:
+    """``n`` containers asking for one each (no container asks for more than one: GS019 stays out)."""
+    return [{**container({resource: 1}), "name": f"c{i}"} for i in range(n)]
+
+
+def sidecar(count: int, name: str = "side") -> dict[str, Any]:
+    return {**container({NVG: count}), "name": name, "restartPolicy": "Always"}
+
+
+def init(count: int, name: str = "init") -> dict[str, Any]:
+    return {**container({NVG: count}), "name": name}
+
+
+def capacity_ctx(
+    mode: str = "Enforce", *, gpus: str | None = "2", alloc: dict[str, str] | None = None, **nv: Any
+) -> Context:
+    """The NVIDIA pool ``nv`` (TimeSlicing x4 unless ``nv`` says otherwise) with one node of ``gpus``
+    GPUs (GPU Feature Discovery's count label; None: unknown); ``alloc``: its allocatable, with the
+    pool's config applied (its config label names the pool's config)."""
+    from gpushare.backends.nvidia.config import name_of
+
+    pool = nv_pool("nv", A100, mode, **nv)
+    labels = {**A100}
+    if gpus is not None:
+        labels["nvidia.com/gpu.count"] = gpus
+    if alloc is not None:
+        assert pool.spec.nvidia is not None
+        labels["nvidia.com/device-plugin.config"] = name_of(pool.spec.nvidia)
+    return Context.build((pool,), (node("nv-1", labels, alloc),))
+
+
+CAPACITY = [
+    # 2 GPUs x 4 replicas = 8 nvidia.com/gpu on the pool's node.
+    pytest.param(pod(containers=ones(8), selector=ON_NV), capacity_ctx, None, id="8-of-8-ok"),
+    pytest.param(pod(containers=ones(9), selector=ON_NV), capacity_ctx, EXCEEDS, id="containers-summed"),
+    # Init containers at their peak: 6 then 6 in the containers is 6.
+    pytest.param(
+        pod(containers=ones(6), init=[init(6)], selector=ON_NV), capacity_ctx, None, id="init-maxed"
+    ),
+    pytest.param(
+        pod(containers=ones(1), init=[init(9)], selector=ON_NV), capacity_ctx, EXCEEDS, id="init-alone"
+    ),
+    # A sidecar keeps running beside the containers; a regular init container beside the sidecars before it.
+    pytest.param(
+        pod(containers=ones(5), init=[sidecar(4)], selector=ON_NV), capacity_ctx, EXCEEDS, id="sidecar-summed"
+    ),
+    pytest.param(
+        pod(containers=ones(1), init=[sidecar(2), init(7)], selector=ON_NV),
+        capacity_ctx,
+        EXCEEDS,
+        id="init-after-sidecar",
+    ),
+    pytest.param(
+        pod(containers=ones(1), init=[init(7), sidecar(2)], selector=ON_NV),
+        capacity_ctx,
+        None,
+        id="init-before-sidecar",
+    ),
+    # Its allocatable once the pool's config is applied there (6: say one GPU is unhealthy).
+    pytest.param(
+        pod(containers=ones(7), selector=ON_NV),
+        lambda m: capacity_ctx(m, alloc={NVG: "6"}),
+        EXCEEDS,
+        id="allocatable",
+    ),
+    # Unknown size: admitted, as before.
+    pytest.param(
+        pod(containers=ones(99), selector=ON_NV),
+        lambda m: capacity_ctx(m, gpus=None),
+        None,
+        id="unknown-size",
+    ),
+    # Judged on the nodes the pod can land on: by a label only the pool's node carries.
+    pytest.param(pod(containers=ones(9), selector=A100), capacity_ctx, EXCEEDS, id="by-label"),
+]
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize(("obj", "make_ctx", "rule"), CAPACITY)
+def test_capacity(obj: dict[str, Any], make_ctx: Any, rule: str | None, mode: str) -> None:
+    assert ids(evaluate(obj, make_ctx(mode))) == expect(rule, mode)
+
+
+@pytest.mark.parametrize("spec", NVIDIA_SPECS, ids=spec_id)
+def test_capacity_under_every_nvidia_spec(spec: dict[str, Any]) -> None:
+    """GPUs x replicas of the resource the pool advertises (replicas 1 for strategy None)."""
+    ctx = capacity_ctx(**spec)
+    most = 2 * spec["replicas"]
+    resource = offered(spec)
+    assert ids(evaluate(pod(containers=ones(most, resource), selector=ON_NV), ctx)) == []
+    (finding,) = evaluate(pod(containers=ones(most + 1, resource), selector=ON_NV), ctx)
+    assert (finding.rule_id, finding.verdict) == (EXCEEDS, "deny")
+    assert f'asks for {most + 1} "{resource}" in all' in finding.message
+    assert f"no node it can land on offers more than {most} (pool nv {most})" in finding.message
+
+
+def test_a_pod_without_a_target_is_judged_against_every_known_node() -> None:
+    """Only ``gpushare check`` judges such a pod (the webhook's gate does not send it): no known
+    node offers 9 nvidia.com/gpu (the pool's node 8, a node outside the pools 4)."""
+    from gpushare.admission import requests_gpu_sharing
+
+    pools = capacity_ctx()
+    ctx = Context.build(pools.pools, (*pools.nodes, node("whole-1", {}, {NVG: "4"})))
+    wide = pod(containers=ones(9))
+    assert not requests_gpu_sharing(wide)
+    (finding,) = evaluate(wide, ctx)
+    assert (finding.rule_id, finding.verdict) == (EXCEEDS, "deny")
+    assert "no known node offers more than 8 (pool nv 8, whole-1 4)" in finding.message
+    assert evaluate(pod(containers=ones(8)), ctx) == []
+    assert evaluate(pod(containers=ones(9)), Context.build(pools.pools)) == []  # no node known: admitted

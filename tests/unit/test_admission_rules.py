@@ -798,6 +798,21 @@ RULE_CASES = [
         [("GS020-nvidia-resource-quantity", "deny")],
         id="nv-shared-fraction",
     ),
+    # GS021: more nvidia.com/gpu than any node it can land on offers (the scheduler's
+    # NodeResourcesFit; more in test_admission_nvidia.py): 2 GPUs x 4 replicas on ts's node
+    pytest.param(
+        pod(containers=[container(f"c{i}", {NVG: 1}) for i in range(9)], selector=on("ts")),
+        Context.build(
+            NV_POOLS,
+            [
+                node_info(
+                    node_obj("ts-1", {"alibabacloud.com/nodepool-id": "np-ts", "nvidia.com/gpu.count": "2"})
+                )
+            ],
+        ),
+        [("GS021-nvidia-request-exceeds-node", "deny")],
+        id="nv-9-of-8",
+    ),
     # GS009: NVIDIA resources aimed at ACK pools, ACK sharing aimed at NVIDIA pools, the other name
     pytest.param(
         pod({NVG: 1}, selector=on("cgpu")),

@@ -91,5 +91,41 @@ NVIDIA_QUANTITY = AdmissionRule(
     },
 )
 
+# What the scheduler can never place (its NodeResourcesFit filter, pkg/scheduler/framework/plugins/
+# noderesources/fit.go: "Insufficient <resource>" when the pod's request exceeds a node's allocatable).
+NVIDIA_EXCEEDS_NODE = AdmissionRule(
+    id="GS021-nvidia-request-exceeds-node",
+    verdict="deny",
+    pool_mode=True,
+    what=f"a pod's effective request of each `{NVIDIA_PREFIX}*` resource, as the scheduler computes it"
+    " (containers and sidecar init containers summed, a regular init container with the sidecars"
+    " before it, the larger of the two), fits on one node it can land on: on an NVIDIA pool the"
+    " largest node's GPUs x the pool's replicas (its allocatable once the pool's config is applied"
+    " there), elsewhere the node's allocatable; a pod without node constraints (which only `gpushare"
+    " check` judges) on some known node; admitted while a node's size is unknown",
+    fix="ask for at most what one node offers, or target a pool with larger nodes or more replicas",
+    cases={
+        "target": Case(
+            'asks for {count} "{resource}" in all (the pod\'s effective request: containers summed, init'
+            " containers at their peak), but no node it can land on offers more than {most} ({sizes});"
+            " the pod would stay Pending (Insufficient {resource})",
+            "ask for at most {most}, split the work over several pods, or target a pool with larger nodes"
+            " or more replicas",
+        ),
+        "anywhere": Case(
+            'asks for {count} "{resource}" in all (the pod\'s effective request: containers summed, init'
+            " containers at their peak), but no known node offers more than {most}{sizes}; the pod would"
+            " stay Pending (Insufficient {resource})",
+            "ask for at most {most}, or add nodes that offer more",
+        ),
+        "nowhere": Case(
+            'asks for {count} "{resource}" in all, but no known node offers {resource}; the pod would stay'
+            " Pending (Insufficient {resource})",
+            "ask for a resource the cluster's nodes offer, or add nodes that offer {resource} (an NVIDIA"
+            " pool advertises nvidia.com/gpu, or nvidia.com/gpu.shared with renameByDefault)",
+        ),
+    },
+)
+
 #: NVIDIA's own pod and workload rules, in the table's order.
-WORKLOAD_RULES: tuple[AdmissionRule, ...] = (NVIDIA_MORE_THAN_ONE, NVIDIA_QUANTITY)
+WORKLOAD_RULES: tuple[AdmissionRule, ...] = (NVIDIA_MORE_THAN_ONE, NVIDIA_QUANTITY, NVIDIA_EXCEEDS_NODE)

@@ -18,23 +18,27 @@ they emit the NVIDIA cases of two records shared with ACK's rules, ``KIND_MISMAT
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from decimal import Decimal
+from typing import Any, cast
 
 from gpushare import constants as c
 from gpushare.api.quantity import quantity_or_none
 from gpushare.api.v1alpha1 import GPUSharePool
 from gpushare.backends.ack.admission.catalog import KIND_MISMATCH, TARGET_UNKNOWN
-from gpushare.backends.ack.admission.targeting import KIND_TEXT, nvidia_target, reaches_pool
+from gpushare.backends.ack.admission.targeting import KIND_TEXT, nvidia_target, pool_node_labels, reaches_pool
 from gpushare.backends.base import PodRules
 from gpushare.backends.nvidia.admission.catalog import (
+    NVIDIA_EXCEEDS_NODE,
     NVIDIA_MORE_THAN_ONE,
     NVIDIA_PREFIX,
     NVIDIA_QUANTITY,
     NVIDIA_WHAT,
 )
+from gpushare.backends.nvidia.config import name_of
 from gpushare.rulekit.constraints import Constraints, reaches_node
 from gpushare.rulekit.emit import Emitter, pool_verdict
-from gpushare.rulekit.model import Context
+from gpushare.rulekit.model import Context, NodeInfo
 from gpushare.rulekit.podspecs import (
     ContainerRef,
     PodLike,
@@ -45,13 +49,22 @@ from gpushare.rulekit.podspecs import (
 )
 from gpushare.rulekit.quantity import Amount, shown_value
 from gpushare.rulekit.records import AdmissionRule, Verdict
+from gpushare.rulekit.requests import container_spec, effective_requests
 
 
 def judged_nvidia(pod: PodLike) -> bool:
-    """Whether the NVIDIA rules judge the pod: a container asks for ``nvidia.com/gpu.shared``, or
-    for ``nvidia.com/gpu`` or a MIG device (``nvidia.com/mig-*``) in a pod whose own fields constrain
-    its nodes (the webhook's
-    matchConditions ask the same: ``gpushare.admission.podspecs.requests_gpu_sharing``)."""
+    """Whether the NVIDIA rules judge the pod: a container asks for an ``nvidia.com/*`` resource.
+    Kubernetes' own rules (``NVIDIA_QUANTITY``) and what no node can hold (``NVIDIA_EXCEEDS_NODE``)
+    hold for every such pod; the pool rules only for a pod :func:`aimed` at pools."""
+    return any(asks_prefixed(ref, (NVIDIA_PREFIX,)) for ref in pod.containers)
+
+
+def aimed(pod: PodLike) -> bool:
+    """Whether a pod asking for NVIDIA's resources may be aimed at a pool: a container asks for
+    ``nvidia.com/gpu.shared``, or for ``nvidia.com/gpu`` or a MIG device (``nvidia.com/mig-*``) in a
+    pod whose own fields constrain its nodes (the webhook's matchConditions ask the same:
+    ``gpushare.admission.podspecs.requests_gpu_sharing``; any other NVIDIA pod may land on any GPU
+    node and is sent to the webhook only beside one of these)."""
     if any(asks_any(ref, (c.RES_NVIDIA_GPU_SHARED,)) for ref in pod.containers):
         return True
     return pod.own_constraints and any(
@@ -190,6 +203,135 @@ def _check_kubernetes(em: Emitter, ref: ContainerRef) -> None:
             )
 
 
+def _container_asks(container: Mapping[str, Any]) -> dict[str, int]:
+    """A container's ``nvidia.com/*`` requests as the scheduler reads them: the request, else the
+    limit (Kubernetes defaults an extended resource's request to its limit); a value Kubernetes
+    refuses (``NVIDIA_QUANTITY``) is left out."""
+    resources = container.get("resources")
+    out: dict[str, int] = {}
+    if not isinstance(resources, Mapping):
+        return out
+    for where in ("limits", "requests"):  # requests win when both are given
+        values = resources.get(where)
+        if not isinstance(values, Mapping):
+            continue
+        for name, raw in values.items():
+            if isinstance(name, str) and name.startswith(NVIDIA_PREFIX):
+                amount, _ = kubernetes_quantity(raw)
+                if amount is not None:
+                    out[name] = int(amount)
+    return out
+
+
+def _gpus(node: NodeInfo) -> int | None:
+    """A node's physical GPUs: the agent's inventory or count label, else GPU Feature Discovery's."""
+    if node.gpu_count:
+        return node.gpu_count
+    value = node.labels.get(c.LABEL_NVIDIA_GPU_COUNT, "")
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+def node_offers(ctx: Context, node: NodeInfo, resource: str) -> int | None:
+    """The most of ``resource`` a node can ever offer one pod, or None when unknown.
+
+    A node of an NVIDIA pool: its allocatable once the pool's config is applied there (its config
+    label names the pool's config), else its GPUs x the pool's replicas (what NVIDIA's plugin
+    advertises under that config: k8s-device-plugin v0.19.3 ``api/config/v1/replicas.go``); 0 for a
+    resource the pool cannot offer (:func:`may_offer`). A node of an ACK pool offers no
+    ``nvidia.com/*``. Any other node: its allocatable today."""
+    name = ctx.node_pool.get(node.name)
+    pool = ctx.pool(name) if name else None
+    if pool is None:
+        return _alloc(node, resource)
+    nv = pool.spec.nvidia
+    if nv is None or not may_offer(pool, resource):
+        return 0
+    if node.labels.get(c.LABEL_NVIDIA_CONFIG) == name_of(nv) and resource in node.allocatable:
+        return _alloc(node, resource)
+    if resource.startswith(c.RES_NVIDIA_MIG_PREFIX):
+        return None  # MIG profiles per GPU are the plugin's and the node's, not the pool's
+    gpus = _gpus(node)
+    return None if gpus is None else gpus * (nv.replicas if nv.strategy != "None" else 1)
+
+
+def _alloc(node: NodeInfo, resource: str) -> int:
+    amount, _ = kubernetes_quantity(node.allocatable.get(resource, "0"))
+    return int(amount) if amount is not None else 0
+
+
+def _reached(ctx: Context, constraints: Constraints) -> list[tuple[NodeInfo, str | None]]:
+    """The known nodes a pod can land on (with the pool's labels applied on a pool's nodes), each
+    with its pool; every node for a pod without constraints. Cached on the context."""
+    cache = ctx.cache.setdefault("nvidia_reached", {})
+    key = constraints.terms if constraints.present else None
+    cached = cache.get(key)
+    if cached is not None:
+        return cast(list[tuple[NodeInfo, str | None]], cached)
+    out: list[tuple[NodeInfo, str | None]] = []
+    for node in ctx.nodes:
+        name = ctx.node_pool.get(node.name)
+        pool = ctx.pool(name) if name else None
+        labels = {**node.labels, **pool_node_labels(pool)} if pool is not None else node.labels
+        if reaches_node(constraints, labels, node.name):
+            out.append((node, name))
+    cache[key] = out
+    return out
+
+
+def _check_capacity(em: Emitter, pod: PodLike, constraints: Constraints, ctx: Context) -> None:
+    """``NVIDIA_EXCEEDS_NODE``: an effective request no node the pod can land on can ever hold
+    (the scheduler's NodeResourcesFit: Insufficient <resource>). Only with the nodes known; a node
+    of unknown size might hold it."""
+    if not ctx.nodes:
+        return
+    requests = effective_requests(container_spec(pod.containers), _container_asks)
+    wanted = {n: v for n, v in requests.items() if v > 0}
+    if not wanted:
+        return
+    reached = _reached(ctx, constraints)
+    for resource, count in sorted(wanted.items()):
+        sizes: dict[str, int] = {}
+        pools: set[str] = set()
+        unpooled = False
+        unknown = False
+        for node, pool in reached:
+            size = node_offers(ctx, node, resource)
+            if size is None:
+                unknown = True
+                break
+            if size == 0:
+                continue
+            where = f"pool {pool}" if pool else node.name
+            sizes[where] = max(sizes.get(where, 0), size)
+            if pool:
+                pools.add(pool)
+            else:
+                unpooled = True
+        if unknown:
+            continue  # a node of unknown size might hold it
+        most = max(sizes.values(), default=0)
+        if count <= most or (not sizes and constraints.present):
+            continue  # fits; or no node there offers it at all: the targeting rules say so
+        verdict, note = pool_verdict(NVIDIA_EXCEEDS_NODE, ctx, pools, unpooled)
+        if verdict is None:
+            continue
+        listed = ", ".join(f"{w} {n}" for w, n in sorted(sizes.items())[:5])
+        more = f" and {len(sizes) - 5} more" if len(sizes) > 5 else ""
+        case = "target" if constraints.present else ("anywhere" if sizes else "nowhere")
+        shown = f"{listed}{more}" if case == "target" else (f" ({listed}{more})" if sizes else "")
+        problem, fix = NVIDIA_EXCEEDS_NODE.text(case, count=count, resource=resource, most=most, sizes=shown)
+        em.add(
+            NVIDIA_EXCEEDS_NODE,
+            container=None,
+            field=f'{pod.path}.containers[*].resources.limits["{resource}"]',
+            value=str(count),
+            problem=problem,
+            fix=fix,
+            verdict=verdict,
+            note=note,
+        )
+
+
 def _nvidia_suggest(ctx: Context, resource: str | None = None) -> str:
     pools = sorted(p.name for p in _nvidia_pools(ctx) if p.spec.nvidia and p.spec.nvidia.resource == resource)
     if not pools:
@@ -205,8 +347,9 @@ def evaluate_pod(em: Emitter, pod: PodLike, constraints: Constraints, ctx: Conte
     ``NVIDIA_MORE_THAN_ONE`` (more than one shared GPU where the plugin refuses it)."""
     for ref in pod.containers:
         _check_kubernetes(em, ref)
+    _check_capacity(em, pod, constraints, ctx)
     asks = _nvidia_asks(pod)
-    if not asks:
+    if not asks or not aimed(pod):
         return
     value = constraints.render() if constraints.present else None
     field = constraints.field
