@@ -343,14 +343,20 @@ def _named_pools(term: Term, ctx: Context) -> tuple[set[str], bool] | None:
 
 def _loose_offer(term: Term, ctx: Context, resources: frozenset[str]) -> bool:
     """Whether a known node outside every pool that the term can match advertises one of
-    ``resources`` (a node whose allocatable does not could never hold the pod)."""
+    ``resources`` (a node whose allocatable does not could never hold the pod). Cached on the
+    context per term and resources."""
+    cache = ctx.cache.setdefault("loose_offer", {})
+    hit = cache.get((term, resources))
+    if hit is not None:
+        return bool(hit)
     pooled = ctx.node_pool
-    return any(
+    found = cache[term, resources] = any(
         node.name not in pooled
         and any(node.allocatable.get(r) not in (None, "0") for r in resources)
         and term_possible(term, exact(node.labels), exact=True, name=node.name)
         for node in ctx.nodes
     )
+    return found
 
 
 def nvidia_target(

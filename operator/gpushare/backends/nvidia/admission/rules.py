@@ -278,6 +278,39 @@ def _reached(ctx: Context, constraints: Constraints) -> list[tuple[NodeInfo, str
     return out
 
 
+Sizes = tuple[dict[str, int], set[str], bool]
+
+
+def _sizes(ctx: Context, constraints: Constraints, resource: str) -> Sizes | None:
+    """The most of ``resource`` each pool (``pool <name>``) or node outside the pools that the
+    pod can land on offers (those offering none left out), the pools among them, and whether a
+    node outside the pools is; None when some node's size is unknown. Cached on the context."""
+    cache = ctx.cache.setdefault("nvidia_sizes", {})
+    key = (constraints.terms if constraints.present else None, resource)
+    if key in cache:
+        return cast(Sizes | None, cache[key])
+    sizes: dict[str, int] = {}
+    pools: set[str] = set()
+    unpooled = False
+    out: Sizes | None = None
+    for node, pool in _reached(ctx, constraints):
+        size = node_offers(ctx, node, resource)
+        if size is None:
+            break
+        if size == 0:
+            continue
+        where = f"pool {pool}" if pool else node.name
+        sizes[where] = max(sizes.get(where, 0), size)
+        if pool:
+            pools.add(pool)
+        else:
+            unpooled = True
+    else:
+        out = (sizes, pools, unpooled)
+    cache[key] = out
+    return out
+
+
 def _check_capacity(em: Emitter, pod: PodLike, constraints: Constraints, ctx: Context) -> None:
     """``NVIDIA_EXCEEDS_NODE``: an effective request no node the pod can land on can ever hold
     (the scheduler's NodeResourcesFit: Insufficient <resource>). Only with the nodes known; a node
@@ -288,27 +321,11 @@ def _check_capacity(em: Emitter, pod: PodLike, constraints: Constraints, ctx: Co
     wanted = {n: v for n, v in requests.items() if v > 0}
     if not wanted:
         return
-    reached = _reached(ctx, constraints)
     for resource, count in sorted(wanted.items()):
-        sizes: dict[str, int] = {}
-        pools: set[str] = set()
-        unpooled = False
-        unknown = False
-        for node, pool in reached:
-            size = node_offers(ctx, node, resource)
-            if size is None:
-                unknown = True
-                break
-            if size == 0:
-                continue
-            where = f"pool {pool}" if pool else node.name
-            sizes[where] = max(sizes.get(where, 0), size)
-            if pool:
-                pools.add(pool)
-            else:
-                unpooled = True
-        if unknown:
+        sized = _sizes(ctx, constraints, resource)
+        if sized is None:
             continue  # a node of unknown size might hold it
+        sizes, pools, unpooled = sized
         most = max(sizes.values(), default=0)
         if count <= most or (not sizes and constraints.present):
             continue  # fits; or no node there offers it at all: the targeting rules say so
