@@ -108,6 +108,8 @@ DEFAULT_PLUGIN_LABELS: Final = {"name": "gpushare-device-plugin-ds"}
 # NVIDIA's device plugin (k8s-device-plugin), as its Helm chart deploys it.
 #: With renameByDefault, shared GPUs are advertised under this name.
 RES_NVIDIA_GPU_SHARED: Final = "nvidia.com/gpu.shared"
+#: With the plugin's mixed MIG strategy, each MIG profile is advertised as ``nvidia.com/mig-<profile>``.
+RES_NVIDIA_MIG_PREFIX: Final = "nvidia.com/mig-"
 #: GPU Feature Discovery's count of a node's physical GPUs.
 LABEL_NVIDIA_GPU_COUNT: Final = "nvidia.com/gpu.count"
 NVIDIA_PLUGIN_NAMESPACE: Final = "nvidia-device-plugin"

@@ -9,7 +9,8 @@ runs); whether the apiserver sent a pod to the webhook is read from the webhook 
 * with no NVIDIA pool, a pod asking for ``nvidia.com/gpu`` with a nodeSelector is admitted without
   reaching the webhook (the shipped condition: the gate is closed);
 * once an NVIDIA pool exists the operator opens the gate: a pod asking for two shared GPUs of a
-  ``failRequestsGreaterThanOne`` pool is denied (GS019);
+  ``failRequestsGreaterThanOne`` pool is denied (GS019), and one asking for a MIG device on that
+  TimeSlicing pool (GS009), as ``gpushare check`` denies it;
 * once the pool is deleted the operator closes the gate again: such pods are no longer sent.
 """
 
@@ -28,8 +29,10 @@ from typing import Any
 
 import pytest
 
+from gpushare.admission import Context, evaluate
 from gpushare.admission.gate import gate_of, is_nvidia_pool
 from gpushare.admission.webhook_config import TARGETS_BY_ID
+from gpushare.api.v1alpha1 import parse_pool
 from gpushare.devcluster import ClusterInfo
 from support.kube import Kube, Response
 from support.operator_proc import OperatorProc, launch_operator, launch_webhook, sum_samples
@@ -175,6 +178,17 @@ def test_nvidia_pods_reach_the_webhook_only_while_an_nvidia_pool_exists(gate: Ga
     before = gate.sent()
     assert kube.create(_aimed("1")).status == 201  # one shared GPU: sent, and admitted
     assert gate.sent() == before + 1
+    # A MIG device aimed at the TimeSlicing pool is sent through the open gate (its condition names
+    # nvidia.com/mig-*) and refused as `gpushare check` refuses it: the pool's config shares no MIG
+    # device (GS009). Without node constraints it is not sent.
+    mig = _pod({"nvidia.com/mig-1g.5gb": "1"}, nodeSelector={"gpushare.io/pool": POOL})
+    r = kube.create(mig)
+    assert r.status == 403 and "GS009-pool-kind-mismatch" in r.message, r.message
+    assert "names no MIG device" in r.message, r.message
+    assert [f.rule_id for f in evaluate(mig, Context.build((parse_pool(pool),)))] == [
+        "GS009-pool-kind-mismatch"
+    ]
+    assert _admitted_unsent(gate, _pod({"nvidia.com/mig-1g.5gb": "1"}))
 
     r = kube.request("DELETE", f"{POOLS_PATH}/{POOL}")
     assert r.status == 200, r.body

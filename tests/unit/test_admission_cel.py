@@ -163,6 +163,17 @@ def _pod(**spec: Any) -> dict[str, Any]:
             True,
             id="shared-gpu",
         ),
+        # A MIG device as nvidia.com/gpu: sent only from a pod spec with node constraints.
+        pytest.param(
+            _pod(containers=[{"resources": {"limits": {"nvidia.com/mig-1g.5gb": 1}}}]), False, id="mig"
+        ),
+        pytest.param(
+            _pod(
+                nodeSelector={"a": "b"}, containers=[{"resources": {"limits": {"nvidia.com/mig-1g.5gb": 1}}}]
+            ),
+            True,
+            id="mig-with-selector",
+        ),
     ],
 )
 def test_python_gate_asks_what_the_match_condition_asks(obj: dict[str, Any], asks: bool) -> None:

@@ -790,6 +790,29 @@ RULE_CASES = [
         [("GS019-nvidia-more-than-one-shared-gpu", "warn")],
         id="nv-2-fail-warn-mode",
     ),
+    # GS020: Kubernetes refuses a fraction of an extended resource (pkg/apis/core/validation
+    # ValidateResourceQuantityValue; more in test_admission_nvidia.py)
+    pytest.param(
+        pod({NVS: "0.5"}, selector=on("ts-shared")),
+        NV_CTX,
+        [("GS020-nvidia-resource-quantity", "deny")],
+        id="nv-shared-fraction",
+    ),
+    # GS021: more nvidia.com/gpu than any node it can land on offers (the scheduler's
+    # NodeResourcesFit; more in test_admission_nvidia.py): 2 GPUs x 4 replicas on ts's node
+    pytest.param(
+        pod(containers=[container(f"c{i}", {NVG: 1}) for i in range(9)], selector=on("ts")),
+        Context.build(
+            NV_POOLS,
+            [
+                node_info(
+                    node_obj("ts-1", {"alibabacloud.com/nodepool-id": "np-ts", "nvidia.com/gpu.count": "2"})
+                )
+            ],
+        ),
+        [("GS021-nvidia-request-exceeds-node", "deny")],
+        id="nv-9-of-8",
+    ),
     # GS009: NVIDIA resources aimed at ACK pools, ACK sharing aimed at NVIDIA pools, the other name
     pytest.param(
         pod({NVG: 1}, selector=on("cgpu")),

@@ -167,6 +167,25 @@ def test_demand_counts_waiting_pods_and_idle_nodes_per_pool() -> None:
     assert "oldestPendingSince" not in PoolDemand("x").status()
 
 
+def test_demand_judges_a_pool_on_all_its_nodes_while_one_of_them_moves() -> None:
+    """The one targeting (admission's): a pool is reached when the pod can match one of its nodes.
+    While a node of the pool is still being switched, the pool is judged on all its nodes, not on
+    that one alone: a pod selecting a label only a settled node carries waits for the pool."""
+    cg = pool("cgpu", "np-a")
+    zoned = settled("a1", cg)
+    nodes = [
+        NodeView(
+            zoned.name, {**zoned.labels, "zone": "z1"}, zoned.annotations, allocatable=zoned.allocatable
+        ),
+        NodeView("a2", {NP: "np-a"}, allocatable=dict(zoned.allocatable)),  # not switched yet
+    ]
+    assert plan([cg], nodes, now=NOW).nodes[1].action is not Action.NOOP
+    waiting = [wait("z", mem=30, selector={c.LABEL_POOL: "cgpu", "zone": "z1"})]
+    assert [p.ref for p in _demand([cg], nodes, waiting)["cgpu"].waiting] == ["ns/z"]
+    elsewhere = [wait("y", mem=30, selector={c.LABEL_POOL: "cgpu", "zone": "z9"})]
+    assert _demand([cg], nodes, elsewhere)["cgpu"].waiting == ()
+
+
 def test_advise_moves_an_idle_cgpu_node_to_the_waiting_core_pool() -> None:
     cg, core = pool("cgpu", "np-a"), pool("core", "np-b", computeAllocation=True)
     nodes = [settled("a1", cg, gpus=2, mem=16), settled("a2", cg), settled("b1", core)]

@@ -616,6 +616,21 @@ def test_pod_requests_with_init_containers() -> None:
     assert pod_requests(spec) == {c.RES_GPU_MEM: 8, c.RES_GPU_CORE: 35}
 
 
+def test_a_regular_init_container_runs_beside_the_sidecars_declared_before_it() -> None:
+    """Kubernetes' PodRequests (component-helpers/resource/helpers.go; KEP-753): while the i-th
+    init container runs, the pod holds it plus the restartable init containers before it."""
+    spec = {
+        "containers": [{"resources": {"limits": {c.RES_GPU_MEM: "1"}}}],
+        "initContainers": [
+            {"restartPolicy": "Always", "resources": {"limits": {c.RES_GPU_MEM: "2"}}},
+            {"resources": {"limits": {c.RES_GPU_MEM: "7"}}},
+            {"restartPolicy": "Always", "resources": {"limits": {c.RES_GPU_MEM: "4"}}},
+        ],
+    }
+    # running: 1 + 2 + 4 = 7; the init phase: 7 + the sidecar before it (2) = 9
+    assert pod_requests(spec) == {c.RES_GPU_MEM: 9}
+
+
 def test_views_from_objects() -> None:
     n = NodeView.from_obj(
         {

@@ -48,8 +48,8 @@ def _nvidia_shared_parts(kind: KindPaths) -> list[str]:
 
 
 def _nvidia_gpu_parts(kind: KindPaths) -> list[str]:
-    """A container asking for ``nvidia.com/gpu`` in a pod spec with its own nodeSelector, affinity
-    or nodeName (a pod that may be aimed at an NVIDIA pool)."""
+    """A container asking for ``nvidia.com/gpu`` (or a MIG device, ``nvidia.com/mig-*``) in a pod
+    spec with its own nodeSelector, affinity or nodeName (a pod that may be aimed at an NVIDIA pool)."""
     parts = []
     for spec in kind.pod_specs:
         rels = [p.removeprefix(spec + ".") for p, _ in kind.all_containers() if p.startswith(spec + ".")]
@@ -60,7 +60,16 @@ def _nvidia_gpu_parts(kind: KindPaths) -> list[str]:
         def whole(node: str, rels: list[str] = rels, fresh: Vars = fresh) -> str:
             constrained = " || ".join(f"has({node}.{f})" for f in _CONSTRAINT_FIELDS)
             asks = " || ".join(
-                exists_at(rel, lambda x: names_in(x, (c.RES_NVIDIA_GPU,)), node, fresh) for rel in rels
+                exists_at(
+                    rel,
+                    lambda x: (
+                        f"({names_in(x, (c.RES_NVIDIA_GPU,))}"
+                        f" || {container_asks(x, (c.RES_NVIDIA_MIG_PREFIX,))})"
+                    ),
+                    node,
+                    fresh,
+                )
+                for rel in rels
             )
             return f"({constrained}) && ({asks})"
 

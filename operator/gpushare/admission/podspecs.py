@@ -19,8 +19,9 @@ from gpushare.rulekit.podspecs import NODE_CONSTRAINT_FIELDS, gate_paths, has_pr
 
 def requests_gpu_sharing(obj: Mapping[str, Any], table: KindTable = DEFAULT_TABLE) -> bool:
     """Fast check: does any container of the object's pods mention a resource of a backend's
-    ``sharing_prefixes`` or ``nvidia.com/gpu.shared``, does a container ask for ``nvidia.com/gpu`` in
-    a pod spec with its own nodeSelector, affinity or nodeName (a pod that may be aimed at a pool),
+    ``sharing_prefixes`` or ``nvidia.com/gpu.shared``, does a container ask for ``nvidia.com/gpu`` (or
+    a MIG device, ``nvidia.com/mig-*``) in a pod spec with its own nodeSelector, affinity or nodeName
+    (a pod that may be aimed at a pool),
     or does a pod carry a backend's GPU-sharing pod label? (The webhook's matchConditions,
     :func:`gpushare.admission.cel.gpu_sharing_condition` with ``nvidia``, ask the same.)
 
@@ -50,7 +51,8 @@ def requests_gpu_sharing(obj: Mapping[str, Any], table: KindTable = DEFAULT_TABL
 
 def _names_gpu(item: Any, constrained: bool = False) -> bool:
     """A container whose resources name a resource of :data:`SHARING_PREFIXES` or
-    ``nvidia.com/gpu.shared``, or ``nvidia.com/gpu`` when its pod spec is ``constrained``."""
+    ``nvidia.com/gpu.shared``, or ``nvidia.com/gpu`` or ``nvidia.com/mig-*`` when its pod spec is
+    ``constrained``."""
     resources = item.get("resources") if isinstance(item, Mapping) else None
     if not isinstance(resources, Mapping):
         return False
@@ -59,7 +61,7 @@ def _names_gpu(item: Any, constrained: bool = False) -> bool:
         and any(
             has_prefix(name, SHARING_PREFIXES)
             or name == c.RES_NVIDIA_GPU_SHARED
-            or (constrained and name == c.RES_NVIDIA_GPU)
+            or (constrained and (name == c.RES_NVIDIA_GPU or has_prefix(name, (c.RES_NVIDIA_MIG_PREFIX,))))
             for name in names
         )
         for names in (resources.get("limits"), resources.get("requests"))

@@ -261,13 +261,16 @@ def compute(
     """Every pool's demand. ``loans``: node → (lender, borrower) of the loans in force."""
     busy = busy_nodes(bound)
     waiting = list(waiting)
-    # resolve() needs only the nodes its symbolic pool check does not cover: those outside every
-    # pool or not yet switched to their pool's labels (all of them for a pod that names nodes).
+    # resolve() judges a pool on its known nodes when it has any, on its selector otherwise: it
+    # needs the nodes outside every pool or not yet switched to their pool's labels, with every
+    # node of a pool that has one of those (all of them for a pod that names nodes). A pool whose
+    # nodes are all settled carries its own labels: its selector stands for them.
     if any(names_nodes(term) for pod in waiting for term in pod.constraints.terms):
         known = list(nodes.values())
     else:
-        settled = {p.node for p in cp.nodes if p.pool and p.action is Action.NOOP}
-        known = [n for n in nodes.values() if n.name not in settled]
+        settled = {p.node: p.pool for p in cp.nodes if p.pool and p.action is Action.NOOP}
+        moving = {p.pool for p in cp.nodes if p.pool and p.node not in settled}
+        known = [n for n in nodes.values() if n.name not in settled or settled[n.name] in moving]
     by_pool = targets(waiting, pools, known)
     lent: dict[str, dict[str, str]] = {}
     borrowed: dict[str, dict[str, str]] = {}

@@ -11,6 +11,7 @@ from typing import Any
 from gpushare import constants as c
 from gpushare.api.quantity import quantity_int as quantity_int  # re-exported: the planner's lenient reading
 from gpushare.backends import BACKENDS
+from gpushare.rulekit.requests import effective_requests
 
 #: The GPU resources every backend's pods may request (prefixes: ``SharingBackend.pod_resources``).
 _GPU_PREFIXES: tuple[str, ...] = tuple(dict.fromkeys(r for b in BACKENDS.values() for r in b.pod_resources))
@@ -28,27 +29,10 @@ def _container_requests(container: Mapping[str, Any]) -> dict[str, int]:
 
 
 def pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
-    """Effective GPU-sharing requests of a pod spec, with Kubernetes' init-container rule.
-
-    Regular containers and restartable (sidecar) init containers add up; a regular init container
-    runs alone, so the pod needs the larger of it and the sum. This is what the scheduler reserves.
-    """
-    total: dict[str, int] = {}
-    for container in spec.get("containers") or []:
-        for name, value in _container_requests(container).items():
-            total[name] = total.get(name, 0) + value
-    init_peak: dict[str, int] = {}
-    for container in spec.get("initContainers") or []:
-        requests = _container_requests(container)
-        if container.get("restartPolicy") == "Always":
-            for name, value in requests.items():
-                total[name] = total.get(name, 0) + value
-        else:
-            for name, value in requests.items():
-                init_peak[name] = max(init_peak.get(name, 0), value)
-    for name, value in init_peak.items():
-        total[name] = max(total.get(name, 0), value)
-    return total
+    """Effective GPU requests of a pod spec (every backend's resources), as the scheduler reserves
+    them: :func:`gpushare.rulekit.requests.effective_requests` (containers and sidecar init
+    containers add up; a regular init container runs with the sidecars declared before it)."""
+    return effective_requests(spec, _container_requests)
 
 
 def _interned(items: Mapping[str, Any] | None, keep: str | tuple[str, ...] = "") -> dict[str, str]:

@@ -45,6 +45,8 @@ class ContainerRef:
     limits: Mapping[str, Any]
     requests: Mapping[str, Any]
     env: tuple[Mapping[str, Any], ...] = ()
+    #: ``restartPolicy: Always``: an init container that keeps running (a sidecar, KEP-753).
+    restart_always: bool = False
 
     @property
     def display(self) -> str:
@@ -91,6 +93,7 @@ def _container_ref(path: str, item: Mapping[str, Any], rel: str, index: int | No
         limits=_mapping(resources.get("limits")),
         requests=_mapping(resources.get("requests")),
         env=tuple(e for e in env if isinstance(e, Mapping)) if isinstance(env, list) else (),
+        restart_always=item.get("restartPolicy") == "Always",
     )
 
 

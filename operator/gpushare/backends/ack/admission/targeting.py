@@ -147,16 +147,15 @@ def resolve(constraints: Constraints, ctx: Context) -> Resolution:
     opaque = [t for t in constraints.terms if not ctx.nodes and names_nodes(t) and identity_only(t)]
     terms = [t for t in constraints.terms if not any(t is o for o in opaque)]
     if ctx.pools or ctx.nodes:
-        candidates = _pool_candidates(ctx)
         entries = _node_entries(ctx)
         for term in terms:
-            named = bool(ctx.nodes) and names_nodes(term)
-            for pool, cand in candidates:
-                if not named and term_possible(term, cand):
-                    _add(res.kinds, pool.spec.mode, pool.name)
-            # The symbolic pool check already covers a switched node of a matched pool (its labels
-            # are the pool's), so without node names only the others need a look.
-            for entry in entries if named else _unsettled(ctx, entries):
+            for name in reachable_pools(term, ctx):
+                pool = ctx.pool(name)
+                if pool is not None:
+                    _add(res.kinds, pool.spec.mode, name)
+            # The pools' own nodes are judged by reachable_pools (with the pool's labels applied);
+            # what remains is the nodes sharing GPUs today as another kind, or outside every pool.
+            for entry in _unsettled(ctx, entries):
                 _resolve_node(term, entry, res)
         if res.kinds:
             return res
@@ -229,6 +228,46 @@ def _unsettled(ctx: Context, entries: list[_NodeEntry]) -> list[_NodeEntry]:
     return cast(list[_NodeEntry], cached)
 
 
+def _pool_members(ctx: Context) -> dict[str, list[tuple[str, dict[str, frozenset[str] | None]]]]:
+    """pool name -> its known nodes, each with the labels it carries once the pool's are applied."""
+    cached = ctx.cache.get("pool_members")
+    if cached is None:
+        cached = {}
+        for node in ctx.nodes:
+            name = ctx.node_pool.get(node.name)
+            pool = ctx.pool(name) if name else None
+            if pool is not None:
+                labels = exact({**node.labels, **pool_node_labels(pool)})
+                cached.setdefault(pool.name, []).append((node.name, labels))
+        ctx.cache["pool_members"] = cached
+    return cast(dict[str, list[tuple[str, dict[str, frozenset[str] | None]]]], cached)
+
+
+def reachable_pools(term: Term, ctx: Context) -> frozenset[str]:
+    """The pools a pod's constraint term can land on, one rule for every backend: a pool is reached
+    when the term can match one of its nodes, judged on its known nodes (their labels with the
+    pool's applied: exactly, names included) when it has any, on its selector otherwise (the
+    pool's candidate labels, anything it does not fix assumed possible; a term naming nodes, with
+    the nodes known, reaches no pool without known nodes). Cached on the context per term (the
+    webhook reuses a context until pools or nodes change)."""
+    cache = ctx.cache.setdefault("reach", {})
+    hit = cache.get(term)
+    if hit is not None:
+        return cast(frozenset[str], hit)
+    members = _pool_members(ctx)
+    named = bool(ctx.nodes) and names_nodes(term)
+    out = set()
+    for pool, cand in _pool_candidates(ctx):
+        nodes = members.get(pool.name)
+        if nodes:
+            if any(term_possible(term, labels, exact=True, name=name) for name, labels in nodes):
+                out.add(pool.name)
+        elif not named and term_possible(term, cand):
+            out.add(pool.name)
+    found = cache[term] = frozenset(out)
+    return found
+
+
 def _pool_candidates(ctx: Context) -> list[tuple[GPUSharePool, dict[str, frozenset[str] | None]]]:
     cached = ctx.cache.get("pool_candidates")
     if cached is None:
@@ -267,11 +306,14 @@ class NvidiaTarget:
 
     ``nvidia.com/gpu`` is offered by every whole-GPU node, so such a pod is aimed at a pool only
     when its constraints confine it there: each term names the pool (``gpushare.io/pool``), pins
-    every label of the pool's nodeSelector, names nodes of pools, or pins ACK's
-    ``ack.node.gpu.schedule`` to a sharing kind (``labels``: no pool, ACK-labelled nodes)."""
+    every label of the pool's nodeSelector, names nodes of pools, pins ACK's
+    ``ack.node.gpu.schedule`` to a sharing kind (``labels``: no pool, ACK-labelled nodes), or, with
+    the nodes known, can match no node outside the pools that advertises what the pod asks for."""
 
-    #: The pools the confined terms reach.
+    #: The pools the terms reach (:func:`reachable_pools`).
     pools: set[str] = field(default_factory=set)
+    #: The pools the terms confined to pools reach (a term that may land elsewhere left out).
+    confined: set[str] = field(default_factory=set)
     #: ACK sharing kinds pinned by ``ack.node.gpu.schedule`` in terms that reach no pool.
     labels: set[str] = field(default_factory=set)
     #: Some term is not confined to pools: the pod may land on any GPU node.
@@ -299,60 +341,81 @@ def _named_pools(term: Term, ctx: Context) -> tuple[set[str], bool] | None:
     return pools, loose
 
 
-def nvidia_target(constraints: Constraints, ctx: Context) -> NvidiaTarget:
-    """Where a pod asking for ``nvidia.com/gpu`` is aimed (:class:`NvidiaTarget`)."""
+def _loose_offer(term: Term, ctx: Context, resources: frozenset[str]) -> bool:
+    """Whether a known node outside every pool that the term can match advertises one of
+    ``resources`` (a node whose allocatable does not could never hold the pod). Cached on the
+    context per term and resources."""
+    cache = ctx.cache.setdefault("loose_offer", {})
+    hit = cache.get((term, resources))
+    if hit is not None:
+        return bool(hit)
+    pooled = ctx.node_pool
+    found = cache[term, resources] = any(
+        node.name not in pooled
+        and any(node.allocatable.get(r) not in (None, "0") for r in resources)
+        and term_possible(term, exact(node.labels), exact=True, name=node.name)
+        for node in ctx.nodes
+    )
+    return found
+
+
+def nvidia_target(
+    constraints: Constraints, ctx: Context, resources: frozenset[str] = frozenset((c.RES_NVIDIA_GPU,))
+) -> NvidiaTarget:
+    """Where a pod asking for NVIDIA's ``resources`` is aimed (:class:`NvidiaTarget`): the pools each
+    term reaches (:func:`reachable_pools`, the one targeting of every backend), and whether the
+    term may land elsewhere. A term is confined to pools when it names them (``gpushare.io/pool``),
+    pins every label of a pool's nodeSelector, pins ACK's schedule label to sharing kinds, names
+    nodes of pools, or, with the nodes known, no known node outside the pools that it can match
+    advertises what the pod asks for."""
     out = NvidiaTarget()
     if not constraints.present:
         out.unconfined = True
         return out
-    candidates = _pool_candidates(ctx)
     for term in constraints.terms:
         named = _named_pools(term, ctx)
         if named is not None:
             out.pools |= named[0]
-            out.unconfined |= named[1]
+            if named[1]:
+                out.unconfined = True
+            else:
+                out.confined |= named[0]
             continue
+        reach = reachable_pools(term, ctx)
         wanted = sel.pinned(term, c.LABEL_POOL)
         if wanted is not None:
-            known = {p.name for p, cand in candidates if p.name in wanted and term_possible(term, cand)}
+            known = {name for name in reach if name in wanted}
             out.pools |= known
+            out.confined |= known
             out.unknown |= not known and not ctx.pools
             if ctx.pools:
                 out.missing |= {name for name in wanted if ctx.pool(name) is None}
             continue
-        implied = {
-            p.name
-            for p, cand in candidates
-            if p.spec.node_selector.requirements()
-            and sel.implies(term, p.spec.node_selector.requirements())
-            and term_possible(term, cand)
-        }
-        if implied:
-            out.pools |= implied
-            continue
         schedule = sel.pinned(term, c.LABEL_SCHEDULE)
         if schedule is not None and schedule and schedule <= set(KINDS):
-            by_mode = {
-                p.name for p, cand in candidates if p.spec.mode in schedule and term_possible(term, cand)
-            }
+            # ACK's sharing nodes: the pools of those kinds it reaches, else ACK-labelled nodes.
+            by_mode = {p.name for p in ctx.pools if p.name in reach and p.spec.mode in schedule}
             out.pools |= by_mode
+            out.confined |= by_mode
             if not by_mode:
                 out.labels |= schedule
+            continue
+        out.pools |= reach
+        if any(
+            p.spec.node_selector.requirements() and sel.implies(term, p.spec.node_selector.requirements())
+            for p in ctx.pools
+            if p.name in reach
+        ) or (ctx.nodes and not _loose_offer(term, ctx, resources)):
+            # Confined: every node it can land on (that could hold the pod) is a pool's.
+            out.confined |= reach
             continue
         out.unconfined = True
     return out
 
 
 def reaches_pool(constraints: Constraints, pool: GPUSharePool, ctx: Context) -> bool:
-    """Whether a pod with these constraints can land on a node of ``pool`` (symbolically, as
-    :func:`resolve` reaches pools; a pod without constraints reaches every pool)."""
+    """Whether a pod with these constraints can land on a node of ``pool`` (:func:`reachable_pools`;
+    a pod without constraints reaches every pool)."""
     if not constraints.present:
         return True
-    cand = next((cand for p, cand in _pool_candidates(ctx) if p.name == pool.name), None)
-    if cand is None:
-        return False
-    return any(
-        (not ctx.nodes or not names_nodes(term)) and term_possible(term, cand) for term in constraints.terms
-    ) or any(
-        (named := _named_pools(term, ctx)) is not None and pool.name in named[0] for term in constraints.terms
-    )
+    return any(pool.name in reachable_pools(term, ctx) for term in constraints.terms)

@@ -9,7 +9,7 @@ where their other cases are), and ACK's ``GS018`` names NVIDIA's resources by :d
 from __future__ import annotations
 
 from gpushare import constants as c
-from gpushare.rulekit.records import AdmissionRule, Case
+from gpushare.rulekit.records import CODE_INVALID, AdmissionRule, Case
 
 _NV = c.RES_NVIDIA_GPU
 _NVS = c.RES_NVIDIA_GPU_SHARED
@@ -46,5 +46,86 @@ NVIDIA_MORE_THAN_ONE = AdmissionRule(
     },
 )
 
+#: NVIDIA's resources are extended resources: the prefix of their names.
+NVIDIA_PREFIX = "nvidia.com/"
+
+# Kubernetes' own rules for an extended resource (pkg/apis/core/validation, validation.go:
+# ``ValidateResourceRequirements``, ``ValidateResourceQuantityValue``, ``ValidateNonnegativeQuantity``;
+# an extended resource is an integer resource, ``helper.IsIntegerResourceName``, that cannot be
+# overcommitted, ``helper.IsOvercommitAllowed``). The problems are Kubernetes' own words.
+NVIDIA_QUANTITY = AdmissionRule(
+    id="GS020-nvidia-resource-quantity",
+    verdict="deny",
+    pool_mode=False,
+    code=CODE_INVALID,
+    what=f"a container's `{NVIDIA_PREFIX}*` requests and limits are what Kubernetes accepts for an extended"
+    " resource (`pkg/apis/core/validation` `ValidateResourceRequirements`): quantities that are whole and not"
+    " negative, and a request only beside a limit of the same amount (extended resources cannot be"
+    " overcommitted); the apiserver refuses a Pod that breaks this, and a workload's pods are never created",
+    fix="write a whole number, and set only limits (the request defaults to the limit) or requests equal"
+    " to limits",
+    cases={
+        "malformed": Case(
+            "is not a Kubernetes quantity; the apiserver refuses it",
+            "write a whole number such as 1",
+        ),
+        "negative": Case(
+            "must be greater than or equal to 0 (Kubernetes refuses a negative quantity)",
+            "write a whole number such as 1",
+        ),
+        "not-integer": Case(
+            "must be an integer: Kubernetes counts {resource} in whole devices, as every extended resource",
+            "ask for a whole number (for a fraction of a GPU, ask for one replica of a shared GPU on an"
+            " NVIDIA pool that shares them)",
+        ),
+        "no-limit": Case(
+            "is set without a limit: Limit must be set for non overcommitable resources (Kubernetes refuses"
+            " a request of an extended resource without its limit)",
+            'set resources.limits["{resource}"] to the same value, or set only the limit (the request'
+            " defaults to it)",
+        ),
+        "differs": Case(
+            "must be equal to {resource} limit of {limit}: Kubernetes does not overcommit extended resources",
+            "set requests equal to limits, or drop requests",
+        ),
+    },
+)
+
+# What the scheduler can never place (its NodeResourcesFit filter, pkg/scheduler/framework/plugins/
+# noderesources/fit.go: "Insufficient <resource>" when the pod's request exceeds a node's allocatable).
+NVIDIA_EXCEEDS_NODE = AdmissionRule(
+    id="GS021-nvidia-request-exceeds-node",
+    verdict="deny",
+    pool_mode=True,
+    what=f"a pod's effective request of each `{NVIDIA_PREFIX}*` resource, as the scheduler computes it"
+    " (containers and sidecar init containers summed, a regular init container with the sidecars"
+    " before it, the larger of the two), fits on one node it can land on: on an NVIDIA pool the"
+    " largest node's GPUs x the pool's replicas (its allocatable once the pool's config is applied"
+    " there), elsewhere the node's allocatable; a pod without node constraints (which only `gpushare"
+    " check` judges) on some known node; admitted while a node's size is unknown",
+    fix="ask for at most what one node offers, or target a pool with larger nodes or more replicas",
+    cases={
+        "target": Case(
+            'asks for {count} "{resource}" in all (the pod\'s effective request: containers summed, init'
+            " containers at their peak), but no node it can land on offers more than {most} ({sizes});"
+            " the pod would stay Pending (Insufficient {resource})",
+            "ask for at most {most}, split the work over several pods, or target a pool with larger nodes"
+            " or more replicas",
+        ),
+        "anywhere": Case(
+            'asks for {count} "{resource}" in all (the pod\'s effective request: containers summed, init'
+            " containers at their peak), but no known node offers more than {most}{sizes}; the pod would"
+            " stay Pending (Insufficient {resource})",
+            "ask for at most {most}, or add nodes that offer more",
+        ),
+        "nowhere": Case(
+            'asks for {count} "{resource}" in all, but no known node offers {resource}; the pod would stay'
+            " Pending (Insufficient {resource})",
+            "ask for a resource the cluster's nodes offer, or add nodes that offer {resource} (an NVIDIA"
+            " pool advertises nvidia.com/gpu, or nvidia.com/gpu.shared with renameByDefault)",
+        ),
+    },
+)
+
 #: NVIDIA's own pod and workload rules, in the table's order.
-WORKLOAD_RULES: tuple[AdmissionRule, ...] = (NVIDIA_MORE_THAN_ONE,)
+WORKLOAD_RULES: tuple[AdmissionRule, ...] = (NVIDIA_MORE_THAN_ONE, NVIDIA_QUANTITY, NVIDIA_EXCEEDS_NODE)

@@ -17,27 +17,60 @@ they emit the NVIDIA cases of two records shared with ACK's rules, ``KIND_MISMAT
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any, cast
+
 from gpushare import constants as c
+from gpushare.api.quantity import quantity_or_none
 from gpushare.api.v1alpha1 import GPUSharePool
 from gpushare.backends.ack.admission.catalog import KIND_MISMATCH, TARGET_UNKNOWN
-from gpushare.backends.ack.admission.targeting import KIND_TEXT, nvidia_target, reaches_pool
+from gpushare.backends.ack.admission.targeting import KIND_TEXT, nvidia_target, pool_node_labels, reaches_pool
 from gpushare.backends.base import PodRules
-from gpushare.backends.nvidia.admission.catalog import NVIDIA_MORE_THAN_ONE, NVIDIA_WHAT
+from gpushare.backends.nvidia.admission.catalog import (
+    NVIDIA_EXCEEDS_NODE,
+    NVIDIA_MORE_THAN_ONE,
+    NVIDIA_PREFIX,
+    NVIDIA_QUANTITY,
+    NVIDIA_WHAT,
+)
+from gpushare.backends.nvidia.config import name_of
 from gpushare.rulekit.constraints import Constraints, reaches_node
 from gpushare.rulekit.emit import Emitter, pool_verdict
-from gpushare.rulekit.model import Context
-from gpushare.rulekit.podspecs import ContainerRef, PodLike, asks_any, resource_field
-from gpushare.rulekit.quantity import Amount, parse_amount
+from gpushare.rulekit.model import Context, NodeInfo
+from gpushare.rulekit.podspecs import (
+    ContainerRef,
+    PodLike,
+    asks_any,
+    asks_prefixed,
+    has_prefix,
+    resource_field,
+)
+from gpushare.rulekit.quantity import Amount, shown_value
 from gpushare.rulekit.records import AdmissionRule, Verdict
+from gpushare.rulekit.requests import container_spec, effective_requests
 
 
 def judged_nvidia(pod: PodLike) -> bool:
-    """Whether the NVIDIA rules judge the pod: a container asks for ``nvidia.com/gpu.shared``, or
-    for ``nvidia.com/gpu`` in a pod whose own fields constrain its nodes (the webhook's
-    matchConditions ask the same: ``gpushare.admission.podspecs.requests_gpu_sharing``)."""
+    """Whether the NVIDIA rules judge the pod: a container asks for an ``nvidia.com/*`` resource.
+    Kubernetes' own rules (``NVIDIA_QUANTITY``) and what no node can hold (``NVIDIA_EXCEEDS_NODE``)
+    hold for every such pod; the pool rules only for a pod :func:`aimed` at pools."""
+    return any(asks_prefixed(ref, (NVIDIA_PREFIX,)) for ref in pod.containers)
+
+
+def aimed(pod: PodLike) -> bool:
+    """Whether a pod asking for NVIDIA's resources may be aimed at a pool: a container asks for
+    ``nvidia.com/gpu.shared``, or for ``nvidia.com/gpu`` or a MIG device (``nvidia.com/mig-*``) in a
+    pod whose own fields constrain its nodes (the webhook's matchConditions ask the same:
+    ``gpushare.admission.podspecs.requests_gpu_sharing``; any other NVIDIA pod may land on any GPU
+    node and is sent to the webhook only beside one of these)."""
     if any(asks_any(ref, (c.RES_NVIDIA_GPU_SHARED,)) for ref in pod.containers):
         return True
-    return pod.own_constraints and any(asks_any(ref, (c.RES_NVIDIA_GPU,)) for ref in pod.containers)
+    return pod.own_constraints and any(
+        asks_any(ref, (c.RES_NVIDIA_GPU,)) or asks_prefixed(ref, (c.RES_NVIDIA_MIG_PREFIX,))
+        for ref in pod.containers
+    )
 
 
 def _nvidia_pools(ctx: Context, names: set[str] | None = None) -> list[GPUSharePool]:
@@ -68,12 +101,252 @@ def _nvidia_asks(pod: PodLike) -> list[tuple[ContainerRef, str, str, Amount]]:
     """(container, resource, limits|requests, amount) of every NVIDIA resource a container asks for."""
     out = []
     for ref in pod.containers:
-        for name in NVIDIA_WHAT:
+        mig = sorted(
+            {str(n) for n in (*ref.limits, *ref.requests) if has_prefix(n, (c.RES_NVIDIA_MIG_PREFIX,))}
+        )
+        for name in (*NVIDIA_WHAT, *mig):
             if name in ref.limits:
-                out.append((ref, name, "limits", parse_amount(ref.limits[name])))
+                out.append((ref, name, "limits", _amount(ref.limits[name])))
             elif name in ref.requests:
-                out.append((ref, name, "requests", parse_amount(ref.requests[name])))
+                out.append((ref, name, "requests", _amount(ref.requests[name])))
     return out
+
+
+def may_offer(pool: GPUSharePool, resource: str) -> bool:
+    """Whether the nodes of an NVIDIA pool can advertise ``resource`` under the pool's sharing.
+
+    The config gpushare writes (``backends.nvidia.config.document``) shares ``nvidia.com/gpu``
+    only, advertised as ``nvidia.com/gpu.shared`` with renameByDefault (k8s-device-plugin v0.19.3
+    ``api/config/v1/replicas.go``). A MIG device (``nvidia.com/mig-<profile>``) exists only with
+    the plugin's mixed MIG strategy (its command line; README "Configuration Option Details":
+    ``--mig-strategy``), on whole GPUs: a TimeSlicing pool's config names no MIG resource to
+    share, and NVIDIA's README says MPS is not supported on MIG-enabled devices. Strategy None
+    (whole GPUs) leaves MIG to the plugin's flags: it may advertise them."""
+    nv = pool.spec.nvidia
+    if nv is None:
+        return False
+    if resource.startswith(c.RES_NVIDIA_MIG_PREFIX):
+        return nv.strategy == "None"
+    return nv.resource == resource
+
+
+def _amount(raw: object) -> Amount:
+    """A count of NVIDIA's devices as Kubernetes reads it (``kubernetes_quantity``: ``2.0`` and
+    ``2000m`` are 2); a value it refuses has no number (``NVIDIA_QUANTITY`` says why)."""
+    amount, case = kubernetes_quantity(raw)
+    if amount is None:
+        return Amount(raw, error=case)
+    return Amount(raw, value=int(amount))
+
+
+def kubernetes_quantity(raw: object) -> tuple[Decimal | None, str | None]:
+    """An extended resource's quantity as the apiserver reads it: ``(amount, None)``, else
+    ``(None, case)`` with the ``NVIDIA_QUANTITY`` case it breaks. A JSON number is parsed as
+    written (``2.0`` is 2, ``1.5`` a fraction); the amount is kept in nano units, rounded up, and
+    must be whole (``ValidateResourceQuantityValue``: ``MilliValue() % 1000 == 0``) and not negative
+    (``ValidateNonnegativeQuantity``)."""
+    amount = _read(raw)
+    if amount is None:
+        return None, "malformed"
+    if amount < 0:
+        return None, "negative"
+    if amount != amount.to_integral_value():
+        return None, "not-integer"
+    return amount, None
+
+
+def _read(raw: object) -> Decimal | None:
+    """The amount of a quantity in nano units (rounded up, as Kubernetes keeps it), or None for
+    what is no quantity."""
+    if isinstance(raw, float):
+        raw = repr(raw) if math.isfinite(raw) else None
+    q = quantity_or_none(raw)
+    return None if q is None else q.nano
+
+
+def _check_kubernetes(em: Emitter, ref: ContainerRef) -> None:
+    """``NVIDIA_QUANTITY``: what Kubernetes refuses in a container's ``nvidia.com/*`` resources
+    (pkg/apis/core/validation ``ValidateResourceRequirements``): each quantity whole and not negative
+    (``ValidateResourceQuantityValue``, ``ValidateNonnegativeQuantity``), a request only with its
+    limit and equal to it (extended resources: ``helper.IsOvercommitAllowed`` is false)."""
+    amounts: dict[tuple[str, str], Decimal | None] = {}
+    for where, resources in (("limits", ref.limits), ("requests", ref.requests)):
+        for name, raw in resources.items():
+            if not isinstance(name, str) or not name.startswith(NVIDIA_PREFIX):
+                continue
+            _, case = kubernetes_quantity(raw)
+            amounts[where, name] = _read(raw)  # compared even when refused, as Kubernetes does
+            if case is not None:
+                field = f"{ref.path}.{resource_field(where, name)}"
+                em.case(
+                    NVIDIA_QUANTITY, case, container=ref, field=field, value=shown_value(raw), resource=name
+                )
+    for name, raw in ref.requests.items():
+        if not isinstance(name, str) or not name.startswith(NVIDIA_PREFIX):
+            continue
+        field = f"{ref.path}.{resource_field('requests', name)}"
+        if name not in ref.limits:
+            em.case(
+                NVIDIA_QUANTITY, "no-limit", container=ref, field=field, value=shown_value(raw), resource=name
+            )
+            continue
+        request, limit = amounts.get(("requests", name)), amounts.get(("limits", name))
+        if request is not None and limit is not None and request != limit:
+            em.case(
+                NVIDIA_QUANTITY,
+                "differs",
+                container=ref,
+                field=field,
+                value=shown_value(raw),
+                resource=name,
+                limit=shown_value(ref.limits[name]),
+            )
+
+
+def _container_asks(container: Mapping[str, Any]) -> dict[str, int]:
+    """A container's ``nvidia.com/*`` requests as the scheduler reads them: the request, else the
+    limit (Kubernetes defaults an extended resource's request to its limit); a value Kubernetes
+    refuses (``NVIDIA_QUANTITY``) is left out."""
+    resources = container.get("resources")
+    out: dict[str, int] = {}
+    if not isinstance(resources, Mapping):
+        return out
+    for where in ("limits", "requests"):  # requests win when both are given
+        values = resources.get(where)
+        if not isinstance(values, Mapping):
+            continue
+        for name, raw in values.items():
+            if isinstance(name, str) and name.startswith(NVIDIA_PREFIX):
+                amount, _ = kubernetes_quantity(raw)
+                if amount is not None:
+                    out[name] = int(amount)
+    return out
+
+
+def _gpus(node: NodeInfo) -> int | None:
+    """A node's physical GPUs: the agent's inventory or count label, else GPU Feature Discovery's."""
+    if node.gpu_count:
+        return node.gpu_count
+    value = node.labels.get(c.LABEL_NVIDIA_GPU_COUNT, "")
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+def node_offers(ctx: Context, node: NodeInfo, resource: str) -> int | None:
+    """The most of ``resource`` a node can ever offer one pod, or None when unknown.
+
+    A node of an NVIDIA pool: its allocatable once the pool's config is applied there (its config
+    label names the pool's config), else its GPUs x the pool's replicas (what NVIDIA's plugin
+    advertises under that config: k8s-device-plugin v0.19.3 ``api/config/v1/replicas.go``); 0 for a
+    resource the pool cannot offer (:func:`may_offer`). A node of an ACK pool offers no
+    ``nvidia.com/*``. Any other node: its allocatable today."""
+    name = ctx.node_pool.get(node.name)
+    pool = ctx.pool(name) if name else None
+    if pool is None:
+        return _alloc(node, resource)
+    nv = pool.spec.nvidia
+    if nv is None or not may_offer(pool, resource):
+        return 0
+    if node.labels.get(c.LABEL_NVIDIA_CONFIG) == name_of(nv) and resource in node.allocatable:
+        return _alloc(node, resource)
+    if resource.startswith(c.RES_NVIDIA_MIG_PREFIX):
+        return None  # MIG profiles per GPU are the plugin's and the node's, not the pool's
+    gpus = _gpus(node)
+    return None if gpus is None else gpus * (nv.replicas if nv.strategy != "None" else 1)
+
+
+def _alloc(node: NodeInfo, resource: str) -> int:
+    amount, _ = kubernetes_quantity(node.allocatable.get(resource, "0"))
+    return int(amount) if amount is not None else 0
+
+
+def _reached(ctx: Context, constraints: Constraints) -> list[tuple[NodeInfo, str | None]]:
+    """The known nodes a pod can land on (with the pool's labels applied on a pool's nodes), each
+    with its pool; every node for a pod without constraints. Cached on the context."""
+    cache = ctx.cache.setdefault("nvidia_reached", {})
+    key = constraints.terms if constraints.present else None
+    cached = cache.get(key)
+    if cached is not None:
+        return cast(list[tuple[NodeInfo, str | None]], cached)
+    out: list[tuple[NodeInfo, str | None]] = []
+    for node in ctx.nodes:
+        name = ctx.node_pool.get(node.name)
+        pool = ctx.pool(name) if name else None
+        labels = {**node.labels, **pool_node_labels(pool)} if pool is not None else node.labels
+        if reaches_node(constraints, labels, node.name):
+            out.append((node, name))
+    cache[key] = out
+    return out
+
+
+Sizes = tuple[dict[str, int], set[str], bool]
+
+
+def _sizes(ctx: Context, constraints: Constraints, resource: str) -> Sizes | None:
+    """The most of ``resource`` each pool (``pool <name>``) or node outside the pools that the
+    pod can land on offers (those offering none left out), the pools among them, and whether a
+    node outside the pools is; None when some node's size is unknown. Cached on the context."""
+    cache = ctx.cache.setdefault("nvidia_sizes", {})
+    key = (constraints.terms if constraints.present else None, resource)
+    if key in cache:
+        return cast(Sizes | None, cache[key])
+    sizes: dict[str, int] = {}
+    pools: set[str] = set()
+    unpooled = False
+    out: Sizes | None = None
+    for node, pool in _reached(ctx, constraints):
+        size = node_offers(ctx, node, resource)
+        if size is None:
+            break
+        if size == 0:
+            continue
+        where = f"pool {pool}" if pool else node.name
+        sizes[where] = max(sizes.get(where, 0), size)
+        if pool:
+            pools.add(pool)
+        else:
+            unpooled = True
+    else:
+        out = (sizes, pools, unpooled)
+    cache[key] = out
+    return out
+
+
+def _check_capacity(em: Emitter, pod: PodLike, constraints: Constraints, ctx: Context) -> None:
+    """``NVIDIA_EXCEEDS_NODE``: an effective request no node the pod can land on can ever hold
+    (the scheduler's NodeResourcesFit: Insufficient <resource>). Only with the nodes known; a node
+    of unknown size might hold it."""
+    if not ctx.nodes:
+        return
+    requests = effective_requests(container_spec(pod.containers), _container_asks)
+    wanted = {n: v for n, v in requests.items() if v > 0}
+    if not wanted:
+        return
+    for resource, count in sorted(wanted.items()):
+        sized = _sizes(ctx, constraints, resource)
+        if sized is None:
+            continue  # a node of unknown size might hold it
+        sizes, pools, unpooled = sized
+        most = max(sizes.values(), default=0)
+        if count <= most or (not sizes and constraints.present):
+            continue  # fits; or no node there offers it at all: the targeting rules say so
+        verdict, note = pool_verdict(NVIDIA_EXCEEDS_NODE, ctx, pools, unpooled)
+        if verdict is None:
+            continue
+        listed = ", ".join(f"{w} {n}" for w, n in sorted(sizes.items())[:5])
+        more = f" and {len(sizes) - 5} more" if len(sizes) > 5 else ""
+        case = "target" if constraints.present else ("anywhere" if sizes else "nowhere")
+        shown = f"{listed}{more}" if case == "target" else (f" ({listed}{more})" if sizes else "")
+        problem, fix = NVIDIA_EXCEEDS_NODE.text(case, count=count, resource=resource, most=most, sizes=shown)
+        em.add(
+            NVIDIA_EXCEEDS_NODE,
+            container=None,
+            field=f'{pod.path}.containers[*].resources.limits["{resource}"]',
+            value=str(count),
+            problem=problem,
+            fix=fix,
+            verdict=verdict,
+            note=note,
+        )
 
 
 def _nvidia_suggest(ctx: Context, resource: str | None = None) -> str:
@@ -89,15 +362,18 @@ def evaluate_pod(em: Emitter, pod: PodLike, constraints: Constraints, ctx: Conte
     ``KIND_MISMATCH`` (confined to ACK pools, or to NVIDIA pools advertising the other resource),
     ``TARGET_UNKNOWN`` (``nvidia.com/gpu.shared`` that no pool or node it reaches advertises) and
     ``NVIDIA_MORE_THAN_ONE`` (more than one shared GPU where the plugin refuses it)."""
+    for ref in pod.containers:
+        _check_kubernetes(em, ref)
+    _check_capacity(em, pod, constraints, ctx)
     asks = _nvidia_asks(pod)
-    if not asks:
+    if not asks or not aimed(pod):
         return
     value = constraints.render() if constraints.present else None
     field = constraints.field
-    target = nvidia_target(constraints, ctx) if constraints.present else None
+    wanted = {name for _, name, _, _ in asks}
+    target = nvidia_target(constraints, ctx, frozenset(wanted)) if constraints.present else None
     if target is not None and target.unknown:
         return  # names a pool that cannot be resolved offline
-    wanted = {name for _, name, _, _ in asks}
 
     def emit(rule: AdmissionRule, problem: str, fix: str, verdict: Verdict, note: str) -> None:
         """A finding of the pod as a whole, on its node constraints."""
@@ -128,11 +404,7 @@ def evaluate_pod(em: Emitter, pod: PodLike, constraints: Constraints, ctx: Conte
         return
     # Confined to pools (or ACK-labelled nodes) none of which offers what the pod asks for.
     if target is not None and not target.unconfined and (target.pools or target.labels):
-        offering = {
-            p.name
-            for p in _nvidia_pools(ctx, target.pools)
-            if p.spec.nvidia and p.spec.nvidia.resource in wanted
-        }
+        offering = {p.name for p in _nvidia_pools(ctx, target.pools) if any(may_offer(p, r) for r in wanted)}
         if not offering:
             ack = {
                 p.name: p.spec.mode
@@ -156,6 +428,24 @@ def evaluate_pod(em: Emitter, pod: PodLike, constraints: Constraints, ctx: Conte
                     resource=resource,
                     kinds=", ".join(f"{k}: {KIND_TEXT[k]}" for k in kinds),
                     suggestion=_nvidia_suggest(ctx, resource),
+                )
+                emit(KIND_MISMATCH, problem, fix, verdict, note)
+                return
+            mig = next(((ref, n) for ref, n, _, _ in asks if n.startswith(c.RES_NVIDIA_MIG_PREFIX)), None)
+            if verdict and nvidia and mig is not None:
+                offered = sorted({p.spec.nvidia.resource for p in nvidia if p.spec.nvidia})
+                by_mps = ", ".join(
+                    p.name for p in nvidia if p.spec.nvidia and p.spec.nvidia.strategy == "MPS"
+                )
+                no_mps = "; NVIDIA's device plugin does not support MPS on MIG-enabled devices"
+                problem, fix = KIND_MISMATCH.text(
+                    "nvidia-mig",
+                    where=f"pool {', '.join(p.name for p in nvidia)}",
+                    asker=mig[0].display,
+                    resource=mig[1],
+                    why="; ".join(f"pool {p.name}: {_nvidia_why(p)}" for p in nvidia),
+                    mps=f"{no_mps} (pool {by_mps})" if by_mps else "",
+                    offered=" or ".join(offered),
                 )
                 emit(KIND_MISMATCH, problem, fix, verdict, note)
                 return
@@ -224,7 +514,7 @@ def evaluate_pod(em: Emitter, pod: PodLike, constraints: Constraints, ctx: Conte
     if c.RES_NVIDIA_GPU in wanted and target is not None:
         reach[c.RES_NVIDIA_GPU] = [
             p
-            for p in _nvidia_pools(ctx, target.pools)
+            for p in _nvidia_pools(ctx, target.confined)
             if p.spec.nvidia and p.spec.nvidia.resource == c.RES_NVIDIA_GPU
         ]
     for ref, name, where, amount in asks:
