@@ -9,6 +9,7 @@ import pytest
 
 from gpushare import constants as c
 from gpushare.devcluster.pluginsim import (
+    LABEL_SIMULATED,
     RES_ALIYUN_GPU,
     RES_NVIDIA_GPU,
     RESOURCES,
@@ -100,6 +101,10 @@ def _pod(node: str, uid: str, phase: str = "Running", deleting: bool = False) ->
     return {"metadata": meta, "spec": {"nodeName": node}, "status": {"phase": phase}}
 
 
+def _ack_node(name: str) -> dict[str, object]:
+    return {"metadata": {"name": name, "labels": {LABEL_SIMULATED: "ack"}}}
+
+
 async def test_only_running_pods_on_opted_in_nodes_reach_the_api() -> None:
     from kubernetes_asyncio import client
 
@@ -116,12 +121,15 @@ async def test_only_running_pods_on_opted_in_nodes_reach_the_api() -> None:
         await sim._pod("ADDED", _pod("plain", "u0"))  # a node that does not opt in: nothing read
         await sim._pod("ADDED", _pod("sim", "u1", phase="Pending"))
         assert calls == []
-        await sim._node("ADDED", {"metadata": {"name": "sim"}})
+        await sim._node("ADDED", _ack_node("sim"))
         assert calls == [], "no Running pod yet"
         await sim._pod("MODIFIED", _pod("sim", "u1"))
         await sim._pod("MODIFIED", _pod("sim", "u2", deleting=True))
         assert calls == [("sim", "u1")]
         # A pod Running before its node's event arrived is handled when the node opts in.
         await sim._pod("ADDED", _pod("late", "u3"))
-        await sim._node("ADDED", {"metadata": {"name": "late"}})
+        await sim._node("ADDED", _ack_node("late"))
+        # A node of NVIDIA's plugin (the node watch brings both kinds) is not ACK's to play.
+        await sim._pod("ADDED", _pod("nv", "u4"))
+        await sim._node("ADDED", {"metadata": {"name": "nv", "labels": {LABEL_SIMULATED: "nvidia"}}})
         assert calls == [("sim", "u1"), ("late", "u3")]

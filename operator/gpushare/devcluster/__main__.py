@@ -25,7 +25,8 @@ from gpushare.devcluster import nvidia as nv
 from gpushare.devcluster.binaries import BinariesMissing
 from gpushare.devcluster.cluster import ClusterInfo, DevCluster, read_info
 from gpushare.devcluster.crds import install_crd_files
-from gpushare.devcluster.demo import DEMO_POOLS, create_demo_nodes
+from gpushare.devcluster.demo import DEMO_POOLS, NVIDIA_NODE_POOL, create_demo_nodes, create_nvidia_nodes
+from gpushare.devcluster.demo import NVIDIA_CONFIGS as DEMO_NVIDIA_CONFIGS
 from gpushare.devcluster.fakes import (
     POOL_LABEL,
     RealNodePlugin,
@@ -61,9 +62,10 @@ def _supervisor_pid(d: Path) -> int | None:
 REAL_NODEPOOL = "np-real"
 #: The product's image as ``--agent-image`` imports it (``make image-local`` builds it).
 AGENT_IMAGE = f"localhost/gpushare-operator:{__version__}"
-#: NVIDIA's named configs on the real nodes (``--nvidia-plugin``): label a node
-#: nvidia.com/device-plugin.config=<name>; without the label, ``default`` (no sharing).
-NVIDIA_CONFIGS = {f"ts{n}": nv.time_slicing_config(n) for n in (2, 4)}
+#: NVIDIA's named configs, on the real nodes (``--nvidia-plugin``) and the kwok ones of
+#: ``NVIDIA_NODE_POOL``: label a node nvidia.com/device-plugin.config=<name>; without the label,
+#: ``default`` (no sharing).
+NVIDIA_CONFIGS = DEMO_NVIDIA_CONFIGS
 
 
 async def _populate(
@@ -78,11 +80,13 @@ async def _populate(
 ) -> None:
     """CRDs, the stand-in device plugin, and the fake GPU nodes: ``pools`` None (``make cluster``)
     makes the node pools examples/ selects (``DEMO_POOLS``: np-cgpu, np-cgpu-no-isolation,
-    np-gpu-core, two nodes each, one agent pass each); a number makes that many generic pools
-    np-a, np-b, ... of ``nodes_per_pool`` nodes (tests, benchmarks). Real nodes (``--real-nodes``)
-    get the device plugin's nodeSelector and node pool np-real; with ``nvidia`` (the cluster,
-    ``--nvidia-plugin``) NVIDIA's device plugin runs there instead of the stand-in (both would
-    register nvidia.com/gpu), over the fake NVML, with the named configs of :data:`NVIDIA_CONFIGS`.
+    np-gpu-core, two nodes each, one agent pass each; and ``NVIDIA_NODE_POOL``, np-nvidia, whose
+    NVIDIA plugin ``pluginsim`` plays, with NVIDIA's ConfigMap and DaemonSet); a number makes that
+    many generic pools np-a, np-b, ... of ``nodes_per_pool`` nodes (tests, benchmarks). Real nodes
+    (``--real-nodes``) get the device plugin's nodeSelector and node pool np-real; with ``nvidia``
+    (the cluster, ``--nvidia-plugin``) NVIDIA's device plugin runs there instead of the stand-in
+    (both would register nvidia.com/gpu), over the fake NVML, with the named configs of
+    :data:`NVIDIA_CONFIGS`.
     ``real_node_plugin`` "ack" keeps the real nodes on the stand-in with NVIDIA's plugin installed
     beside it (it runs on a node once the node is labelled nvidia.com/gpu.present=true and is in no
     ACK pool: ``make demo``'s move to an NVIDIA pool). ``agent_image`` (the product's image,
@@ -107,6 +111,9 @@ async def _populate(
             await core.patch_node(node, {"metadata": {"labels": {**labels, POOL_LABEL: REAL_NODEPOOL}}})
     if pools is None:
         await create_demo_nodes(str(info.kubeconfig))
+        api = await make_api_client(str(info.kubeconfig))
+        async with api:  # NVIDIA's real DaemonSet, where installed, serves the kwok nodes too
+            await create_nvidia_nodes(api, stand_in=not (nvidia is not None and info.real_nodes))
         return
     api = await make_api_client(str(info.kubeconfig))
     async with api:
@@ -171,6 +178,11 @@ def _print_usage(info: ClusterInfo, examples_layout: bool = False) -> None:
         pools = ", ".join(f"{p.nodepool_id} ({p.prefix}-0..{p.count - 1})" for p in DEMO_POOLS)
         print(f"# node pools (alibabacloud.com/nodepool-id): {pools}")
         print("#       the pools of examples/ select them: kubectl apply -f examples/pool-cgpu.yaml")
+        nvp = NVIDIA_NODE_POOL
+        nodes = f"{nvp.prefix}-0..{nvp.count - 1}, {nvp.gpus} x {nvp.gpu_name}"
+        print(f"# NVIDIA node pool {nvp.nodepool_id} ({nodes}; NVIDIA's plugin simulated)")
+        print(f"#       configs: {', '.join(NVIDIA_CONFIGS)}; the NVIDIA example selects it:")
+        print("#       kubectl apply -f examples/pool-nvidia-time-slicing.yaml")
     print("# try:  kubectl get nodes -L alibabacloud.com/nodepool-id,aliyun.com/gpu-mem")
     print("#       kubectl -n kube-system get pods -l name=gpushare-device-plugin-ds -o wide")
     if info.real_nodes:
@@ -240,7 +252,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     _print_usage(read_info(d), examples_layout=args.pools is None)
     if args.nvidia_plugin:
         print(
-            f"# NVIDIA's device plugin on the real nodes (namespace {nv.NAMESPACE}); configs: default, ",
+            f"# NVIDIA's device plugin on the real nodes (namespace {nv.NAMESPACE}); configs: ",
             end="",
         )
         print(", ".join(NVIDIA_CONFIGS))

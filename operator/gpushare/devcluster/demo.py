@@ -15,11 +15,16 @@ import argparse
 import asyncio
 import sys
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from kubernetes_asyncio import client
+
 from gpushare.agent import run_cycle
-from gpushare.devcluster.fakes import POOL_LABEL, create_gpu_nodes
+from gpushare.devcluster import nvidia as nv
+from gpushare.devcluster import nvidiasim
+from gpushare.devcluster.fakes import POOL_LABEL, create_gpu_nodes, ensure_nvidia_plugin
 from gpushare.gpu.fake import FakeGPU, FakeNVML
 from gpushare.gpu.isolation import MODULE_NAME, IsolationPaths
 from gpushare.k8s.client import make_api_client
@@ -47,6 +52,19 @@ DEMO_POOLS: tuple[DemoNodePool, ...] = (
     DemoNodePool("np-cgpu-no-isolation", "gpu-shared", 2, 1, "Tesla T4", 15, 15360, False, False),
     DemoNodePool("np-gpu-core", "gpu-core", 2, 2, "NVIDIA A10", 22, 23028, True, True),
 )
+
+#: ``make cluster``'s NVIDIA node pool: two nodes of 2 x A100-SXM4-40GB (the GPUs of the real
+#: node's fake NVML), NVIDIA's plugin simulated (``pluginsim``), labelled as GPU Feature Discovery
+#: and the node agent would; examples/pool-nvidia-time-slicing.yaml selects them by
+#: ``gpushare.io/gpu.product``. Not in ``make demo`` (its NVIDIA part is the real node's).
+NVIDIA_NODE_POOL = DemoNodePool(
+    "np-nvidia", "nvidia-a100", 2, 2, "NVIDIA A100-SXM4-40GB", 40, 40960, False, False
+)
+#: The named configs NVIDIA's plugin starts with: the chart's ``default`` (no sharing), ts2, ts4.
+NVIDIA_CONFIGS: dict[str, str] = {
+    nv.DEFAULT_CONFIG: nv.time_slicing_config(1),
+    **{f"ts{n}": nv.time_slicing_config(n) for n in (2, 4)},
+}
 
 
 def _proc_dir(root: Path, with_module: bool) -> IsolationPaths:
@@ -91,6 +109,29 @@ async def create_demo_nodes(kubeconfig: str, pools: tuple[DemoNodePool, ...] = D
                     await run_cycle(api, name, FakeNVML(gpus=gpus), paths)
             names.extend(created)
     return names
+
+
+async def create_nvidia_nodes(
+    api: client.ApiClient,
+    pool: DemoNodePool = NVIDIA_NODE_POOL,
+    configs: Mapping[str, str] = NVIDIA_CONFIGS,
+    *,
+    stand_in: bool = True,
+) -> list[str]:
+    """NVIDIA's plugin (its ConfigMap of ``configs``, and with ``stand_in`` the stand-in DaemonSet:
+    without it, the real one must be installed) and ``pool``'s nodes; waits until the simulated
+    plugin registered on each (the default config: one ``nvidia.com/gpu`` per GPU)."""
+    await ensure_nvidia_plugin(api, configs, daemonset=stand_in)
+    gpu = FakeGPU(name=pool.gpu_name, memory_mib=pool.gpu_mem_mib, mig=False)  # MIG-capable, off
+    return await create_gpu_nodes(
+        api,
+        pool.count,
+        prefix=pool.prefix,
+        pool_labels={POOL_LABEL: pool.nodepool_id},
+        simulate_plugin=True,
+        plugin=nvidiasim.SIMULATED_VALUE,
+        gpus=[gpu] * pool.gpus,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,9 +18,10 @@ from typing import Any, TypeVar, cast
 from kubernetes_asyncio import client
 
 from gpushare import constants as c
+from gpushare.devcluster import nvidia, nvidiasim
 from gpushare.devcluster.pluginsim import LABEL_SIMULATED, SIMULATED_VALUE, seen_pod
 from gpushare.gpu.fake import FakeGPU, FakeNVML
-from gpushare.gpu.inventory import collect_inventory
+from gpushare.gpu.inventory import collect_inventory, desired_node_metadata
 from gpushare.k8s.generated import refused
 
 T = TypeVar("T")
@@ -50,6 +51,8 @@ PLUGIN_IMAGE = "registry.invalid/gpushare-device-plugin:fake"
 PLUGIN_SERVICE_ACCOUNT = "gpushare-device-plugin"
 #: Nodes created at once by ``create_gpu_nodes`` (5000 one after another took minutes).
 CREATE_CONCURRENCY = 32
+#: Which device plugin ``pluginsim`` plays on a node: ACK's (``ack``) or NVIDIA's (``nvidia``).
+PLUGINS = (SIMULATED_VALUE, nvidiasim.SIMULATED_VALUE)
 
 
 async def wait_for(
@@ -91,11 +94,14 @@ def gpu_node_body(
     memory: str = "256Gi",
     pods: str = "110",
     simulated_gpus: Sequence[FakeGPU] | None = None,
+    plugin: str = SIMULATED_VALUE,
 ) -> dict[str, Any]:
     """The Node object (with status) of a kwok-managed GPU node.
 
     With ``simulated_gpus`` the node starts without GPU resources: it carries the agent inventory
-    of those GPUs and the label that lets ``pluginsim`` advertise them when its plugin starts.
+    of those GPUs and the label that lets ``pluginsim`` advertise them when its plugin starts
+    (``plugin``: ACK's or NVIDIA's). A node of NVIDIA's plugin also carries the labels GPU Feature
+    Discovery gives it (``nvidiasim.gfd_labels``) and the node agent's (``gpushare.io/gpu.*``).
     """
     resources = {"cpu": cpu, "memory": memory, "pods": pods, "ephemeral-storage": "1Ti"}
     annotations = {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"}
@@ -103,7 +109,11 @@ def gpu_node_body(
     if simulated_gpus is not None:
         inventory = collect_inventory(FakeNVML(gpus=list(simulated_gpus)))
         annotations[c.ANNOTATION_INVENTORY] = inventory.to_json()
-        extra[LABEL_SIMULATED] = SIMULATED_VALUE
+        extra[LABEL_SIMULATED] = plugin
+        if plugin == nvidiasim.SIMULATED_VALUE:
+            agent, _ = desired_node_metadata(inventory)
+            extra |= nvidiasim.gfd_labels(simulated_gpus)
+            extra |= {k: v for k, v in agent.items() if v is not None}
     elif gpus_per_node > 0:
         resources[c.RES_GPU_MEM] = str(gpu_mem_gib_per_gpu * gpus_per_node)
         resources[c.RES_GPU_COUNT] = str(gpus_per_node)
@@ -150,6 +160,7 @@ async def create_gpu_nodes(
     timeout_s: float = 60.0,
     simulate_plugin: bool = False,
     gpus: Sequence[FakeGPU] | None = None,
+    plugin: str = SIMULATED_VALUE,
 ) -> list[str]:
     """Create ``n`` kwok GPU nodes named ``<prefix>-<i>``; returns their names.
 
@@ -162,9 +173,16 @@ async def create_gpu_nodes(
     it from the node's labels each time a new device-plugin pod runs there, as ACK's plugin does.
     The node carries an agent inventory of ``gpus`` (default: ``gpus_per_node`` GPUs of
     ``gpu_mem_gib_per_gpu`` GiB); with ``wait_ready``, this waits until the plugin registered.
+    ``plugin="nvidia"`` (with ``simulate_plugin``): NVIDIA's plugin instead of ACK's, the node
+    labelled as GPU Feature Discovery and the agent would (``nvidia.com/gpu.present=true``, NVIDIA's
+    DaemonSet's nodeSelector, instead of ``gpushare=true``); its plugin pods come from
+    :func:`ensure_nvidia_plugin`.
     """
+    if plugin not in PLUGINS or (plugin != SIMULATED_VALUE and not simulate_plugin):
+        raise ValueError(f"plugin {plugin!r}: one of {PLUGINS}, and NVIDIA's only with simulate_plugin")
     core = client.CoreV1Api(api)
-    labels = {**PLUGIN_NODE_SELECTOR, **(pool_labels or {}), **(extra_labels or {})}
+    selector = PLUGIN_NODE_SELECTOR if plugin == SIMULATED_VALUE else nvidia.NODE_SELECTOR
+    labels = {**selector, **(pool_labels or {}), **(extra_labels or {})}
     names = [f"{prefix}-{i}" for i in range(start, start + n)]
     simulated: list[FakeGPU] | None = None
     if simulate_plugin:
@@ -191,6 +209,7 @@ async def create_gpu_nodes(
             ]
             if simulated is not None
             else None,
+            plugin=plugin,
         )
         async with in_flight:
             await core.create_node(cast(Any, body))
@@ -409,11 +428,75 @@ async def ensure_device_plugin_daemonset(
         await apps.replace_namespaced_daemon_set(PLUGIN_DS_NAME, namespace, cast(Any, body))
 
 
+def nvidia_plugin_daemonset_body() -> dict[str, Any]:
+    """A stand-in for NVIDIA's plugin DaemonSet as its chart deploys it, for kwok nodes: the name,
+    namespace and labels the operator looks for by default (``gpushare.constants.NVIDIA_PLUGIN_*``),
+    the nodeSelector (``nvidia.com/gpu.present=true``) and the affinity off ACK pools' nodes of
+    ``gpushare.devcluster.nvidia.daemonset_body`` (the real one, for real nodes); ``pluginsim``
+    plays what its pods would do."""
+    labels = dict(nvidia.APP_LABELS)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": nvidia.DS_NAME, "namespace": nvidia.NAMESPACE, "labels": labels},
+        "spec": {
+            "selector": {"matchLabels": dict(labels)},
+            "updateStrategy": {"type": "RollingUpdate"},
+            "template": {
+                "metadata": {"labels": dict(labels)},
+                "spec": {
+                    "nodeSelector": dict(nvidia.NODE_SELECTOR),
+                    "affinity": copy.deepcopy(nvidia.NODE_AFFINITY),
+                    "tolerations": [{"operator": "Exists"}],
+                    "priorityClassName": "system-node-critical",
+                    "automountServiceAccountToken": False,
+                    "containers": [
+                        {
+                            "name": "nvidia-device-plugin-ctr",
+                            "image": "registry.invalid/nvidia-device-plugin:fake",
+                            "resources": {
+                                "requests": {"cpu": "10m", "memory": "32Mi"},
+                                "limits": {"cpu": "10m", "memory": "32Mi"},
+                            },
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+async def ensure_nvidia_plugin(
+    api: client.ApiClient, configs: Mapping[str, str], *, daemonset: bool = True
+) -> None:
+    """NVIDIA's plugin for the kwok nodes of ``create_gpu_nodes(plugin="nvidia")``: its namespace,
+    its named-config ConfigMap (``configs``: name -> plugin config YAML; created when absent, left
+    as it is otherwise: the operator adds its keys there) and, with ``daemonset``, the stand-in
+    DaemonSet (created, or brought back to the stand-in's spec)."""
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    ns = nvidia.NAMESPACE
+    with refused(409):
+        await core.create_namespace(cast(Any, {"metadata": {"name": ns}}))
+    cm = nvidia.configmap_body(nvidia.CONFIGS_CONFIGMAP, configs)
+    with refused(409):
+        await core.create_namespaced_config_map(ns, cast(Any, cm))
+    if not daemonset:
+        return
+    body = cast(Any, nvidia_plugin_daemonset_body())
+    with refused(409) as exists:
+        await apps.create_namespaced_daemon_set(ns, body)
+    if exists:
+        await apps.replace_namespaced_daemon_set(nvidia.DS_NAME, ns, body)
+
+
 async def plugin_pods_on(
-    api: client.ApiClient, node: str, namespace: str = c.DEFAULT_PLUGIN_NAMESPACE
+    api: client.ApiClient,
+    node: str,
+    namespace: str = c.DEFAULT_PLUGIN_NAMESPACE,
+    labels: Mapping[str, str] = c.DEFAULT_PLUGIN_LABELS,
 ) -> list[Any]:
     """The device-plugin pods bound to ``node`` (label and field selector, as the operator does)."""
-    selector = ",".join(f"{k}={v}" for k, v in c.DEFAULT_PLUGIN_LABELS.items())
+    selector = ",".join(f"{k}={v}" for k, v in labels.items())
     pods = await client.CoreV1Api(api).list_namespaced_pod(
         namespace, label_selector=selector, field_selector=f"spec.nodeName={node}"
     )

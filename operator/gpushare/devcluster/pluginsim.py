@@ -24,6 +24,16 @@ annotated ``gpushare.io/simulated-plugin-hang=true`` gets plugin pods that run b
 
 kwok owns node *conditions* (heartbeats); it keeps ``capacity``/``allocatable`` it finds on the
 node, so the simulator patches them through the ``status`` subresource.
+
+It also plays NVIDIA's device plugin and config-manager on the nodes labelled
+``gpushare.io/fake-plugin=nvidia`` (``create_gpu_nodes(plugin="nvidia")``): it watches NVIDIA's
+plugin pods (``app.kubernetes.io/name=nvidia-device-plugin`` in ``nvidia-device-plugin``, the
+stand-in DaemonSet of ``fakes.ensure_nvidia_plugin_daemonset``) and the plugin's named-config
+ConfigMap (``nvidia-device-plugin-configs`` there), and a node with a Running plugin pod advertises
+``replicas x GPUs`` of its config's resource once its ``nvidia.com/device-plugin.config`` label
+names a key of the ConfigMap, or the default config for an unknown key, as the real stack does.
+What it decides, and what it does not model, is in :mod:`gpushare.devcluster.nvidiasim` (pure);
+the annotation ``gpushare.io/simulated-plugin`` records the pod UID, the label and the key in effect.
 """
 
 from __future__ import annotations
@@ -34,13 +44,15 @@ import json
 import logging
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes_asyncio import client
 
 from gpushare import constants as c
+from gpushare.devcluster import nvidiasim as nv
 from gpushare.gpu.inventory import Inventory, inventory_from_annotations
 from gpushare.k8s.generated import refused
 
@@ -133,11 +145,40 @@ def _running(pod: Mapping[str, Any]) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class NvidiaNode:
+    """What the simulator knows of a node whose NVIDIA plugin it plays (from the node watch)."""
+
+    label: str
+    gpus: int | None
+    hang: bool
+    seen: nv.Started | None
+
+
+def nvidia_node(node: Mapping[str, Any]) -> NvidiaNode:
+    """A node object (JSON) as the NVIDIA side of the simulator reads it."""
+    meta = node.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    inventory = inventory_from_annotations(annotations)
+    return NvidiaNode(
+        label=str(labels.get(c.LABEL_NVIDIA_CONFIG) or ""),
+        gpus=len(inventory.gpus) if inventory is not None and inventory.gpus else None,
+        hang=annotations.get(ANNOTATION_HANG) == "true",
+        seen=nv.parse_state(annotations.get(ANNOTATION_STATE)),
+    )
+
+
+Handler = Callable[[str, Mapping[str, Any]], Awaitable[None]]
+
+
 class PluginSimulator:
     """List+watch the plugin pods and the opted-in nodes; act once per new Running pod UID.
 
-    Both watches read raw JSON (no model objects), and nodes that do not opt in cost nothing but
+    The watches read raw JSON (no model objects), and nodes that do not opt in cost nothing but
     a dict entry: the simulator runs in every devcluster, benchmarks with thousands of nodes too.
+    NVIDIA's side decides from what the watches delivered (:func:`nvidia_node`, the ConfigMap's
+    data) with :func:`gpushare.devcluster.nvidiasim.decide`, and writes only when that changes.
     """
 
     def __init__(self, api: client.ApiClient, namespace: str = c.DEFAULT_PLUGIN_NAMESPACE) -> None:
@@ -153,6 +194,16 @@ class PluginSimulator:
         self.done: dict[str, str] = {}
         #: node -> a Running pod UID to act on again (no inventory yet, or an API error)
         self.waiting: dict[str, str] = {}
+        #: NVIDIA's side: nodes labelled LABEL_SIMULATED=nvidia, their latest Running plugin pod
+        #: UID, the named configs (None until the ConfigMap was listed; {} when absent), and the
+        #: nodes to write again after an API error.
+        self.nv_nodes: dict[str, NvidiaNode] = {}
+        self.nv_latest: dict[str, str] = {}
+        self.nv_configs: dict[str, str] | None = None
+        self.nv_retry: set[str] = set()
+        #: node -> what the simulator last wrote there: it wins over the annotation of a node event
+        #: sent before that write (after a restart of the simulator, the annotation is all there is).
+        self.nv_written: dict[str, nv.Started] = {}
         self._lock = asyncio.Lock()
 
     async def handle(self, node_name: str, uid: str) -> None:
@@ -220,39 +271,121 @@ class PluginSimulator:
     async def _node(self, event_type: str, node: Mapping[str, Any]) -> None:
         meta = node.get("metadata") or {}
         name = str(meta.get("name") or "")
-        if event_type == "DELETED":
+        plays = (meta.get("labels") or {}).get(LABEL_SIMULATED)
+        if event_type == "DELETED" or plays != SIMULATED_VALUE:
             self.opted.discard(name)
             self.latest.pop(name, None)
             self.done.pop(name, None)
             self.waiting.pop(name, None)
+        if event_type == "DELETED" or plays != nv.SIMULATED_VALUE:
+            self.nv_nodes.pop(name, None)
+            self.nv_retry.discard(name)
+            self.nv_written.pop(name, None)
+        if event_type == "DELETED":
             return
-        if name not in self.opted:
+        if plays == nv.SIMULATED_VALUE:
+            self.nv_nodes[name] = nvidia_node(node)
+            await self._nvidia(name)
+            return
+        if plays == SIMULATED_VALUE and name not in self.opted:
             self.opted.add(name)
             if name in self.latest:
                 await self._safe(name, self.latest[name])
+
+    # -- NVIDIA's device plugin and config-manager ---------------------------------------------
+
+    async def _nvidia_pod(self, event_type: str, pod: Mapping[str, Any]) -> None:
+        if event_type == "DELETED" or not _running(pod):
+            return
+        node = str((pod.get("spec") or {}).get("nodeName") or "")
+        self.nv_latest[node] = str((pod.get("metadata") or {}).get("uid") or "")
+        await self._nvidia(node)
+
+    async def _nvidia_configmap(self, event_type: str, cm: Mapping[str, Any]) -> None:
+        self.nv_configs = {} if event_type == "DELETED" else dict(cm.get("data") or {})
+        for node in list(self.nv_nodes):
+            await self._nvidia(node)
+
+    async def _nvidia_listed(self, items: list[Mapping[str, Any]]) -> None:
+        if not items:  # no ConfigMap: every node falls back, as far as it can (no key at all)
+            await self._nvidia_configmap("DELETED", {})
+
+    async def _nvidia(self, name: str) -> None:
+        """Decide for one node from what the watches delivered; write when that changed (one node
+        at a time, so that a decision always sees the writes before it)."""
+        async with self._lock:
+            view, pod, configs = self.nv_nodes.get(name), self.nv_latest.get(name), self.nv_configs
+            if view is None or pod is None or configs is None or view.hang or view.gpus is None:
+                return
+            started = nv.decide(pod, view.label, configs, self.nv_written.get(name) or view.seen)
+            if started is None:
+                return
+            resources = None if started.config is None else nv.advertised(configs[started.config], view.gpus)
+            with refused() as error:
+                if resources is not None:
+                    await self.core.patch_node_status(name, nv.status_patch(resources))
+                annotation = nv.state_annotation(started, datetime.now(UTC))
+                await self.core.patch_node(
+                    name, {"metadata": {"annotations": {ANNOTATION_STATE: annotation}}}
+                )
+            if error:
+                if error.status == 404:
+                    self.nv_nodes.pop(name, None)
+                    self.nv_written.pop(name, None)
+                else:
+                    log.warning("node %s: API error %s %s; retrying", name, error.status, error.reason)
+                    self.nv_retry.add(name)
+                return
+            self.nv_retry.discard(name)
+            self.nv_written[name] = started
+        fallback = "" if started.config == nv.wanted(started.label) else " (config-manager fell back)"
+        log.info(
+            "NVIDIA plugin pod %s on %s: label %r, config %s%s, advertises %s",
+            pod,
+            name,
+            started.label,
+            started.config,
+            fallback,
+            {k: v for k, v in (resources or {}).items() if v != "0"},
+        )
 
     async def retry_loop(self, interval: float = 1.0) -> None:
         while True:
             await asyncio.sleep(interval)
             for node_name, uid in list(self.waiting.items()):
                 await self._safe(node_name, uid)
+            for node_name in list(self.nv_retry):
+                await self._nvidia(node_name)
 
     async def _list_watch(
-        self, what: str, list_fn: Any, args: tuple[Any, ...], selector: str, on: Any
+        self,
+        what: str,
+        list_fn: Any,
+        args: tuple[Any, ...],
+        selector: str,
+        on: Handler,
+        *,
+        field_selector: str = "",
+        listed: Callable[[list[Mapping[str, Any]]], Awaitable[None]] | None = None,
     ) -> None:
-        """List, then watch from that resourceVersion; raw JSON lines; list again on any end."""
+        """List, then watch from that resourceVersion; raw JSON lines; list again on any end.
+        ``listed`` is called with each list's items, after ``on`` saw them."""
+        selectors = {"label_selector": selector, "field_selector": field_selector}
         while True:
             try:
-                resp = await list_fn(*args, label_selector=selector, _preload_content=False)
+                resp = await list_fn(*args, **selectors, _preload_content=False)
                 async with resp:
-                    listed = json.loads(await resp.read())
-                for item in listed.get("items") or []:
+                    listed_body = json.loads(await resp.read())
+                items = listed_body.get("items") or []
+                for item in items:
                     await on("ADDED", item)
-                rv = (listed.get("metadata") or {}).get("resourceVersion")
+                if listed is not None:
+                    await listed(items)
+                rv = (listed_body.get("metadata") or {}).get("resourceVersion")
                 while True:
                     resp = await list_fn(
                         *args,
-                        label_selector=selector,
+                        **selectors,
                         watch=True,
                         resource_version=rv,
                         timeout_seconds=120,
@@ -278,12 +411,27 @@ class PluginSimulator:
                 await asyncio.sleep(0.5)
 
     async def run(self) -> None:
+        nv_selector = ",".join(f"{k}={v}" for k, v in c.NVIDIA_PLUGIN_LABELS.items())
         await asyncio.gather(
-            self._list_watch(
-                "nodes", self.core.list_node, (), f"{LABEL_SIMULATED}={SIMULATED_VALUE}", self._node
-            ),
+            self._list_watch("nodes", self.core.list_node, (), LABEL_SIMULATED, self._node),
             self._list_watch(
                 "plugin pods", self.core.list_namespaced_pod, (self.namespace,), self.selector, self._pod
+            ),
+            self._list_watch(
+                "NVIDIA plugin pods",
+                self.core.list_namespaced_pod,
+                (c.NVIDIA_PLUGIN_NAMESPACE,),
+                nv_selector,
+                self._nvidia_pod,
+            ),
+            self._list_watch(
+                "NVIDIA's named configs",
+                self.core.list_namespaced_config_map,
+                (c.NVIDIA_PLUGIN_NAMESPACE,),
+                "",
+                self._nvidia_configmap,
+                field_selector=f"metadata.name={c.NVIDIA_CONFIGS_CONFIGMAP}",
+                listed=self._nvidia_listed,
             ),
             self.retry_loop(),
         )
@@ -300,9 +448,11 @@ async def _main(kubeconfig: str) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, task.cancel)
         log.info(
-            "simulating ACK's gpushare device plugin on nodes labelled %s=%s",
+            "simulating ACK's gpushare device plugin on nodes labelled %s=%s, NVIDIA's on %s=%s",
             LABEL_SIMULATED,
             SIMULATED_VALUE,
+            LABEL_SIMULATED,
+            nv.SIMULATED_VALUE,
         )
         try:
             await task
