@@ -488,7 +488,8 @@ async def test_a_config_the_sidecar_cannot_find_fails_the_node_and_says_why(
             ) from None
         shown = _node_status(pool)
         assert shown["name"] == NODE, shown
-        # The sidecar's own failure, named: its container and its last words (the config name).
+        # The sidecar's own failure, named: its container, with its restarts (not only what the node
+        # advertises, which any stale mode would say).
         assert "container nvidia-device-plugin-sidecar" in shown["message"], shown
         print(f"the pool's reason for {NODE}: {shown['reason']}: {shown['message']}")
         assert _condition(pool, "Ready").get("status") == "False", pool["status"]
