@@ -51,11 +51,14 @@ def register(subparsers: Any) -> None:
         "pod deletes there); a pool naming another is reported, not a 403. "
         f"Default: ${PLUGIN_NAMESPACES_ENV}, else any namespace (RBAC alone decides)",
     )  # fmt: skip
+    from gpushare.backends.nvidia.configmap import KEEP_UNUSED  # with the webhook's defaults below
+
+    retention = int(KEEP_UNUSED.total_seconds())
     parser.add_argument(
-        "--nvidia-config-retention", metavar="SECONDS", type=_seconds, default=3600,
+        "--nvidia-config-retention", metavar="SECONDS", type=_seconds, default=retention,
         help="how long a config gpushare wrote into NVIDIA's plugin ConfigMap stays once no pool wants it"
         " and no node names it, from when it was written (a pool switched back finds it ready); default"
-        " 3600. The last pool on a ConfigMap deletes its unused configs when it is deleted",
+        f" {retention}. The last pool on a ConfigMap deletes its unused configs when it is deleted",
     )  # fmt: skip
     add_webhook_arguments(parser)  # --webhook* (docs/concepts/admission.md)
     parser.set_defaults(func=run)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpushare.admission.webhook_config import DEFAULT_CONFIGURATION_NAME, TARGETS, WebhookTarget
+from gpushare.backends.nvidia.configmap import KEEP_UNUSED
 
 
 @dataclass(frozen=True)
@@ -19,7 +20,7 @@ class RunOptions:
     plugin_namespaces: frozenset[str] | None = None
     #: Seconds a config gpushare wrote into NVIDIA's plugin ConfigMap stays once unused, from when
     #: it was written (``--nvidia-config-retention``).
-    nvidia_config_retention: int = 3600
+    nvidia_config_retention: int = int(KEEP_UNUSED.total_seconds())
     #: The ValidatingWebhookConfiguration whose NVIDIA gate the operator keeps
     #: (``--webhook-configuration``) and its gpushare entries (with ``--workload-kinds``' kinds).
     webhook_configuration: str = DEFAULT_CONFIGURATION_NAME
