@@ -130,7 +130,7 @@ class PodView:
     #: ``status.reason`` of a Failed pod (e.g. ``UnexpectedAdmissionError``: the kubelet refused it)
     reason: str = ""
     #: Which of its containers is down or has restarted, and why (:func:`container_problem`); ""
-    #: for a pod whose containers never restarted and all run.
+    #: for a pod whose containers never restarted and all run, and for a Ready GPU pod.
     problem: str = ""
 
     @classmethod
@@ -157,7 +157,9 @@ class PodView:
             created=str(meta.get("creationTimestamp") or ""),
             ready=ready,
             reason=sys.intern(str(status.get("reason") or "")) if status.get("phase") == "Failed" else "",
-            problem=container_problem(status),
+            # Only device plugin pods (no GPU requests) are asked why a Ready pod restarted: a
+            # GPU pod's containers are read only while it is not Ready (the pod watch's hot path).
+            problem=container_problem(status) if not ready or not requests else "",
         )
 
     @property
