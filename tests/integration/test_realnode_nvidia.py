@@ -33,7 +33,7 @@ from gpushare.devcluster.crds import install_crd_files
 from gpushare.devcluster.realnode import IMAGE_WORKLOAD
 from gpushare.k8s.client import make_api_client
 from support.cluster import serve
-from support.holds import hold_kept
+from support.holds import TOUCH, hold_kept
 from support.host import container_pids, frozen
 from support.namespaces import fresh_namespace
 from support.operator_proc import OperatorProc, launch_operator
@@ -669,6 +669,9 @@ async def test_gfd_rewrites_the_shared_nodes_product_and_a_pool_on_a_users_label
         gfd_before = await nv.gfd_passes(napi, NODE)
         passes_before = operator.passes("gfd")
         seen = {"gfd": gfd_before, "operator": passes_before}
+        # A label of the test's own: the operator's next pass plans the node again (a pass plans
+        # only changed nodes between its quiet resyncs), with GFD's rewritten labels in its view.
+        await core.patch_node(NODE, {"metadata": {"labels": {TOUCH: "gfd"}}})
 
         async def kept_over_passes() -> bool:
             # Read before the node and the pool: what they show follows these passes.
@@ -699,4 +702,4 @@ async def test_gfd_rewrites_the_shared_nodes_product_and_a_pool_on_a_users_label
         print(f"the pool Ready throughout: GFD passes {gfd_before} -> {seen['gfd']}", end="")
         print(f", operator passes {passes_before} -> {seen['operator']}")
     finally:
-        await core.patch_node(NODE, {"metadata": {"labels": {USER_LABEL: None}}})
+        await core.patch_node(NODE, {"metadata": {"labels": {USER_LABEL: None, TOUCH: None}}})
