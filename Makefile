@@ -9,7 +9,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 
 .PHONY: manifests help setup test test-unit test-integration lint fmt crds crds-check control-plane cluster cluster-down \
         bench bench-webhook demo demo-down gpu-check e2e-kind image image-check image-local helm lock clean \
-        promtool monitoring-check realnode realnode-prereqs kubelet realnode-bins nvidia-plugin fake-nvml docs docs-serve docs-assets chromium
+        promtool monitoring-check realnode realnode-prereqs kubelet realnode-bins nvidia-plugin nfd fake-nvml docs docs-serve docs-assets chromium
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -53,13 +53,16 @@ realnode-bins: ## Build the real node's Go programs (device plugin, pause, workl
 image-local: setup ## Build the image without Docker (debootstrapped Debian, the locked wheels; cached in ~/.cache/gpushare/image) as a docker-archive for the real node (root)
 	bash hack/build-image-local.sh
 
-nvidia-plugin: ## Build (or reuse) NVIDIA's device plugin and config-manager (realnode/nvidia/go.mod's version) in ~/.cache/gpushare (real-node tier)
+nvidia-plugin: ## Build (or reuse) NVIDIA's device plugin, config-manager and GPU Feature Discovery (realnode/nvidia/go.mod's version) in ~/.cache/gpushare (real-node tier)
 	bash hack/build-nvidia-plugin.sh
+
+nfd: ## Build (or reuse) Node Feature Discovery's nfd-master and nfd-worker (realnode/nfd/go.mod's version) and its CRDs in ~/.cache/gpushare (real-node tier)
+	bash hack/build-nfd.sh
 
 fake-nvml: ## Build the project's own libnvidia-ml.so.1 (pretends GPUs; realnode/fakenvml) into build/realnode/driver-root (gcc, Go)
 	bash hack/build-fake-nvml.sh
 
-realnode: realnode-prereqs kubelet realnode-bins nvidia-plugin fake-nvml ## Everything the real-node tier needs
+realnode: realnode-prereqs kubelet realnode-bins nvidia-plugin nfd fake-nvml ## Everything the real-node tier needs
 
 CLUSTER_DIR ?= .cluster
 

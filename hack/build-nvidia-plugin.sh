@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# Builds NVIDIA's device plugin and its config-manager (github.com/NVIDIA/k8s-device-plugin, the
-# version realnode/nvidia/go.mod pins) from the Go module proxy into the cache outside the
-# repository (~/.cache/gpushare/bin/nvidia-device-plugin-<version>/), keyed by version. A second
-# run finds the binaries and returns at once. The real node runs them over the project's own
-# libnvidia-ml.so.1 (hack/build-fake-nvml.sh), as NVIDIA's Helm chart deploys them.
+# Builds NVIDIA's device plugin, its config-manager and GPU Feature Discovery
+# (github.com/NVIDIA/k8s-device-plugin, the version realnode/nvidia/go.mod pins) from the Go module
+# proxy into the cache outside the repository (~/.cache/gpushare/bin/nvidia-device-plugin-<version>/),
+# keyed by version. A second run finds the binaries and returns at once; a cache that lacks one of
+# them (made before it was added here) gets only what is missing. The real node runs them over the
+# project's own libnvidia-ml.so.1 (hack/build-fake-nvml.sh), as NVIDIA's Helm chart deploys them.
 #
 # `go install <pkg>@<version>` is refused here (it reads the module's version list, which the proxy
-# refuses), so realnode/nvidia is a module of the project's own whose `tool` lines name the two
+# refuses), so realnode/nvidia is a module of the project's own whose `tool` lines name the three
 # commands; go.sum pins every module. cgo is needed (the plugin dlopens NVML; no NVML at link time).
 #
 #   hack/build-nvidia-plugin.sh              build if missing
-#   hack/build-nvidia-plugin.sh --print-bin  ... then print the folder that holds the two binaries
+#   hack/build-nvidia-plugin.sh --print-bin  ... then print the folder that holds the three binaries
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -26,8 +27,11 @@ log() { printf '[build-nvidia-plugin] %s\n' "$*" >&2; }
 . "$(dirname "${BASH_SOURCE[0]}")/go-progress.sh"
 
 [ -n "$VERSION" ] || { log "no $PLUGIN_MODULE line in $MOD/go.mod"; exit 1; }
-if [ -x "$BIN/nvidia-device-plugin" ] && [ -x "$BIN/config-manager" ]; then
-  log "nvidia-device-plugin and config-manager $VERSION present in $BIN"
+COMMANDS=(nvidia-device-plugin config-manager gpu-feature-discovery)
+missing=()
+for cmd in "${COMMANDS[@]}"; do [ -x "$BIN/$cmd" ] || missing+=("$cmd"); done
+if [ ${#missing[@]} -eq 0 ]; then
+  log "${COMMANDS[*]} $VERSION present in $BIN"
   [ "${1:-}" = "--print-bin" ] && echo "$BIN"
   exit 0
 fi
@@ -36,14 +40,15 @@ command -v "${CC:-gcc}" >/dev/null || { log "a C compiler (gcc) is required: the
 cd "$MOD"
 log "downloading the modules of $PLUGIN_MODULE $VERSION (cold: about a minute)"
 go mod download
-pkgs=("$PLUGIN_MODULE/cmd/nvidia-device-plugin" "$PLUGIN_MODULE/cmd/config-manager")
+pkgs=()
+for cmd in "${missing[@]}"; do pkgs+=("$PLUGIN_MODULE/cmd/$cmd"); done
 total=$(go list -deps "${pkgs[@]}" | wc -l)
-log "compiling nvidia-device-plugin and config-manager $VERSION: $total packages (about 2 minutes on 2 cores with a cold build cache)"
+log "compiling ${missing[*]} $VERSION: $total packages (about 2 minutes per command on 2 cores with a cold build cache)"
 mkdir -p "$BIN.tmp"
-go build -v -ldflags='-s -w' -o "$BIN.tmp/" "${pkgs[@]}" 2>&1 >/dev/null | go_progress "nvidia-device-plugin $VERSION" "$total"
+go build -v -ldflags='-s -w' -o "$BIN.tmp/" "${pkgs[@]}" 2>&1 >/dev/null | go_progress "${missing[*]} $VERSION" "$total"
 mkdir -p "$BIN"
-mv "$BIN.tmp/nvidia-device-plugin" "$BIN.tmp/config-manager" "$BIN/"
+for cmd in "${missing[@]}"; do mv "$BIN.tmp/$cmd" "$BIN/"; done
 rmdir "$BIN.tmp"
-go version -m "$BIN/nvidia-device-plugin" | awk '$1 == "mod" || $1 == "path"' >&2
+go version -m "$BIN/${missing[0]}" | awk '$1 == "mod" || $1 == "path"' >&2
 [ "${1:-}" = "--print-bin" ] && echo "$BIN"
-log "nvidia-device-plugin and config-manager ready in $BIN"
+log "${COMMANDS[*]} ready in $BIN"

@@ -4,6 +4,7 @@ go 1.25.0
 
 tool (
 	github.com/NVIDIA/k8s-device-plugin/cmd/config-manager
+	github.com/NVIDIA/k8s-device-plugin/cmd/gpu-feature-discovery
 	github.com/NVIDIA/k8s-device-plugin/cmd/nvidia-device-plugin
 )
 
@@ -26,6 +27,7 @@ require (
 	github.com/go-openapi/swag v0.23.0 // indirect
 	github.com/google/gnostic-models v0.7.0 // indirect
 	github.com/google/go-cmp v0.7.0 // indirect
+	github.com/google/renameio v1.0.1 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/josharian/intern v1.0.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
@@ -70,6 +72,8 @@ require (
 	k8s.io/kubelet v0.35.5 // indirect
 	k8s.io/utils v0.0.0-20251002143259-bc988d571ff4 // indirect
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
+	sigs.k8s.io/node-feature-discovery v0.18.3 // indirect
+	sigs.k8s.io/node-feature-discovery/api/nfd v0.18.3 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.3.0 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect

@@ -18,7 +18,7 @@ import asyncio
 import json
 import subprocess
 import warnings
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -27,13 +27,13 @@ from kubernetes_asyncio import client
 
 from gpushare import __version__
 from gpushare import constants as c
-from gpushare.devcluster import ClusterInfo, DevCluster, wait_for
+from gpushare.devcluster import ClusterInfo, DevCluster, nfd, wait_for
 from gpushare.devcluster import nvidia as nv
 from gpushare.devcluster.crds import install_crd_files
 from gpushare.devcluster.realnode import IMAGE_WORKLOAD
 from gpushare.k8s.client import make_api_client
 from support.cluster import serve
-from support.holds import hold_kept
+from support.holds import TOUCH, hold_kept
 from support.host import container_pids, frozen
 from support.namespaces import fresh_namespace
 from support.operator_proc import OperatorProc, launch_operator
@@ -565,3 +565,141 @@ async def test_the_operator_killed_mid_switch_converges_and_switches_the_node_on
         if second is not None:
             second.stop()
     assert seen[:2] == ["ts2", config] and seen.count(config) == 1, seen
+
+
+# --- GPU Feature Discovery and NFD rewrite the node's NVIDIA labels under the pool's sharing --------
+
+#: A label of the user's: what a pool of NVIDIA's backend selects by (the CRD refuses the labels GFD
+#: rewrites; tests/integration/test_crd_server.py, ``nvidia-selector-on-gpu-product``).
+USER_LABEL = "example.com/gpu-pool"
+PRODUCT = "NVIDIA-A100-SXM4-40GB"  # the fake library's GPUs, as GFD names them
+#: GFD passes after its -SHARED labels reached the node, with the pool Ready and untouched throughout.
+GFD_PASSES = 2
+
+
+@pytest.fixture
+async def gfd(nvidia_cluster: ClusterInfo, napi: client.ApiClient) -> AsyncIterator[None]:
+    """NVIDIA's GPU Feature Discovery beside the plugin, and NFD's nfd-master that turns its
+    NodeFeature objects into the node's labels (both real; ``gpushare.devcluster.nfd``)."""
+    await nfd.install(napi, DevCluster.of(nvidia_cluster))
+    await nv.install_gfd(napi)
+    yield
+    await nv.uninstall_gfd(napi)
+    await nfd.uninstall(napi)
+
+
+async def _gfd_state(napi: client.ApiClient) -> str:
+    """What a failed wait on GFD reports: GFD's and nfd-master's pods and the end of their logs."""
+    core = client.CoreV1Api(napi)
+    lines = []
+    for ns, selector in (
+        (nv.NAMESPACE, "app.kubernetes.io/name=gpu-feature-discovery"),
+        (nfd.NAMESPACE, "app=nfd-master"),
+    ):
+        for pod in (await core.list_namespaced_pod(ns, label_selector=selector)).items:
+            for s in pod.status.container_statuses or []:
+                lines.append(
+                    f"pod {ns}/{pod.metadata.name} {s.name}: ready={s.ready} restarts={s.restart_count}"
+                )
+                if s.state and s.state.running:
+                    log: str = await core.read_namespaced_pod_log(
+                        pod.metadata.name, ns, container=s.name, tail_lines=15
+                    )
+                    lines += [f"  {line}" for line in log.splitlines()]
+    return "\n".join(lines)
+
+
+def _gfd_says(product: str, replicas: int, strategy: str) -> Callable[[Mapping[str, str]], bool]:
+    def says(labels: Mapping[str, str]) -> bool:
+        return (
+            labels.get("nvidia.com/gpu.product") == product
+            and labels.get("nvidia.com/gpu.replicas") == str(replicas)
+            and labels.get("nvidia.com/gpu.sharing-strategy") == strategy
+        )
+
+    return says
+
+
+async def _node_labels_until(
+    core: client.CoreV1Api, napi: client.ApiClient, ok: Callable[[Mapping[str, str]], bool], what: str
+) -> dict[str, str]:
+    async def labels() -> dict[str, str] | None:
+        node = await core.read_node(NODE)
+        found = dict(node.metadata.labels or {})
+        return found if ok(found) else None
+
+    try:
+        result: dict[str, str] = await wait_for(labels, what=what, timeout_s=WAIT)
+    except TimeoutError as exc:
+        node = await core.read_node(NODE)
+        features = await client.CustomObjectsApi(napi).list_namespaced_custom_object(
+            nfd.GROUP, nfd.VERSION, nv.NAMESPACE, nfd.PLURAL
+        )
+        raise AssertionError(
+            f"{exc}\nnode labels {node.metadata.labels}\nNodeFeature objects {features.get('items')}"
+        ) from None
+    return result
+
+
+async def test_gfd_rewrites_the_shared_nodes_product_and_a_pool_on_a_users_label_stays_ready(
+    napi: client.ApiClient, operator: OperatorProc, pools: PoolApi, gfd: None
+) -> None:
+    """The real GFD labels the node from NVML and the config the real config-manager picked, through
+    a NodeFeature object that the real nfd-master turns into node labels. Unshared, the product is
+    the GPU's name; once a time-slicing pool (selecting a label of the user's) has switched the
+    node, GFD appends -SHARED and writes the pool's replicas and strategy. Over the next GFD passes
+    and operator passes the pool stays Ready on the node, and no label of the operator's is
+    removed or rewritten: nothing to restore, nothing flaps (a pool selecting
+    ``nvidia.com/gpu.product`` would have lost the node here; the CRD refuses it at apply)."""
+    core = client.CoreV1Api(napi)
+    await label_and_wait(core, nv.DEFAULT_CONFIG, GPUS, setup=True)
+    await _node_labels_until(core, napi, _gfd_says(PRODUCT, 1, "none"), f"GFD's unshared labels on {NODE}")
+
+    await core.patch_node(NODE, {"metadata": {"labels": {USER_LABEL: "gfd"}}})
+    try:
+        await pools.create_pool("gfd", {USER_LABEL: "gfd"}, **_nvidia(4))
+        pool = await ready_with(core, pools, "gfd", 4 * GPUS)
+        shared = await _node_labels_until(
+            core, napi, _gfd_says(f"{PRODUCT}-SHARED", 4, "time-slicing"), f"GFD's -SHARED labels on {NODE}"
+        )
+        ready_since = _condition(pool, "Ready")["lastTransitionTime"]
+        assert shared[nv.CONFIG_LABEL] == pool["status"]["schedule"], shared
+        theirs = {k: v for k, v in shared.items() if k.startswith(c.GROUP + "/") or k == nv.CONFIG_LABEL}
+        assert theirs, shared
+        gfd_before = await nv.gfd_passes(napi, NODE)
+        passes_before = operator.passes("gfd")
+        seen = {"gfd": gfd_before, "operator": passes_before}
+        # A label of the test's own: the operator's next pass plans the node again (a pass plans
+        # only changed nodes between its quiet resyncs), with GFD's rewritten labels in its view.
+        await core.patch_node(NODE, {"metadata": {"labels": {TOUCH: "gfd"}}})
+
+        async def kept_over_passes() -> bool:
+            # Read before the node and the pool: what they show follows these passes.
+            seen["gfd"], seen["operator"] = await nv.gfd_passes(napi, NODE), operator.passes("gfd")
+            node = await core.read_node(NODE)
+            labels = node.metadata.labels or {}
+            now = {k: v for k, v in labels.items() if k.startswith(c.GROUP + "/") or k == nv.CONFIG_LABEL}
+            assert now == theirs, f"the operator's labels changed under GFD: {theirs} -> {now}"
+            assert _gfd_says(f"{PRODUCT}-SHARED", 4, "time-slicing")(labels), labels
+            pool = await pools.get("gfd")
+            ready = _condition(pool, "Ready")
+            assert ready.get("status") == "True" and ready.get("lastTransitionTime") == ready_since, pool
+            assert _node_status(pool).get("name") == NODE, pool
+            return seen["gfd"] >= gfd_before + GFD_PASSES and seen["operator"] > passes_before
+
+        try:
+            await wait_for(
+                kept_over_passes,
+                what=f"{GFD_PASSES} more GFD passes and an operator pass",
+                timeout_s=WAIT,
+                interval=1.0,
+            )
+        except TimeoutError as exc:
+            raise AssertionError(
+                f"{exc}\nGFD passes {gfd_before} -> {seen['gfd']}; operator passes of the pool"
+                f" {passes_before} -> {seen['operator']}\n{await _gfd_state(napi)}"
+            ) from None
+        print(f"the pool Ready throughout: GFD passes {gfd_before} -> {seen['gfd']}", end="")
+        print(f", operator passes {passes_before} -> {seen['operator']}")
+    finally:
+        await core.patch_node(NODE, {"metadata": {"labels": {USER_LABEL: None, TOUCH: None}}})

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from gpushare.devcluster import BinariesMissing, find_binaries
+from gpushare.devcluster import BinariesMissing, find_binaries, nfd
 from gpushare.devcluster import nvidia as nv
 from gpushare.devcluster.realnode import RealNodeUnavailable, preflight
 
 
 def require_nvidia_real_node() -> None:
-    """Fail the module (never skip it) when the real node, NVIDIA's plugin or the project's NVML
-    library cannot run here, naming what is missing and the make target that builds it."""
+    """Fail the module (never skip it) when the real node, NVIDIA's programs, NFD or the project's
+    NVML library cannot run here, naming what is missing and the make target that builds it."""
     try:
         find_binaries()
         preflight(1)
@@ -20,7 +20,8 @@ def require_nvidia_real_node() -> None:
     missing = [
         f"{p} (make {target})"
         for p, target in (
-            (nv.plugin_bin_dir() / "nvidia-device-plugin", "nvidia-plugin"),
+            *((nv.plugin_bin_dir() / program, "nvidia-plugin") for program in nv.PROGRAMS),
+            (nfd.bin_dir() / "nfd-master", "nfd"),
             (nv.fake_nvml_lib(), "fake-nvml"),
         )
         if not p.exists()

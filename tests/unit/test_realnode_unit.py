@@ -159,6 +159,53 @@ def test_nvidia_daemonset_is_the_charts_shape_with_flags_that_need_no_device_nod
     assert env[plugin["name"]][nv.FAKE_NVML_CONFIG_ENV].startswith("/etc/gpushare-fake-nvml/")
 
 
+def test_gfd_daemonset_is_the_charts_shape_and_follows_the_plugins_config_label() -> None:
+    from gpushare.devcluster import nvidia as nv
+
+    pod = nv.gfd_daemonset_body(sleep_interval="7s")["spec"]["template"]["spec"]
+    assert pod["shareProcessNamespace"] is True  # the sidecar signals GFD's process
+    (init,) = pod["initContainers"]
+    sidecar, gfd = pod["containers"]
+    env = {c["name"]: {e["name"]: e.get("value") for e in c["env"]} for c in (init, sidecar, gfd)}
+    assert gfd["command"] == ["gpu-feature-discovery"]  # argv[0], what PROCESS_TO_SIGNAL names
+    assert env[sidecar["name"]]["PROCESS_TO_SIGNAL"] == "gpu-feature-discovery"
+    assert env[sidecar["name"]]["NODE_LABEL"] == nv.CONFIG_LABEL  # the plugin's label and configs
+    assert env[gfd["name"]]["CONFIG_FILE"] == env[sidecar["name"]]["CONFIG_FILE_DST"]
+    assert env[gfd["name"]]["GFD_SLEEP_INTERVAL"] == "7s"
+    # NodeFeature objects (GFD's default), for nfd-master: it needs its node and namespace.
+    assert (
+        "GFD_USE_NODE_FEATURE_API" not in env[gfd["name"]] and "USE_NODE_FEATURE_API" not in env[gfd["name"]]
+    )
+    assert {"NODE_NAME", "NAMESPACE"} <= set(env[gfd["name"]])
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["available-configs"]["configMap"]["name"] == nv.CONFIGS_CONFIGMAP
+    assert env[gfd["name"]]["LD_LIBRARY_PATH"] == "/driver-root/usr/lib64"
+    assert volumes["driver-root"]["hostPath"]["path"] == str(nv.driver_root())
+    _, role, _ = nv.gfd_rbac_bodies()
+    assert {
+        "apiGroups": ["nfd.k8s-sigs.io"],
+        "resources": ["nodefeatures"],
+        "verbs": ["get", "list", "watch", "create", "update"],
+    } in role["rules"]
+
+
+def test_nfd_master_is_the_version_go_mod_pins_with_nfds_rbac(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpushare.devcluster import nfd
+
+    assert nfd.nfd_version() == "v0.18.3"
+    monkeypatch.delenv("GPUSHARE_NFD_BIN", raising=False)
+    monkeypatch.setenv("GPUSHARE_CACHE", "/cache")
+    assert nfd.bin_dir() == Path("/cache/bin/node-feature-discovery-v0.18.3")
+    (master,) = nfd.master_deployment_body()["spec"]["template"]["spec"]["containers"]
+    assert master["image"] == "localhost/gpushare/node-feature-discovery:v0.18.3"
+    assert master["command"] == ["nfd-master"]
+    _, role, binding = nfd.master_rbac_bodies()
+    rules = {(tuple(r["apiGroups"]), tuple(r["resources"])): set(r["verbs"]) for r in role["rules"]}
+    assert {"patch", "update"} <= rules[("",), ("nodes", "nodes/status")]  # it writes the labels
+    assert "watch" in rules[(nfd.GROUP,), ("nodefeatures", "nodefeaturerules", "nodefeaturegroups")]
+    assert binding["subjects"][0]["name"] == nfd.MASTER
+
+
 def test_nvidia_time_slicing_configs() -> None:
     import yaml
 

@@ -209,7 +209,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         missing = [
             f"{path} (make {target})"
             for path, target in (
-                (nv.plugin_bin_dir() / "nvidia-device-plugin", "nvidia-plugin"),
+                *((nv.plugin_bin_dir() / program, "nvidia-plugin") for program in nv.PROGRAMS),
                 (nv.fake_nvml_lib(), "fake-nvml"),
             )
             if not path.exists()

@@ -77,7 +77,8 @@ def plugin_version() -> str:
 
 
 def plugin_bin_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """Where ``make nvidia-plugin`` puts nvidia-device-plugin and config-manager."""
+    """Where ``make nvidia-plugin`` puts nvidia-device-plugin, config-manager and
+    gpu-feature-discovery."""
     env = os.environ if environ is None else environ
     if env.get("GPUSHARE_NVIDIA_PLUGIN_BIN"):
         return Path(env["GPUSHARE_NVIDIA_PLUGIN_BIN"])
@@ -172,11 +173,15 @@ def _shared_libraries(binary: Path) -> list[Path]:
     return libs
 
 
+#: NVIDIA's programs in the image (one image for the plugin and GFD, as NVIDIA ships them).
+PROGRAMS = ("nvidia-device-plugin", "config-manager", "gpu-feature-discovery")
+
+
 def build_plugin_image(out_dir: Path, environ: Mapping[str, str] | None = None) -> Path:
-    """A docker-archive of :func:`image_ref`: NVIDIA's two programs in /usr/bin (as in NVIDIA's
+    """A docker-archive of :func:`image_ref`: NVIDIA's programs in /usr/bin (as in NVIDIA's
     image, so that the sidecar finds the plugin by its argv[0]) and the C library they link."""
     bins = plugin_bin_dir(environ)
-    programs = {f"usr/bin/{p}": bins / p for p in ("nvidia-device-plugin", "config-manager")}
+    programs = {f"usr/bin/{p}": bins / p for p in PROGRAMS}
     absent = [str(p) for p in programs.values() if not p.exists()]
     if absent:
         raise FileNotFoundError(f"{', '.join(absent)} not built: run `make nvidia-plugin`")
@@ -197,7 +202,9 @@ def _env(**values: str) -> list[dict[str, Any]]:
     return [{"name": k, "value": v} for k, v in values.items()]
 
 
-def _config_manager(name: str, *, oneshot: bool) -> dict[str, Any]:
+def _config_manager(name: str, *, oneshot: bool, process: str = "nvidia-device-plugin") -> dict[str, Any]:
+    """config-manager as NVIDIA's chart runs it: ``oneshot`` links the config and exits (the init
+    container); otherwise it follows the node's label and sends SIGHUP to ``process``."""
     env = [
         {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
         *_env(
@@ -210,7 +217,7 @@ def _config_manager(name: str, *, oneshot: bool) -> dict[str, Any]:
             FALLBACK_STRATEGIES="named,single",
             SEND_SIGNAL=str(not oneshot).lower(),
             SIGNAL="1" if not oneshot else "",
-            PROCESS_TO_SIGNAL="nvidia-device-plugin" if not oneshot else "",
+            PROCESS_TO_SIGNAL=process if not oneshot else "",
         ),
     ]
     return {
@@ -395,6 +402,170 @@ async def set_configs(api: client.ApiClient, configs: Mapping[str, str]) -> None
     at the kubelet's next sync of the pod's volumes; see docs of the real node)."""
     named = {DEFAULT_CONFIG: time_slicing_config(1), **configs}
     await client.CoreV1Api(api).patch_namespaced_config_map(CONFIGS_CONFIGMAP, NAMESPACE, {"data": named})
+
+
+# -- GPU Feature Discovery, as NVIDIA's chart deploys it (gfd.enabled) -----------------------------
+
+GFD_DS_NAME = "nvidia-device-plugin-gpu-feature-discovery"
+GFD_SERVICE_ACCOUNT = "gpu-feature-discovery"
+GFD_LABELS = {"app.kubernetes.io/name": "gpu-feature-discovery"}
+#: What GFD logs at each pass, before it writes the labels of that pass (its NodeFeature object is
+#: updated only when they differ: ``nvidia.com/gfd.timestamp`` is the time GFD last (re)loaded its
+#: config, at start or SIGHUP, not the time of a pass).
+GFD_PASS_LINE = "Creating Labels"
+#: Between two passes (the chart's ``gfd.sleepInterval``; NVIDIA's default is 60 s): short, so that
+#: a test sees several passes.
+GFD_SLEEP_INTERVAL = "5s"
+
+
+def gfd_daemonset_body(*, sleep_interval: str = GFD_SLEEP_INTERVAL) -> dict[str, Any]:
+    """NVIDIA's GPU Feature Discovery DaemonSet as the plugin's chart renders it
+    (``templates/daemonset-gfd.yml``): an init config-manager (ONESHOT) and a config-manager
+    sidecar that follow the same ``nvidia.com/device-plugin.config`` label and ConfigMap as the
+    plugin and send SIGHUP to ``gpu-feature-discovery``, which labels the node from NVML and the
+    sharing config every ``sleep_interval``, through a ``NodeFeature`` object (its default
+    ``--use-node-feature-api``; nfd-master makes the labels: ``gpushare.devcluster.nfd``).
+
+    What differs from the chart: the image (built here), NVML from the fake driver root through
+    ``LD_LIBRARY_PATH`` (what the NVIDIA container runtime's library mount gives GFD on a GPU node),
+    the fake GPUs' file, nvml discovery, not privileged and no host ``/sys`` (it reads the
+    machine type and PCI classes there: absent for the fake GPUs, GFD labels them ``unknown``)."""
+    gfd = {
+        "name": "gpu-feature-discovery-ctr",
+        "image": image_ref(),
+        "imagePullPolicy": "Never",
+        "command": ["gpu-feature-discovery"],
+        "env": [
+            *(
+                {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+                for name, path in (
+                    ("NODE_NAME", "spec.nodeName"),
+                    ("NAMESPACE", "metadata.namespace"),
+                    ("POD_NAME", "metadata.name"),
+                )
+            ),
+            *_env(
+                MIG_STRATEGY="none",
+                FAIL_ON_INIT_ERROR="true",
+                GFD_NO_TIMESTAMP="false",
+                GFD_SLEEP_INTERVAL=sleep_interval,
+                CONFIG_FILE="/config/config.yaml",
+                NVIDIA_MIG_MONITOR_DEVICES="all",
+                DEVICE_DISCOVERY_STRATEGY="nvml",
+                LD_LIBRARY_PATH="/driver-root/usr/lib64",
+                **{FAKE_NVML_CONFIG_ENV: f"{_FAKE_NVML_DIR}/gpus.conf"},
+            ),
+        ],
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "volumeMounts": [
+            {"name": "driver-root", "mountPath": "/driver-root", "readOnly": True},
+            {"name": "available-configs", "mountPath": "/available-configs"},
+            {"name": "config", "mountPath": "/config"},
+            {"name": "fake-nvml", "mountPath": _FAKE_NVML_DIR, "readOnly": True},
+        ],
+    }
+    process = "gpu-feature-discovery"
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": GFD_DS_NAME, "namespace": NAMESPACE, "labels": dict(GFD_LABELS)},
+        "spec": {
+            "selector": {"matchLabels": dict(GFD_LABELS)},
+            "template": {
+                "metadata": {"labels": dict(GFD_LABELS)},
+                "spec": {
+                    "priorityClassName": "system-node-critical",
+                    "serviceAccountName": GFD_SERVICE_ACCOUNT,
+                    "shareProcessNamespace": True,
+                    "nodeSelector": dict(NODE_SELECTOR),
+                    "affinity": copy.deepcopy(NODE_AFFINITY),
+                    "tolerations": [{"key": RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+                    "initContainers": [_config_manager("gpu-feature-discovery-init", oneshot=True)],
+                    "containers": [
+                        _config_manager("gpu-feature-discovery-sidecar", oneshot=False, process=process),
+                        gfd,
+                    ],
+                    "volumes": [
+                        {"name": "driver-root", "hostPath": {"path": str(driver_root())}},
+                        {"name": "available-configs", "configMap": {"name": CONFIGS_CONFIGMAP}},
+                        {"name": "config", "emptyDir": {}},
+                        {"name": "fake-nvml", "configMap": {"name": FAKE_NVML_CONFIGMAP}},
+                    ],
+                },
+            },
+        },
+    }
+
+
+def gfd_rbac_bodies() -> list[dict[str, Any]]:
+    """The chart's rules for GFD (``templates/role.yml`` with gfd.enabled): its own Node (the
+    sidecar), NodeFeature objects (GFD's output) and its own pod (their owner reference)."""
+    name = GFD_SERVICE_ACCOUNT
+    rules = [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+        {
+            "apiGroups": ["nfd.k8s-sigs.io"],
+            "resources": ["nodefeatures"],
+            "verbs": ["get", "list", "watch", "create", "update"],
+        },
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
+    ]
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": NAMESPACE}},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": name},
+            "rules": rules,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}],
+        },
+    ]
+
+
+async def install_gfd(api: client.ApiClient, *, sleep_interval: str = GFD_SLEEP_INTERVAL) -> None:
+    """GFD on the nodes NVIDIA's plugin runs on (after :func:`install`, whose image, ConfigMaps
+    and namespace it uses; NFD's CRDs and nfd-master first: ``gpushare.devcluster.nfd.install``)."""
+    core, rbac, apps = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api), client.AppsV1Api(api)
+    sa, role, binding = gfd_rbac_bodies()
+    await _apply(lambda: core.create_namespaced_service_account(NAMESPACE, cast(Any, sa)), None)
+    await _apply(lambda: rbac.create_cluster_role(cast(Any, role)), None)
+    await _apply(lambda: rbac.create_cluster_role_binding(cast(Any, binding)), None)
+    ds = cast(Any, gfd_daemonset_body(sleep_interval=sleep_interval))
+    await _apply(
+        lambda: apps.create_namespaced_daemon_set(NAMESPACE, ds),
+        lambda: apps.replace_namespaced_daemon_set(GFD_DS_NAME, NAMESPACE, ds),
+    )
+
+
+async def gfd_passes(api: client.ApiClient, node: str) -> int:
+    """How many passes GFD's running container on ``node`` has made (the lines of its log that
+    say :data:`GFD_PASS_LINE`; 0 while none runs)."""
+    core = client.CoreV1Api(api)
+    selector = ",".join(f"{k}={v}" for k, v in GFD_LABELS.items())
+    pods = await core.list_namespaced_pod(
+        NAMESPACE, label_selector=selector, field_selector=f"spec.nodeName={node}"
+    )
+    count = 0
+    for pod in pods.items:
+        running = {s.name for s in pod.status.container_statuses or [] if s.state and s.state.running}
+        if "gpu-feature-discovery-ctr" in running:
+            log: str = await core.read_namespaced_pod_log(
+                pod.metadata.name, NAMESPACE, container="gpu-feature-discovery-ctr"
+            )
+            count += log.count(GFD_PASS_LINE)
+    return count
+
+
+async def uninstall_gfd(api: client.ApiClient) -> None:
+    """Remove GFD's DaemonSet (its NodeFeature object and the labels nfd-master made stay)."""
+    with refused(404):
+        await client.AppsV1Api(api).delete_namespaced_daemon_set(GFD_DS_NAME, NAMESPACE)
 
 
 # -- the node agent over the same library -----------------------------------------------------

@@ -260,6 +260,7 @@ def pinned_versions() -> dict[str, str]:
         "nvidia-plugin": _pinned(
             "realnode/nvidia/go.mod", r"^\s*github\.com/NVIDIA/k8s-device-plugin (v[\d.]+)"
         ),
+        "nfd": _pinned("realnode/nfd/go.mod", r"^\s*sigs\.k8s\.io/node-feature-discovery (v[\d.]+)"),
         "python": _pinned("pyproject.toml", r'^requires-python = ">=([\d.]+)"'),
         "python-image": _pinned("Dockerfile", r"^ARG PYTHON_IMAGE=python:([\d.]+)-"),
         "kopf": _pinned("pyproject.toml", r'^\s*"kopf==([\d.]+)"'),
@@ -285,16 +286,22 @@ def compatibility() -> str:
         f"| NVIDIA's device plugin and config-manager | {v['nvidia-plugin']} | `make test` (real-node tier), "
         "`make demo`: built from `realnode/nvidia/go.mod` over the project's own `libnvidia-ml.so.1` "
         "pretending GPUs | MPS (the MPS daemon), MIG |",
-        f"| NVIDIA's GPU Feature Discovery | {v['nvidia-plugin']} (the same module) | not in "
-        "`make test`; read once on a real GPU "
+        f"| NVIDIA's GPU Feature Discovery | {v['nvidia-plugin']} (the same module) | `make test` (real-node "
+        "tier): beside the plugin, over the same `libnvidia-ml.so.1`; also read once on a real GPU "
         "([Sharing backends](concepts/backends.md#the-operators-configs-on-a-real-gpu)) | "
-        "its labels on a shared node |",
+        "the labels only a real GPU has (PCI class, machine type) |",
+        f"| Node Feature Discovery (nfd-master) | {v['nfd']} | `make test` (real-node tier): turns GPU "
+        "Feature Discovery's NodeFeature objects into node labels; built from `realnode/nfd/go.mod` "
+        "(`hack/build-nfd.sh`) | — |",
         f"| Python | {v['python']}+ (the image: {v['python-image']}) | every test; the image's "
         "interpreter | — |",
         f"| Kopf | {v['kopf']} | every test (pinned in `pyproject.toml`) | — |",
     ]
     return (
-        _banner("the versions pinned in hack/*.sh, realnode/nvidia/go.mod, pyproject.toml and the Dockerfile")
+        _banner(
+            "the versions pinned in hack/*.sh, realnode/nvidia/go.mod, realnode/nfd/go.mod, pyproject.toml"
+            " and the Dockerfile"
+        )
         + "\n".join(rows)
         + "\n"
     )
