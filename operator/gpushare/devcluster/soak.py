@@ -360,6 +360,8 @@ class Soak:
         self.initial_keys: set[str] = set()
         self.rss_first: dict[str, int] = {}
         self.webhook_errors = 0.0
+        #: (node, key) pairs already reported missing
+        self.missing_seen: set[tuple[str, str]] = set()
         self.samples = 0
         self.nvidia_on = True
         self.ack_on = dict.fromkeys(ACK_POOLS, True)
@@ -497,7 +499,8 @@ class Soak:
                 self.report.refused[step.kind] += 1
                 self.out(f"soak: {step.kind} at {step.at:.2f}s refused: {_short(exc)}")
             if time.monotonic() >= deadline:
-                self.report.notes.append(f"{step.kind} at {step.at:.2f}s: refused until it was given up")
+                if step.kind in RETRIED:
+                    self.report.notes.append(f"{step.kind} at {step.at:.2f}s: refused until it was given up")
                 return
             await asyncio.sleep(1)
 
@@ -676,10 +679,12 @@ class Soak:
 
     async def _monitor(self) -> None:
         """Every 2 s: the webhook's errors (its counter restarts with the process: the soak keeps
-        the highest seen per process) and a sample count."""
+        the highest seen per process) and a sample count; every key a node names exists."""
         assert self.webhook is not None
         seen: dict[int, float] = {}
         while True:
+            with contextlib.suppress(*REFUSED):
+                await self._named_keys_exist()
             proc = self.webhook.proc
             errors = await asyncio.to_thread(
                 self.webhook.metric, "gpushare_admission_requests_total", decision="error"
@@ -689,6 +694,39 @@ class Soak:
                 self.samples += 1
             self.webhook_errors = sum(seen.values())
             await asyncio.sleep(2)
+
+    async def _missing_keys(self) -> dict[str, str]:
+        """Each node whose nvidia.com/device-plugin.config names a key NVIDIA's ConfigMap lacks."""
+        assert self.api is not None
+        cm = await client.CoreV1Api(self.api).read_namespaced_config_map(
+            nv.CONFIGS_CONFIGMAP, nv.NAMESPACE, _request_timeout=T
+        )
+        keys = set((cm.data or {}).keys())
+        missing: dict[str, str] = {}
+        for n in await self._nodes():
+            value = (n.metadata.labels or {}).get(c.LABEL_NVIDIA_CONFIG)
+            if value and value not in keys:
+                missing[n.metadata.name] = value
+        return missing
+
+    async def _named_keys_exist(self) -> None:
+        """The continuous half of ``nvidia-keys``. The ConfigMap and the nodes are two reads, so a
+        key written and named between them looks missing: a node counts only when it still names
+        the same missing key 3 s later."""
+        self.report.checked["nvidia-keys"] = self.report.checked.get("nvidia-keys", 0) + 1
+        missing = await self._missing_keys()
+        if not missing:
+            return
+        await asyncio.sleep(3)
+        again = await self._missing_keys()
+        for node, key in missing.items():
+            if again.get(node) == key and (node, key) not in self.missing_seen:
+                self.missing_seen.add((node, key))
+                self.report.violate(
+                    "nvidia-keys",
+                    f"node {node} names config {key!r}, absent from NVIDIA's ConfigMap for 3 s or more",
+                    self._audit_about("configmaps", nv.CONFIGS_CONFIGMAP),
+                )
 
     # -- the run ----------------------------------------------------------------------------------
     async def run(self) -> Report:
@@ -887,7 +925,7 @@ class Soak:
             if (not extra and not missing) or time.monotonic() > deadline:
                 break
             await asyncio.sleep(2)
-        self.report.checked["nvidia-keys"] = len(keys)
+        self.report.checked["nvidia-keys"] = self.report.checked.get("nvidia-keys", 0) + len(keys)
         if extra:
             self.report.violate(
                 "nvidia-keys",
