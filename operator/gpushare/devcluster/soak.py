@@ -24,6 +24,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -1108,8 +1109,10 @@ def run_soak(
     d.mkdir(parents=True, exist_ok=True)
     report = asyncio.run(Soak(seed, seconds, d, out=out, breaks=breaks).run())
     out(report.text())
-    if report.violations:
-        out(f"soak: logs, audit log and Events kept in {d}")
+    if report.violations or workdir is not None:
+        out(f"soak: logs and the audit log are in {d}")
+    else:  # a passing run in a directory of its own leaves nothing behind
+        shutil.rmtree(d, ignore_errors=True)
     return report
 
 
