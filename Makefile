@@ -9,7 +9,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 
 .PHONY: manifests help setup test test-unit test-integration lint fmt crds crds-check control-plane cluster cluster-down \
         bench bench-webhook demo demo-down gpu-check e2e-kind image image-check image-local helm lock clean \
-        promtool monitoring-check realnode realnode-prereqs kubelet realnode-bins nvidia-plugin nfd fake-nvml docs docs-serve docs-assets chromium
+        promtool monitoring-check soak realnode realnode-prereqs kubelet realnode-bins nvidia-plugin nfd fake-nvml docs docs-serve docs-assets chromium
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -171,6 +171,11 @@ bench-webhook: setup control-plane ## Admission webhook benchmark: direct HTTPS 
 
 gpu-check: setup ## On an NVIDIA GPU machine: agent inventory via real NVML + quota helper with PyTorch (fails clearly without a GPU)
 	$(BIN)/python -m gpushare.gpu.check
+
+SEED ?= 1
+MINUTES ?= 10
+soak: setup control-plane ## Seeded fault-injection soak on a control plane of its own: pool edits, GPU pods, overlapping faults, then the invariants (SEED=1 MINUTES=10; docs/how-to/soak.md)
+	$(BIN)/python -m gpushare.devcluster.soak --seed $(SEED) --minutes $(MINUTES)
 
 DEMO_DIR ?= .demo
 DEMO_REAL_NODES ?= 1

@@ -155,6 +155,8 @@ class DevCluster:
         plugin_sim: bool = True,
         real_nodes: int = 0,
         real_node_timeout: float = 120.0,
+        audit_policy: str | None = None,
+        users: tuple[str, ...] = (),
     ) -> None:
         self.binaries: Binaries = find_binaries(bin_dir)
         self._own_dir = workdir is None
@@ -169,6 +171,11 @@ class DevCluster:
         self.real_nodes = real_nodes
         self.real_node_timeout = real_node_timeout
         self.real: RealNodes | None = None
+        #: an audit Policy (YAML text): the apiserver writes its audit log to ``<dir>/logs/audit.log``
+        self.audit_policy = audit_policy
+        #: more admin users (system:masters), each with a token and ``<dir>/kubeconfig-<user>``: a
+        #: harness tells writers apart in the audit log by user
+        self.users = users
         self.procs: list[Process] = []
         self.info: ClusterInfo | None = None
         self._ssl: ssl.SSLContext | None = None
@@ -210,7 +217,9 @@ class DevCluster:
         if self._own_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
         else:
-            for sub in ("etcd-data", "pki", "logs", "kubeconfig", "cluster.json", "kwok.yaml", "realnode"):
+            subs = ("etcd-data", "pki", "logs", "kubeconfig", "cluster.json", "kwok.yaml", "realnode")
+            extra = ("audit-policy.yaml", *(f"kubeconfig-{user}" for user in self.users))
+            for sub in (*subs, *extra):
                 p = self.dir / sub
                 if p.is_dir():
                     shutil.rmtree(p, ignore_errors=True)
@@ -249,6 +258,8 @@ class DevCluster:
         real_names = [f"realnode-{i}" for i in range(self.real_nodes)]
         node_tokens = {n: secrets.token_urlsafe(32) for n in real_names}
         token_lines += [f'{t},system:node:{n},system:node:{n},"system:nodes"' for n, t in node_tokens.items()]
+        user_tokens = {u: secrets.token_urlsafe(32) for u in self.users}
+        token_lines += [f'{t},{u},{u},"system:masters"' for u, t in user_tokens.items()]
         (pki_dir / "tokens.csv").write_text("\n".join(token_lines) + "\n")
         (pki_dir / "tokens.csv").chmod(0o600)
 
@@ -257,6 +268,8 @@ class DevCluster:
         server = f"https://127.0.0.1:{api_port}"
         kubeconfig = d / "kubeconfig"
         write_kubeconfig(kubeconfig, server, ca.cert_pem, token)
+        for user, user_token in user_tokens.items():
+            write_kubeconfig(d / f"kubeconfig-{user}", server, ca.cert_pem, user_token)
         self._ssl = ssl.create_default_context(cafile=str(pki_dir / "ca.crt"))
         deadline = time.monotonic() + self.start_timeout
 
@@ -299,6 +312,7 @@ class DevCluster:
                 f"--service-account-signing-key-file={pki_dir / 'sa.key'}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 *self._real_node_apiserver_args(ca, pki_dir),
+                *self._audit_args(),
                 "--allow-privileged=true",
                 "--endpoint-reconciler-type=none",
                 "--enable-priority-and-fairness=false",
@@ -408,6 +422,19 @@ class DevCluster:
         _RUNNING[str(d)] = self
         return self.info
 
+    def _audit_args(self) -> list[str]:
+        if self.audit_policy is None:
+            return []
+        policy = self.dir / "audit-policy.yaml"
+        policy.write_text(self.audit_policy)
+        return [
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.dir / 'logs' / 'audit.log'}",
+            "--audit-log-format=json",
+            "--audit-log-mode=blocking",
+            "--audit-log-maxsize=0",
+        ]
+
     def _real_node_apiserver_args(self, ca: pki.KeyPair, pki_dir: Path) -> list[str]:
         if not self.real_nodes:
             # No token volumes are projected into pods (there is no kubelet to mount them);
@@ -507,9 +534,24 @@ class DevCluster:
                 os.killpg(proc.popen.pid, signal.SIGKILL)
             proc.popen.wait(10)
 
-    def restart(self, name: str, *, timeout_s: float | None = None) -> None:
+    def pause(self, name: str) -> None:
+        """SIGSTOP one component (e.g. ``etcd``): it holds its connections and answers nothing."""
+        proc = self._proc(name)
+        if proc.popen is not None and proc.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.popen.pid, signal.SIGSTOP)
+
+    def resume(self, name: str) -> None:
+        """SIGCONT a component :meth:`pause` stopped."""
+        proc = self._proc(name)
+        if proc.popen is not None and proc.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.popen.pid, signal.SIGCONT)
+
+    def restart(self, name: str, *, timeout_s: float | None = None, wait: bool = True) -> None:
         """Start a killed (or running: it is stopped first) component again with the same
-        arguments, ports and data; waits until the apiserver is ready again."""
+        arguments, ports and data; waits until the apiserver is ready again (``wait=False``: the
+        caller waits, e.g. from an event loop the wait must not block)."""
         old = self._proc(name)
         old.stop()
         new = Process(name, old.argv, old.log_path)
@@ -517,7 +559,7 @@ class DevCluster:
         self.procs[self.procs.index(old)] = new
         if self.info is not None:
             self.info.pids[name] = new.pid or 0
-            if name == "kube-apiserver":
+            if name == "kube-apiserver" and wait:
                 deadline = time.monotonic() + (timeout_s or self.start_timeout)
                 self._wait_http(new, f"{self.info.server}/readyz", deadline, token=self.info.token)
 

@@ -1,0 +1,1143 @@
+"""A seeded fault-injection soak: pools edited, GPU pods coming and going, faults overlapping; then
+the operator's guarantees checked against what really happened (docs/how-to/soak.md).
+
+``python -m gpushare.devcluster.soak --seed N --minutes M`` (``make soak SEED=N MINUTES=M``) starts
+a control plane of its own (``DevCluster`` with an audit log), kwok nodes in two ACK node pools, one
+left out of every pool, and an NVIDIA node pool (``pluginsim`` plays both device plugins), the
+operator as two replicas behind Kopf peering (``gpushare run``) and the webhook as a process of its
+own (``gpushare webhook``, failurePolicy Fail), as the chart runs them. It prints the schedule the
+seed makes (the same seed, the same schedule), runs it, heals every fault, lets the cluster settle
+and checks the invariants. The report names each kind of work and fault with its count, the
+invariants checked and each violation with the audit records and Events around it; any violation
+fails the run (exit 1) and names the seed.
+
+The operator and the webhook run as users of their own (``gpushare-operator``,
+``gpushare-webhook``), so the apiserver's audit log tells their writes from the soak's.
+Development harness only, like the rest of ``gpushare.devcluster``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import aiohttp
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from gpushare import constants as c
+from gpushare.api.v1alpha1 import GPUSharePoolSpec
+from gpushare.devcluster import nvidia as nv
+from gpushare.devcluster.cluster import ClusterInfo, DevCluster, free_port
+from gpushare.devcluster.crds import install_crd_files
+from gpushare.devcluster.demo import NVIDIA_NODE_POOL, create_demo_nodes, create_nvidia_nodes
+from gpushare.devcluster.fakes import POOL_LABEL, ensure_device_plugin_daemonset, wait_for
+from gpushare.k8s.client import make_api_client
+from gpushare.policy.planner import desired_labels
+
+REPO = Path(__file__).resolve().parents[3]
+CRDS = (
+    REPO / "crds" / "gpushare.io_gpusharepools.yaml",
+    REPO / "manifests" / "crd" / "kopf.dev_clusterkopfpeerings.yaml",
+)
+OPERATOR_USER = "gpushare-operator"
+WEBHOOK_USER = "gpushare-webhook"
+NAMESPACE = "soak"
+WEBHOOK_NAMESPACE = "gpushare-soak"
+WEBHOOK_CONFIGURATION = "gpushare-soak"
+PEERING = "gpushare-soak"
+#: --nvidia-config-retention in the soak: short, so that the end checks the keys left behind
+RETENTION_S = 10
+#: how long after the last fault every pool must be Ready
+READY_WITHIN_S = 120.0
+#: the end's RSS of the operator and the webhook against their first settled value
+RSS_FACTOR = 1.5
+#: one step every MEAN_GAP_S seconds on average, beside one of each kind
+MEAN_GAP_S = 4.0
+#: how long a refused edit or GPU pod is tried again
+RETRY_S = 30.0
+
+#: The soak's pools: two ACK pools (np-cgpu's and np-gpu-core's nodes), one NVIDIA pool (np-nvidia's).
+#: np-cgpu-no-isolation's nodes stay out of every pool: their labels stay what they were.
+ACK_POOLS = {"soak-a": "np-cgpu", "soak-b": "np-gpu-core"}
+NVIDIA_POOL = "soak-n"
+#: the pool whose admission mode the soak switches; the probe targets soak-a, always Enforce
+ADMISSION_POOL = "soak-b"
+PROBE_POOL = "soak-a"
+#: the ACK pool GPU pods go to (its pods ask for GPU memory, right in both of its modes)
+POD_POOL = "soak-a"
+#: what ack-mode switches on each ACK pool: soak-a cgpu <-> share (memoryIsolation), soak-b
+#: core_mem <-> cgpu (computeAllocation; memoryIsolation stays, computeAllocation requires it)
+ACK_SWITCH = {
+    "soak-a": ("memoryIsolation", "cgpu", "share"),
+    "soak-b": ("computeAllocation", "core_mem", "cgpu"),
+}
+
+WORK = ("ack-mode", "nvidia-replicas", "nvidia-mode", "admission-mode", "gpu-pod", "probe")
+FAULTS = (
+    "operator-kill",
+    "operator-stop",
+    "webhook-kill",
+    "apiserver-kill",
+    "etcd-pause",
+    "plugin-pod-delete",
+)
+KINDS = WORK + FAULTS
+#: the steps tried again when refused
+RETRIED = ("ack-mode", "nvidia-replicas", "nvidia-mode", "admission-mode", "gpu-pod")
+
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Request
+  verbs: [create, update, patch, delete, deletecollection]
+  resources:
+  - group: ""
+    resources: [nodes, pods, pods/eviction, configmaps]
+  - group: gpushare.io
+    resources: [gpusharepools]
+- level: None
+"""
+
+INVARIANTS = (
+    "owned-labels: every node's owned labels are what its pool wants, or what it had before any pool",
+    "operator-writes: the operator's node patches touch only the labels it owns and gpushare.io/ annotations",
+    "operator-configmaps: the operator writes no ConfigMap but NVIDIA's plugin configs",
+    "no-evictions: no pod evicted (no pool uses modeSwitch Evict)",
+    "no-cordon: no node left cordoned or tainted by the operator",
+    f"pools-ready: every pool Ready within {READY_WITHIN_S:.0f}s of the last fault",
+    "nvidia-keys: after the keys' grace, NVIDIA's ConfigMap holds only keys a pool or node needs, "
+    "and every key a node names exists",
+    f"rss: the operator's and the webhook's RSS at the end within {RSS_FACTOR}x of their first settled value",
+    "webhook-errors: the webhook never answers an error itself",
+    "probe: a pod asking for 33 % of a GPU's cores is never admitted",
+)
+
+
+@dataclass(frozen=True, order=True)
+class Step:
+    """One thing the soak does at ``at`` seconds: ``target`` names what (a replica, a pool, a
+    value); ``hold`` is how long a fault lasts or a pod lives."""
+
+    at: float
+    kind: str
+    target: str = ""
+    hold: float = 0.0
+
+    def __str__(self) -> str:
+        hold = f" for {self.hold:.1f}s" if self.hold else ""
+        target = f" {self.target}" if self.target else ""
+        return f"{self.at:7.2f}s  {self.kind}{target}{hold}"
+
+
+def _step(rng: random.Random, kind: str, at: float) -> Step:
+    at = round(at, 2)
+    if kind in ("operator-kill", "operator-stop"):
+        hold = rng.uniform(1, 6) if kind == "operator-kill" else rng.uniform(2, 12)
+        return Step(at, kind, f"replica-{rng.randrange(2)}", round(hold, 1))
+    if kind in ("webhook-kill", "apiserver-kill", "etcd-pause"):
+        return Step(at, kind, "", round(rng.uniform(1, 5), 1))
+    if kind == "plugin-pod-delete":
+        return Step(at, kind, rng.choice(("ack", "nvidia")))
+    if kind == "ack-mode":
+        return Step(at, kind, rng.choice(sorted(ACK_POOLS)))
+    if kind == "nvidia-replicas":
+        return Step(at, kind, str(rng.randint(2, 4)))
+    if kind == "gpu-pod":
+        return Step(at, kind, rng.choice((POD_POOL, NVIDIA_POOL)), round(rng.uniform(3, 20), 1))
+    return Step(at, kind)  # nvidia-mode, admission-mode: a toggle; probe
+
+
+def make_schedule(seed: int, seconds: float) -> list[Step]:
+    """The soak's steps over ``seconds``: every kind once in the first 80 %, then one every
+    MEAN_GAP_S seconds on average. Deterministic: the same seed and length, the same steps."""
+    rng = random.Random(seed)
+    steps = [_step(rng, kind, rng.uniform(0, seconds * 0.8)) for kind in KINDS]
+    at = 0.0
+    while True:
+        at += rng.expovariate(1 / MEAN_GAP_S)
+        if at >= seconds:
+            break
+        steps.append(_step(rng, rng.choice(KINDS), at))
+    return sorted(steps)
+
+
+def format_schedule(seed: int, steps: list[Step]) -> str:
+    return "\n".join([f"schedule (seed {seed}, {len(steps)} steps):", *(f"  {s}" for s in steps)])
+
+
+@dataclass
+class Violation:
+    invariant: str
+    what: str
+    evidence: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    seed: int
+    seconds: float
+    done: Counter[str] = field(default_factory=Counter)
+    #: work steps the cluster refused (apiserver down, etcd paused, webhook down under Fail)
+    refused: Counter[str] = field(default_factory=Counter)
+    #: work steps the apiserver answered with a 4xx of its own (the CRD's rules, the webhook)
+    denied: Counter[str] = field(default_factory=Counter)
+    #: the edits by direction (a mode switch one way and back)
+    detail: Counter[str] = field(default_factory=Counter)
+    #: what each invariant was checked against (nodes, audit records, samples)
+    checked: dict[str, int] = field(default_factory=dict)
+    violations: list[Violation] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def violate(self, invariant: str, what: str, evidence: list[str] | None = None) -> None:
+        self.violations.append(Violation(invariant, what, evidence or []))
+
+    def text(self) -> str:
+        lines = [f"soak report: seed {self.seed}, {self.seconds / 60:.2f} minutes of schedule"]
+        for title, kinds in (("work", WORK), ("faults", FAULTS)):
+            parts = []
+            for k in kinds:
+                why = [f"{n} {w}" for n, w in ((self.refused[k], "refused"), (self.denied[k], "denied")) if n]
+                parts.append(f"{k} {self.done[k]}" + (f" ({', '.join(why)})" if why else ""))
+            lines.append(f"  {title}: {', '.join(parts)}")
+        if self.detail:
+            lines.append(f"  edits: {', '.join(f'{k} {n}' for k, n in sorted(self.detail.items()))}")
+        lines.append("  invariants checked:")
+        for inv in INVARIANTS:
+            name = inv.split(":", 1)[0]
+            lines.append(f"    {name} ({self.checked.get(name, 0)} checked)")
+        lines.extend(f"  note: {n}" for n in self.notes)
+        if not self.violations:
+            lines.append("  violations: none")
+        for v in self.violations:
+            lines.append(f"  VIOLATION {v.invariant}: {v.what}")
+            lines.extend(f"      {e}" for e in v.evidence[:20])
+        if self.violations:
+            lines.append(f"FAILED: {len(self.violations)} violation(s), seed {self.seed}")
+        else:
+            lines.append(f"PASSED: seed {self.seed}")
+        return "\n".join(lines)
+
+
+# -- processes -------------------------------------------------------------------------------------
+
+
+class Child:
+    """``gpushare run`` or ``gpushare webhook`` in its own session; restarted with the same argv."""
+
+    def __init__(self, name: str, argv: list[str], log: Path, metrics_port: int) -> None:
+        self.name, self.argv, self.log, self.metrics_port = name, argv, log, metrics_port
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.lock = asyncio.Lock()
+        self.starts = 0
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                self.argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        self.starts += 1
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            assert self.proc is not None
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, sig)
+            if sig == signal.SIGKILL:
+                self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.alive():
+            assert self.proc is not None
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGCONT)
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def rss_kib(self) -> int | None:
+        if not self.alive():
+            return None
+        assert self.proc is not None
+        try:
+            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        except OSError:
+            return None
+        return None
+
+    def metric(self, name: str, **labels: str) -> float | None:
+        """The sum of this process's samples ``name`` with ``labels``; None when it does not answer."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=2) as resp:
+                text = resp.read().decode()
+        except OSError:
+            return None
+        return sum(
+            s.value
+            for fam in text_string_to_metric_families(text)
+            for s in fam.samples
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+        )
+
+
+def _gpushare(*args: str) -> list[str]:
+    return [sys.executable, "-m", "gpushare", *args]
+
+
+# -- the soak --------------------------------------------------------------------------------------
+
+#: what a refused call raises: the apiserver down or paused, the webhook down under Fail
+MERGE_PATCH: dict[str, Any] = {"_content_type": "application/merge-patch+json"}
+REFUSED = (ApiException, aiohttp.ClientError, OSError, asyncio.TimeoutError)
+T = 10  # seconds: every call of the soak's own (a paused etcd holds requests)
+
+
+#: Deliberate breaks (``--break NAME``), made once the schedule is over: each must fail its invariant,
+#: showing the check can fail.
+BREAKS = {
+    "owned-labels": "label a node of no pool cgpu=true (a label left behind)",
+    "operator-writes": "write the label team=soak on a node as the operator's user",
+    "no-evictions": "evict a pod as the operator's user",
+    "no-cordon": f"annotate a node {c.ANNOTATION_CORDONED_BY} (a cordon left behind)",
+    "nvidia-keys": "add a key no pool or node needs to NVIDIA's ConfigMap",
+    "pools-ready": "create a pool that selects no node",
+    "probe": "delete the webhook's configuration, then probe once more",
+}
+OUT_OF_POOLS = "np-cgpu-no-isolation"
+
+
+class Soak:
+    def __init__(
+        self,
+        seed: int,
+        seconds: float,
+        workdir: Path,
+        *,
+        out: Callable[[str], None] = print,
+        breaks: tuple[str, ...] = (),
+    ) -> None:
+        self.seed, self.seconds, self.dir, self.out = seed, seconds, workdir, out
+        self.breaks = breaks
+        self.steps = make_schedule(seed, seconds)
+        self.report = Report(seed, seconds)
+        self.dev: DevCluster | None = None
+        self.info: ClusterInfo | None = None
+        self.api: client.ApiClient | None = None
+        self.replicas: list[Child] = []
+        self.webhook: Child | None = None
+        self.comp_locks = {"kube-apiserver": asyncio.Lock(), "etcd": asyncio.Lock()}
+        self.pods: set[str] = set()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.last_fault_end = 0.0
+        self.before: dict[str, dict[str, str]] = {}
+        self.initial_keys: set[str] = set()
+        self.rss_first: dict[str, int] = {}
+        self.webhook_errors = 0.0
+        #: (node, key) pairs already reported missing
+        self.missing_seen: set[tuple[str, str]] = set()
+        self.samples = 0
+        self.nvidia_on = True
+        self.ack_on = dict.fromkeys(ACK_POOLS, True)
+        self.admission = "Enforce"
+
+    # -- start ------------------------------------------------------------------------------------
+    async def _setup(self) -> None:
+        assert self.info is not None and self.api is not None
+        api = self.api
+        await install_crd_files(api, list(CRDS))
+        await ensure_device_plugin_daemonset(api)
+        await create_demo_nodes(str(self.info.kubeconfig))
+        await create_nvidia_nodes(api)
+        core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        for ns in (NAMESPACE, WEBHOOK_NAMESPACE):
+            await core.create_namespace(cast(Any, {"metadata": {"name": ns}}))
+        await custom.create_cluster_custom_object(
+            "kopf.dev",
+            "v1",
+            "clusterkopfpeerings",
+            {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": PEERING}},
+        )
+        for node in (await core.list_node()).items:
+            labels = node.metadata.labels or {}
+            self.before[node.metadata.name] = {k: labels[k] for k in c.MANAGED_LABELS if k in labels}
+        cm = await core.read_namespaced_config_map(nv.CONFIGS_CONFIGMAP, nv.NAMESPACE)
+        self.initial_keys = set((cm.data or {}).keys())
+        for name in ACK_POOLS:
+            await custom.create_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL, self._ack_pool(name))
+        await custom.create_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL, self._nvidia_pool())
+
+    def _ack_pool(self, name: str) -> dict[str, Any]:
+        return {
+            "apiVersion": c.API_VERSION,
+            "kind": c.KIND,
+            "metadata": {"name": name},
+            "spec": {
+                "nodeSelector": {"matchLabels": {POOL_LABEL: ACK_POOLS[name]}},
+                "memoryIsolation": True,
+                "computeAllocation": name == "soak-b",
+                "rollout": {"maxUnavailable": 1, "modeSwitch": "Wait"},
+            },
+        }
+
+    def _nvidia_pool(self) -> dict[str, Any]:
+        return {
+            "apiVersion": c.API_VERSION,
+            "kind": c.KIND,
+            "metadata": {"name": NVIDIA_POOL},
+            "spec": {
+                "nodeSelector": {"matchLabels": {POOL_LABEL: NVIDIA_NODE_POOL.nodepool_id}},
+                "nvidia": {"strategy": "TimeSlicing", "replicas": 2, "configPropagationSeconds": 2},
+                "rollout": {"maxUnavailable": 1, "modeSwitch": "Wait"},
+            },
+        }
+
+    def _start_processes(self) -> None:
+        assert self.info is not None
+        op_kc = str(self.info.dir / f"kubeconfig-{OPERATOR_USER}")
+        for i in range(2):
+            port = free_port()
+            argv = _gpushare(
+                "run", "--kubeconfig", op_kc, "--metrics-port", str(port), "--log-format", "json",
+                "--peering", PEERING, "--nvidia-config-retention", str(RETENTION_S),
+            )  # fmt: skip
+            self.replicas.append(Child(f"replica-{i}", argv, self.dir / f"operator-{i}.log", port))
+        port = free_port()
+        argv = _gpushare(
+            "webhook", "--kubeconfig", str(self.info.dir / f"kubeconfig-{WEBHOOK_USER}"),
+            "--metrics-port", str(port), "--log-format", "json", "--webhook-local",
+            "--webhook-port", str(free_port()), "--webhook-namespace", WEBHOOK_NAMESPACE,
+            "--webhook-configuration", WEBHOOK_CONFIGURATION, "--webhook-cert-dir", str(self.dir / "certs"),
+            "--webhook-failure-policy", "Fail",
+        )  # fmt: skip
+        self.webhook = Child("webhook", argv, self.dir / "webhook.log", port)
+        for child in (*self.replicas, self.webhook):
+            child.start()
+
+    async def _pools(self) -> list[dict[str, Any]]:
+        assert self.api is not None
+        got = await client.CustomObjectsApi(self.api).list_cluster_custom_object(
+            c.GROUP, c.VERSION, c.PLURAL, _request_timeout=T
+        )
+        return cast(list[dict[str, Any]], got["items"])
+
+    async def _not_ready(self) -> dict[str, str]:
+        """Each pool not Ready for its current generation, with its Ready condition's reason."""
+        out = {}
+        for pool in await self._pools():
+            status = pool.get("status") or {}
+            ready: dict[str, Any] = next(
+                (x for x in status.get("conditions") or [] if x.get("type") == "Ready"), {}
+            )
+            current = status.get("observedGeneration") == pool["metadata"].get("generation")
+            if ready.get("status") != "True" or not current:
+                out[pool["metadata"]["name"]] = (
+                    f"{ready.get('reason', 'no Ready condition')}: {ready.get('message', '')}"
+                )
+        return out
+
+    async def _settled(self, timeout_s: float, what: str) -> dict[str, str]:
+        """Wait until every pool is Ready; what is still not Ready after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        last: dict[str, str] = {"*": "never read"}
+        while time.monotonic() < deadline:
+            with contextlib.suppress(*REFUSED):
+                last = await self._not_ready()
+                if not last:
+                    return {}
+            await asyncio.sleep(1)
+        self.out(f"soak: {what}: pools not Ready after {timeout_s:.0f}s: {last}")
+        return last
+
+    # -- steps ------------------------------------------------------------------------------------
+    async def _do(self, step: Step) -> None:
+        """Run one step. A refused edit or GPU pod (the apiserver down, etcd paused, the webhook
+        down under Fail) is counted and tried again each second for up to RETRY_S, so the work
+        happens; a fault step and the probe are tried once."""
+        fn = getattr(self, "_" + step.kind.replace("-", "_"))
+        deadline = time.monotonic() + (RETRY_S if step.kind in RETRIED else 0)
+        self.report.done[step.kind] += 1
+        while True:
+            try:
+                await fn(step)
+                return
+            except ApiException as exc:
+                if exc.status is not None and 400 <= exc.status < 500 and exc.status not in (409, 429):
+                    # a real answer (the CRD's rules, the webhook): not a fault's refusal
+                    self.report.denied[step.kind] += 1
+                    self.report.notes.append(f"{step.kind} at {step.at:.2f}s denied: {_short(exc)}")
+                    return
+                self.report.refused[step.kind] += 1
+                self.out(f"soak: {step.kind} at {step.at:.2f}s refused: {_short(exc)}")
+            except REFUSED as exc:
+                self.report.refused[step.kind] += 1
+                self.out(f"soak: {step.kind} at {step.at:.2f}s refused: {_short(exc)}")
+            if time.monotonic() >= deadline:
+                if step.kind in RETRIED:
+                    self.report.notes.append(f"{step.kind} at {step.at:.2f}s: refused until it was given up")
+                return
+            await asyncio.sleep(1)
+
+    async def _patch_pool(self, name: str, spec: dict[str, Any]) -> None:
+        assert self.api is not None
+        await client.CustomObjectsApi(self.api).patch_cluster_custom_object(
+            c.GROUP,
+            c.VERSION,
+            c.PLURAL,
+            name,
+            {"spec": spec},
+            _request_timeout=T,
+            **MERGE_PATCH,
+        )
+
+    async def _ack_mode(self, step: Step) -> None:
+        field_, on, off = ACK_SWITCH[step.target]
+        want = not self.ack_on[step.target]
+        await self._patch_pool(step.target, {field_: want})
+        self.ack_on[step.target] = want
+        self.report.detail[f"ack-mode {f'{off}->{on}' if want else f'{on}->{off}'}"] += 1
+
+    async def _nvidia_replicas(self, step: Step) -> None:
+        await self._patch_pool(
+            NVIDIA_POOL, {"nvidia": {"strategy": "TimeSlicing", "replicas": int(step.target)}}
+        )
+        was = "TimeSlicing" if self.nvidia_on else "None"
+        self.report.detail[f"nvidia-replicas {was}->TimeSlicing x{step.target}"] += 1
+        self.nvidia_on = True
+
+    async def _nvidia_mode(self, step: Step) -> None:
+        nvidia = (
+            {"strategy": "None", "replicas": 1}
+            if self.nvidia_on
+            else {"strategy": "TimeSlicing", "replicas": 2}
+        )
+        await self._patch_pool(NVIDIA_POOL, {"nvidia": nvidia})
+        way = "TimeSlicing->None" if self.nvidia_on else "None->TimeSlicing"
+        self.report.detail[f"nvidia-mode {way}"] += 1
+        self.nvidia_on = not self.nvidia_on
+
+    async def _admission_mode(self, step: Step) -> None:
+        want = "Warn" if self.admission == "Enforce" else "Enforce"
+        await self._patch_pool(ADMISSION_POOL, {"admission": {"mode": want}})
+        self.report.detail[f"admission-mode {self.admission}->{want}"] += 1
+        self.admission = want
+
+    async def _gpu_pod(self, step: Step) -> None:
+        assert self.api is not None
+        nvidia = step.target == NVIDIA_POOL
+        limits = {c.RES_NVIDIA_GPU: "1"} if nvidia else {c.RES_GPU_MEM: "1"}
+        name = f"work-{step.at:07.2f}".replace(".", "-")
+        body = _pod(name, step.target, limits)
+        try:
+            await client.CoreV1Api(self.api).create_namespaced_pod(
+                NAMESPACE, cast(Any, body), _request_timeout=T
+            )
+        except ApiException as exc:
+            if exc.status != 409:  # 409: an earlier try was stored after all
+                raise
+        self.pods.add(name)
+        self._spawn(self._finish_pod(name, step.hold))
+
+    async def _finish_pod(self, name: str, after: float) -> None:
+        await asyncio.sleep(after)
+        await self._delete_pod(name)
+
+    async def _delete_pod(self, name: str) -> None:
+        assert self.api is not None
+        while True:
+            try:
+                await client.CoreV1Api(self.api).delete_namespaced_pod(
+                    name, NAMESPACE, grace_period_seconds=0, _request_timeout=T
+                )
+            except ApiException as exc:
+                if exc.status != 404:
+                    await asyncio.sleep(1)
+                    continue
+            except REFUSED:
+                await asyncio.sleep(1)
+                continue
+            self.pods.discard(name)
+            return
+
+    async def _probe(self, step: Step) -> None:
+        assert self.api is not None
+        name = f"probe-{step.at:07.2f}".replace(".", "-")
+        body = _pod(name, PROBE_POOL, {c.RES_GPU_MEM: "2", c.RES_GPU_CORE: "33"})
+        self.report.checked["probe"] = self.report.checked.get("probe", 0) + 1
+        try:
+            await client.CoreV1Api(self.api).create_namespaced_pod(
+                NAMESPACE, cast(Any, body), _request_timeout=T
+            )
+        except ApiException as exc:
+            if exc.status in (400, 403, 422):
+                return  # denied: as it must be
+            raise
+        self.report.violate("probe", f"pod {NAMESPACE}/{name} asking for 33 % of a GPU's cores was admitted")
+        await self._delete_pod(name)
+
+    async def _operator_kill(self, step: Step) -> None:
+        self._spawn(self._kill_restart(self.replicas[int(step.target[-1])], step.hold))
+
+    async def _webhook_kill(self, step: Step) -> None:
+        assert self.webhook is not None
+        self._spawn(self._kill_restart(self.webhook, step.hold))
+
+    async def _kill_restart(self, child: Child, hold: float) -> None:
+        async with child.lock:
+            child.signal(signal.SIGKILL)
+            await asyncio.sleep(hold)
+            child.start()
+            self.last_fault_end = time.monotonic()
+
+    async def _operator_stop(self, step: Step) -> None:
+        self._spawn(self._stop_cont(self.replicas[int(step.target[-1])], step.hold))
+
+    async def _stop_cont(self, child: Child, hold: float) -> None:
+        async with child.lock:
+            child.signal(signal.SIGSTOP)
+            await asyncio.sleep(hold)
+            child.signal(signal.SIGCONT)
+            self.last_fault_end = time.monotonic()
+
+    async def _apiserver_kill(self, step: Step) -> None:
+        self._spawn(self._component("kube-apiserver", step.hold, pause=False))
+
+    async def _etcd_pause(self, step: Step) -> None:
+        self._spawn(self._component("etcd", step.hold, pause=True))
+
+    async def _component(self, name: str, hold: float, *, pause: bool) -> None:
+        assert self.dev is not None and self.info is not None
+        async with self.comp_locks[name]:
+            if pause:
+                self.dev.pause(name)
+                await asyncio.sleep(hold)
+                self.dev.resume(name)
+            else:
+                self.dev.kill(name)
+                await asyncio.sleep(hold)
+                self.dev.restart(name, wait=False)
+                await self._api_ready()
+            self.last_fault_end = time.monotonic()
+
+    async def _api_ready(self) -> None:
+        assert self.api is not None
+
+        async def ready() -> bool:
+            with contextlib.suppress(*REFUSED):
+                await client.CoreV1Api(self.api).list_namespace(limit=1, _request_timeout=2)
+                return True
+            return False
+
+        await wait_for(ready, what="kube-apiserver back", timeout_s=120, interval=0.5)
+
+    async def _plugin_pod_delete(self, step: Step) -> None:
+        assert self.api is not None
+        ns, labels = (
+            (nv.NAMESPACE, nv.APP_LABELS)
+            if step.target == "nvidia"
+            else (c.DEFAULT_PLUGIN_NAMESPACE, c.DEFAULT_PLUGIN_LABELS)
+        )
+        core = client.CoreV1Api(self.api)
+        selector = ",".join(f"{k}={v}" for k, v in labels.items())
+        pods = (await core.list_namespaced_pod(ns, label_selector=selector, _request_timeout=T)).items
+        if not pods:
+            self.report.notes.append(f"plugin-pod-delete at {step.at:.2f}s: no {step.target} plugin pod")
+            return
+        pod = sorted(pods, key=lambda p: p.metadata.name)[int(step.at * 100) % len(pods)]
+        await core.delete_namespaced_pod(pod.metadata.name, ns, _request_timeout=T)
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _monitor(self) -> None:
+        """Every 2 s: the webhook's errors (its counter restarts with the process: the soak keeps
+        the highest seen per process) and a sample count; every key a node names exists."""
+        assert self.webhook is not None
+        seen: dict[int, float] = {}
+        while True:
+            with contextlib.suppress(*REFUSED):
+                await self._named_keys_exist()
+            proc = self.webhook.proc
+            errors = await asyncio.to_thread(
+                self.webhook.metric, "gpushare_admission_requests_total", decision="error"
+            )
+            if proc is not None and errors is not None:
+                seen[proc.pid] = max(seen.get(proc.pid, 0.0), errors)
+                self.samples += 1
+            self.webhook_errors = sum(seen.values())
+            await asyncio.sleep(2)
+
+    async def _missing_keys(self) -> dict[str, str]:
+        """Each node whose nvidia.com/device-plugin.config names a key NVIDIA's ConfigMap lacks."""
+        assert self.api is not None
+        cm = await client.CoreV1Api(self.api).read_namespaced_config_map(
+            nv.CONFIGS_CONFIGMAP, nv.NAMESPACE, _request_timeout=T
+        )
+        keys = set((cm.data or {}).keys())
+        missing: dict[str, str] = {}
+        for n in await self._nodes():
+            value = (n.metadata.labels or {}).get(c.LABEL_NVIDIA_CONFIG)
+            if value and value not in keys:
+                missing[n.metadata.name] = value
+        return missing
+
+    async def _named_keys_exist(self) -> None:
+        """The continuous half of ``nvidia-keys``. The ConfigMap and the nodes are two reads, so a
+        key written and named between them looks missing: a node counts only when it still names
+        the same missing key 3 s later."""
+        self.report.checked["nvidia-keys"] = self.report.checked.get("nvidia-keys", 0) + 1
+        missing = await self._missing_keys()
+        if not missing:
+            return
+        await asyncio.sleep(3)
+        again = await self._missing_keys()
+        for node, key in missing.items():
+            if again.get(node) == key and (node, key) not in self.missing_seen:
+                self.missing_seen.add((node, key))
+                self.report.violate(
+                    "nvidia-keys",
+                    f"node {node} names config {key!r}, absent from NVIDIA's ConfigMap for 3 s or more",
+                    self._audit_about("configmaps", nv.CONFIGS_CONFIGMAP),
+                )
+
+    # -- the run ----------------------------------------------------------------------------------
+    async def run(self) -> Report:
+        self.out(format_schedule(self.seed, self.steps))
+        self.dev = DevCluster(
+            self.dir / "cluster", keep=True, audit_policy=AUDIT_POLICY, users=(OPERATOR_USER, WEBHOOK_USER)
+        )
+        self.info = self.dev.start()
+        try:
+            self.api = await make_api_client(str(self.info.kubeconfig))
+            async with self.api:
+                await self._setup()
+                self._start_processes()
+                self.out("soak: control plane, nodes and pools up; operator x2 and webhook started")
+                left = await self._settled(180, "start")
+                if left:
+                    self.report.violate("pools-ready", f"pools not Ready before any fault: {left}")
+                    return self.report
+                await self._wait_webhook()
+                self._first_rss()
+                monitor = asyncio.ensure_future(self._monitor())
+                await self._run_steps()
+                await self._heal()
+                await self._break()
+                await self._check_end()
+                monitor.cancel()
+        finally:
+            for child in (*self.replicas, *([self.webhook] if self.webhook else [])):
+                child.stop()
+            self.dev.stop(failed=bool(self.report.violations))
+        return self.report
+
+    async def _wait_webhook(self) -> None:
+        assert self.api is not None
+        adm = client.AdmissionregistrationV1Api(self.api)
+
+        async def registered() -> bool:
+            with contextlib.suppress(*REFUSED):
+                await adm.read_validating_webhook_configuration(WEBHOOK_CONFIGURATION, _request_timeout=T)
+                return True
+            return False
+
+        await wait_for(registered, what="the webhook's configuration", timeout_s=60, interval=0.5)
+
+    def _first_rss(self) -> None:
+        assert self.webhook is not None
+        for child in (*self.replicas, self.webhook):
+            rss = child.rss_kib()
+            if rss:
+                self.rss_first[child.name] = rss
+
+    async def _run_steps(self) -> None:
+        t0 = time.monotonic()
+        for step in self.steps:
+            delay = t0 + step.at - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            self.out(f"soak: {step}")
+            self._spawn(self._do(step))
+        while self.tasks:
+            await asyncio.gather(*list(self.tasks), return_exceptions=True)
+
+    async def _heal(self) -> None:
+        """Every fault over (the steps' own tasks have healed them); the GPU pods finished."""
+        for child in (*self.replicas, *([self.webhook] if self.webhook else [])):
+            if not child.alive():
+                child.start()
+        for name in sorted(self.pods):
+            await self._delete_pod(name)
+        self.last_fault_end = max(self.last_fault_end, time.monotonic())
+        self.out("soak: every fault healed, every GPU pod finished; settling")
+
+    async def _break(self) -> None:
+        """The deliberate breaks asked for (BREAKS)."""
+        if not self.breaks:
+            return
+        assert self.api is not None and self.info is not None
+        core = client.CoreV1Api(self.api)
+        loose = sorted(
+            n.metadata.name
+            for n in await self._nodes()
+            if (n.metadata.labels or {}).get(POOL_LABEL) == OUT_OF_POOLS
+        )[0]
+        as_operator = await make_api_client(str(self.info.dir / f"kubeconfig-{OPERATOR_USER}"))
+        async with as_operator:
+            op_core = client.CoreV1Api(as_operator)
+            for name in self.breaks:
+                self.out(f"soak: break {name}: {BREAKS[name]}")
+                if name == "owned-labels":
+                    await core.patch_node(loose, {"metadata": {"labels": {c.LABEL_CGPU: "true"}}})
+                elif name == "operator-writes":
+                    await op_core.patch_node(loose, {"metadata": {"labels": {"team": "soak"}}})
+                elif name == "no-evictions":
+                    await core.create_namespaced_pod(NAMESPACE, cast(Any, _pod("evicted", "none", {})))
+                    body = {"metadata": {"name": "evicted", "namespace": NAMESPACE}}
+                    await op_core.create_namespaced_pod_eviction("evicted", NAMESPACE, cast(Any, body))
+                elif name == "no-cordon":
+                    await core.patch_node(
+                        loose, {"metadata": {"annotations": {c.ANNOTATION_CORDONED_BY: "soak"}}}
+                    )
+                elif name == "nvidia-keys":
+                    await core.patch_namespaced_config_map(
+                        nv.CONFIGS_CONFIGMAP, nv.NAMESPACE, {"data": {"soak-leftover": "version: v1\n"}}
+                    )
+                elif name == "pools-ready":
+                    pool = self._ack_pool("soak-a")
+                    pool["metadata"]["name"] = "soak-broken"
+                    pool["spec"]["nodeSelector"] = {"matchLabels": {POOL_LABEL: "np-none"}}
+                    await client.CustomObjectsApi(self.api).create_cluster_custom_object(
+                        c.GROUP, c.VERSION, c.PLURAL, pool
+                    )
+                elif name == "probe":
+                    adm = client.AdmissionregistrationV1Api(self.api)
+                    await adm.delete_validating_webhook_configuration(WEBHOOK_CONFIGURATION)
+                    await self._probe(Step(self.seconds, "probe"))
+
+    # -- the end's checks -------------------------------------------------------------------------
+    async def _check_end(self) -> None:
+        assert self.api is not None and self.info is not None
+        left = await self._settled(READY_WITHIN_S - (time.monotonic() - self.last_fault_end), "end")
+        self.report.checked["pools-ready"] = len(ACK_POOLS) + 1
+        if left:
+            for pool, why in left.items():
+                self.report.violate(
+                    "pools-ready",
+                    f"GPUSharePool/{pool} not Ready {READY_WITHIN_S:.0f}s after the last fault ({why})",
+                    await self._events(pool),
+                )
+        await self._check_labels()
+        await self._check_keys()
+        self._check_audit()
+        self._check_rss()
+        self.report.checked["webhook-errors"] = self.samples
+        if self.webhook_errors:
+            self.report.violate(
+                "webhook-errors", f"the webhook answered {self.webhook_errors:.0f} request(s) with an error"
+            )
+
+    async def _nodes(self) -> list[Any]:
+        assert self.api is not None
+        return list((await client.CoreV1Api(self.api).list_node(_request_timeout=T)).items)
+
+    async def _check_labels(self) -> None:
+        pools = await self._pools()
+        nodes = await self._nodes()
+        wanted: dict[str, dict[str, str]] = {}
+        for pool in pools:
+            spec = GPUSharePoolSpec.model_validate(pool["spec"])
+            for node in nodes:
+                if spec.node_selector.match_labels.items() <= (node.metadata.labels or {}).items():
+                    wanted[node.metadata.name] = desired_labels(spec, pool["metadata"]["name"])
+        for node in nodes:
+            name = node.metadata.name
+            diff = owned_label_diff(node.metadata.labels or {}, self.before.get(name, {}), wanted.get(name))
+            if diff:
+                self.report.violate(
+                    "owned-labels",
+                    f"node {name}: (has, should have) {diff}",
+                    self._audit_about("nodes", name),
+                )
+            annotations = node.metadata.annotations or {}
+            taints = [t.key for t in node.spec.taints or [] if t.key.startswith(c.GROUP)]
+            if c.ANNOTATION_CORDONED_BY in annotations or taints:
+                self.report.violate(
+                    "no-cordon",
+                    f"node {name} left cordoned or tainted by the operator"
+                    f" (unschedulable={node.spec.unschedulable}, taints={taints})",
+                    self._audit_about("nodes", name),
+                )
+        self.report.checked["owned-labels"] = len(nodes)
+        self.report.checked["no-cordon"] = len(nodes)
+
+    async def _check_keys(self) -> None:
+        """After the keys' grace: NVIDIA's ConfigMap holds the initial keys, the pools' and the
+        nodes'; every key a node names exists."""
+        assert self.api is not None
+        core = client.CoreV1Api(self.api)
+        deadline = time.monotonic() + RETENTION_S + 60
+        extra: set[str] = set()
+        missing: dict[str, str] = {}
+        while True:
+            cm = await core.read_namespaced_config_map(nv.CONFIGS_CONFIGMAP, nv.NAMESPACE, _request_timeout=T)
+            keys = set((cm.data or {}).keys())
+            named: dict[str, str] = {}
+            for n in await self._nodes():
+                if value := (n.metadata.labels or {}).get(c.LABEL_NVIDIA_CONFIG):
+                    named[n.metadata.name] = value
+            pool_keys = set()
+            for pool in await self._pools():
+                spec = GPUSharePoolSpec.model_validate(pool["spec"])
+                key = desired_labels(spec, pool["metadata"]["name"]).get(c.LABEL_NVIDIA_CONFIG)
+                if key:
+                    pool_keys.add(key)
+            extra = keys - self.initial_keys - pool_keys - set(named.values())
+            missing = {n: v for n, v in named.items() if v not in keys}
+            if (not extra and not missing) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(2)
+        self.report.checked["nvidia-keys"] = self.report.checked.get("nvidia-keys", 0) + len(keys)
+        if extra:
+            self.report.violate(
+                "nvidia-keys",
+                f"keys no pool or node needs, {RETENTION_S}s grace passed: {sorted(extra)}",
+                self._audit_about("configmaps", nv.CONFIGS_CONFIGMAP),
+            )
+        for node, key in missing.items():
+            self.report.violate("nvidia-keys", f"node {node} names config {key!r}, absent from the ConfigMap")
+
+    def _check_rss(self) -> None:
+        assert self.webhook is not None
+        end: dict[str, int] = {}
+        for child in (*self.replicas, self.webhook):
+            rss = child.rss_kib()
+            if rss:
+                end[child.name] = rss
+        # a role's first value against its value at the end (a restarted process counts as its role)
+        checked = 0
+        for role in ("replica", "webhook"):
+            first = max((v for k, v in self.rss_first.items() if k.startswith(role)), default=0)
+            last = max((v for k, v in end.items() if k.startswith(role)), default=0)
+            if first and last:
+                checked += 1
+                self.report.notes.append(f"rss {role}: first settled {first} KiB, end {last} KiB")
+                if last > RSS_FACTOR * first:
+                    self.report.violate("rss", f"{role}: {last} KiB at the end, first settled {first} KiB")
+        self.report.checked["rss"] = checked
+
+    # -- the audit log ----------------------------------------------------------------------------
+    def _audit(self) -> Iterator[dict[str, Any]]:
+        assert self.info is not None
+        path = self.info.log_dir / "audit.log"
+        if not path.exists():
+            return
+        for line in path.read_text(errors="replace").splitlines():
+            with contextlib.suppress(ValueError):  # a line cut by the apiserver's SIGKILL
+                yield json.loads(line)
+
+    def _audit_about(self, resource: str, name: str, limit: int = 12) -> list[str]:
+        rows = [
+            _audit_line(e)
+            for e in self._audit()
+            if (e.get("objectRef") or {}).get("resource") == resource
+            and (e.get("objectRef") or {}).get("name") == name
+        ]
+        return rows[-limit:]
+
+    def _check_audit(self) -> None:
+        node_patches = evictions = cms = 0
+        for e in self._audit():
+            if (e.get("user") or {}).get("username") != OPERATOR_USER:
+                continue
+            ref = e.get("objectRef") or {}
+            resource, sub, verb = ref.get("resource"), ref.get("subresource"), e.get("verb")
+            code = (e.get("responseStatus") or {}).get("code", 0)
+            if resource == "nodes" and not sub and verb in ("patch", "update"):
+                node_patches += 1
+                bad = _foreign_keys(e.get("requestObject"), verb)
+                if bad:
+                    self.report.violate(
+                        "operator-writes",
+                        f"the operator wrote {sorted(bad)} on node {ref.get('name')} (HTTP {code})",
+                        [_audit_line(e)],
+                    )
+            elif resource == "pods" and sub == "eviction":
+                evictions += 1
+                self.report.violate(
+                    "no-evictions",
+                    f"the operator evicted pod {ref.get('namespace')}/{ref.get('name')}",
+                    [_audit_line(e)],
+                )
+            elif resource == "configmaps" and verb != "get":
+                cms += 1
+                if (ref.get("namespace"), ref.get("name")) != (nv.NAMESPACE, nv.CONFIGS_CONFIGMAP):
+                    self.report.violate(
+                        "operator-configmaps",
+                        f"the operator wrote ConfigMap {ref.get('namespace')}/{ref.get('name')}",
+                        [_audit_line(e)],
+                    )
+        self.report.checked["operator-writes"] = node_patches
+        self.report.checked["no-evictions"] = node_patches + evictions
+        self.report.checked["operator-configmaps"] = cms
+
+    async def _events(self, name: str) -> list[str]:
+        assert self.api is not None
+        with contextlib.suppress(*REFUSED):
+            got = await client.CoreV1Api(self.api).list_namespaced_event(
+                "default", field_selector=f"involvedObject.name={name}", _request_timeout=T
+            )
+            return [f"event {e.last_timestamp or e.event_time} {e.reason}: {e.message}" for e in got.items][
+                -12:
+            ]
+        return []
+
+
+def _pod(name: str, pool: str, limits: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"gpushare.io/soak": "true"}},
+        "spec": {
+            "nodeSelector": {c.LABEL_POOL: pool},
+            "restartPolicy": "Never",
+            "containers": [{"name": "c", "image": "soak", "resources": {"limits": limits}}],
+        },
+    }
+
+
+def owned_label_diff(
+    labels: dict[str, str], before: dict[str, str], want: dict[str, str] | None
+) -> dict[str, tuple[str | None, str | None]]:
+    """A node's owned labels that are not what they should be, as (has, should have): what its
+    pool wants (``want``; an owned label the pool does not set keeps its value from before any
+    pool), or with no pool what it had before any pool (``before``)."""
+    expect = {k: (want or {}).get(k, before.get(k)) for k in c.MANAGED_LABELS}
+    have = {k: labels.get(k) for k in c.MANAGED_LABELS}
+    return {k: (have[k], expect[k]) for k in c.MANAGED_LABELS if have[k] != expect[k]}
+
+
+def _short(exc: BaseException) -> str:
+    if isinstance(exc, ApiException):
+        try:
+            message = json.loads(exc.body or "{}").get("message", "")
+        except (ValueError, AttributeError):
+            message = ""
+        return f"HTTP {exc.status} {exc.reason} {message}"[:300]
+    return f"{type(exc).__name__}: {exc}"[:160]
+
+
+def _audit_line(e: dict[str, Any]) -> str:
+    ref = e.get("objectRef") or {}
+    what = "/".join(x for x in (ref.get("resource"), ref.get("subresource")) if x)
+    code = (e.get("responseStatus") or {}).get("code", "")
+    body = json.dumps(e.get("requestObject"), sort_keys=True)[:300] if e.get("requestObject") else ""
+    user = (e.get("user") or {}).get("username")
+    when = e.get("requestReceivedTimestamp", "")
+    return f"audit {when} {user} {e.get('verb')} {what} {ref.get('name')} -> {code} {body}"
+
+
+def _unescape(token: str) -> str:
+    return token.replace("~1", "/").replace("~0", "~")
+
+
+def _foreign_keys(obj: Any, verb: str) -> set[str]:
+    """The label and annotation keys a node write touches that the operator does not own: labels
+    outside MANAGED_LABELS, annotations outside gpushare.io/. A PUT (``update``) carries the whole
+    node, so only its ``gpushare.io/`` annotations and owned labels are the operator's: the soak
+    reports a PUT as foreign (the operator patches)."""
+    if verb == "update":
+        return {"<PUT of the whole node>"}
+    labels: set[str] = set()
+    annotations: set[str] = set()
+    if isinstance(obj, dict):
+        meta = obj.get("metadata") or {}
+        labels |= set((meta.get("labels") or {}).keys())
+        annotations |= set((meta.get("annotations") or {}).keys())
+    elif isinstance(obj, list):  # JSON patch
+        for op in obj:
+            path = str(op.get("path", ""))
+            for prefix, into in (("/metadata/labels", labels), ("/metadata/annotations", annotations)):
+                if path == prefix:
+                    into |= set((op.get("value") or {}).keys())
+                elif path.startswith(prefix + "/"):
+                    into.add(_unescape(path[len(prefix) + 1 :]))
+    bad = {f"label {k}" for k in labels if k not in c.MANAGED_LABELS}
+    bad |= {f"annotation {k}" for k in annotations if not k.startswith(c.GROUP + "/")}
+    return bad
+
+
+def run_soak(
+    seed: int,
+    seconds: float,
+    workdir: Path | None = None,
+    *,
+    out: Callable[[str], None] = print,
+    breaks: tuple[str, ...] = (),
+) -> Report:
+    """Run a soak (from the main thread: it starts the control plane); its report."""
+    d = workdir or Path(tempfile.mkdtemp(prefix="gpushare-soak-"))
+    d.mkdir(parents=True, exist_ok=True)
+    report = asyncio.run(Soak(seed, seconds, d, out=out, breaks=breaks).run())
+    out(report.text())
+    if report.violations or workdir is not None:
+        out(f"soak: logs and the audit log are in {d}")
+    else:  # a passing run in a directory of its own leaves nothing behind
+        shutil.rmtree(d, ignore_errors=True)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m gpushare.devcluster.soak", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--minutes", type=float, default=10.0, help="length of the schedule (faults and work)"
+    )
+    parser.add_argument("--dir", type=Path, help="where logs go (default: a new temporary directory)")
+    parser.add_argument("--schedule-only", action="store_true", help="print the schedule and exit")
+    parser.add_argument(
+        "--break", dest="breaks", action="append", choices=sorted(BREAKS), default=[], metavar="INVARIANT",
+        help="once the schedule is over, break this invariant on purpose (the run must then fail naming it;"
+        f" repeatable): {'; '.join(f'{k}: {v}' for k, v in BREAKS.items())}",
+    )  # fmt: skip
+    args = parser.parse_args(argv)
+    if args.schedule_only:
+        print(format_schedule(args.seed, make_schedule(args.seed, args.minutes * 60)))
+        return 0
+    report = run_soak(args.seed, args.minutes * 60, args.dir, breaks=tuple(args.breaks))
+    return 1 if report.violations else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

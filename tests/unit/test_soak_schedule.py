@@ -1,0 +1,81 @@
+"""The soak's schedule (``gpushare.devcluster.soak``): the same seed gives the same steps, every kind
+of work and fault is in every run, and the printed schedule is the one run."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpushare.devcluster.soak import (
+    FAULTS,
+    KINDS,
+    WORK,
+    Step,
+    _foreign_keys,
+    format_schedule,
+    make_schedule,
+    owned_label_diff,
+)
+
+
+@given(seed=st.integers(0, 2**32), seconds=st.floats(30, 1800))
+@settings(max_examples=50, deadline=None)
+def test_same_seed_same_schedule_every_kind_once(seed: int, seconds: float) -> None:
+    steps = make_schedule(seed, seconds)
+    assert steps == make_schedule(seed, seconds)
+    assert {s.kind for s in steps} == set(KINDS)
+    assert steps == sorted(steps)
+    assert all(0 <= s.at < seconds for s in steps)
+    assert all(s.hold > 0 for s in steps if s.kind in FAULTS and s.kind != "plugin-pod-delete")
+
+
+def test_seeds_differ_and_the_print_names_each_step() -> None:
+    a, b = make_schedule(1, 600), make_schedule(2, 600)
+    assert a != b
+    text = format_schedule(1, a)
+    assert text.splitlines()[0] == f"schedule (seed 1, {len(a)} steps):"
+    assert [line.strip() for line in text.splitlines()[1:]] == [str(s).strip() for s in a]
+    assert set(WORK).isdisjoint(FAULTS)
+
+
+def test_a_step_prints_what_and_for_how_long() -> None:
+    assert (
+        str(Step(1.5, "operator-stop", "replica-1", 4.0)).strip() == "1.50s  operator-stop replica-1 for 4.0s"
+    )
+    assert str(Step(2.0, "probe")).strip() == "2.00s  probe"
+
+
+def test_foreign_keys_in_node_writes() -> None:
+    """The audit check: owned labels and gpushare.io/ annotations pass; anything else is named."""
+    merge = {
+        "metadata": {
+            "labels": {"cgpu": "true", "team": "x"},
+            "annotations": {"gpushare.io/owned-labels": "{}"},
+        }
+    }
+    assert _foreign_keys(merge, "patch") == {"label team"}
+    json_patch = [
+        {"op": "add", "path": "/metadata/labels/nvidia.com~1device-plugin.config", "value": "a"},
+        {"op": "remove", "path": "/metadata/annotations/other.io~1x"},
+        {"op": "replace", "path": "/spec/unschedulable", "value": True},
+    ]
+    assert _foreign_keys(json_patch, "patch") == {"annotation other.io/x"}
+    assert _foreign_keys({"metadata": {"labels": {"gpushare.io/pool": "p"}}}, "patch") == set()
+    assert _foreign_keys({}, "update") == {"<PUT of the whole node>"}
+
+
+def test_owned_label_diff() -> None:
+    """The end's label check: a pool's node holds the pool's labels, a node of no pool what it had
+    before; a label outside the owned ones is never compared."""
+    want = {"cgpu": "true", "gpushare.io/pool": "a"}
+    assert owned_label_diff({"cgpu": "true", "gpushare.io/pool": "a", "team": "x"}, {}, want) == {}
+    assert owned_label_diff({"gpushare.io/pool": "a"}, {}, want) == {"cgpu": (None, "true")}
+    assert owned_label_diff({"cgpu": "false"}, {"cgpu": "false"}, None) == {}
+    assert owned_label_diff({"gpushare.io/pool": "a"}, {}, None) == {"gpushare.io/pool": ("a", None)}
+    # an owned label the pool does not set keeps its value from before any pool
+    assert (
+        owned_label_diff(
+            {**want, "nvidia.com/device-plugin.config": "x"}, {"nvidia.com/device-plugin.config": "x"}, want
+        )
+        == {}
+    )
