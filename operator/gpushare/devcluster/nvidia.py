@@ -86,6 +86,10 @@ def plugin_bin_dir(environ: Mapping[str, str] | None = None) -> Path:
     return cache / "bin" / f"nvidia-device-plugin-{plugin_version()}"
 
 
+#: The fake library's MIG state file (realnode/fakenvml); unset: MIG disabled and unchangeable.
+FAKE_NVML_MIG_STATE_ENV = "GPUSHARE_FAKE_NVML_MIG_STATE"
+
+
 def driver_root(environ: Mapping[str, str] | None = None) -> Path:
     """The fake driver root: ``usr/lib64/libnvidia-ml.so.1`` in it (``make fake-nvml``)."""
     return programs_dir(environ) / "driver-root"
