@@ -9,7 +9,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 
 .PHONY: manifests help setup test test-unit test-integration lint fmt crds crds-check control-plane cluster cluster-down \
         bench bench-webhook demo demo-down gpu-check e2e-kind image image-check image-local helm lock clean \
-        promtool monitoring-check soak realnode realnode-prereqs kubelet realnode-bins nvidia-plugin nfd fake-nvml docs docs-serve docs-assets chromium
+        promtool monitoring-check soak realnode realnode-prereqs kubelet realnode-bins nvidia-plugin nfd mig-parted fake-nvml docs docs-serve docs-assets chromium
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -59,10 +59,13 @@ nvidia-plugin: ## Build (or reuse) NVIDIA's device plugin, config-manager and GP
 nfd: ## Build (or reuse) Node Feature Discovery's nfd-master and nfd-worker (realnode/nfd/go.mod's version) and its CRDs in ~/.cache/gpushare (real-node tier)
 	bash hack/build-nfd.sh
 
+mig-parted: ## Build (or reuse) NVIDIA's nvidia-mig-parted and nvidia-mig-manager (realnode/migparted/go.mod's version) in ~/.cache/gpushare (real-node tier)
+	bash hack/build-mig-parted.sh
+
 fake-nvml: ## Build the project's own libnvidia-ml.so.1 (pretends GPUs; realnode/fakenvml) into build/realnode/driver-root (gcc, Go)
 	bash hack/build-fake-nvml.sh
 
-realnode: realnode-prereqs kubelet realnode-bins nvidia-plugin nfd fake-nvml ## Everything the real-node tier needs
+realnode: realnode-prereqs kubelet realnode-bins nvidia-plugin nfd mig-parted fake-nvml ## Everything the real-node tier needs
 
 CLUSTER_DIR ?= .cluster
 

@@ -86,6 +86,28 @@ def plugin_bin_dir(environ: Mapping[str, str] | None = None) -> Path:
     return cache / "bin" / f"nvidia-device-plugin-{plugin_version()}"
 
 
+#: The fake library's MIG state file (realnode/fakenvml); unset: MIG disabled and unchangeable.
+FAKE_NVML_MIG_STATE_ENV = "GPUSHARE_FAKE_NVML_MIG_STATE"
+
+
+def mig_parted_version() -> str:
+    """The mig-parted version realnode/migparted/go.mod pins (the cache key of its build)."""
+    for line in (REPO / "realnode/migparted/go.mod").read_text().splitlines():
+        words = line.split()
+        if len(words) >= 2 and words[0] == "github.com/NVIDIA/mig-parted":
+            return words[1]
+    raise RuntimeError("realnode/migparted/go.mod does not require github.com/NVIDIA/mig-parted")
+
+
+def mig_parted_bin_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """Where ``make mig-parted`` puts nvidia-mig-parted and nvidia-mig-manager."""
+    env = os.environ if environ is None else environ
+    if env.get("GPUSHARE_MIG_PARTED_BIN"):
+        return Path(env["GPUSHARE_MIG_PARTED_BIN"])
+    cache = Path(env["GPUSHARE_CACHE"]) if env.get("GPUSHARE_CACHE") else Path.home() / ".cache/gpushare"
+    return cache / "bin" / f"mig-parted-{mig_parted_version()}"
+
+
 def driver_root(environ: Mapping[str, str] | None = None) -> Path:
     """The fake driver root: ``usr/lib64/libnvidia-ml.so.1`` in it (``make fake-nvml``)."""
     return programs_dir(environ) / "driver-root"

@@ -261,6 +261,7 @@ def pinned_versions() -> dict[str, str]:
             "realnode/nvidia/go.mod", r"^\s*github\.com/NVIDIA/k8s-device-plugin (v[\d.]+)"
         ),
         "nfd": _pinned("realnode/nfd/go.mod", r"^\s*sigs\.k8s\.io/node-feature-discovery (v[\d.]+)"),
+        "mig-parted": _pinned("realnode/migparted/go.mod", r"^\s*github\.com/NVIDIA/mig-parted (v[\d.]+)"),
         "python": _pinned("pyproject.toml", r'^requires-python = ">=([\d.]+)"'),
         "python-image": _pinned("Dockerfile", r"^ARG PYTHON_IMAGE=python:([\d.]+)-"),
         "kopf": _pinned("pyproject.toml", r'^\s*"kopf==([\d.]+)"'),
@@ -293,13 +294,20 @@ def compatibility() -> str:
         f"| Node Feature Discovery (nfd-master) | {v['nfd']} | `make test` (real-node tier): turns GPU "
         "Feature Discovery's NodeFeature objects into node labels; built from `realnode/nfd/go.mod` "
         "(`hack/build-nfd.sh`) | — |",
+        f"| NVIDIA's mig-parted (`nvidia-mig-parted`) | {v['mig-parted']} | `make test`, without the "
+        "kubelet: `apply`, `export` and `assert` of a mixed geometry over the project's `libnvidia-ml.so.1` "
+        "(MIG of an A100 40GB, kept in a state file), in the mount namespace `hack/mig-ns.sh` lays out "
+        "([MIG with NVIDIA's tools](concepts/backends.md#mig-with-nvidias-tools)); built with "
+        "`nvidia-mig-manager` (not run here) from `realnode/migparted/go.mod` | the partitioning itself, "
+        "the device plugin's MIG devices |",
         f"| Python | {v['python']}+ (the image: {v['python-image']}) | every test; the image's "
         "interpreter | — |",
         f"| Kopf | {v['kopf']} | every test (pinned in `pyproject.toml`) | — |",
     ]
     return (
         _banner(
-            "the versions pinned in hack/*.sh, realnode/nvidia/go.mod, realnode/nfd/go.mod, pyproject.toml"
+            "the versions pinned in hack/*.sh, realnode/nvidia/go.mod, realnode/nfd/go.mod, "
+            "realnode/migparted/go.mod, pyproject.toml"
             " and the Dockerfile"
         )
         + "\n".join(rows)
