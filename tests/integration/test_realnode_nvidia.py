@@ -30,7 +30,7 @@ from gpushare import constants as c
 from gpushare.devcluster import ClusterInfo, DevCluster, nfd, wait_for
 from gpushare.devcluster import nvidia as nv
 from gpushare.devcluster.crds import install_crd_files
-from gpushare.devcluster.realnode import CONFIG_PROPAGATION_S, IMAGE_WORKLOAD
+from gpushare.devcluster.realnode import IMAGE_WORKLOAD
 from gpushare.k8s.client import make_api_client
 from support.cluster import serve
 from support.holds import TOUCH, hold_kept
@@ -53,9 +53,8 @@ CONFIGS = {"ts4": nv.time_slicing_config(4), "ts2": nv.time_slicing_config(2)}
 #: Generous: a config switch is a label watch, a SIGHUP, a re-registration and a kubelet status
 #: sync (10 s); a crash-looping sidecar waits out its back-off; 2 CPUs shared with other tests.
 WAIT = 180.0
-#: A pool's config reaches the plugin pods' directory at the kubelet's next pod sync (the real
-#: node's kubelet syncs every ``SYNC_FREQUENCY_S``, and the pools here wait
-#: ``CONFIG_PROPAGATION_S``, not the default 90 s): the operator labels the node only after that.
+#: A pool's config reaches the plugin pods' directory at the kubelet's next pod sync (up to 90 s,
+#: nvidia.configPropagationSeconds' default): the operator labels the node only after that.
 POOL_WAIT = WAIT + 120.0
 
 
@@ -280,8 +279,6 @@ async def pools(napi: client.ApiClient) -> AsyncIterator[PoolApi]:
 
 
 def _nvidia(replicas: int, **more: Any) -> dict[str, Any]:
-    """A TimeSlicing pool's spec, waiting for its config as long as this node's kubelet needs."""
-    more.setdefault("configPropagationSeconds", CONFIG_PROPAGATION_S)
     return {"nvidia": {"strategy": "TimeSlicing", "replicas": replicas, **more}}
 
 

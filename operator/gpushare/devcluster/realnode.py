@@ -84,13 +84,6 @@ IPTABLES = ("iptables", "ip6tables")
 #: start that finds it, its run killed (kill -9 of the test process), undoes that run's host changes
 #: first, from that run's own record of the host before it.
 MARKER = Path("/run/gpushare-realnode.dir")
-#: The kubelet's periodic pod sync, when it rewrites a pod's ConfigMap volumes (kubelet default:
-#: 1 minute, plus up to half of it in jitter). Shorter here, so that an NVIDIA pool's config
-#: propagation wait (``nvidia.configPropagationSeconds``) can be too: the tests' pools declare
-#: :data:`CONFIG_PROPAGATION_S`, as a user whose kubelets sync this often would.
-SYNC_FREQUENCY_S = 10
-#: The sync and its jitter (at most half of it), with room to spare.
-CONFIG_PROPAGATION_S = 2 * SYNC_FREQUENCY_S
 IPTABLES_TABLES = ("filter", "nat", "mangle")
 #: nat chain (jumped to from PREROUTING) sending pods' connections to the kubernetes Service's
 #: ClusterIP to the apiserver on the host's address.
@@ -420,7 +413,6 @@ def kubelet_config(d: Path, node: RealNode, ca_path: Path) -> dict[str, Any]:
         "healthzBindAddress": "127.0.0.1",
         "healthzPort": node.healthz_port,
         "oomScoreAdj": 0,
-        "syncFrequency": f"{SYNC_FREQUENCY_S}s",
         "clusterDomain": "cluster.local",
         "resolvConf": "/etc/resolv.conf",
         # No KUBE-FIREWALL / canary chains: nothing here needs them, and less to undo.
