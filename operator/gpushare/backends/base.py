@@ -101,6 +101,11 @@ class SharingBackend(Protocol):
         resource list (name → quantity), as a node's ``status.allocatable``."""
         ...
 
+    def spec_problem(self, spec: GPUSharePoolSpec) -> str | None:
+        """Why the backend cannot apply a pool with this (valid) spec, naming the field (None: it
+        can): the planner leaves such a pool's nodes as they are, and its status says why."""
+        ...
+
     def labels_for(self, spec: GPUSharePoolSpec) -> dict[str, str]:
         """The owned labels' values on a node of a pool with this spec (every owned label)."""
         ...

@@ -828,7 +828,7 @@ def plan(
     """
     bad = dict(invalid or {})
     for pool in pools:
-        problem = selector_problem(pool.spec)
+        problem = selector_problem(pool.spec) or backend_for(pool.spec).spec_problem(pool.spec)
         if problem:
             bad[pool.name] = problem
     by_name = {p.name: p for p in pools}

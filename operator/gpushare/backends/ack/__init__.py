@@ -69,6 +69,9 @@ class AckBackend:
             out[c.RES_GPU_CORE] = str(core)
         return out
 
+    def spec_problem(self, spec: GPUSharePoolSpec) -> str | None:
+        return None
+
     def labels_for(self, spec: GPUSharePoolSpec) -> dict[str, str]:
         return {
             c.LABEL_CGPU: "true",
