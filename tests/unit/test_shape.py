@@ -304,3 +304,20 @@ def test_a_backends_package_face_names_and_defines_nothing() -> None:
         if name != "backends/__init__.py"
     }
     assert {n: d for n, d in defining.items() if d} == {}
+
+
+#: The most lines a function of the reconcile path (``reconcile/``, the effects of a pass) may have.
+MAX_RECONCILE_FUNCTION_LINES = 60
+
+
+def test_no_function_on_the_reconcile_path_is_over_sixty_lines() -> None:
+    long = {
+        f"{name}:{node.name}": node.end_lineno - node.lineno + 1
+        for name, tree in _modules().items()
+        if name.startswith("reconcile/")
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > MAX_RECONCILE_FUNCTION_LINES
+    }
+    assert long == {}, "split it into named phases (see reconcile/passes.py)"
