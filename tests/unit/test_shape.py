@@ -6,6 +6,7 @@ Each check names the files that break it, so a failure says where to look.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -14,7 +15,9 @@ import aiohttp
 PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "gpushare"
 
 
+@functools.cache
 def _modules() -> dict[str, ast.Module]:
+    """Every module of the package, parsed once for all the checks (none changes a tree)."""
     return {
         str(p.relative_to(PACKAGE)): ast.parse(p.read_text(), filename=str(p))
         for p in sorted(PACKAGE.rglob("*.py"))
