@@ -95,6 +95,8 @@ RES_GPU_COUNT: Final = "aliyun.com/gpu-count"
 GPU_RESOURCE_PREFIX: Final = "aliyun.com/gpu"
 #: Whole GPUs (exclusive scheduling, ``ack.node.gpu.schedule=default``; NVIDIA's device plugin).
 RES_NVIDIA_GPU: Final = "nvidia.com/gpu"
+#: Every NVIDIA resource (extended resources: whole, not overcommitted) starts with this.
+RES_NVIDIA_PREFIX: Final = "nvidia.com/"
 #: Every ``aliyun.com/gpu*`` resource name ACK's device plugins offer; others are misspellings.
 KNOWN_GPU_RESOURCES: Final = (
     RES_GPU_MEM,

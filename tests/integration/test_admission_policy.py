@@ -47,6 +47,9 @@ from support.kube import ADM, CRDS, Kube, Response
 
 MEM = "aliyun.com/gpu-mem"
 CORE = "aliyun.com/gpu-core.percentage"
+NVG = "nvidia.com/gpu"
+NVS = "nvidia.com/gpu.shared"
+QUANTITY = "GS020-nvidia-resource-quantity"
 SUFFIX = secrets.token_hex(3)
 OPERATOR_NS = f"gpushare-system-vap-{SUFFIX}"
 USER_NS = f"vap-{SUFFIX}"
@@ -610,7 +613,7 @@ def raw_containers(draw: st.DrawFn) -> list[dict[str, Any]]:
         limits: dict[str, Any] = {}
         requests: dict[str, Any] = {}
         for name in draw(
-            st.lists(st.sampled_from([MEM, CORE, MEM, CORE, "aliyun.com/gpu-core"]), unique=True)
+            st.lists(st.sampled_from([MEM, CORE, MEM, CORE, "aliyun.com/gpu-core", NVG, NVS]), unique=True)
         ):
             limits[name] = draw(st.sampled_from(RAW_VALUES))
             how = draw(st.sampled_from(["limit", "limit", "same", "other", "request-only"]))
@@ -740,6 +743,14 @@ def _train(limits: dict[str, Any], requests: dict[str, Any] | None = None) -> di
         pytest.param(_train({MEM: 2, CORE: "1.5"}), "GS001-core-percentage-step", id="GS001-fraction-custom"),
         pytest.param(_train({MEM: 2}, {MEM: 3}), "GS006-request-limit-mismatch", id="GS006-custom"),
         pytest.param(_train({}, {MEM: 3}), "GS006-request-limit-mismatch", id="GS006-no-limit-custom"),
+        # Kubernetes' own rules for extended resources (pkg/apis/core/validation
+        # ValidateResourceRequirements), which no apiserver validation applies to a custom kind
+        pytest.param(_train({NVG: "1.5"}), QUANTITY, id="GS020-not-integer-custom"),
+        pytest.param(_train({NVS: -1}), QUANTITY, id="GS020-negative-custom"),
+        pytest.param(_train({"nvidia.com/mig-1g.5gb": "one"}), QUANTITY, id="GS020-malformed-custom"),
+        pytest.param(_train({NVG: 2}, {NVG: "1"}), QUANTITY, id="GS020-differs-custom"),
+        pytest.param(_train({}, {NVS: 1}), QUANTITY, id="GS020-no-limit-custom"),
+        pytest.param(_train({NVG: 2.5}), QUANTITY, id="GS020-json-fraction-custom"),
     ],
 )
 def test_each_stateless_rule_is_denied_by_the_policy(env: Env, obj: dict[str, Any], rule: str) -> None:

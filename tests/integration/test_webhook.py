@@ -987,6 +987,82 @@ def test_nvidia_requests_are_judged_against_nvidia_pools(webhook: Webhook) -> No
         assert asyncio.run(_nvidia_gate(webhook, False)) == "closed"
 
 
+def _pytorchjob(ns: str, limits: dict[str, Any], selector: dict[str, str]) -> dict[str, Any]:
+    spec = {
+        "nodeSelector": selector,
+        "containers": [{"name": "c", "image": "x", "resources": {"limits": limits}}],
+    }
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": f"nv-{secrets.token_hex(3)}", "namespace": ns},
+        "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 1, "template": {"spec": spec}}}},
+    }
+
+
+def test_nvidia_classes_are_judged_by_the_webhook_as_check_judges_them(webhook: Webhook) -> None:
+    """The NVIDIA classes on the real apiserver, the webhook against ``check`` with the same live
+    pools and nodes: what no node of the target can hold (GS021: a node of 2 GPUs in a pool of 4
+    time-sliced replicas offers 8; the scheduler's NodeResourcesFit filter would leave 9 Pending),
+    one targeting (GS009: ACK's resources aimed at the NVIDIA pool by its nodes' own label), and
+    Kubernetes' quantity rules on a custom kind, whose pod templates no apiserver validation reads
+    (GS020; tests/integration/test_admission_policy.py holds the policy to the same). Each object
+    is denied by both with the same messages, or admitted by both."""
+    ns = webhook.namespace
+    np = f"np-ts-{SUFFIX}"
+    name = f"ts-{SUFFIX}"
+    pool: dict[str, Any] = {
+        "apiVersion": "gpushare.io/v1alpha1",
+        "kind": "GPUSharePool",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"matchLabels": {"alibabacloud.com/nodepool-id": np}},
+            "nvidia": {"strategy": "TimeSlicing", "replicas": 4, "failRequestsGreaterThanOne": False},
+        },
+    }
+    node = _node(f"wh-{SUFFIX}-{np}", np)
+    node["metadata"]["labels"]["nvidia.com/gpu.count"] = "2"  # GPU Feature Discovery's count
+    for obj in (pool, node):
+        assert (r := webhook.kube.create(obj, dry_run=False)).status == 201, r.body
+    sel = {"alibabacloud.com/nodepool-id": np}
+    cases: list[tuple[dict[str, Any], str | None]] = [
+        (_pod_in(ns, {"nvidia.com/gpu": "9"}, nodeSelector=sel), "GS021-nvidia-request-exceeds-node"),
+        # a resource the pool's settings cannot advertise (no renameByDefault: nvidia.com/gpu only)
+        (_pod_in(ns, {"nvidia.com/gpu.shared": "1"}, nodeSelector=sel), "GS009-pool-kind-mismatch"),
+        (_pytorchjob(ns, {"nvidia.com/gpu": "9"}, sel), "GS021-nvidia-request-exceeds-node"),
+        (_pod_in(ns, {MEM: "2"}, nodeSelector=sel), "GS009-pool-kind-mismatch"),
+        (_pytorchjob(ns, {"nvidia.com/gpu": "1.5"}, sel), "GS020-nvidia-resource-quantity"),
+        (_pytorchjob(ns, {"nvidia.com/gpu": -1}, sel), "GS020-nvidia-resource-quantity"),
+        (_pod_in(ns, {"nvidia.com/gpu": "8"}, nodeSelector=sel), None),
+        (_pytorchjob(ns, {"nvidia.com/gpu": "8"}, sel), None),
+    ]
+    assert asyncio.run(_nvidia_gate(webhook, True)) == "opened"
+    try:
+        first = cases[0][0]
+        deadline = time.monotonic() + 60
+        while (r := webhook.kube.create(first)).status != 403:  # until the webhook's index has both
+            assert time.monotonic() < deadline, (r.status, r.message)
+            time.sleep(0.5)
+        ctx = build_context([], *_live_context(webhook.kube))
+        for obj, rule in cases:
+            findings = check_objects([obj], ctx)
+            denied = [f for f in findings if f.verdict == "deny"]
+            assert [f.rule_id for f in denied] == ([rule] if rule else []), (
+                obj,
+                [f.message for f in findings],
+            )
+            r = webhook.kube.create(obj)
+            if rule is None:
+                assert r.status == 201, (obj, r.status, r.message)
+                continue
+            assert r.status in (403, 422) and "admission webhook" in r.message, (obj, r.status, r.message)
+            assert all(f.message in r.message for f in denied), (r.message, [f.message for f in denied])
+    finally:
+        webhook.kube.delete(pool)
+        webhook.kube.delete(node)
+        assert asyncio.run(_nvidia_gate(webhook, False)) == "closed"
+
+
 async def _nvidia_gate(webhook: Webhook, open_: bool) -> str:
     async with await make_api_client(webhook.options.kubeconfig) as api:
         return (await ensure_nvidia_gate(api, CONFIG_NAME, open_, TARGETS)).result

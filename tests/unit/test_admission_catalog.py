@@ -22,6 +22,7 @@ from gpushare.admission.catalog import STATELESS
 from gpushare.admission.review import verdict
 from gpushare.admission.vap import build_policy
 from gpushare.backends.ack.admission import catalog as ack
+from gpushare.backends.nvidia.admission import catalog as nvidia
 from gpushare.rulekit.records import CODE_FORBIDDEN, CODE_INVALID, AdmissionRule, cel_text
 from support.celtext import one_line
 
@@ -31,6 +32,7 @@ PACKAGE = REPO / "operator" / "gpushare"
 BACKEND_CATALOGS = [PACKAGE / "backends" / name / "admission" / "catalog.py" for name in ("ack", "nvidia")]
 MEM = "aliyun.com/gpu-mem"
 CORE = "aliyun.com/gpu-core.percentage"
+NVG = "nvidia.com/gpu"
 
 
 def test_each_rule_id_is_defined_in_one_place() -> None:
@@ -94,6 +96,11 @@ CASES: list[tuple[AdmissionRule, str, dict[str, Any], dict[str, Any] | None, dic
         {"nvidia.com/gpu.shared": "1"},
         {"shared": MEM, "what": "NVIDIA's shared GPUs", "resource": "nvidia.com/gpu.shared"},
     ),
+    (nvidia.NVIDIA_QUANTITY, "malformed", {NVG: "a lot"}, None, {"resource": NVG}),
+    (nvidia.NVIDIA_QUANTITY, "negative", {NVG: "-1"}, None, {"resource": NVG}),
+    (nvidia.NVIDIA_QUANTITY, "not-integer", {NVG: "1.5"}, None, {"resource": NVG}),
+    (nvidia.NVIDIA_QUANTITY, "no-limit", {}, {NVG: "1"}, {"resource": NVG}),
+    (nvidia.NVIDIA_QUANTITY, "differs", {NVG: "2"}, {NVG: "1"}, {"resource": NVG, "limit": "2"}),
 ]
 
 

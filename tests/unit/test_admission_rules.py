@@ -755,7 +755,9 @@ RULE_CASES = [
     pytest.param(
         pod(containers=[container("a", {MEM: 2}), container("b", requests={NVS: 1})], selector=CGPU_SEL),
         NV_CTX,
-        [("GS018-shared-and-whole-gpu", "deny")],
+        # Kubernetes' own rule first (a request without its limit: the apiserver refuses the Pod
+        # whichever backend judges it), then ACK's
+        [("GS020-nvidia-resource-quantity", "deny"), ("GS018-shared-and-whole-gpu", "deny")],
         id="mem-and-nvidia-shared-gpu-in-two-containers",
     ),
     # GS019: more than one shared GPU where NVIDIA's plugin refuses it at Allocate

@@ -68,7 +68,7 @@ ALL_RULES: tuple[AdmissionRule, ...] = (
 RULES: dict[str, AdmissionRule] = {rule.id: rule for rule in ALL_RULES}
 
 #: The rules the ValidatingAdmissionPolicy holds (no cluster state), in the policy's order.
-STATELESS: tuple[AdmissionRule, ...] = ack.STATELESS
+STATELESS: tuple[AdmissionRule, ...] = (*ack.STATELESS, *nvidia.STATELESS)
 assert {r.id for r in STATELESS} == {r.id for r in ALL_RULES if r.cel is not None or r.pod_cel is not None}
 
 

@@ -82,10 +82,21 @@ def _carries(label: str) -> Callable[[str], str]:
     return lambda m: f"{string_literal(label)} in {m}"
 
 
-#: How much of NVIDIA's requests a condition matches: none (the policy's), ``nvidia.com/gpu.shared``
-#: only (the shipped webhook configuration's), or also ``nvidia.com/gpu`` in a pod spec with node
-#: constraints (the webhook's while the cluster has an NVIDIA pool; ``gpushare.admission.gate``).
-NvidiaMatch = Literal["none", "shared", "all"]
+#: How much of NVIDIA's requests a condition matches: none (the policy's over built-in kinds),
+#: ``nvidia.com/gpu.shared`` only (the shipped webhook configuration's), or also ``nvidia.com/gpu``
+#: in a pod spec with node constraints (the webhook's while the cluster has an NVIDIA pool;
+#: ``gpushare.admission.gate``), or any ``nvidia.com/*`` resource (the policy's over custom kinds,
+#: whose quantities no apiserver validation reads: ``NVIDIA_QUANTITY``).
+NvidiaMatch = Literal["none", "shared", "all", "quantities"]
+
+#: The API groups whose pod templates the apiserver validates itself (Pods, the apps and batch
+#: kinds: pkg/apis/core/validation runs on them before admission); every other kind is custom.
+BUILT_IN_GROUPS = frozenset({"", "apps", "batch"})
+
+
+def is_custom(kind: KindPaths) -> bool:
+    """A kind whose pod templates no apiserver validation reads (a custom resource)."""
+    return kind.group not in BUILT_IN_GROUPS
 
 
 def gpu_sharing_condition(kind: KindPaths, nvidia: NvidiaMatch = "none") -> str:
@@ -94,9 +105,8 @@ def gpu_sharing_condition(kind: KindPaths, nvidia: NvidiaMatch = "none") -> str:
     adds NVIDIA's requests (:data:`NvidiaMatch`; :func:`gpushare.admission.podspecs.
     requests_gpu_sharing` asks what ``"all"`` asks); the policy's condition leaves them out (its
     rules judge the containers of :data:`SHARING_PREFIXES` only)."""
-    parts = [
-        exists_at(path, lambda x: container_asks(x, SHARING_PREFIXES)) for path, _ in kind.all_containers()
-    ]
+    prefixes = (*SHARING_PREFIXES, c.RES_NVIDIA_PREFIX) if nvidia == "quantities" else SHARING_PREFIXES
+    parts = [exists_at(path, lambda x: container_asks(x, prefixes)) for path, _ in kind.all_containers()]
     parts.extend(exists_at(path, _carries(label)) for path in kind.labels for label in SHARING_POD_LABELS)
     if nvidia in ("shared", "all"):
         parts.extend(_nvidia_shared_parts(kind))
@@ -107,12 +117,15 @@ def gpu_sharing_condition(kind: KindPaths, nvidia: NvidiaMatch = "none") -> str:
     return "object != null && (" + " || ".join(parts) + ")"
 
 
-def gpu_sharing_anywhere(kinds: Sequence[KindPaths]) -> str:
+def gpu_sharing_anywhere(kinds: Sequence[KindPaths], nvidia_quantities: bool = False) -> str:
     """matchCondition for a policy over several kinds: the GPU-sharing condition of the request's
-    kind only (a chain on its group and resource; kinds with the same paths share one condition)."""
+    kind only (a chain on its group and resource; kinds with the same paths share one condition);
+    with ``nvidia_quantities``, a custom kind's containers asking for ``nvidia.com/*`` too."""
     shared: dict[str, list[KindPaths]] = {}
     for k in kinds:
-        shared.setdefault(gpu_sharing_condition(k).removeprefix("object != null && "), []).append(k)
+        nvidia: NvidiaMatch = "quantities" if nvidia_quantities and is_custom(k) else "none"
+        condition = gpu_sharing_condition(k, nvidia).removeprefix("object != null && ")
+        shared.setdefault(condition, []).append(k)
     if len(shared) == 1:
         # one condition for every kind (a policy of one kind): no test of the request's resource
         return f"object != null && {next(iter(shared))}"

@@ -68,6 +68,9 @@ def evaluate_workload(
     findings: list[Finding] = []
     for pod, rules in judged:
         em = Emitter(name, pod.path if several else None)
+        for each in POD_RULES:
+            if each.kubernetes is not None:
+                each.kubernetes(em, pod)
         rules.evaluate(em, pod, node_constraints(pod.constraints_path, pod.spec), ctx)
         findings.extend(em.out)
     return findings

@@ -6,7 +6,9 @@ matchConditions, not selectors: :data:`NOT_OPTED_OUT`), so they keep denying whi
 replica answers. Their messages are the records' cases, the same text the Python engine writes.
 The work is done once per request in the policy's variables: the request's containers, then its
 GPU containers with their values read (``cel.gpu_entries``), so each validation is a few
-comparisons per GPU container.
+comparisons per GPU container; in the workload kinds' policy also the containers asking for
+``nvidia.com/*`` (``nvidia_entries``), whose quantities it judges on the custom kinds only
+(``CelForm.custom_kinds_only``: the apiserver's own validation refuses a built-in object first).
 
 Two policies are generated (:func:`build_policies`): one for Pods, the hot path, which reads only a
 Pod's own container lists (no chain on the request's kind, no grouped containers), and one for
@@ -35,7 +37,7 @@ from typing import Any, Literal
 
 from gpushare import constants as c
 from gpushare.admission.catalog import STATELESS
-from gpushare.admission.cel import gpu_sharing_anywhere
+from gpushare.admission.cel import gpu_sharing_anywhere, is_custom
 from gpushare.admission.celfmt import readable, yaml_dump_all
 from gpushare.admission.webhook_config import (
     TARGETS,
@@ -45,6 +47,7 @@ from gpushare.admission.webhook_config import (
     kind_paths,
 )
 from gpushare.backends.ack.admission.cel import gpu_entries
+from gpushare.backends.nvidia.admission.cel import nvidia_entries
 from gpushare.rulekit.cel import (
     OBJECT_NAME,
     RESOURCE,
@@ -100,10 +103,19 @@ def _detail(rule: AdmissionRule) -> str:
     return f"e.label + ' \"' + e.name + '\": ' + {text}"
 
 
+#: Each kind of entry a rule's CEL form reads (``CelForm.entries``): the function that builds them
+#: and the names of the policy's variables holding them (a list, or a list of lists).
+ENTRIES = {
+    "gpu": (gpu_entries, "gpu", "gpuGroups"),
+    "nvidia": (nvidia_entries, "nvidia", "nvidiaGroups"),
+}
+
+
 def _walked_ok(rule: AdmissionRule, label: str, x: str) -> str:
     """The rule holds for the container at ``x`` (a path no variable covers)."""
     assert rule.cel is not None
-    return f"{gpu_entries(f'[{entry(x, label)}]')}.all(e, !({rule.cel.broken}))"
+    entries = ENTRIES[rule.cel.entries][0]
+    return f"{entries(f'[{entry(x, label)}]')}.all(e, !({rule.cel.broken}))"
 
 
 def rule_validation(
@@ -134,6 +146,10 @@ def rule_validation(
         known = ", ".join(string_literal(r) for r in resources)
         walked = all_at(path, functools.partial(_walked_ok, rule, label))
         checks.append(f"(!({resource_var} in [{known}]) || {walked})")
+    if rule.cel.custom_kinds_only:
+        # Only the custom kinds: the apiserver has refused such a built-in object already.
+        custom = ", ".join(string_literal(f"{k.group}/{k.plural}") for k in kinds if is_custom(k))
+        checks = [f"!({resource_var} in [{custom}]) || ({' && '.join(checks)})"]
     summary = f"a container {rule.cel.summary} {rule.tag}"
     # Without walked paths the last branch is reached only when the rule holds (the message is
     # then not shown): the summary alone.
@@ -248,6 +264,8 @@ def build_policy(
     if not kinds:
         raise ValueError(f"no kinds for the {part} policy")
     paths = [k for k, _, _ in kinds]
+    # A rule for custom kinds only (NVIDIA's quantities) is left out of a policy without one.
+    rules = [r for r in STATELESS if not (r.cel and r.cel.custom_kinds_only) or any(map(is_custom, paths))]
     groups = container_groups_variable(paths)
     grouped = groups != "[]"
     variables = [
@@ -256,23 +274,32 @@ def build_policy(
         {"name": "containers", "expression": containers_variable(paths)},
     ]
     if grouped:
-        # One list of lists of GPU entries: the ungrouped containers first, then each group (the
-        # GPU entries' expression written once; a broken container is found in the same order).
-        every = "[variables.containers] + variables.containerGroups"
-        variables += [
-            {"name": "containerGroups", "expression": groups},
-            {"name": "gpuGroups", "expression": f"({every}).map(g, {gpu_entries('g')})"},
-        ]
-    else:
-        variables.append({"name": "gpu", "expression": gpu_entries("variables.containers")})
-    gpu_var, groups_var = (None, "variables.gpuGroups") if grouped else ("variables.gpu", None)
-    validations = [
-        rule_validation(rule, paths, gpu_var=gpu_var, groups_var=groups_var)
-        if rule.cel is not None
-        else pod_rule_validation(rule, paths, gpu_var=gpu_var, groups_var=groups_var)
-        for rule in STATELESS
-    ]
-    condition = gpu_sharing_anywhere(paths)
+        variables.append({"name": "containerGroups", "expression": groups})
+    for kind in dict.fromkeys(r.cel.entries if r.cel else "gpu" for r in rules):
+        entries, flat, nested = ENTRIES[kind]
+        if grouped:
+            # One list of lists of entries: the ungrouped containers first, then each group (the
+            # entries' expression written once; a broken container is found in the same order).
+            every = "[variables.containers] + variables.containerGroups"
+            variables.append({"name": nested, "expression": f"({every}).map(g, {entries('g')})"})
+        else:
+            variables.append({"name": flat, "expression": entries("variables.containers")})
+
+    def where(kind: str) -> tuple[str | None, str | None]:
+        _, flat, nested = ENTRIES[kind]
+        return (None, f"variables.{nested}") if grouped else (f"variables.{flat}", None)
+
+    validations = []
+    for rule in rules:
+        gpu_var, groups_var = where(rule.cel.entries if rule.cel else "gpu")
+        validations.append(
+            rule_validation(rule, paths, gpu_var=gpu_var, groups_var=groups_var)
+            if rule.cel is not None
+            else pod_rule_validation(rule, paths, gpu_var=gpu_var, groups_var=groups_var)
+        )
+    condition = gpu_sharing_anywhere(
+        paths, nvidia_quantities=any(r.cel and r.cel.custom_kinds_only for r in rules)
+    )
     if not any("variables.resource" in text for v in [*variables, *validations] for text in v.values()):
         variables = [v for v in variables if v["name"] != "resource"]
     variables = [{**v, "expression": readable(v["expression"])} for v in variables]

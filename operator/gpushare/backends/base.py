@@ -254,3 +254,6 @@ class PodRules:
     evaluate: Callable[[Emitter, PodLike, Constraints, Context], None]
     #: Findings for an object whose kind gpushare cannot read pod templates from.
     unknown_kind: Callable[[Mapping[str, Any], KindTable], list[Finding]] = _nothing
+    #: Kubernetes' own rules for the backend's resources, which hold for every pod whichever
+    #: backend judges it (the apiserver refuses such a Pod before any admission): run first.
+    kubernetes: Callable[[Emitter, PodLike], None] | None = None

@@ -64,6 +64,12 @@ class CelForm:
     messages: tuple[CelMessage, ...]
     #: The message for a container the policy can only walk (paths with several wildcards).
     summary: str
+    #: Whose entries ``e`` are: ACK's GPU containers (``"gpu"``) or the containers asking for
+    #: ``nvidia.com/*`` (``"nvidia"``, ``gpushare.backends.nvidia.admission.cel.nvidia_entries``).
+    entries: Literal["gpu", "nvidia"] = "gpu"
+    #: Only the policy over custom workload kinds holds it: the apiserver's own validation of Pods
+    #: and of the built-in kinds' pod templates refuses the same objects before admission runs.
+    custom_kinds_only: bool = False
 
 
 @dataclass(frozen=True)

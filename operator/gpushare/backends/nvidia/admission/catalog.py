@@ -9,7 +9,8 @@ where their other cases are), and ACK's ``GS018`` names NVIDIA's resources by :d
 from __future__ import annotations
 
 from gpushare import constants as c
-from gpushare.rulekit.records import CODE_INVALID, AdmissionRule, Case
+from gpushare.backends.nvidia.admission import cel
+from gpushare.rulekit.records import CODE_INVALID, AdmissionRule, Case, CelForm, CelMessage
 
 _NV = c.RES_NVIDIA_GPU
 _NVS = c.RES_NVIDIA_GPU_SHARED
@@ -47,7 +48,7 @@ NVIDIA_MORE_THAN_ONE = AdmissionRule(
 )
 
 #: NVIDIA's resources are extended resources: the prefix of their names.
-NVIDIA_PREFIX = "nvidia.com/"
+NVIDIA_PREFIX = cel.PREFIX
 
 # Kubernetes' own rules for an extended resource (pkg/apis/core/validation, validation.go:
 # ``ValidateResourceRequirements``, ``ValidateResourceQuantityValue``, ``ValidateNonnegativeQuantity``;
@@ -89,6 +90,42 @@ NVIDIA_QUANTITY = AdmissionRule(
             "set requests equal to limits, or drop requests",
         ),
     },
+    cel=CelForm(
+        broken="size(e.b) > 0 || size(e.nl) > 0 || size(e.nd) > 0",
+        messages=(
+            *(
+                CelMessage(
+                    f"size(e.b) > 0 && e.b[0][2] == '{case}'",
+                    case,
+                    "'resources.' + e.b[0][0] + '[\"' + e.b[0][1] + '\"]'",
+                    cel.shown("(e.b[0][0] == 'limits' ? e.l : e.q)[e.b[0][1]]"),
+                    {"resource": "e.b[0][1]"},
+                )
+                for case in ("malformed", "negative", "not-integer")
+            ),
+            CelMessage(
+                "size(e.nl) > 0",
+                "no-limit",
+                "'resources.requests[\"' + e.nl[0] + '\"]'",
+                cel.shown("e.q[e.nl[0]]"),
+                {"resource": "e.nl[0]"},
+            ),
+            CelMessage(
+                "true",
+                "differs",
+                "'resources.requests[\"' + e.nd[0] + '\"]'",
+                cel.shown("e.q[e.nd[0]]"),
+                {"resource": "e.nd[0]", "limit": cel.shown("e.l[e.nd[0]]")},
+            ),
+        ),
+        summary=f"asks for an {NVIDIA_PREFIX}* quantity Kubernetes refuses (whole, not negative, requests"
+        " equal to limits)",
+        entries="nvidia",
+        custom_kinds_only=True,
+    ),
+    differs="the policy holds it for custom workload kinds only: the apiserver's own validation refuses"
+    " such a Pod, or a built-in kind's pod template, before any admission runs; the policy shows the"
+    " first broken quantity, then requests without a limit, then requests that differ",
 )
 
 # What the scheduler can never place (its NodeResourcesFit filter, pkg/scheduler/framework/plugins/
@@ -126,6 +163,9 @@ NVIDIA_EXCEEDS_NODE = AdmissionRule(
         ),
     },
 )
+
+#: The rules the ValidatingAdmissionPolicy holds of NVIDIA's (no cluster state).
+STATELESS: tuple[AdmissionRule, ...] = (NVIDIA_QUANTITY,)
 
 #: NVIDIA's own pod and workload rules, in the table's order.
 WORKLOAD_RULES: tuple[AdmissionRule, ...] = (NVIDIA_MORE_THAN_ONE, NVIDIA_QUANTITY, NVIDIA_EXCEEDS_NODE)

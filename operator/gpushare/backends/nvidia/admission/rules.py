@@ -375,8 +375,6 @@ def evaluate_pod(em: Emitter, pod: PodLike, constraints: Constraints, ctx: Conte
     ``KIND_MISMATCH`` (confined to ACK pools, or to NVIDIA pools advertising the other resource),
     ``TARGET_UNKNOWN`` (``nvidia.com/gpu.shared`` that no pool or node it reaches advertises) and
     ``NVIDIA_MORE_THAN_ONE`` (more than one shared GPU where the plugin refuses it)."""
-    for ref in pod.containers:
-        _check_kubernetes(em, ref)
     _check_capacity(em, pod, constraints, ctx)
     asks = _nvidia_asks(pod)
     if not asks or not aimed(pod):
@@ -573,4 +571,11 @@ def evaluate_pod(em: Emitter, pod: PodLike, constraints: Constraints, ctx: Conte
 
 
 #: NVIDIA's pod rules, as ``gpushare.admission.rules`` drives them.
-POD_RULES = PodRules(name="nvidia", judges=judged_nvidia, evaluate=evaluate_pod)
+def check_kubernetes(em: Emitter, pod: PodLike) -> None:
+    """``NVIDIA_QUANTITY`` on every container of a pod, whichever backend judges it (the
+    apiserver refuses the Pod as much beside ``aliyun.com/gpu*`` as without)."""
+    for ref in pod.containers:
+        _check_kubernetes(em, ref)
+
+
+POD_RULES = PodRules(name="nvidia", judges=judged_nvidia, evaluate=evaluate_pod, kubernetes=check_kubernetes)
