@@ -266,17 +266,19 @@ def test_the_plugin_config_sets_the_mig_strategy_and_slices_the_time_sliced_prof
     assert yaml.safe_load(config.document(plain)) == {"version": "v1", "flags": {"migStrategy": strategy}}
 
 
-def test_until_nodes_are_switched_to_mig_the_planner_names_the_pool_and_leaves_its_nodes() -> None:
+def test_the_planner_labels_a_mig_pools_nodes_with_the_geometry_and_the_plugin_config() -> None:
     pool = mig_pool(geometry=[G7])
     labels = {NP: "np-mig", c.LABEL_NVIDIA_CONFIG: "theirs"}
-    cp = plan(
-        [pool],
-        [NodeView("n1", labels)],
-        now=datetime(2026, 1, 1, tzinfo=UTC),
-    )
+    cp = plan([pool], [NodeView("n1", labels)], now=datetime(2026, 1, 1, tzinfo=UTC))
     p = cp.by_node()["n1"]
-    assert (p.action, p.changed) == (Action.NOOP, False)
-    assert "spec.nvidia.mig" in cp.invalid_pools["mig"] and c.LABEL_MIG_CONFIG in cp.invalid_pools["mig"]
+    assert cp.invalid_pools == {}
+    assert p.action is Action.APPLY
+    assert pool.spec.nvidia is not None and pool.spec.nvidia.mig is not None
+    assert p.label_patch == {
+        c.LABEL_NVIDIA_CONFIG: config.name_of(pool.spec.nvidia),
+        c.LABEL_MIG_CONFIG: migconfig.name_of(pool.spec.nvidia.mig),
+        c.LABEL_POOL: "mig",
+    }
 
 
 def _ctx(pool: Any) -> Context:

@@ -21,7 +21,8 @@ backend of a pool what to do, and names none of the stack's labels or resources 
 
 A backend is pure: no client, no clock. ``gpushare.backends.ack`` is the first (Alibaba ACK's
 cGPU and GPU sharing), ``gpushare.backends.nvidia`` the second (NVIDIA's device plugin:
-time-slicing and MPS).
+time-slicing and MPS) and the third (``gpushare.backends.nvidia.mig``: MIG pools, through NVIDIA's
+MIG manager and device plugin).
 """
 
 from __future__ import annotations

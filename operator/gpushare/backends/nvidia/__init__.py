@@ -1,4 +1,5 @@
-"""NVIDIA's device plugin (k8s-device-plugin): time-slicing and MPS pools, the second backend.
+"""NVIDIA's device plugin (k8s-device-plugin): time-slicing and MPS pools, the second backend; MIG
+pools (NVIDIA's MIG manager beside the plugin) the third (``gpushare.backends.nvidia.mig``).
 
 NVIDIA's plugin reads one sharing config; several named configs live in one ConfigMap that its
 pods mount, and the node label ``nvidia.com/device-plugin.config`` picks one per node. Its
@@ -13,5 +14,6 @@ from the name itself.
 """
 
 from gpushare.backends.nvidia.backend import NVIDIA, NvidiaBackend, describe, physical_gpus
+from gpushare.backends.nvidia.mig import MIG, MigBackend
 
-__all__ = ["NVIDIA", "NvidiaBackend", "describe", "physical_gpus"]
+__all__ = ["MIG", "NVIDIA", "MigBackend", "NvidiaBackend", "describe", "physical_gpus"]

@@ -66,13 +66,6 @@ class NvidiaBackend:
         return {resource: str(totals.get(resource, 0))}
 
     def spec_problem(self, spec: GPUSharePoolSpec) -> str | None:
-        """A MIG pool: its geometry is accepted (and its mig-parted config rendered,
-        :mod:`gpushare.backends.nvidia.migconfig`), but no node is switched to it yet."""
-        if spec.nvidia is not None and spec.nvidia.mig is not None:
-            return (
-                "spec.nvidia.mig: this gpushare accepts MIG pools but does not yet switch nodes to MIG "
-                f"({c.LABEL_MIG_CONFIG}); the pool's nodes are left as they are"
-            )
         return None
 
     def labels_for(self, spec: GPUSharePoolSpec) -> dict[str, str]:
