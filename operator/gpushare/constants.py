@@ -21,6 +21,13 @@ LABEL_PLACEMENT: Final = "ack.node.gpu.placement"
 #: NVIDIA's device plugin: the node label its config-manager sidecar reads, the name of the
 #: node's sharing config.
 LABEL_NVIDIA_CONFIG: Final = "nvidia.com/device-plugin.config"
+#: NVIDIA's MIG manager (mig-parted): the node label naming the MIG config to apply, and the one
+#: it reports its progress in (``pending``, ``rebooting``, ``success``, ``failed``).
+LABEL_MIG_CONFIG: Final = "nvidia.com/mig.config"
+LABEL_MIG_CONFIG_STATE: Final = "nvidia.com/mig.config.state"
+#: The MIG manager's ConfigMap of mig-parted configs, as NVIDIA's GPU Operator deploys it.
+MIG_CONFIGS_NAMESPACE: Final = "gpu-operator"
+MIG_CONFIGS_CONFIGMAP: Final = "default-mig-parted-config"
 # Our own node labels.
 LABEL_POOL: Final = f"{GROUP}/pool"
 LABEL_SKIP: Final = f"{GROUP}/skip"
@@ -32,6 +39,7 @@ MANAGED_LABELS: Final = (
     LABEL_SCHEDULE,
     LABEL_PLACEMENT,
     LABEL_NVIDIA_CONFIG,
+    LABEL_MIG_CONFIG,
     LABEL_POOL,
 )
 

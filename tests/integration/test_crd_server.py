@@ -27,6 +27,8 @@ def pool(spec: dict[str, Any], name: str | None = None) -> dict[str, Any]:
 
 
 SEL = {"matchLabels": {"alibabacloud.com/nodepool-id": "np-a"}}
+#: A MIG geometry entry: seven 1g.5gb slices on every GPU.
+G7 = {"profiles": {"1g.5gb": 7}}
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -172,6 +174,78 @@ INVALID = [
         "TimeSlicing and MPS share each GPU between replicas >= 2",
         id="nvidia-sharing-without-replicas",
     ),
+    pytest.param(
+        {"nodeSelector": SEL, "nvidia": {"strategy": "MIG"}},
+        'spec.nvidia: Invalid value: "object": a pool has one sharing: strategy MIG shares each GPU by '
+        "the slices of nvidia.mig",
+        id="mig-strategy-without-geometry",
+    ),
+    pytest.param(
+        {"nodeSelector": SEL, "nvidia": {"strategy": "TimeSlicing", "replicas": 4, "mig": {"config": "c"}}},
+        "nvidia.mig is for strategy MIG only",
+        id="mig-beside-time-slicing",
+    ),
+    pytest.param(
+        {
+            "nodeSelector": SEL,
+            "nvidia": {"strategy": "MIG", "mig": {"config": "all-1g.5gb", "geometry": [G7]}},
+        },
+        'spec.nvidia.mig: Invalid value: "object": nvidia.mig takes exactly one of geometry',
+        id="mig-geometry-and-config",
+    ),
+    pytest.param(
+        {"nodeSelector": SEL, "nvidia": {"strategy": "MIG", "mig": {"geometry": [G7, G7]}}},
+        "an entry of mig.geometry without deviceFilter is for every GPU and stands alone",
+        id="mig-two-entries-for-every-gpu",
+    ),
+    pytest.param(
+        {
+            "nodeSelector": SEL,
+            "nvidia": {
+                "strategy": "MIG",
+                "mig": {"strategy": "single", "geometry": [{"profiles": {"1g.5gb": 3, "2g.10gb": 2}}]},
+            },
+        },
+        "MIG strategy single advertises every slice as nvidia.com/gpu",
+        id="mig-single-with-two-profiles",
+    ),
+    pytest.param(
+        {
+            "nodeSelector": SEL,
+            "nvidia": {
+                "strategy": "MIG",
+                "mig": {"geometry": [G7], "timeSlicing": [{"profile": "2g.10gb", "replicas": 2}]},
+            },
+        },
+        "mig.timeSlicing shares only profiles the geometry declares",
+        id="mig-time-slicing-an-undeclared-profile",
+    ),
+    pytest.param(
+        {
+            "nodeSelector": SEL,
+            "nvidia": {"strategy": "MIG", "mig": {"geometry": [{"profiles": {"1g.5GB": 7}}]}},
+        },
+        'spec.nvidia.mig.geometry[0]: Invalid value: "object": a MIG profile reads <compute slices 1-7>g.',
+        id="mig-profile-misspelt",
+    ),
+    pytest.param(
+        {
+            "nodeSelector": SEL,
+            "nvidia": {"strategy": "MIG", "mig": {"geometry": [{"profiles": {"1g.5gb": 8}}]}},
+        },
+        "spec.nvidia.mig.geometry[0].profiles.1g.5gb: Invalid value: 8: "
+        "spec.nvidia.mig.geometry[0].profiles.1g.5gb in body should be less than or equal to 7",
+        id="mig-eight-of-a-profile",
+    ),
+    pytest.param(
+        {
+            "nodeSelector": SEL,
+            "nvidia": {"strategy": "MIG", "mig": {"geometry": [{**G7, "deviceFilter": ["20B0"]}]}},
+        },
+        'spec.nvidia.mig.geometry[0].deviceFilter[0]: Invalid value: "20B0": '
+        "spec.nvidia.mig.geometry[0].deviceFilter[0] in body should match '^0x[0-9A-Fa-f]{8}$'",
+        id="mig-device-filter-not-a-pci-id",
+    ),
 ]
 
 
@@ -241,6 +315,31 @@ async def test_an_nvidia_pool_gets_nvidias_defaults(api: client.ApiClient, pools
     assert parsed.spec.device_plugin.pod_selector.match_labels == {
         "app.kubernetes.io/name": "nvidia-device-plugin"
     }
+
+
+async def test_a_mig_pool_gets_its_defaults_and_parses_to_the_same_spec(
+    api: client.ApiClient, pools: Any
+) -> None:
+    geometry = [{"profiles": {"3g.20gb": 1, "2g.10gb": 1, "1g.5gb": 1}, "deviceFilter": ["0x20B010DE"]}]
+    obj = await pools(
+        pool(
+            {
+                "nodeSelector": SEL,
+                "nvidia": {
+                    "strategy": "MIG",
+                    "mig": {"geometry": geometry, "timeSlicing": [{"profile": "1g.5gb", "replicas": 2}]},
+                },
+            }
+        )
+    )
+    mig = obj["spec"]["nvidia"]["mig"]
+    assert mig["strategy"] == "mixed"
+    assert mig["configMap"] == {"namespace": "gpu-operator", "name": "default-mig-parted-config"}
+    assert obj["spec"]["nvidia"]["replicas"] == 1
+    parsed = parse_pool(obj).spec.nvidia
+    assert parsed is not None and parsed.mig is not None
+    assert parsed.mig.profiles() == ("1g.5gb", "2g.10gb", "3g.20gb")
+    assert parsed.mig.replicas_of("1g.5gb") == 2
 
 
 async def test_the_nvidia_example_selects_by_a_label_sharing_never_changes(

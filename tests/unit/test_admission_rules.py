@@ -295,9 +295,13 @@ def test_every_backends_pod_rules_are_driven_ack_first() -> None:
     both, judged by ACK's (GS018), and NVIDIA's rules say nothing of it."""
     from gpushare.admission.rules import POD_RULES
     from gpushare.backends import BACKENDS
+    from gpushare.backends.nvidia import MIG
     from gpushare.rulekit.podspecs import pod_likes
 
-    assert [rules.name for rules in POD_RULES] == list(BACKENDS)
+    # MIG pools' pods ask for nvidia.com/*: NVIDIA's pod rules judge them (MIG's own rules: not yet).
+    assert [rules.name for rules in POD_RULES] == [name for name in BACKENDS if name != MIG.name]
+    (mig_like,) = pod_likes(pod({"nvidia.com/mig-1g.5gb": 1}))
+    assert [rules.name for rules in POD_RULES if rules.judges(mig_like)] == ["nvidia"]
     both = pod({MEM: 2, "nvidia.com/gpu.shared": 1}, selector=CGPU_SEL)
     (like,) = pod_likes(both)
     assert [rules.name for rules in POD_RULES if rules.judges(like)] == ["ack", "nvidia"]

@@ -6,7 +6,7 @@ from gpushare import constants as c
 from gpushare.api.v1alpha1 import parse_pool
 from gpushare.backends import BACKENDS, DEFAULT, OWNED_LABELS, backend_for
 from gpushare.backends.ack import ACK
-from gpushare.backends.nvidia import NVIDIA
+from gpushare.backends.nvidia import MIG, NVIDIA
 from gpushare.policy.planner import Ownership, desired_labels, restore_labels
 
 
@@ -19,15 +19,16 @@ def test_every_v1alpha1_pool_is_acks_and_owns_what_the_operator_always_owned() -
             "spec": {"nodeSelector": {"matchLabels": {"np": "a"}}, "computeAllocation": True},
         }
     )
-    assert backend_for(pool.spec) is ACK and DEFAULT is ACK and BACKENDS == {"ack": ACK, "nvidia": NVIDIA}
-    # The ownership annotation keeps its keys (NVIDIA's config label added): an older operator's
+    assert backend_for(pool.spec) is ACK and DEFAULT is ACK
+    assert BACKENDS == {"ack": ACK, "nvidia": NVIDIA, "nvidia-mig": MIG}
+    # The ownership annotation keeps its keys (NVIDIA's config and MIG labels added): an older operator's
     # annotation reads the same (the new key absent: it was not set), and one written now reads
     # the same in an older operator (which ignores the key it does not know).
     assert OWNED_LABELS == c.MANAGED_LABELS
     assert Ownership.capture("p", {c.LABEL_SCHEDULE: "share"}).dump() == (
         '{"pool":"p","prior":{"ack.node.gpu.placement":null,"ack.node.gpu.schedule":"share",'
         '"cgpu":null,"cgpu.disable.isolation":null,"gpushare.io/pool":null,'
-        '"nvidia.com/device-plugin.config":null}}'
+        '"nvidia.com/device-plugin.config":null,"nvidia.com/mig.config":null}}'
     )
     old = '{"pool":"p","prior":{"ack.node.gpu.schedule":"share","gpushare.io/pool":null}}'
     assert Ownership.parse(old) == Ownership.capture("p", {c.LABEL_SCHEDULE: "share"})

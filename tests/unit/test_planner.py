@@ -67,11 +67,11 @@ def test_desired_labels(spec: dict[str, Any], expected: tuple[str, str, str]) ->
         c.LABEL_PLACEMENT: expected[2],
         c.LABEL_POOL: "p",
     }
-    assert set(labels) == set(c.MANAGED_LABELS) - {c.LABEL_NVIDIA_CONFIG}
+    assert set(labels) == set(c.MANAGED_LABELS) - {c.LABEL_NVIDIA_CONFIG, c.LABEL_MIG_CONFIG}
 
 
 #: What ACK's restore writes: its labels and gpushare.io/pool.
-ACK_LABELS = tuple(k for k in c.MANAGED_LABELS if k != c.LABEL_NVIDIA_CONFIG)
+ACK_LABELS = tuple(k for k in c.MANAGED_LABELS if k not in (c.LABEL_NVIDIA_CONFIG, c.LABEL_MIG_CONFIG))
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,12 @@ from gpushare.api.rules import (
     COMPUTE_WITHOUT_ISOLATION,
     EMPTY_SELECTOR,
     MANAGED_SELECTOR,
+    MIG_ONE_ENTRY_PER_MODEL,
+    MIG_ONE_SHARING,
+    MIG_ONE_SOURCE,
+    MIG_PROFILE_NAMES,
+    MIG_SINGLE_PROFILE,
+    MIG_SLICED_PROFILES,
     ONE_BACKEND,
     REPLICAS_FIT_STRATEGY,
     REWRITTEN_SELECTOR,
@@ -34,6 +40,10 @@ def _pool(**spec: Any) -> dict[str, Any]:
 
 
 NP = {"matchLabels": {"alibabacloud.com/nodepool-id": "np"}}
+#: MIG geometry entries: seven 1g.5gb slices; three profiles; a filter for H100-SXM5-80GB.
+G7 = {"profiles": {"1g.5gb": 7}}
+MIXED = {"profiles": {"3g.20gb": 1, "2g.10gb": 1, "1g.5gb": 1}}
+H100 = {"deviceFilter": ["0x233010DE"]}
 #: For each rule: a pool that breaks it, and the field the problem is reported on.
 BROKEN: list[tuple[SpecRule, dict[str, Any], str]] = [
     (
@@ -58,6 +68,38 @@ BROKEN: list[tuple[SpecRule, dict[str, Any], str]] = [
         "spec",
     ),
     (REPLICAS_FIT_STRATEGY, _pool(nodeSelector=NP, nvidia={"strategy": "MPS"}), "spec.nvidia"),
+    (MIG_ONE_SHARING, _pool(nodeSelector=NP, nvidia={"strategy": "MIG"}), "spec.nvidia"),
+    (MIG_ONE_SOURCE, _pool(nodeSelector=NP, nvidia={"strategy": "MIG", "mig": {}}), "spec.nvidia.mig"),
+    (
+        MIG_ONE_ENTRY_PER_MODEL,
+        _pool(nodeSelector=NP, nvidia={"strategy": "MIG", "mig": {"geometry": [G7, {**G7, **H100}]}}),
+        "spec.nvidia.mig",
+    ),
+    (
+        MIG_SINGLE_PROFILE,
+        _pool(
+            nodeSelector=NP, nvidia={"strategy": "MIG", "mig": {"strategy": "single", "geometry": [MIXED]}}
+        ),
+        "spec.nvidia.mig",
+    ),
+    (
+        MIG_SLICED_PROFILES,
+        _pool(
+            nodeSelector=NP,
+            nvidia={
+                "strategy": "MIG",
+                "mig": {"geometry": [G7], "timeSlicing": [{"profile": "2g.10gb", "replicas": 2}]},
+            },
+        ),
+        "spec.nvidia.mig",
+    ),
+    (
+        MIG_PROFILE_NAMES,
+        _pool(
+            nodeSelector=NP, nvidia={"strategy": "MIG", "mig": {"geometry": [{"profiles": {"1g.5GB": 7}}]}}
+        ),
+        "spec.nvidia.mig.geometry[0].profiles",
+    ),
     (
         VALUES_FIT_OPERATOR,
         _pool(nodeSelector={"matchExpressions": [{"key": "k", "operator": "Exists", "values": ["v"]}]}),
@@ -84,6 +126,10 @@ def test_every_rule_is_in_the_crd_where_it_says(rule: SpecRule) -> None:
             assert entry in pod_terms["items"]["x-kubernetes-validations"]
     elif rule.cel_on == "Nvidia":
         terms = _schema_node("nvidia")
+    elif rule.cel_on == "Mig":
+        terms = _schema_node("nvidia")["properties"]["mig"]
+    elif rule.cel_on == "MigGeometry":
+        terms = _schema_node("nvidia")["properties"]["mig"]["properties"]["geometry"]["items"]
     else:
         terms = _schema_node(rule.cel_on)
     for entry in rule.validations():

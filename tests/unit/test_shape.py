@@ -6,6 +6,7 @@ Each check names the files that break it, so a failure says where to look.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -14,7 +15,9 @@ import aiohttp
 PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "gpushare"
 
 
+@functools.cache
 def _modules() -> dict[str, ast.Module]:
+    """Every module of the package, parsed once for all the checks (none changes a tree)."""
     return {
         str(p.relative_to(PACKAGE)): ast.parse(p.read_text(), filename=str(p))
         for p in sorted(PACKAGE.rglob("*.py"))
@@ -242,3 +245,82 @@ def test_ack_is_named_only_behind_the_backend_seam() -> None:
     }
     assert naming - _ACK_NOT_YET == set(), "name the pool's backend (gpushare.backends) instead"
     assert _ACK_NOT_YET - naming == set(), "no longer names ACK: take it off _ACK_NOT_YET"
+
+
+#: MIG's names: the constants that hold them, the API's MIG models and field, and the literals.
+_MIG_CONSTANTS = frozenset(
+    {
+        "RES_NVIDIA_MIG_PREFIX",
+        "LABEL_MIG_CONFIG",
+        "LABEL_MIG_CONFIG_STATE",
+        "MIG_CONFIGS_NAMESPACE",
+        "MIG_CONFIGS_CONFIGMAP",
+    }
+)
+_MIG_API = frozenset({"Mig", "MigGeometry", "MigTimeSlicing", "MigConfigMap", "migconfig"})
+_MIG_LITERAL = re.compile(r"nvidia\.com/mig|mig\.config|mig-parted|migStrategy")
+#: Where MIG's names belong: the backends (NVIDIA's, and the kind-mismatch record ACK's catalog
+#: shares with it), the API, the constants, the node agent's NVML adapter (a GPU's MIG mode) and
+#: the harness.
+_MIG_HOME = ("backends/", "api/", "gpu/", "devcluster/", "constants.py")
+#: Modules above the seam that name MIG: the admission gate's first look at a pod (does it ask for
+#: any NVIDIA device, ``nvidia.com/mig-*`` among them), which judges no pool (this list only shrinks).
+_MIG_NOT_YET: frozenset[str] = frozenset({"admission/cel.py", "admission/podspecs.py"})
+
+
+def _names_mig(tree: ast.Module) -> bool:
+    for node in ast.walk(tree):
+        name = (
+            node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+        )
+        if name in _MIG_CONSTANTS or name in _MIG_API or (isinstance(node, ast.Attribute) and name == "mig"):
+            return True
+        if isinstance(node, ast.alias) and (node.name.split(".")[-1] in _MIG_API):
+            return True
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and _MIG_LITERAL.search(node.value):
+            return True
+    return False
+
+
+def test_mig_is_named_only_behind_the_backend_seam() -> None:
+    """MIG (its labels, resources, configs and the API's MIG block) appears only in the backends,
+    the API, the constants, the agent's NVML adapter and the harness: the reconciler, the planner,
+    the status and the CLIs ask the pool's backend. A module outside those that starts naming MIG
+    fails here, and so does one on the list that no longer does."""
+    naming = {
+        name for name, tree in _modules().items() if not name.startswith(_MIG_HOME) and _names_mig(tree)
+    }
+    assert naming - _MIG_NOT_YET == set(), "ask the pool's backend (gpushare.backends) instead"
+    assert _MIG_NOT_YET - naming == set(), "no longer names MIG: take it off _MIG_NOT_YET"
+
+
+def test_a_backends_package_face_names_and_defines_nothing() -> None:
+    """``backends/<name>/__init__.py`` imports its backend's object and names it; the code lives in
+    the package's modules (a class or function defined in the face fails here)."""
+    faces = {n: t for n, t in _modules().items() if n.startswith("backends/") and n.endswith("/__init__.py")}
+    assert {"backends/ack/__init__.py", "backends/nvidia/__init__.py"} <= set(faces)
+    defining = {
+        name: [
+            d.name for d in tree.body if isinstance(d, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        ]
+        for name, tree in faces.items()
+        if name != "backends/__init__.py"
+    }
+    assert {n: d for n, d in defining.items() if d} == {}
+
+
+#: The most lines a function of the reconcile path (``reconcile/``, the effects of a pass) may have.
+MAX_RECONCILE_FUNCTION_LINES = 60
+
+
+def test_no_function_on_the_reconcile_path_is_over_sixty_lines() -> None:
+    long = {
+        f"{name}:{node.name}": node.end_lineno - node.lineno + 1
+        for name, tree in _modules().items()
+        if name.startswith("reconcile/")
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > MAX_RECONCILE_FUNCTION_LINES
+    }
+    assert long == {}, "split it into named phases (see reconcile/passes.py)"

@@ -17,6 +17,7 @@ whose values do not fit its operator, have no admission rule of their own: they 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -102,9 +103,54 @@ def _one_backend(nvidia: bool, ack_fields_set: Sequence[str]) -> Broken:
 
 
 def _replicas_fit_strategy(strategy: str, replicas: int) -> Broken:
-    if (strategy == "None") == (replicas == 1):
+    if (strategy in ("None", "MIG")) == (replicas == 1):
         return None
     return {"got": f" (strategy {strategy} with replicas {replicas})"}
+
+
+def _mig_one_sharing(strategy: str, has_mig: bool, rename_by_default: bool) -> Broken:
+    if strategy != "MIG":
+        return {"got": " (nvidia.mig is set with strategy " + strategy + ")"} if has_mig else None
+    if not has_mig:
+        return {"got": " (strategy MIG without nvidia.mig)"}
+    return {"got": " (strategy MIG with renameByDefault: true)"} if rename_by_default else None
+
+
+def _mig_one_source(has_geometry: bool, has_config: bool) -> Broken:
+    if has_geometry != has_config:
+        return None
+    return {"got": " (both are set)" if has_geometry else " (neither is set)"}
+
+
+def _mig_one_entry_per_model(filters: Sequence[Sequence[str]]) -> Broken:
+    if len(filters) < 2 or all(filters):
+        return None
+    return {"got": f" (an entry without deviceFilter among {len(filters)})"}
+
+
+def _mig_single_profile(strategy: str, geometries: Sequence[Sequence[str]]) -> Broken:
+    if strategy != "single" or not geometries:
+        return None
+    if all(list(g) == list(geometries[0]) and len(g) == 1 for g in geometries):
+        return None
+    found = sorted({p for g in geometries for p in g})
+    entries = "1 entry" if len(geometries) == 1 else f"{len(geometries)} entries"
+    return {"got": f" (profiles {', '.join(found)} in {entries})"}
+
+
+def _mig_sliced_profiles(sliced: Sequence[str], geometries: Sequence[Sequence[str]] | None) -> Broken:
+    if geometries is None:
+        return None
+    declared = {p for g in geometries for p in g}
+    missing = [p for p in sliced if p not in declared]
+    if not missing:
+        return None
+    return {"got": f" ({', '.join(missing)} not in {', '.join(sorted(declared))})"}
+
+
+def _mig_profile_names(profiles: Mapping[str, int]) -> Broken:
+    bad = [p for p in profiles if not _MIG_PROFILE.match(p)]
+    return {"got": " (" + ", ".join(repr(p) for p in bad) + ")"} if bad else None
 
 
 def _values_fit_operator(operator: str, values: Sequence[str]) -> Broken:
@@ -211,10 +257,90 @@ REPLICAS_FIT_STRATEGY = SpecRule(
     id="GP001-pool-schema",
     field="nvidia.replicas",
     cel_on="Nvidia",
-    cel="self.strategy == 'None' ? self.replicas == 1 : self.replicas >= 2",
-    message="TimeSlicing and MPS share each GPU between replicas >= 2; strategy None takes replicas 1{got}",
-    fix="set replicas >= 2, or strategy None",
+    cel="self.strategy in ['None', 'MIG'] ? self.replicas == 1 : self.replicas >= 2",
+    message="TimeSlicing and MPS share each GPU between replicas >= 2; strategies None and MIG take "
+    "replicas 1 (MIG time-slices its slices by mig.timeSlicing){got}",
+    fix="set replicas >= 2, or strategy None (MIG: replicas 1, and mig.timeSlicing)",
     predicate=_replicas_fit_strategy,
+    cel_values={"got": ""},
+)
+
+#: A MIG profile's name (``gpushare.api.v1alpha1.MIG_PROFILE_RE``; kept here for the rules).
+MIG_PROFILE_PATTERN = r"^[1-7]g\.[1-9][0-9]{0,3}gb(\+me)?$"
+_MIG_PROFILE = re.compile(MIG_PROFILE_PATTERN)
+
+MIG_ONE_SHARING = SpecRule(
+    id="GP001-pool-schema",
+    field="nvidia.mig",
+    cel_on="Nvidia",
+    cel="self.strategy == 'MIG' ? (has(self.mig) && !(has(self.renameByDefault) && self.renameByDefault))"
+    " : !has(self.mig)",
+    message="a pool has one sharing: strategy MIG shares each GPU by the slices of nvidia.mig (and "
+    "time-slices them only by mig.timeSlicing, never renamed), and nvidia.mig is for strategy MIG only{got}",
+    fix="set strategy MIG with nvidia.mig (renameByDefault false), or remove nvidia.mig",
+    predicate=_mig_one_sharing,
+    cel_values={"got": ""},
+)
+
+MIG_ONE_SOURCE = SpecRule(
+    id="GP001-pool-schema",
+    field="nvidia.mig",
+    cel_on="Mig",
+    cel="has(self.geometry) != has(self.config)",
+    message="nvidia.mig takes exactly one of geometry (the slices, which gpushare writes as a mig-parted "
+    "config) and config (the name of a config already in the MIG manager's ConfigMap){got}",
+    fix="keep either mig.geometry or mig.config",
+    predicate=_mig_one_source,
+    cel_values={"got": ""},
+)
+
+MIG_ONE_ENTRY_PER_MODEL = SpecRule(
+    id="GP001-pool-schema",
+    field="nvidia.mig.geometry",
+    cel_on="Mig",
+    cel="!has(self.geometry) || size(self.geometry) == 1 || "
+    "self.geometry.all(g, has(g.deviceFilter) && size(g.deviceFilter) > 0)",
+    message="an entry of mig.geometry without deviceFilter is for every GPU and stands alone; with several "
+    "entries each names the GPU models it is for{got}",
+    fix="give each GPU model one entry with its deviceFilter, or keep one entry without",
+    predicate=_mig_one_entry_per_model,
+    cel_values={"got": ""},
+)
+
+MIG_SINGLE_PROFILE = SpecRule(
+    id="GP001-pool-schema",
+    field="nvidia.mig",
+    cel_on="Mig",
+    cel="self.strategy != 'single' || !has(self.geometry) || self.geometry.all(g, size(g.profiles) == 1 "
+    "&& g.profiles.all(k, k in self.geometry[0].profiles))",
+    message="MIG strategy single advertises every slice as " + c.RES_NVIDIA_GPU + ", so every GPU takes "
+    "one and the same profile{got}",
+    fix="use strategy mixed, or one profile for every GPU",
+    predicate=_mig_single_profile,
+    cel_values={"got": ""},
+)
+
+MIG_SLICED_PROFILES = SpecRule(
+    id="GP001-pool-schema",
+    field="nvidia.mig.timeSlicing",
+    cel_on="Mig",
+    cel="!has(self.timeSlicing) || !has(self.geometry) || self.timeSlicing.all(t, "
+    "self.geometry.exists(g, t.profile in g.profiles))",
+    message="mig.timeSlicing shares only profiles the geometry declares{got}",
+    fix="name a profile of mig.geometry, or add it there",
+    predicate=_mig_sliced_profiles,
+    cel_values={"got": ""},
+)
+
+MIG_PROFILE_NAMES = SpecRule(
+    id="GP001-pool-schema",
+    field="nvidia.mig.geometry[*].profiles",
+    cel_on="MigGeometry",
+    cel=f"self.profiles.all(k, k.matches('{MIG_PROFILE_PATTERN.replace(chr(92), chr(92) * 2)}'))",
+    message="a MIG profile reads <compute slices 1-7>g.<memory>gb, optionally +me, as NVIDIA names "
+    "it (1g.5gb, 3g.40gb, 1g.10gb+me){got}",
+    fix="write the profile as nvidia-smi mig -lgip lists it",
+    predicate=_mig_profile_names,
     cel_values={"got": ""},
 )
 
@@ -237,6 +363,12 @@ SPEC_RULES: tuple[SpecRule, ...] = (
     REWRITTEN_SELECTOR,
     ONE_BACKEND,
     REPLICAS_FIT_STRATEGY,
+    MIG_ONE_SHARING,
+    MIG_ONE_SOURCE,
+    MIG_ONE_ENTRY_PER_MODEL,
+    MIG_SINGLE_PROFILE,
+    MIG_SLICED_PROFILES,
+    MIG_PROFILE_NAMES,
     VALUES_FIT_OPERATOR,
 )
 

@@ -6,11 +6,12 @@ drift apart. Field names are camelCase on the wire (aliases) and snake_case in P
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -305,22 +306,185 @@ class NvidiaConfigMap(_Model):
     )
 
 
+#: A MIG profile as NVIDIA names it: compute slices, memory, optional media extensions (1g.5gb,
+#: 3g.40gb, 1g.10gb+me).
+MIG_PROFILE_RE = re.compile(rules.MIG_PROFILE_PATTERN)
+#: A PCI device id as mig-parted's device-filter reads it: device then vendor, 0x20B010DE.
+PCI_ID_RE = re.compile(r"^0x[0-9A-Fa-f]{8}$")
+#: Bounds on a MIG geometry (the CEL rules over it stay cheap).
+MAX_MIG_GEOMETRIES = 8
+MAX_MIG_PROFILES = 16
+
+
+class MigConfigMap(_Model):
+    """The ConfigMap of mig-parted configs that NVIDIA's MIG manager reads (the GPU Operator's
+    ``migManager.config.name``)."""
+
+    namespace: str = Field(
+        default=c.MIG_CONFIGS_NAMESPACE,
+        min_length=1,
+        max_length=63,
+        description=f"Its namespace (the MIG manager's). Default {c.MIG_CONFIGS_NAMESPACE}.",
+    )
+    name: str = Field(
+        default=c.MIG_CONFIGS_CONFIGMAP,
+        min_length=1,
+        max_length=253,
+        description=f"Its name. Default {c.MIG_CONFIGS_CONFIGMAP}. gpushare adds one key per geometry its "
+        "pools declare (a mig-parted config named after its content) and never touches the others.",
+    )
+
+
+class MigGeometry(_Model):
+    """The MIG slices of each GPU of one model (or of every GPU): one entry of a mig-parted config."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"x-kubernetes-validations": rules.validations("MigGeometry")}
+    )
+    device_filter: list[str] = Field(
+        default_factory=list,
+        max_length=8,
+        json_schema_extra={"items": {"type": "string", "maxLength": 10, "pattern": PCI_ID_RE.pattern}},
+        description="The GPU models this entry is for, as PCI device ids in mig-parted's form (device "
+        "then vendor, e.g. 0x20B010DE for A100-SXM4-40GB, 0x233010DE for H100-SXM5-80GB). Empty "
+        "(default): every GPU of the node, in a geometry of that one entry; with several entries, each "
+        "names its models (give each model one entry).",
+    )
+    profiles: dict[str, Annotated[int, Field(ge=1, le=7)]] = Field(
+        min_length=1,
+        max_length=MAX_MIG_PROFILES,
+        description="How many MIG devices of each profile every such GPU is cut into, e.g. {1g.5gb: 7} or "
+        "{3g.20gb: 1, 2g.10gb: 1, 1g.5gb: 1}. A profile reads <compute slices>g.<memory>gb (+me for "
+        "the media extensions); 1 to 7 of each. Whether a GPU can hold them is the MIG manager's to "
+        f"say: a geometry it cannot apply leaves the node's {c.LABEL_MIG_CONFIG_STATE} at failed, "
+        "and the pool names the node.",
+    )
+
+    @field_validator("profiles")
+    @classmethod
+    def _profile_names(cls, profiles: dict[str, int]) -> dict[str, int]:
+        rules.MIG_PROFILE_NAMES.check(profiles)
+        return profiles
+
+    @field_validator("device_filter")
+    @classmethod
+    def _pci_ids(cls, ids: list[str]) -> list[str]:
+        for pci in ids:
+            if not PCI_ID_RE.match(pci):
+                raise ValueError(f"{pci!r} is not a PCI device id such as 0x20B010DE (device, then vendor)")
+        return ids
+
+
+class MigTimeSlicing(_Model):
+    """Time-slicing of one MIG profile's devices (NVIDIA's per-resource replicas)."""
+
+    profile: str = Field(
+        min_length=1,
+        max_length=32,
+        description="The profile whose devices are shared, one of the geometry's (e.g. 1g.5gb).",
+    )
+    replicas: int = Field(
+        ge=2,
+        le=1024,
+        description="How many pods share each device of the profile, 2 to 1024: the node advertises "
+        "replicas x its devices of the profile.",
+    )
+
+
+#: Where a Mig keeps its hash (outside the fields: not dumped, not compared).
+_HASH = "_gpushare_hash"
+
+
+class Mig(_Model):
+    """Multi-Instance GPU: each GPU of the pool is cut into hardware slices by NVIDIA's MIG manager,
+    which applies the node's nvidia.com/mig.config, and the device plugin advertises the slices."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": rules.validations("Mig")})
+    strategy: Literal["single", "mixed"] = Field(
+        default="mixed",
+        description=f"The device plugin's MIG strategy. mixed (default): each profile is advertised as "
+        f"{c.RES_NVIDIA_MIG_PREFIX}<profile> (e.g. {c.RES_NVIDIA_MIG_PREFIX}1g.5gb). single: every GPU "
+        f"has one and the same profile, and its devices are advertised as {c.RES_NVIDIA_GPU}.",
+    )
+    geometry: list[MigGeometry] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_MIG_GEOMETRIES,
+        description="The slices of the pool's GPUs: gpushare writes them as a mig-parted config (version "
+        "v1) into its own key of the MIG manager's ConfigMap and names that config in each node's "
+        f"{c.LABEL_MIG_CONFIG}. One entry, or one per GPU model (deviceFilter). Exactly one of "
+        "geometry and config.",
+    )
+    config: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=63,
+        pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
+        description="Instead of geometry: the name of a config already in the MIG manager's ConfigMap "
+        "(e.g. all-1g.5gb of NVIDIA's default one), whose profiles gpushare reads from there. Exactly "
+        "one of geometry and config.",
+    )
+    time_slicing: list[MigTimeSlicing] = Field(
+        default_factory=list,
+        max_length=MAX_MIG_PROFILES,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["profile"]},
+        description="Optional: share the devices of some profiles between pods by time-slicing (as "
+        "NVIDIA's a100-40gb example does), one entry per profile. Empty (default): one pod per device.",
+    )
+    config_map: MigConfigMap = Field(
+        default_factory=MigConfigMap,
+        json_schema_extra=_OBJ_DEFAULT,
+        description="The ConfigMap of mig-parted configs the MIG manager reads.",
+    )
+
+    @model_validator(mode="after")
+    def _mig_rules(self) -> Mig:
+        rules.MIG_ONE_SOURCE.check(self.geometry is not None, self.config is not None)
+        rules.MIG_ONE_ENTRY_PER_MODEL.check([g.device_filter for g in self.geometry or ()])
+        profiles = [sorted(g.profiles) for g in self.geometry or ()]
+        rules.MIG_SINGLE_PROFILE.check(self.strategy, profiles)
+        rules.MIG_SLICED_PROFILES.check(
+            [t.profile for t in self.time_slicing], None if self.geometry is None else profiles
+        )
+        return self
+
+    def __hash__(self) -> int:
+        """By content (its lists and maps are not hashable): a pool's configs are cached by spec.
+        Kept on the object, outside the fields, like :meth:`LabelSelector.requirements`."""
+        cached: int | None = self.__dict__.get(_HASH)
+        if cached is None:
+            cached = hash(json.dumps(self.dump(), sort_keys=True))
+            self.__dict__[_HASH] = cached
+        return cached
+
+    def profiles(self) -> tuple[str, ...]:
+        """The profiles the geometry declares, sorted (empty: a named config, read elsewhere)."""
+        return tuple(sorted({p for g in self.geometry or () for p in g.profiles}))
+
+    def replicas_of(self, profile: str) -> int:
+        """How many pods share each device of ``profile`` (1: not time-sliced)."""
+        return next((t.replicas for t in self.time_slicing if t.profile == profile), 1)
+
+
 class Nvidia(_Model):
-    """NVIDIA's device plugin shares the pool's GPUs (time-slicing or MPS): one named config per
-    pool, picked on each node by the nvidia.com/device-plugin.config label."""
+    """NVIDIA's device plugin shares the pool's GPUs (time-slicing, MPS or MIG slices): one named
+    config per pool, picked on each node by the nvidia.com/device-plugin.config label (and, for MIG,
+    the slices' config by nvidia.com/mig.config)."""
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": rules.validations("Nvidia")})
-    strategy: Literal["TimeSlicing", "MPS", "None"] = Field(
+    strategy: Literal["TimeSlicing", "MPS", "MIG", "None"] = Field(
         description="How each GPU is shared: TimeSlicing (the plugin advertises each GPU replicas times; "
         "pods interleave in time, with no memory or fault isolation), MPS (replicas clients of one MPS "
         "daemon per GPU, each with an equal share of memory and compute; needs the MPS daemon of NVIDIA's "
-        "chart) or None (no sharing: one pod per GPU).",
+        "chart), MIG (hardware slices with their own memory and compute, declared in mig; needs NVIDIA's "
+        "MIG manager) or None (no sharing: one pod per GPU).",
     )
     replicas: int = Field(
         default=1,
         ge=1,
         le=1024,
-        description="How many pods may share each GPU: 2 or more for TimeSlicing and MPS, 1 for None. "
+        description="How many pods may share each GPU: 2 or more for TimeSlicing and MPS, 1 for None and "
+        "MIG (whose slices are time-sliced by mig.timeSlicing). "
         "The node advertises replicas x GPUs of nvidia.com/gpu (nvidia.com/gpu.shared with "
         "renameByDefault). Fewer replicas, or another strategy, is a mode switch (rollout.modeSwitch "
         "guards the pods running there); more replicas is not.",
@@ -341,6 +505,11 @@ class Nvidia(_Model):
         json_schema_extra=_OBJ_DEFAULT,
         description="The ConfigMap of named configs the plugin pods mount.",
     )
+    mig: Mig | None = Field(
+        default=None,
+        description="The MIG slices of the pool's GPUs, for strategy MIG (and only for it). Any change "
+        "of the slices is a mode switch on each node (rollout.modeSwitch guards the pods running there).",
+    )
     config_propagation_seconds: int = Field(
         default=90,
         ge=0,
@@ -354,6 +523,7 @@ class Nvidia(_Model):
     @model_validator(mode="after")
     def _replicas_fit_strategy(self) -> Nvidia:
         rules.REPLICAS_FIT_STRATEGY.check(self.strategy, self.replicas)
+        rules.MIG_ONE_SHARING.check(self.strategy, self.mig is not None, self.rename_by_default)
         return self
 
     @property
@@ -361,7 +531,7 @@ class Nvidia(_Model):
         """The resource the node advertises the shared GPUs as."""
         return (
             c.RES_NVIDIA_GPU_SHARED
-            if self.rename_by_default and self.strategy != "None"
+            if self.rename_by_default and self.strategy not in ("None", "MIG")
             else c.RES_NVIDIA_GPU
         )
 

@@ -14,10 +14,10 @@ from gpushare import constants as c
 from gpushare.api.v1alpha1 import GPUSharePoolSpec
 from gpushare.backends.ack import ACK
 from gpushare.backends.base import GpuSize, SharingBackend
-from gpushare.backends.nvidia import NVIDIA, physical_gpus
+from gpushare.backends.nvidia import MIG, NVIDIA, physical_gpus
 
 #: Every backend, by name.
-BACKENDS: Final[dict[str, SharingBackend]] = {ACK.name: ACK, NVIDIA.name: NVIDIA}
+BACKENDS: Final[dict[str, SharingBackend]] = {ACK.name: ACK, NVIDIA.name: NVIDIA, MIG.name: MIG}
 #: The backend of a node whose pool is gone.
 DEFAULT: Final[SharingBackend] = ACK
 #: Every node label the operator may write (the backends' and ``gpushare.io/pool``).
@@ -25,8 +25,11 @@ OWNED_LABELS: Final = (*dict.fromkeys(k for b in BACKENDS.values() for k in b.ow
 
 
 def backend_for(spec: GPUSharePoolSpec | None) -> SharingBackend:
-    """The backend of a pool with ``spec``: NVIDIA's with ``spec.nvidia``, else ACK's."""
-    return NVIDIA if spec is not None and spec.nvidia is not None else ACK
+    """The backend of a pool with ``spec``: NVIDIA's MIG backend with ``spec.nvidia.mig``, NVIDIA's
+    with ``spec.nvidia``, else ACK's."""
+    if spec is None or spec.nvidia is None:
+        return ACK
+    return MIG if spec.nvidia.mig is not None else NVIDIA
 
 
 def gpus_of(labels: Mapping[str, str], allocatable: Mapping[str, str], spec: GPUSharePoolSpec) -> int:

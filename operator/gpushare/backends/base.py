@@ -21,7 +21,8 @@ backend of a pool what to do, and names none of the stack's labels or resources 
 
 A backend is pure: no client, no clock. ``gpushare.backends.ack`` is the first (Alibaba ACK's
 cGPU and GPU sharing), ``gpushare.backends.nvidia`` the second (NVIDIA's device plugin:
-time-slicing and MPS).
+time-slicing and MPS) and the third (``gpushare.backends.nvidia.mig``: MIG pools, through NVIDIA's
+MIG manager and device plugin).
 """
 
 from __future__ import annotations
@@ -99,6 +100,11 @@ class SharingBackend(Protocol):
     def resource_list(self, spec: GPUSharePoolSpec, totals: Mapping[str, int]) -> dict[str, str]:
         """``status.capacity`` / ``status.allocated`` from the totals of ``status_resources``: a
         resource list (name → quantity), as a node's ``status.allocatable``."""
+        ...
+
+    def spec_problem(self, spec: GPUSharePoolSpec) -> str | None:
+        """Why the backend cannot apply a pool with this (valid) spec, naming the field (None: it
+        can): the planner leaves such a pool's nodes as they are, and its status says why."""
         ...
 
     def labels_for(self, spec: GPUSharePoolSpec) -> dict[str, str]:

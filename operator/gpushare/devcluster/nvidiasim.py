@@ -37,6 +37,7 @@ from typing import Any
 import yaml
 
 from gpushare import constants as c
+from gpushare.devcluster import migsim
 from gpushare.devcluster.nvidia import DEFAULT_CONFIG
 from gpushare.gpu.fake import FakeGPU
 from gpushare.gpu.inventory import label_value
@@ -58,6 +59,8 @@ class Started:
     label: str
     #: The ConfigMap key in effect (None: none could be chosen, the plugin did not register).
     config: str | None
+    #: The node's MIG devices it started with (``migsim.MigState.token``; "" none recorded).
+    mig: str = ""
 
 
 def wanted(label: str) -> str:
@@ -78,30 +81,40 @@ def effective_config(label: str, configs: Mapping[str, str]) -> str | None:
     return None
 
 
-def decide(pod: str, label: str, configs: Mapping[str, str], seen: Started | None) -> Started | None:
+def decide(
+    pod: str, label: str, configs: Mapping[str, str], seen: Started | None, mig: str = ""
+) -> Started | None:
     """What the plugin runs with now, when that changed (None: nothing to do).
 
     A new plugin pod or a new label value: config-manager applies the label's config (or falls
     back). Otherwise it acts only while crash-looping on a key the ConfigMap lacked: each restart
-    applies what is there now."""
-    if seen is not None and seen.pod == pod and seen.label == label:
+    applies what is there now. ``mig``: the node's MIG devices (``MigState.token``): when the MIG
+    manager changed them, the plugin starts again (its paused DaemonSet pod comes back)."""
+    if seen is not None and seen.pod == pod and seen.label == label and seen.mig == mig:
         if seen.config == wanted(label):
             return None
         now = effective_config(label, configs)
-        return None if now == seen.config else Started(pod, label, now)
-    return Started(pod, label, effective_config(label, configs))
+        return None if now == seen.config else Started(pod, label, now, mig)
+    return Started(pod, label, effective_config(label, configs), mig)
 
 
-def advertised(document: str, gpus: int) -> dict[str, str] | None:
+def advertised(
+    document: str, gpus: int, mig: Sequence[migsim.Devices] | None = None
+) -> dict[str, str] | None:
     """The extended resources the plugin registers with ``document`` (a plugin config, YAML) on a
     node with ``gpus`` GPUs, every one of :data:`RESOURCES` present; None for a document the
-    plugin cannot read (it does not start)."""
+    plugin cannot read (it does not start). ``mig``: each GPU's MIG devices as the MIG manager
+    left them (:mod:`gpushare.devcluster.migsim`), advertised under the config's
+    ``flags.migStrategy`` with its per-resource time-slicing."""
     try:
         body = yaml.safe_load(document)
     except yaml.YAMLError:
         return None
     if not isinstance(body, dict):
         return None
+    strategy = str((body.get("flags") or {}).get("migStrategy") or "none")
+    if strategy != "none" or any(mig or ()):
+        return _mig_advertised(body, strategy, list(mig or [()] * gpus))
     out = dict.fromkeys(RESOURCES, 0)
     shared = _shared_resources(body.get("sharing"))
     if shared is None:
@@ -111,6 +124,23 @@ def advertised(document: str, gpus: int) -> dict[str, str] | None:
         if name != c.RES_NVIDIA_GPU:
             out[c.RES_NVIDIA_GPU] = 0
         out[name] = gpus * replicas
+    return {name: str(value) for name, value in out.items()}
+
+
+def _mig_advertised(
+    body: Mapping[str, Any], strategy: str, devices: list[migsim.Devices]
+) -> dict[str, str] | None:
+    sharing = body.get("sharing") or {}
+    sliced = sharing.get("timeSlicing") if isinstance(sharing, dict) else None
+    replicas = {
+        str(r.get("name")): int(r.get("replicas") or 1)
+        for r in ((sliced or {}).get("resources") or [])
+        if isinstance(r, dict) and isinstance(r.get("replicas"), int)
+    }
+    counts = migsim.advertised(strategy, devices, replicas)
+    if counts is None:
+        return None
+    out = dict.fromkeys(RESOURCES, 0) | counts
     return {name: str(value) for name, value in out.items()}
 
 
@@ -148,6 +178,7 @@ def state_annotation(started: Started, now: datetime) -> str:
             "pod": started.pod,
             "label": started.label,
             "config": started.config,
+            "mig": started.mig,
             "at": now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         },
         sort_keys=True,
@@ -165,7 +196,10 @@ def parse_state(raw: str | None) -> Started | None:
         return None
     config = data.get("config")
     return Started(
-        str(data.get("pod", "")), str(data.get("label") or ""), None if config is None else str(config)
+        str(data.get("pod", "")),
+        str(data.get("label") or ""),
+        None if config is None else str(config),
+        str(data.get("mig") or ""),
     )
 
 

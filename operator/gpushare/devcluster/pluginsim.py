@@ -34,6 +34,14 @@ ConfigMap (``nvidia-device-plugin-configs`` there), and a node with a Running pl
 names a key of the ConfigMap, or the default config for an unknown key, as the real stack does.
 What it decides, and what it does not model, is in :mod:`gpushare.devcluster.nvidiasim` (pure);
 the annotation ``gpushare.io/simulated-plugin`` records the pod UID, the label and the key in effect.
+
+On the same nodes it plays NVIDIA's MIG manager: it watches the manager's ConfigMap of mig-parted
+configs (``default-mig-parted-config`` in ``gpu-operator``) and follows each node's
+``nvidia.com/mig.config`` (``pending``, the operands paused, then ``success`` or ``failed`` in
+``nvidia.com/mig.config.state``); the plugin then advertises the node's MIG devices under its
+config's MIG strategy. What it decides is in :mod:`gpushare.devcluster.migsim`; the annotation
+``gpushare.io/simulated-mig`` records the label it acted on, the state, each GPU's devices and why
+it failed.
 """
 
 from __future__ import annotations
@@ -45,13 +53,14 @@ import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kubernetes_asyncio import client
 
 from gpushare import constants as c
+from gpushare.devcluster import migsim
 from gpushare.devcluster import nvidiasim as nv
 from gpushare.gpu.inventory import Inventory, inventory_from_annotations
 from gpushare.k8s.generated import refused
@@ -145,6 +154,14 @@ def _running(pod: Mapping[str, Any]) -> bool:
     )
 
 
+#: What the simulated MIG manager last did on the node (JSON, ``migsim.MigState``).
+ANNOTATION_MIG: str = f"{c.GROUP}/simulated-mig"
+#: ``"true"``: the MIG manager stays at ``pending`` with the operands paused (a wedge).
+ANNOTATION_MIG_HANG: str = f"{c.GROUP}/simulated-mig-hang"
+#: Seconds the simulated reconfiguration takes on this node (default ``migsim.DEFAULT_DELAY``).
+ANNOTATION_MIG_DELAY: str = f"{c.GROUP}/simulated-mig-seconds"
+
+
 @dataclass(frozen=True)
 class NvidiaNode:
     """What the simulator knows of a node whose NVIDIA plugin it plays (from the node watch)."""
@@ -153,6 +170,22 @@ class NvidiaNode:
     gpus: int | None
     hang: bool
     seen: nv.Started | None
+    #: The node's labels (the MIG manager reads its own and the operands').
+    labels: Mapping[str, str] = field(default_factory=dict)
+    #: Each GPU's product name and whether it is MIG-capable (from the agent's inventory).
+    models: tuple[tuple[str, bool], ...] = ()
+    mig: migsim.MigState | None = None
+    mig_hang: bool = False
+    mig_delay: timedelta = migsim.DEFAULT_DELAY
+    #: The ``nvidia.com/mig-*`` resources the node has now (set to 0 when no longer advertised).
+    mig_resources: tuple[str, ...] = ()
+
+
+def _delay(raw: str | None) -> timedelta:
+    try:
+        return timedelta(seconds=max(0.0, float(raw))) if raw else migsim.DEFAULT_DELAY
+    except ValueError:
+        return migsim.DEFAULT_DELAY
 
 
 def nvidia_node(node: Mapping[str, Any]) -> NvidiaNode:
@@ -161,11 +194,21 @@ def nvidia_node(node: Mapping[str, Any]) -> NvidiaNode:
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
     inventory = inventory_from_annotations(annotations)
+    gpus = inventory.gpus if inventory is not None else ()
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
     return NvidiaNode(
         label=str(labels.get(c.LABEL_NVIDIA_CONFIG) or ""),
-        gpus=len(inventory.gpus) if inventory is not None and inventory.gpus else None,
+        gpus=len(gpus) or None,
         hang=annotations.get(ANNOTATION_HANG) == "true",
         seen=nv.parse_state(annotations.get(ANNOTATION_STATE)),
+        labels={str(k): str(v) for k, v in labels.items()},
+        models=tuple((g.name, g.name in migsim.MODELS) for g in gpus),
+        mig=migsim.MigState.parse(annotations.get(ANNOTATION_MIG)),
+        mig_hang=annotations.get(ANNOTATION_MIG_HANG) == "true",
+        mig_delay=_delay(annotations.get(ANNOTATION_MIG_DELAY)),
+        mig_resources=tuple(
+            sorted(str(k) for k in allocatable if str(k).startswith(c.RES_NVIDIA_MIG_PREFIX))
+        ),
     )
 
 
@@ -204,6 +247,10 @@ class PluginSimulator:
         #: node -> what the simulator last wrote there: it wins over the annotation of a node event
         #: sent before that write (after a restart of the simulator, the annotation is all there is).
         self.nv_written: dict[str, nv.Started] = {}
+        #: The MIG manager's side: the named configs of its ConfigMap (None until listed), and what
+        #: it last wrote on each node (wins over an older annotation, as nv_written does).
+        self.mig_configs: dict[str, list[Any]] | None = None
+        self.mig_written: dict[str, migsim.MigState] = {}
         self._lock = asyncio.Lock()
 
     async def handle(self, node_name: str, uid: str) -> None:
@@ -281,10 +328,12 @@ class PluginSimulator:
             self.nv_nodes.pop(name, None)
             self.nv_retry.discard(name)
             self.nv_written.pop(name, None)
+            self.mig_written.pop(name, None)
         if event_type == "DELETED":
             return
         if plays == nv.SIMULATED_VALUE:
             self.nv_nodes[name] = nvidia_node(node)
+            await self._mig(name)
             await self._nvidia(name)
             return
         if plays == SIMULATED_VALUE and name not in self.opted:
@@ -317,10 +366,17 @@ class PluginSimulator:
             view, pod, configs = self.nv_nodes.get(name), self.nv_latest.get(name), self.nv_configs
             if view is None or pod is None or configs is None or view.hang or view.gpus is None:
                 return
-            started = nv.decide(pod, view.label, configs, self.nv_written.get(name) or view.seen)
+            mig = self.mig_written.get(name) or view.mig
+            token = mig.token if mig is not None else ""
+            started = nv.decide(pod, view.label, configs, self.nv_written.get(name) or view.seen, token)
             if started is None:
                 return
-            resources = None if started.config is None else nv.advertised(configs[started.config], view.gpus)
+            devices = mig.devices if mig is not None else None
+            resources = (
+                None if started.config is None else nv.advertised(configs[started.config], view.gpus, devices)
+            )
+            if resources is not None:
+                resources = dict.fromkeys(view.mig_resources, "0") | resources
             with refused() as error:
                 if resources is not None:
                     await self.core.patch_node_status(name, nv.status_patch(resources))
@@ -347,6 +403,57 @@ class PluginSimulator:
             started.config,
             fallback,
             {k: v for k, v in (resources or {}).items() if v != "0"},
+        )
+
+    # -- NVIDIA's MIG manager --------------------------------------------------------------------
+
+    async def _mig_configmap(self, event_type: str, cm: Mapping[str, Any]) -> None:
+        self.mig_configs = {} if event_type == "DELETED" else migsim.configs_in(cm.get("data") or {})
+        for node in list(self.nv_nodes):
+            await self._mig(node)
+
+    async def _mig_listed(self, items: list[Mapping[str, Any]]) -> None:
+        if not items:
+            await self._mig_configmap("DELETED", {})
+
+    async def _mig(self, name: str) -> None:
+        """The MIG manager's next step on one node (:func:`gpushare.devcluster.migsim.decide`):
+        write it, and look again when it says so."""
+        async with self._lock:
+            view, configs = self.nv_nodes.get(name), self.mig_configs
+            if view is None or configs is None:
+                return
+            seen = self.mig_written.get(name) or view.mig
+            now = datetime.now(UTC)
+            step = migsim.decide(
+                view.labels, seen, configs, view.models, now, delay=view.mig_delay, hang=view.mig_hang
+            )
+            if step is None:
+                return
+            if step.state != seen or step.labels:
+                meta = {"labels": dict(step.labels), "annotations": {ANNOTATION_MIG: step.state.to_json()}}
+                with refused() as error:
+                    await self.core.patch_node(name, {"metadata": meta})
+                if error:
+                    log.warning("node %s: MIG manager: API error %s %s", name, error.status, error.reason)
+                    if error.status != 404:
+                        self._later(name, timedelta(seconds=1))
+                    return
+                self.mig_written[name] = step.state
+                log.info(
+                    "MIG manager on %s: %s=%s %s %s",
+                    name,
+                    c.LABEL_MIG_CONFIG,
+                    step.state.label,
+                    step.state.state,
+                    step.state.reason or [dict(d) for d in step.state.devices],
+                )
+        if step.again is not None:
+            self._later(name, step.again)
+
+    def _later(self, name: str, after: timedelta) -> None:
+        asyncio.get_running_loop().call_later(
+            after.total_seconds(), lambda: asyncio.ensure_future(self._mig(name))
         )
 
     async def retry_loop(self, interval: float = 1.0) -> None:
@@ -432,6 +539,15 @@ class PluginSimulator:
                 self._nvidia_configmap,
                 field_selector=f"metadata.name={c.NVIDIA_CONFIGS_CONFIGMAP}",
                 listed=self._nvidia_listed,
+            ),
+            self._list_watch(
+                "the MIG manager's configs",
+                self.core.list_namespaced_config_map,
+                (c.MIG_CONFIGS_NAMESPACE,),
+                "",
+                self._mig_configmap,
+                field_selector=f"metadata.name={c.MIG_CONFIGS_CONFIGMAP}",
+                listed=self._mig_listed,
             ),
             self.retry_loop(),
         )

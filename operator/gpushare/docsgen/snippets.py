@@ -52,6 +52,8 @@ def owned_labels() -> str:
         who = ", ".join(f"{b.name} pools" for b in backends) or "every pool"
         if not backends:
             read = "gpushare: the pool that owns the node"
+        elif not any(key in b.plugin_labels for b in backends):
+            read = "a manager beside the device plugin (NVIDIA's MIG manager), which acts when it changes"
         elif all(b.restarts_plugin for b in backends):
             read = "the backend's device plugin, when it starts (so the operator restarts it)"
         else:

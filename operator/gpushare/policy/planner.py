@@ -411,8 +411,16 @@ def _blocking(pods: Iterable[PodView], backends: Iterable[SharingBackend]) -> tu
 
 def changed_by(labels: Mapping[str, str], prior: Mapping[str, str | None]) -> list[SharingBackend]:
     """The backends whose labels on a node differ from what restoring ``prior`` would put back:
-    those that labelled it (for a node whose pool is gone, and so cannot say)."""
-    return [b for b in BACKENDS.values() if any(labels.get(k) != v for k, v in b.restored(prior).items())]
+    those that labelled it (for a node whose pool is gone, and so cannot say). Where some owned
+    labels are no longer as they were, only the backends owning one of them, first those that own
+    them all (two backends may share a label: the one owning every changed one wrote them); else
+    those whose mode label the node carries or carried."""
+    changed = [b for b in BACKENDS.values() if any(labels.get(k) != v for k, v in b.restored(prior).items())]
+    moved = {k for k in OWNED_LABELS if k != c.LABEL_POOL and labels.get(k) != prior.get(k)}
+    owning = [b for b in changed if moved & set(b.owned_labels)]
+    if owning:
+        return sorted(owning, key=lambda b: not moved <= set(b.owned_labels))
+    return [b for b in changed if labels.get(b.mode_label) is not None or prior.get(b.mode_label) is not None]
 
 
 def _change(
@@ -828,7 +836,7 @@ def plan(
     """
     bad = dict(invalid or {})
     for pool in pools:
-        problem = selector_problem(pool.spec)
+        problem = selector_problem(pool.spec) or backend_for(pool.spec).spec_problem(pool.spec)
         if problem:
             bad[pool.name] = problem
     by_name = {p.name: p for p in pools}

@@ -1,5 +1,6 @@
-"""The named-config phase of an NVIDIA pool's pass: keep the pool's config in the plugin's
-ConfigMap, and hold back node labels that name a config the plugin pods cannot see yet.
+"""The named-config phase of an NVIDIA pool's pass: keep the pool's configs in their ConfigMaps
+(``gpushare.backends.nvidia.keys``: the plugin's, and for some pools another), and hold back node
+labels that name a config the pods reading it cannot see yet.
 
 What to write is decided by ``gpushare.backends.nvidia.configmap.plan_configmap`` (pure); this
 phase reads the ConfigMap, writes the plan's patch (only onto the version it read), and tells the
@@ -11,13 +12,14 @@ the ConfigMap (``release_plan``): when a key goes is stated in ``gpushare.backen
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
+from functools import partial
 
 from gpushare import constants as c
 from gpushare.api.v1alpha1 import GPUSharePool
-from gpushare.backends.nvidia import config
 from gpushare.backends.nvidia.configmap import KEEP_UNUSED, Wanted, plan_configmap, release_plan
+from gpushare.backends.nvidia.keys import ConfigKey, config_keys
 from gpushare.k8s import ApiError, ApiUnavailable, Conflict
 from gpushare.policy.planner import NodePlan
 from gpushare.reconcile.calls import PassCalls
@@ -27,45 +29,49 @@ from gpushare.reconcile.store import ClusterState
 
 @dataclass(frozen=True)
 class Configs:
-    """What the phase found: whether the pool's config may be named by node labels now."""
+    """What the phase found: whether the pool's configs may be named by node labels now (the first
+    not ready, when one is not)."""
 
     ready: bool = True
-    #: The pool's config name (None: not an NVIDIA pool).
+    #: The config name not ready (None: not an NVIDIA pool, or all ready).
     name: str | None = None
-    #: How long until it is ready (while it propagates to the plugin pods).
+    #: How long until it is ready (while it propagates to the pods that read it).
     wait: timedelta | None = None
     #: Why the config could not be kept (ConfigMap missing, refused write...).
     error: str | None = None
     #: How long until an unused config key of gpushare's is old enough to go (the pass looks
     #: again then).
     collect: timedelta | None = None
+    #: The node label that names it.
+    label: str = c.LABEL_NVIDIA_CONFIG
+    #: Whose mounted copy of its ConfigMap it must reach.
+    readers: str = "the device plugin pods'"
 
     def holds(self, plan: NodePlan) -> bool:
-        """Whether ``plan`` sets the node's config label to the pool's config, not ready yet."""
-        return (
-            not self.ready
-            and self.name is not None
-            and plan.label_patch.get(c.LABEL_NVIDIA_CONFIG) == self.name
-        )
+        """Whether ``plan`` sets the node's label to the config, not ready yet."""
+        return not self.ready and self.name is not None and plan.label_patch.get(self.label) == self.name
 
     def why(self) -> str:
         if self.error is not None:
             return self.error
         left = f", about {int(self.wait.total_seconds())}s left" if self.wait is not None else ""
         return (
-            f"waiting for config {self.name} to reach the device plugin pods' mounted ConfigMap "
+            f"waiting for config {self.name} to reach {self.readers} mounted ConfigMap "
             f"(nvidia.configPropagationSeconds{left})"
         )
 
 
 def _sharing(pools: Sequence[GPUSharePool], namespace: str, name: str) -> list[Wanted]:
-    out = []
+    """Every config the live pools want in ConfigMap ``namespace/name``."""
+    out: list[Wanted] = []
     for p in pools:
         n = p.spec.nvidia
-        if n is None or (n.config_map.namespace, n.config_map.name) != (namespace, name):
+        if n is None:
             continue
-        out.append(
-            Wanted(config.name_of(n), config.document(n), timedelta(seconds=n.config_propagation_seconds))
+        out.extend(
+            Wanted(k.name, k.document, k.propagation)
+            for k in config_keys(n)
+            if (k.namespace, k.configmap) == (namespace, name)
         )
     return out
 
@@ -74,78 +80,94 @@ def _live(s: PassScope, state: ClusterState) -> list[GPUSharePool]:
     return [m for m in state.pools.models if m.name in s.live and m.name not in state.pools.deleting]
 
 
-def _named(state: ClusterState) -> set[str]:
-    """The config names nodes are labelled with, our own writes not yet watched included."""
+def _named(state: ClusterState, label: str) -> set[str]:
+    """The config names nodes are labelled with (``label``), our own writes not yet watched included."""
     views = (state.view(name) for name in {*state.nodes, *state.fresh})
-    return {v.labels.get(c.LABEL_NVIDIA_CONFIG, "") for v in views if v is not None} - {""}
+    return {v.labels.get(label, "") for v in views if v is not None} - {""}
 
 
 async def keep_configs(
     s: PassScope, state: ClusterState, writes: PassCalls, retention: timedelta = KEEP_UNUSED
 ) -> Configs:
-    """Keep the pool's config (and those of the other live pools sharing its ConfigMap) in the
-    ConfigMap; delete the keys gpushare wrote that no pool wants and no node names, once they are
-    ``retention`` old."""
+    """Keep each of the pool's configs (and those of the other live pools sharing its ConfigMaps)
+    in their ConfigMap; delete the keys gpushare wrote that no pool wants and no node names, once
+    they are ``retention`` old. The first config not ready, else all ready."""
     model = s.model
     if model is None or model.spec.nvidia is None or s.deleting:
         return Configs()
-    cm = model.spec.nvidia.config_map
-    mine = config.name_of(model.spec.nvidia)
-    where = f"ConfigMap {cm.namespace}/{cm.name}"
+    collect: list[timedelta] = []
+    for key in config_keys(model.spec.nvidia):
+        found = await _keep_one(s, state, writes, key, retention)
+        if found.collect is not None:
+            collect.append(found.collect)
+        if not found.ready:
+            return replace(found, collect=min(collect)) if collect else found
+    return Configs(collect=min(collect, default=None))
+
+
+async def _keep_one(
+    s: PassScope, state: ClusterState, writes: PassCalls, key: ConfigKey, retention: timedelta
+) -> Configs:
+    mine, where = key.name, key.where
+    held = partial(Configs, False, mine, label=key.label, readers=key.readers)
     try:
-        obj = await writes.cluster.read_configmap(cm.namespace, cm.name)
+        obj = await writes.cluster.read_configmap(key.namespace, key.configmap)
     except ApiError as exc:
-        return Configs(False, mine, error=f"reading {where} failed: {exc}")
+        return held(error=f"reading {where} failed: {exc}")
     if obj is None:
-        return Configs(
-            False,
-            mine,
-            error=f"{where} does not exist: create it (NVIDIA's chart: config.name) or point "
-            "spec.nvidia.configMap at the one the device plugin mounts",
-        )
+        return held(error=f"{where} does not exist: {key.missing}")
     plan = plan_configmap(
-        obj, _sharing(_live(s, state), cm.namespace, cm.name), _named(state), s.now, retention
+        obj,
+        _sharing(_live(s, state), key.namespace, key.configmap),
+        _named(state, key.label),
+        s.now,
+        retention,
     )
     if plan.patch is not None:
         try:
-            await writes.cluster.patch_configmap(cm.namespace, cm.name, plan.patch)
+            await writes.cluster.patch_configmap(key.namespace, key.configmap, plan.patch)
         except Conflict:
-            return Configs(False, mine, error=f"{where} changed while gpushare wrote it; writing again")
+            return held(error=f"{where} changed while gpushare wrote it; writing again")
         except ApiError as exc:
-            return Configs(False, mine, error=f"writing config {mine} into {where} failed: {exc}")
+            return held(error=f"writing config {mine} into {where} failed: {exc}")
         s.log.info(
             "Wrote NVIDIA configs", configmap=where, waiting=sorted(plan.waiting), removed=plan.removed
         )
     if mine in plan.foreign:
-        return Configs(
-            False,
-            mine,
+        return held(
             error=f"{where} has a key {mine} that gpushare did not write; it is left as is",
             collect=plan.expires,
         )
     if mine in plan.ready:
-        return Configs(True, mine, collect=plan.expires)
-    return Configs(False, mine, wait=plan.waiting.get(mine), collect=plan.expires)
+        return Configs(True, mine, collect=plan.expires, label=key.label, readers=key.readers)
+    return held(wait=plan.waiting.get(mine), collect=plan.expires)
 
 
 async def release_configs(s: PassScope, state: ClusterState, writes: PassCalls) -> str | None:
-    """On a pass of a pool being deleted, after its node writes: when no live pool is left on its
-    ConfigMap, delete every key gpushare wrote there that no node names now (nothing else). Why it
-    could not, for the pass to run again (a conflicting write, the API server unavailable); None
-    when done, or when nothing can be done (no ConfigMap, another refusal: logged, not retried, so
-    that a pool can always be deleted)."""
+    """On a pass of a pool being deleted, after its node writes: for each ConfigMap of the pool's
+    configs on which no live pool is left, delete every key gpushare wrote there that no node names
+    now (nothing else). Why it could not, for the pass to run again (a conflicting write, the API
+    server unavailable); None when done, or when nothing can be done (no ConfigMap, another
+    refusal: logged, not retried, so that a pool can always be deleted)."""
     model = s.model
     if model is None or model.spec.nvidia is None or not s.deleting:
         return None
-    cm = model.spec.nvidia.config_map
-    if _sharing(_live(s, state), cm.namespace, cm.name):
-        return None  # a live pool's passes keep (and collect) the ConfigMap's keys
-    where = f"ConfigMap {cm.namespace}/{cm.name}"
+    for key in config_keys(model.spec.nvidia):
+        if _sharing(_live(s, state), key.namespace, key.configmap):
+            continue  # a live pool's passes keep (and collect) the ConfigMap's keys
+        why = await _release_one(s, state, writes, key)
+        if why is not None:
+            return why
+    return None
+
+
+async def _release_one(s: PassScope, state: ClusterState, writes: PassCalls, key: ConfigKey) -> str | None:
+    where = key.where
     try:
-        obj = await writes.cluster.read_configmap(cm.namespace, cm.name)
-        plan = release_plan(obj, _named(state), s.now) if obj is not None else None
+        obj = await writes.cluster.read_configmap(key.namespace, key.configmap)
+        plan = release_plan(obj, _named(state, key.label), s.now) if obj is not None else None
         if plan is not None and plan.patch is not None:
-            await writes.cluster.patch_configmap(cm.namespace, cm.name, plan.patch)
+            await writes.cluster.patch_configmap(key.namespace, key.configmap, plan.patch)
             s.log.info("Deleted unused NVIDIA configs", configmap=where, removed=plan.removed)
     except (Conflict, ApiUnavailable) as exc:
         return f"deleting gpushare's unused configs from {where} failed, trying again: {exc}"

@@ -20,6 +20,7 @@ from gpushare.k8s.cluster import pool_ref
 from gpushare.policy import RestartRecord
 from gpushare.policy.decide import (
     PassPlan,
+    Settled,
     decide,
     look_again,
     orphan_owner,
@@ -28,13 +29,13 @@ from gpushare.policy.decide import (
     settle,
 )
 from gpushare.policy.events import restart_events, write_events
-from gpushare.reconcile.apply import confirm, evict, write_nodes
+from gpushare.reconcile.apply import Written, confirm, evict, write_nodes
 from gpushare.reconcile.calls import PassCalls
-from gpushare.reconcile.configs import keep_configs, release_configs
+from gpushare.reconcile.configs import Configs, keep_configs, release_configs
 from gpushare.reconcile.memory import ReportMemory, RestartMemory
 from gpushare.reconcile.plans import PlanCache
 from gpushare.reconcile.report import report, report_invalid
-from gpushare.reconcile.restarts import move_restarts
+from gpushare.reconcile.restarts import Restarts, move_restarts
 from gpushare.reconcile.scope import Effects, PassResult, PassScope
 from gpushare.reconcile.store import ClusterState
 
@@ -102,6 +103,42 @@ def owed(s: PassScope, state: ClusterState, cache: PlanCache) -> list[tuple[str,
     return restarts_owed(s.name, restart_records(plans, views), s.live, orphans=s.orphans)
 
 
+@dataclass(frozen=True)
+class Acted:
+    """What the writing phases of a pass did (:func:`act`)."""
+
+    configs: Configs
+    #: Nodes whose label waits for the pool's config to reach the plugin (node -> why).
+    held: dict[str, str]
+    written: Written
+    restarts: Restarts
+    #: Why the cleanup of a deleted pool's ConfigMap keys is not done (None: done, or none owed).
+    unreleased: str | None
+    errors: dict[str, str]
+
+
+async def act(s: PassScope, parts: Parts, decision: PassPlan, apply: Apply) -> Acted:
+    """The writing phases, in order: keep the configs, confirm, write the nodes, release the
+    configs, evict, move the restarts; each phase's effects applied after it."""
+    state, cache, writes = parts.state, parts.cache, parts.writes
+    configs = await keep_configs(s, state, writes, parts.config_retention)
+    held = {p.node: configs.why() for p in decision.patches if configs.holds(p)}
+    patches = [p for p in decision.patches if p.node not in held]
+    confirmed = await confirm(s, patches, state, cache, writes)
+    apply(s.name, s.effects.drain())
+    written = await write_nodes(s, confirmed, state, cache, writes)
+    apply(s.name, s.effects.drain())
+    unreleased = await release_configs(s, state, writes)
+    evicted = await evict(s, decision.evictions, state, writes)
+    restarts = await move_restarts(s, owed(s, state, cache), state, cache, writes, parts.restarts)
+    apply(s.name, s.effects.drain())
+    errors = {**written.errors, **evicted, **restarts.errors}
+    if configs.error is not None:
+        errors.update(held)
+        held = {}
+    return Acted(configs, held, written, restarts, unreleased, errors)
+
+
 async def run_pass(parts: Parts, name: str, now: datetime, apply: Apply) -> PassResult:
     """One pass of pool ``name``: the phases in order, each phase's effects applied after it; the
     requeue from ``settle``/``look_again``."""
@@ -118,52 +155,45 @@ async def run_pass(parts: Parts, name: str, now: datetime, apply: Apply) -> Pass
         )
         return PassResult(name, summary="invalid spec")
     decision = decide_pass(s, parts)
-    configs = await keep_configs(s, state, writes, parts.config_retention)
-    held = {p.node: configs.why() for p in decision.patches if configs.holds(p)}
-    patches = [p for p in decision.patches if p.node not in held]
-    confirmed = await confirm(s, patches, state, cache, writes)
-    apply(name, s.effects.drain())
-    written = await write_nodes(s, confirmed, state, cache, writes)
-    apply(name, s.effects.drain())
-    unreleased = await release_configs(s, state, writes)
-    evicted = await evict(s, decision.evictions, state, writes)
-    restarts = await move_restarts(s, owed(s, state, cache), state, cache, writes, parts.restarts)
-    apply(name, s.effects.drain())
-    errors = {**written.errors, **evicted, **restarts.errors}
-    if configs.error is not None:
-        errors.update(held)
-        held = {}
+    done = await act(s, parts, decision, apply)
     after = cache.of_pool(name, orphans=False)
-    if unreleased is not None:
-        s.log.warning("Cleanup not done", reason=unreleased)
-    failed = bool(errors or written.conflicts or unreleased)
-    settled = settle(name, after, waiting=decision.waiting, restarting=restarts.running, failed_writes=failed)
+    if done.unreleased is not None:
+        s.log.warning("Cleanup not done", reason=done.unreleased)
+    failed = bool(done.errors or done.written.conflicts or done.unreleased)
+    settled = settle(
+        name, after, waiting=decision.waiting, restarting=done.restarts.running, failed_writes=failed
+    )
     backend = backend_for(s.model.spec if s.model else None)
     events = [
-        *write_events(name, s.mode, written.done, backend),
-        *restart_events(restarts.restarted, restarts.failed),
+        *write_events(name, s.mode, done.written.done, backend),
+        *restart_events(done.restarts.restarted, done.restarts.failed),
     ]
     shown = await report(
         s,
         after,
-        errors,
+        done.errors,
         events,
         moving=not settled.done,
         state=state,
         invalid_pools=cache.invalid_pools,
         writes=writes,
         memory=memory,
-        held=held,
+        held=done.held,
     )
+    collect = done.configs.collect
     settled = look_again(
         settled,
         status_wait=shown.status_wait,
         awaiting_plugin=shown.awaiting_plugin,
         deleting=s.deleting,
-        config_expires=configs.collect.total_seconds() if configs.collect is not None else None,
+        config_expires=collect.total_seconds() if collect is not None else None,
     )
+    return _result(name, settled, done, decision.waiting)
+
+
+def _result(name: str, settled: Settled, done: Acted, waiting: int) -> PassResult:
     summary = (
-        f"{len(written.done)} node(s) patched, {decision.waiting} waiting for rollout budget, "
+        f"{len(done.written.done)} node(s) patched, {waiting} waiting for rollout budget, "
         f"{settled.leftover} leaving or held, restarts pending: {settled.pending}"
     )
     return PassResult(
@@ -171,8 +201,8 @@ async def run_pass(parts: Parts, name: str, now: datetime, apply: Apply) -> Pass
         done=settled.done,
         requeue=settled.requeue,
         resync=settled.resync,
-        patched=len(written.done),
-        conflicts=written.conflicts,
-        errors=errors,
+        patched=len(done.written.done),
+        conflicts=done.written.conflicts,
+        errors=done.errors,
         summary=summary,
     )

@@ -24,7 +24,7 @@ from typing import Any, cast
 
 from gpushare import constants as c
 from gpushare.api.quantity import quantity_or_none
-from gpushare.api.v1alpha1 import GPUSharePool
+from gpushare.api.v1alpha1 import GPUSharePool, Mig
 from gpushare.backends.ack.admission.catalog import KIND_MISMATCH, TARGET_UNKNOWN
 from gpushare.backends.ack.admission.targeting import KIND_TEXT, nvidia_target, pool_node_labels, reaches_pool
 from gpushare.backends.base import PodRules
@@ -125,9 +125,22 @@ def may_offer(pool: GPUSharePool, resource: str) -> bool:
     nv = pool.spec.nvidia
     if nv is None:
         return False
+    if nv.mig is not None:
+        return _mig_offers(nv.mig, resource)
     if resource.startswith(c.RES_NVIDIA_MIG_PREFIX):
         return nv.strategy == "None"
     return nv.resource == resource
+
+
+def _mig_offers(mig: Mig, resource: str) -> bool:
+    """A MIG pool: with strategy single, its slices as ``nvidia.com/gpu``; with mixed, one
+    ``nvidia.com/mig-<profile>`` per declared profile (any, for a named config: its profiles are
+    the MIG manager's ConfigMap's)."""
+    if mig.strategy == "single":
+        return resource == c.RES_NVIDIA_GPU
+    if not resource.startswith(c.RES_NVIDIA_MIG_PREFIX):
+        return False
+    return mig.geometry is None or resource.removeprefix(c.RES_NVIDIA_MIG_PREFIX) in mig.profiles()
 
 
 def _amount(raw: object) -> Amount:
@@ -248,8 +261,8 @@ def node_offers(ctx: Context, node: NodeInfo, resource: str) -> int | None:
         return 0
     if node.labels.get(c.LABEL_NVIDIA_CONFIG) == name_of(nv) and resource in node.allocatable:
         return _alloc(node, resource)
-    if resource.startswith(c.RES_NVIDIA_MIG_PREFIX):
-        return None  # MIG profiles per GPU are the plugin's and the node's, not the pool's
+    if nv.mig is not None or resource.startswith(c.RES_NVIDIA_MIG_PREFIX):
+        return None  # MIG slices per GPU are the MIG manager's and the node's, not the pool's
     gpus = _gpus(node)
     return None if gpus is None else gpus * (nv.replicas if nv.strategy != "None" else 1)
 

@@ -1,0 +1,319 @@
+"""A MIG pool on the local control plane with the operator running and the simulated MIG manager
+(``pluginsim``): the operator writes the pool's mig-parted config into its own key of the MIG
+manager's ConfigMap and the plugin's config into the plugin's, labels each node's
+``nvidia.com/mig.config`` through the guarded rollout, and calls a node Ready only once the manager
+reports ``success`` for that config and the node advertises the geometry's devices; deleting the
+pool gives each node its MIG config back (``all-disabled`` where it had none)."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, cast
+
+import pytest
+from kubernetes_asyncio import client
+
+from gpushare import constants as c
+from gpushare.devcluster import migsim, wait_for
+from gpushare.devcluster.demo import NVIDIA_CONFIGS
+from gpushare.devcluster.fakes import POOL_LABEL, FakeNodeSet, ensure_nvidia_plugin
+from gpushare.devcluster.pluginsim import ANNOTATION_MIG
+from gpushare.gpu.fake import FakeGPU
+from gpushare.k8s.generated import refused
+from support.holds import hold_kept
+from support.operator_proc import OperatorProc
+from support.pools import PoolApi
+
+A100 = FakeGPU(name="NVIDIA A100-SXM4-40GB", memory_mib=40960, mig=False)
+OPERANDS = {
+    "nvidia.com/gpu.deploy.device-plugin": "true",
+    "nvidia.com/gpu.deploy.gpu-feature-discovery": "true",
+}
+MIXED = {"geometry": [{"profiles": {"3g.20gb": 1, "2g.10gb": 1, "1g.5gb": 2}}]}
+#: What a node of two A100-40GB advertises under MIXED.
+MIXED_DEVICES = {"nvidia.com/mig-3g.20gb": "2", "nvidia.com/mig-2g.10gb": "2", "nvidia.com/mig-1g.5gb": "4"}
+
+
+@pytest.fixture
+async def mig_configmaps(api: client.ApiClient) -> None:
+    """The plugin's ConfigMap and the MIG manager's (with the chart's own configs), created when
+    absent; the operator adds and removes its own keys."""
+    core = client.CoreV1Api(api)
+    await ensure_nvidia_plugin(api, NVIDIA_CONFIGS)
+    with refused(409):
+        await core.create_namespace(cast(Any, {"metadata": {"name": c.MIG_CONFIGS_NAMESPACE}}))
+    with refused(409):
+        body = {
+            "metadata": {"name": c.MIG_CONFIGS_CONFIGMAP},
+            "data": {migsim.CHART_KEY: migsim.CHART_DOCUMENT},
+        }
+        await core.create_namespaced_config_map(c.MIG_CONFIGS_NAMESPACE, cast(Any, body))
+
+
+@pytest.fixture
+async def pools(api: client.ApiClient, operator: OperatorProc) -> AsyncIterator[PoolApi]:
+    helper = PoolApi(api)
+    yield helper
+    for name in helper.created:
+        await helper.delete(name)
+
+
+async def _condition(pools: PoolApi, name: str, kind: str) -> dict[str, Any]:
+    obj = await pools.get(name)
+    conditions = ((obj or {}).get("status") or {}).get("conditions") or []
+    return next((dict(x) for x in conditions if x.get("type") == kind), {})
+
+
+async def _statuses(pools: PoolApi, name: str) -> dict[str, dict[str, Any]]:
+    obj = await pools.get(name)
+    return {s["name"]: s for s in ((obj or {}).get("status") or {}).get("nodeStatuses") or []}
+
+
+async def _applied(core: client.CoreV1Api, name: str) -> migsim.MigState | None:
+    """What the simulated MIG manager last did on the node, once it finished (success or failed)."""
+    node = await core.read_node(name)
+    found = migsim.MigState.parse((node.metadata.annotations or {}).get(ANNOTATION_MIG))
+    return found if found is not None and found.state != migsim.PENDING else None
+
+
+async def _node(core: client.CoreV1Api, name: str) -> tuple[dict[str, str], dict[str, str]]:
+    node = await core.read_node(name)
+    alloc = {k: v for k, v in (node.status.allocatable or {}).items() if k.startswith("nvidia.com/mig-")}
+    return dict(node.metadata.labels or {}), alloc
+
+
+async def test_a_mixed_geometry_pool_is_ready_only_once_every_node_applied_it_and_restored_on_delete(
+    api: client.ApiClient, fake_nodes: FakeNodeSet, pools: PoolApi, mig_configmaps: None
+) -> None:
+    np = f"np-mig-{secrets.token_hex(3)}"
+    core = client.CoreV1Api(api)
+    nodes = await fake_nodes.create(
+        2,
+        prefix="migs",
+        pool_labels={POOL_LABEL: np},
+        gpus_per_node=2,
+        simulate_plugin=True,
+        plugin="nvidia",
+        gpus=[A100, A100],
+        extra_labels={**OPERANDS, c.LABEL_MIG_CONFIG: "all-1g.5gb", c.LABEL_NVIDIA_GPU_COUNT: "2"},
+    )
+
+    async def at_1g() -> bool:
+        done = [await _applied(core, n) for n in nodes]
+        seven = ((("1g.5gb", 7),),) * 2
+        return all(
+            d is not None and (d.label, d.state, d.devices) == ("all-1g.5gb", migsim.SUCCESS, seven)
+            for d in done
+        )
+
+    # Before the pool: the manager applied the nodes' own config, with its success.
+    await wait_for(at_1g, what="the nodes at all-1g.5gb (7 x 1g.5gb per GPU)", timeout_s=60)
+    name = f"mig-{np}"
+    await pools.create_pool(
+        name, {POOL_LABEL: np}, nvidia={"strategy": "MIG", "mig": MIXED, "configPropagationSeconds": 0}
+    )
+    samples: list[str] = []
+
+    async def ready() -> dict[str, Any] | None:
+        found = await _condition(pools, name, "Ready")
+        if found.get("status") != "True":
+            return None
+        # Ready: every node applied the pool's config (nodes only move forward, so a node read
+        # after the pool said Ready that is not there yet was not there when it said so).
+        for n in nodes:
+            labels, alloc = await _node(core, n)
+            samples.append(
+                f"{n}: {labels.get(c.LABEL_MIG_CONFIG)} {labels.get(c.LABEL_MIG_CONFIG_STATE)} {alloc}"
+            )
+            assert labels.get(c.LABEL_MIG_CONFIG, "").startswith("gpushare-mig-"), samples
+            assert labels.get(c.LABEL_MIG_CONFIG_STATE) == "success", samples
+            assert alloc == MIXED_DEVICES, samples
+        return found
+
+    await wait_for(ready, what=f"{name} Ready", timeout_s=120)
+    config = (await _node(core, nodes[0]))[0][c.LABEL_MIG_CONFIG]
+    mig_cm = await core.read_namespaced_config_map(c.MIG_CONFIGS_CONFIGMAP, c.MIG_CONFIGS_NAMESPACE)
+    assert config in (mig_cm.data or {}) and migsim.CHART_KEY in (mig_cm.data or {})
+    statuses = await _statuses(pools, name)
+    assert {n: statuses[n]["phase"] for n in nodes} == dict.fromkeys(nodes, "Ready")
+
+    # Delete: each node's MIG config back (all-1g.5gb), applied by the manager; no label of the
+    # pool's left; the pool's key leaves the MIG manager's ConfigMap (the chart's stays).
+    await pools.delete(name)
+    pools.created.remove(name)
+    for n in nodes:
+        labels, _ = await _node(core, n)
+        assert labels.get(c.LABEL_MIG_CONFIG) == "all-1g.5gb", (n, labels)
+        assert c.LABEL_NVIDIA_CONFIG not in labels and c.LABEL_POOL not in labels, (n, labels)
+    await wait_for(at_1g, what="the nodes back at all-1g.5gb", timeout_s=60)
+    mig_cm = await core.read_namespaced_config_map(c.MIG_CONFIGS_CONFIGMAP, c.MIG_CONFIGS_NAMESPACE)
+    assert config not in (mig_cm.data or {}) and migsim.CHART_KEY in (mig_cm.data or {})
+
+
+async def test_a_node_without_mig_config_is_given_all_disabled_on_delete(
+    api: client.ApiClient, fake_nodes: FakeNodeSet, pools: PoolApi, mig_configmaps: None
+) -> None:
+    np = f"np-mig-{secrets.token_hex(3)}"
+    core = client.CoreV1Api(api)
+    (node,) = await fake_nodes.create(
+        1,
+        prefix="migd",
+        pool_labels={POOL_LABEL: np},
+        gpus_per_node=2,
+        simulate_plugin=True,
+        plugin="nvidia",
+        gpus=[A100, A100],
+        extra_labels=OPERANDS,
+    )
+    name = f"mig-{np}"
+    await pools.create_pool(
+        name, {POOL_LABEL: np}, nvidia={"strategy": "MIG", "mig": MIXED, "configPropagationSeconds": 0}
+    )
+
+    async def ready() -> dict[str, Any] | None:
+        found = await _condition(pools, name, "Ready")
+        return found if found.get("status") == "True" else None
+
+    await wait_for(ready, what=f"{name} Ready", timeout_s=90)
+    assert (await _node(core, node))[1] == MIXED_DEVICES
+    await pools.delete(name)
+    pools.created.remove(name)
+    labels, _ = await _node(core, node)
+    assert labels.get(c.LABEL_MIG_CONFIG) == "all-disabled" and c.LABEL_NVIDIA_CONFIG not in labels, labels
+
+    async def whole() -> bool:
+        done = await _applied(core, node)
+        return done is not None and (done.label, done.state, done.devices) == (
+            "all-disabled",
+            migsim.SUCCESS,
+            ((), ()),
+        )
+
+    await wait_for(whole, what=f"{node}'s MIG devices gone (all-disabled)", timeout_s=60)
+
+
+async def test_a_geometry_change_waits_for_the_running_mig_pod_then_switches(
+    api: client.ApiClient,
+    fake_nodes: FakeNodeSet,
+    operator: OperatorProc,
+    pools: PoolApi,
+    namespace: str,
+    mig_configmaps: None,
+) -> None:
+    np = f"np-mig-{secrets.token_hex(3)}"
+    core = client.CoreV1Api(api)
+    (node,) = await fake_nodes.create(
+        1,
+        prefix="migw",
+        pool_labels={POOL_LABEL: np},
+        gpus_per_node=2,
+        simulate_plugin=True,
+        plugin="nvidia",
+        gpus=[A100, A100],
+        extra_labels=OPERANDS,
+    )
+    name = f"mig-{np}"
+    nvidia = {"strategy": "MIG", "mig": MIXED, "configPropagationSeconds": 0}
+    await pools.create_pool(name, {POOL_LABEL: np}, nvidia=nvidia, rollout={"modeSwitch": "Wait"})
+
+    async def ready() -> dict[str, Any] | None:
+        found = await _condition(pools, name, "Ready")
+        return found if found.get("status") == "True" else None
+
+    await wait_for(ready, what=f"{name} Ready", timeout_s=90)
+    before = (await _node(core, node))[0][c.LABEL_MIG_CONFIG]
+    pod = {
+        "metadata": {"name": "mig-job", "namespace": namespace},
+        "spec": {
+            "nodeName": node,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [
+                {
+                    "name": "cuda",
+                    "image": "registry.invalid/cuda-sample:fake",
+                    "resources": {"limits": {"nvidia.com/mig-1g.5gb": "1"}},
+                }
+            ],
+        },
+    }
+    await core.create_namespaced_pod(namespace, cast(Any, pod))
+
+    async def running() -> bool:
+        return bool((await core.read_namespaced_pod("mig-job", namespace)).status.phase == "Running")
+
+    await wait_for(running, what="the MIG pod Running", timeout_s=30)
+    await pools.patch_spec(name, {"nvidia": {"mig": {"geometry": [{"profiles": {"1g.5gb": 7}}]}}})
+
+    async def held() -> dict[str, Any] | None:
+        found = await _condition(pools, name, "Progressing")
+        return found if found.get("reason") == "NodesHeld" else None
+
+    cond = await wait_for(held, what=f"{name} Progressing (NodesHeld)", timeout_s=60)
+    assert node in cond["message"] and "mig-job" in cond["message"], cond
+
+    def unchanged(labels: Mapping[str, str], allocatable: Mapping[str, str]) -> str:
+        now = labels.get(c.LABEL_MIG_CONFIG)
+        return "" if now == before else f"{c.LABEL_MIG_CONFIG} changed to {now} under the running pod"
+
+    await hold_kept(core, node, operator, name, unchanged)
+    await core.delete_namespaced_pod("mig-job", namespace, grace_period_seconds=0)
+
+    async def switched() -> migsim.MigState | None:
+        done = await _applied(core, node)
+        ok = done is not None and done.label != before and done.state == migsim.SUCCESS
+        return done if ok else None
+
+    done = await wait_for(switched, what=f"{node} switched to the new geometry", timeout_s=90)
+    assert done.devices == ((("1g.5gb", 7),),) * 2
+    await wait_for(ready, what=f"{name} Ready again", timeout_s=60)
+    assert (await _node(core, node))[1].get("nvidia.com/mig-1g.5gb") == "14"
+
+
+async def test_a_geometry_the_gpu_cannot_hold_names_the_node_and_failed_and_goes_no_further(
+    api: client.ApiClient, fake_nodes: FakeNodeSet, pools: PoolApi, mig_configmaps: None
+) -> None:
+    np = f"np-mig-{secrets.token_hex(3)}"
+    core = client.CoreV1Api(api)
+    nodes = await fake_nodes.create(
+        2,
+        prefix="migx",
+        pool_labels={POOL_LABEL: np},
+        gpus_per_node=2,
+        simulate_plugin=True,
+        plugin="nvidia",
+        gpus=[A100, A100],
+        extra_labels={**OPERANDS, c.LABEL_MIG_CONFIG: "all-1g.5gb"},
+    )
+    name = f"mig-{np}"
+    # Two 3g.20gb and a 1g.5gb take 9 of an A100-40GB's 8 memory slices.
+    too_big = {"geometry": [{"profiles": {"3g.20gb": 2, "1g.5gb": 1}}]}
+    await pools.create_pool(
+        name,
+        {POOL_LABEL: np},
+        nvidia={"strategy": "MIG", "mig": too_big, "configPropagationSeconds": 0},
+        rollout={"maxUnavailable": 1},
+        # Named Failed (the switch not confirmed, saying why) past this, instead of 300 s.
+        devicePlugin={"readyTimeoutSeconds": 10},
+    )
+
+    async def named() -> tuple[str, dict[str, Any]] | None:
+        for n, s in (await _statuses(pools, name)).items():
+            if f"{c.LABEL_MIG_CONFIG_STATE}=failed" in s.get("message", "") or "is failed" in s.get(
+                "message", ""
+            ):
+                return n, s
+        return None
+
+    failed, status = await wait_for(named, what=f"{name} naming a node's failed MIG config", timeout_s=90)
+    assert failed in nodes and status["phase"] != "Ready", status
+    done = await _applied(core, failed)
+    assert done is not None and done.state == migsim.FAILED and done.reason.startswith("GPU 0: NVIDIA A100")
+    assert (await _condition(pools, name, "Ready")).get("status") == "False"
+    degraded = await _condition(pools, name, "Degraded")
+    assert degraded.get("status") == "True" and failed in degraded.get("message", ""), degraded
+    # Nothing else changes: the other node keeps its own config, the failed one its old slices.
+    (other,) = set(nodes) - {failed}
+    labels, _ = await _node(core, other)
+    assert labels.get(c.LABEL_MIG_CONFIG) == "all-1g.5gb", labels
+    assert done.devices == ((("1g.5gb", 7),),) * 2
