@@ -23,32 +23,7 @@ BIN="${GPUSHARE_NVIDIA_PLUGIN_BIN:-$CACHE/bin/nvidia-device-plugin-$VERSION}"
 export GOFLAGS="${GOFLAGS:--trimpath}" GOTOOLCHAIN="${GOTOOLCHAIN:-local}" CGO_ENABLED=1
 
 log() { printf '[build-nvidia-plugin] %s\n' "$*" >&2; }
-# shellcheck source=hack/go-progress.sh
-. "$(dirname "${BASH_SOURCE[0]}")/go-progress.sh"
+# shellcheck source=hack/go-commands.sh
+. "$(dirname "${BASH_SOURCE[0]}")/go-commands.sh"
 
-[ -n "$VERSION" ] || { log "no $PLUGIN_MODULE line in $MOD/go.mod"; exit 1; }
-COMMANDS=(nvidia-device-plugin config-manager gpu-feature-discovery)
-missing=()
-for cmd in "${COMMANDS[@]}"; do [ -x "$BIN/$cmd" ] || missing+=("$cmd"); done
-if [ ${#missing[@]} -eq 0 ]; then
-  log "${COMMANDS[*]} $VERSION present in $BIN"
-  [ "${1:-}" = "--print-bin" ] && echo "$BIN"
-  exit 0
-fi
-command -v go >/dev/null || { log "Go is required to build NVIDIA's device plugin (https://go.dev/dl); none found on PATH"; exit 1; }
-command -v "${CC:-gcc}" >/dev/null || { log "a C compiler (gcc) is required: the plugin is built with cgo"; exit 1; }
-cd "$MOD"
-log "downloading the modules of $PLUGIN_MODULE $VERSION (cold: about a minute)"
-go mod download
-pkgs=()
-for cmd in "${missing[@]}"; do pkgs+=("$PLUGIN_MODULE/cmd/$cmd"); done
-total=$(go list -deps "${pkgs[@]}" | wc -l)
-log "compiling ${missing[*]} $VERSION: $total packages (about 2 minutes per command on 2 cores with a cold build cache)"
-mkdir -p "$BIN.tmp"
-go build -v -ldflags='-s -w' -o "$BIN.tmp/" "${pkgs[@]}" 2>&1 >/dev/null | go_progress "${missing[*]} $VERSION" "$total"
-mkdir -p "$BIN"
-for cmd in "${missing[@]}"; do mv "$BIN.tmp/$cmd" "$BIN/"; done
-rmdir "$BIN.tmp"
-go version -m "$BIN/${missing[0]}" | awk '$1 == "mod" || $1 == "path"' >&2
-[ "${1:-}" = "--print-bin" ] && echo "$BIN"
-log "${COMMANDS[*]} ready in $BIN"
+build_go_commands "$PLUGIN_MODULE" "NVIDIA's device plugin" "about 2 minutes per command on 2 cores with a cold build cache" ${1:+"$1"} -- nvidia-device-plugin config-manager gpu-feature-discovery
