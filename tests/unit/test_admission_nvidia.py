@@ -529,7 +529,9 @@ MIG_CASES = [
     pytest.param(pod({NVG: 15}, selector=ON_MIG), "single", EXCEEDS, id="single-15-of-14"),
     pytest.param(pod({M7: 9}, selector=ON_MIG), "named", None, id="named-config-size-unknown"),
     # 3. MIG profiles aimed at a pool without MIG: GS009 (a TimeSlicing pool, an ACK pool).
-    pytest.param(pod({M3: 1}, selector={"gpushare.io/pool": "ts"}), "mixed", KIND, id="profile-on-timeslicing"),
+    pytest.param(
+        pod({M3: 1}, selector={"gpushare.io/pool": "ts"}), "mixed", KIND, id="profile-on-timeslicing"
+    ),
     pytest.param(pod({M3: 1}, selector={NP: "np-cgpu"}), "mixed", KIND, id="profile-on-ack"),
     # 4. Whole GPUs on a mixed pool whose GPUs are all MIG-enabled; not where some may not be.
     pytest.param(pod({NVG: 1}, selector=ON_MIG), "mixed", WHOLE, id="whole-gpu-on-all-mig"),
@@ -548,10 +550,11 @@ def test_mig_messages_name_the_object_container_resource_value_rule_and_fix() ->
     ctx = mig_ctx("Enforce", "mixed")
     (f,) = evaluate(pod({M7: 1}, selector=ON_MIG), ctx)
     assert f.message == (
-        f'Pod/default/p: container "main": resources.limits["{M7}"]=1 asks for the MIG device "{M7}", but MIG pool mig'
+        f'Pod/default/p: container "main": resources.limits["{M7}"]=1 asks for the MIG device "{M7}", but MIG'
+        " pool mig"
         " cuts its GPUs into 1g.5gb, 2g.10gb, 3g.20gb devices only (spec.nvidia.mig.geometry); NVIDIA's MIG"
         f" manager creates no 7g.40gb device there, so no node advertises {M7} and the pod would stay Pending"
-        f" (rule {PROFILE}); ask for one of {M1}, {M2}, {M3} (e.g. \"{M1}\"), or add 7g.40gb to the geometry"
+        f' (rule {PROFILE}); ask for one of {M1}, {M2}, {M3} (e.g. "{M1}"), or add 7g.40gb to the geometry'
         " of pool mig"
     )
     (f,) = evaluate(pod({M1: 1}, selector=ON_MIG), mig_ctx("Enforce", "single"))
@@ -572,7 +575,10 @@ def test_mig_messages_name_the_object_container_resource_value_rule_and_fix() ->
     assert "give pool mig more 1g.5gb devices per GPU" in f.message
     (f,) = evaluate(pod({M3: 1}, selector={"gpushare.io/pool": "ts"}), ctx)
     assert "names no MIG device" in f.message
-    assert f"for {M3}, target a MIG pool that offers it, e.g. nodeSelector {{gpushare.io/pool: mig}}" in f.message
+    assert (
+        f"for {M3}, target a MIG pool that offers it, e.g. nodeSelector {{gpushare.io/pool: mig}}"
+        in f.message
+    )
 
 
 def test_mig_capacity_needs_the_nodes_gpus_and_judges_a_pod_without_target_too() -> None:

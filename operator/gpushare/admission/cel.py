@@ -64,9 +64,7 @@ def _nvidia_gpu_parts(kind: KindPaths) -> list[str]:
             asks = " || ".join(
                 exists_at(
                     rel,
-                    lambda x: (
-                        f"({names_in(x, AIMED_NAMES)} || {container_asks(x, AIMED_PREFIXES)})"
-                    ),
+                    lambda x: f"({names_in(x, AIMED_NAMES)} || {container_asks(x, AIMED_PREFIXES)})",
                     node,
                     fresh,
                 )

@@ -248,9 +248,9 @@ KIND_MISMATCH = AdmissionRule(
             'targets {where} but {asker} asks for the MIG device "{resource}": the pool shares its GPUs'
             " ({why}), its config shares " + _NV + " only and names no MIG device{mps}, so its nodes"
             " advertise no {resource} and the pod would stay Pending",
-            'ask for "{offered}" on this pool; for {resource}, target a MIG pool that offers it, {suggestion},'
-            " or an NVIDIA pool with strategy None on nodes whose device plugin runs with the mixed MIG"
-            " strategy",
+            'ask for "{offered}" on this pool; for {resource}, target a MIG pool that offers it,'
+            " {suggestion}, or an NVIDIA pool with strategy None on nodes whose device plugin runs with the"
+            " mixed MIG strategy",
         ),
         "nvidia-resource": Case(
             'targets {where} but {asker} asks for "{resource}": the pool\'s nodes advertise "{offered}"'

@@ -1,9 +1,10 @@
 """NVIDIA's admission records: what ``gpushare.backends.nvidia.admission.rules`` emits of its own.
 
 ``GS019`` to ``GS023`` are NVIDIA's alone (``GS022`` and ``GS023`` its MIG pools'). ``GS019``: a
-container asks for more than one shared GPU where the pool's device plugin refuses it at Allocate. The pod rules also emit the NVIDIA cases of two records
-shared with ACK's rules, ``GS009`` and ``GS011`` (in :mod:`gpushare.backends.ack.admission.catalog`,
-where their other cases are), and ACK's ``GS018`` names NVIDIA's resources by :data:`NVIDIA_WHAT`.
+container asks for more than one shared GPU where the pool's device plugin refuses it at Allocate.
+The pod rules also emit the NVIDIA cases of two records shared with ACK's rules, ``GS009`` and
+``GS011`` (in :mod:`gpushare.backends.ack.admission.catalog`, where their other cases are), and
+ACK's ``GS018`` names NVIDIA's resources by :data:`NVIDIA_WHAT`.
 """
 
 from __future__ import annotations
@@ -199,8 +200,8 @@ NVIDIA_MIG_PROFILE = AdmissionRule(
     cases={
         "profile": Case(
             'asks for the MIG device "{resource}", but MIG pool {pool} cuts its GPUs into {profiles}'
-            " devices only (spec.nvidia.mig.geometry); NVIDIA's MIG manager creates no {profile} device there, so no"
-            " node advertises {resource} and the pod would stay Pending",
+            " devices only (spec.nvidia.mig.geometry); NVIDIA's MIG manager creates no {profile} device"
+            " there, so no node advertises {resource} and the pod would stay Pending",
             'ask for one of {offered} (e.g. "{example}"), or add {profile} to the geometry of pool {pool}',
         ),
         "single": Case(
@@ -223,9 +224,9 @@ NVIDIA_WHOLE_GPU_ON_MIG = AdmissionRule(
     fix=f"ask for a profile the pool offers (`{_MIG}<profile>`), or target a pool of whole GPUs",
     cases={
         "mixed": Case(
-            'asks for "{resource}", but every GPU of MIG pool {pool} is MIG-enabled (spec.nvidia.mig.geometry:'
-            " {profiles} on every GPU) and the device plugin's mixed strategy advertises them as MIG"
-            " devices only, no {resource}; the pod would stay Pending",
+            'asks for "{resource}", but every GPU of MIG pool {pool} is MIG-enabled'
+            " (spec.nvidia.mig.geometry: {profiles} on every GPU) and the device plugin's mixed strategy"
+            " advertises them as MIG devices only, no {resource}; the pod would stay Pending",
             'ask for a MIG profile instead, e.g. resources.limits["{example}"]: {count}, or target a pool of'
             " whole GPUs (an NVIDIA pool with strategy None)",
         ),

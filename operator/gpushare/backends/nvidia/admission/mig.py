@@ -48,7 +48,9 @@ def offers(mig: Mig, resource: str) -> bool:
     ``nvidia.com/gpu`` and no MIG device; under mixed a MIG device of a profile its geometry declares
     (any, for a named config), and ``nvidia.com/gpu`` unless every GPU is MIG-enabled."""
     if resource.startswith(_MIG):
-        return mig.strategy == "mixed" and (mig.geometry is None or resource.removeprefix(_MIG) in mig.profiles())
+        return mig.strategy == "mixed" and (
+            mig.geometry is None or resource.removeprefix(_MIG) in mig.profiles()
+        )
     if resource == _NV:
         return mig.strategy == "single" or not all_enabled(mig)
     return False
@@ -121,7 +123,7 @@ def check_offers(em: Emitter, asks: Sequence[Ask], pools: Sequence[GPUSharePool]
         verdict, note = pool_verdict(rule, ctx, {p.name for p, _ in migs}, False)
         if verdict is None:
             continue
-        pool, mig = declared[0]
+        mig = declared[0][1]
         problem, fix = rule.text(
             case,
             resource=resource,

@@ -29,7 +29,6 @@ from gpushare.backends.ack.admission.catalog import KIND_MISMATCH, TARGET_UNKNOW
 from gpushare.backends.ack.admission.targeting import KIND_TEXT, nvidia_target, pool_node_labels, reaches_pool
 from gpushare.backends.base import PodRules
 from gpushare.backends.nvidia.admission import mig as mig_rules
-from gpushare.backends.nvidia.admission.cel import AIMED_NAMES, AIMED_PREFIXES
 from gpushare.backends.nvidia.admission.catalog import (
     NVIDIA_EXCEEDS_NODE,
     NVIDIA_MORE_THAN_ONE,
@@ -37,6 +36,7 @@ from gpushare.backends.nvidia.admission.catalog import (
     NVIDIA_QUANTITY,
     NVIDIA_WHAT,
 )
+from gpushare.backends.nvidia.admission.cel import AIMED_NAMES, AIMED_PREFIXES
 from gpushare.backends.nvidia.config import name_of
 from gpushare.rulekit.constraints import Constraints, reaches_node
 from gpushare.rulekit.emit import Emitter, pool_verdict
@@ -243,8 +243,8 @@ def node_offers(ctx: Context, node: NodeInfo, resource: str) -> int | None:
     label names the pool's config), else its GPUs x the pool's replicas (what NVIDIA's plugin
     advertises under that config: k8s-device-plugin v0.19.3 ``api/config/v1/replicas.go``); 0 for a
     resource the pool cannot offer (:func:`may_offer`). A node of a MIG pool with a geometry: the
-    profile's devices per GPU x its GPUs x the profile's replicas (:func:`.mig.node_size`). A node of an ACK pool offers no
-    ``nvidia.com/*``. Any other node: its allocatable today."""
+    profile's devices per GPU x its GPUs x the profile's replicas (:func:`.mig.node_size`). A node
+    of an ACK pool offers no ``nvidia.com/*``. Any other node: its allocatable today."""
     name = ctx.node_pool.get(node.name)
     pool = ctx.pool(name) if name else None
     if pool is None:
