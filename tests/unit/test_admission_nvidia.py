@@ -533,6 +533,9 @@ MIG_CASES = [
         pod({M3: 1}, selector={"gpushare.io/pool": "ts"}), "mixed", KIND, id="profile-on-timeslicing"
     ),
     pytest.param(pod({M3: 1}, selector={NP: "np-cgpu"}), "mixed", KIND, id="profile-on-ack"),
+    # ... and what a MIG pool never offers: ACK's sharing, nvidia.com/gpu.shared (GS009).
+    pytest.param(pod({MEM: 2}, selector=ON_MIG), "mixed", KIND, id="ack-on-mig"),
+    pytest.param(pod({NVS: 1}, selector=ON_MIG), "single", KIND, id="shared-on-mig"),
     # 4. Whole GPUs on a mixed pool whose GPUs are all MIG-enabled; not where some may not be.
     pytest.param(pod({NVG: 1}, selector=ON_MIG), "mixed", WHOLE, id="whole-gpu-on-all-mig"),
     pytest.param(pod({NVG: 1}, selector=ON_MIG), "filtered", None, id="whole-gpu-beside-filtered-entry"),
@@ -579,6 +582,8 @@ def test_mig_messages_name_the_object_container_resource_value_rule_and_fix() ->
         f"for {M3}, target a MIG pool that offers it, e.g. nodeSelector {{gpushare.io/pool: mig}}"
         in f.message
     )
+    (f,) = evaluate(pod({NVS: 1}, selector=ON_MIG), ctx)
+    assert f'the pool\'s nodes advertise "{M1} or {M2} or {M3}" (pool mig: MIG, strategy mixed)' in f.message
 
 
 def test_mig_capacity_needs_the_nodes_gpus_and_judges_a_pod_without_target_too() -> None:

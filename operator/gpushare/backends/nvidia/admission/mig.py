@@ -56,6 +56,14 @@ def offers(mig: Mig, resource: str) -> bool:
     return False
 
 
+def resources(mig: Mig) -> tuple[str, ...]:
+    """What a MIG pool's nodes advertise (:func:`offers`), in words for the messages."""
+    if mig.strategy == "single":
+        return (_NV,)
+    devices = tuple(_MIG + p for p in mig.profiles()) if mig.geometry is not None else (_MIG + "<profile>",)
+    return devices if all_enabled(mig) else (*devices, _NV)
+
+
 def per_gpu(mig: Mig, resource: str) -> tuple[int, str] | None:
     """The most devices of ``resource`` one GPU has under the geometry (replicas included; the largest
     entry when there is one per GPU model), with the profile; None when the geometry does not say

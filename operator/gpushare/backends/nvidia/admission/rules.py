@@ -87,7 +87,15 @@ def _nvidia_pools(ctx: Context, names: set[str] | None = None) -> list[GPUShareP
 def offered(ctx: Context, pools: set[str]) -> set[str]:
     """The NVIDIA resources the NVIDIA pools among ``pools`` advertise (ACK's ``KIND_MISMATCH``
     names them to a pod asking for ACK's GPU sharing on an NVIDIA pool)."""
-    return {p.spec.nvidia.resource for p in _nvidia_pools(ctx, pools) if p.spec.nvidia is not None}
+    return {r for p in _nvidia_pools(ctx, pools) for r in _resources_of(p)}
+
+
+def _resources_of(pool: GPUSharePool) -> tuple[str, ...]:
+    """What an NVIDIA pool's nodes advertise (a MIG pool's: :func:`.mig.resources`)."""
+    nv = pool.spec.nvidia
+    if nv is None:
+        return ()
+    return mig_rules.resources(nv.mig) if nv.mig is not None else (nv.resource,)
 
 
 def _nvidia_why(pool: GPUSharePool) -> str:
@@ -470,7 +478,7 @@ def evaluate_pod(em: Emitter, pod: PodLike, constraints: Constraints, ctx: Conte
                 return
             mig = next(((ref, n) for ref, n, _, _ in asks if n.startswith(c.RES_NVIDIA_MIG_PREFIX)), None)
             if verdict and nvidia and mig is not None:
-                offered = sorted({p.spec.nvidia.resource for p in nvidia if p.spec.nvidia})
+                offered = sorted({r for p in nvidia for r in _resources_of(p)})
                 by_mps = ", ".join(
                     p.name for p in nvidia if p.spec.nvidia and p.spec.nvidia.strategy == "MPS"
                 )
@@ -488,7 +496,7 @@ def evaluate_pod(em: Emitter, pod: PodLike, constraints: Constraints, ctx: Conte
                 emit(KIND_MISMATCH, problem, fix, verdict, note)
                 return
             if verdict and nvidia:
-                offered = sorted({p.spec.nvidia.resource for p in nvidia if p.spec.nvidia})
+                offered = sorted({r for p in nvidia for r in _resources_of(p)})
                 why = "; ".join(f"pool {p.name}: {_nvidia_why(p)}" for p in nvidia)
                 problem, fix = KIND_MISMATCH.text(
                     "nvidia-resource",
