@@ -12,8 +12,8 @@ from typing import Any
 from gpushare import constants as c
 from gpushare import metrics
 from gpushare.api.v1alpha1 import GPUSharePool, parse_pool
-from gpushare.backends import ACK, NVIDIA
-from gpushare.backends.nvidia import MIG
+from gpushare.backends.ack import ACK
+from gpushare.backends.nvidia import MIG, NVIDIA
 from gpushare.backends.nvidia import migstate as ms
 from gpushare.devcluster import migsim
 from gpushare.policy import NodeView, RestartRecord, apply_node_patch, plan
@@ -46,7 +46,9 @@ def pool(timeout: int = 300) -> GPUSharePool:
     )
 
 
-def switched(p: GPUSharePool, state: str, *, at: datetime = T0, **labels: str) -> NodeView:
+def switched(
+    p: GPUSharePool, state: str, *, at: datetime = T0, operands: dict[str, str] | None = None
+) -> NodeView:
     """A node of the pool once gpushare's patch is applied at ``at`` (its record written), carrying
     MIG manager state ``state`` and the G7 devices, its plugin reload recorded Done."""
     before = NodeView(
@@ -60,7 +62,7 @@ def switched(p: GPUSharePool, state: str, *, at: datetime = T0, **labels: str) -
     done = RestartRecord(record.hash, record.since, "Done", record.pool, backend=record.backend)
     return NodeView(
         "n1",
-        {**patched.labels, c.LABEL_MIG_CONFIG_STATE: state, **labels},
+        {**patched.labels, c.LABEL_MIG_CONFIG_STATE: state, **(operands or {})},
         {**patched.annotations, c.ANNOTATION_PLUGIN_RESTART: done.dump()},
         allocatable=SEVEN,
     )
@@ -176,7 +178,7 @@ def test_a_state_stuck_past_the_timeout_and_operands_left_paused_are_named() -> 
     assert node_status(status_of(p, pending, T0 + timedelta(seconds=30)))[:2] == ("Restarting", ms.WAITING)
     stuck = node_status(status_of(p, pending, late))
     assert stuck[:2] == ("Failed", ms.STUCK) and "still pending" in stuck[2]
-    paused = seen(switched(p, "pending", **{"nvidia.com/gpu.deploy.device-plugin": ms.PAUSED}))
+    paused = seen(switched(p, "pending", operands={"nvidia.com/gpu.deploy.device-plugin": ms.PAUSED}))
     status = status_of(p, paused, late)
     phase, reason, message = node_status(status)
     assert (phase, reason) == ("Failed", ms.OPERANDS_PAUSED) and "device-plugin" in message
