@@ -114,6 +114,13 @@ POOL_LAST_PROGRESS = Gauge(
     registry=REGISTRY,
 )
 
+POOL_FAILED_NODES = Gauge(
+    "gpushare_pool_failed_nodes",
+    "Nodes of the pool whose status.nodeStatuses entry is Failed, by its reason (e.g. MigConfigFailed, "
+    "MigConfigStuck, MigOperandsPaused: a MIG switch failed, stuck or left operands paused)",
+    ["pool", "reason"],
+    registry=REGISTRY,
+)
 POOL_PENDING_PODS = Gauge(
     "gpushare_pool_pending_pods",
     "GPU-sharing pods that target the pool and wait for want of GPU resources (status.demand.pendingPods)",
@@ -159,6 +166,8 @@ CONDITIONS = ("Ready", "Progressing", "Degraded", "Conflict")
 _last_info: dict[str, tuple[str, str]] = {}
 #: The last node counts seen per pool, to tell progress from standing still.
 _last_counts: dict[str, tuple[tuple[str, int], ...]] = {}
+#: The reasons ``POOL_FAILED_NODES`` has a series for, per pool (a reason gone is set to 0).
+_last_failed: dict[str, set[str]] = {}
 
 
 def set_pool_nodes(pool: str, counts: dict[str, int]) -> None:
@@ -191,6 +200,15 @@ def set_pool_status(
     nodes = dict(status.get("nodes") or {})
     POOL_MATCHED.labels(pool=pool).set(int(nodes.get("matched", 0)))
     POOL_READY_TIMEOUT.labels(pool=pool).set(ready_timeout_seconds)
+    failed: dict[str, int] = {}
+    for entry in status.get("nodeStatuses") or []:
+        if entry.get("phase") == "Failed":
+            reason = str(entry.get("reason") or "")
+            failed[reason] = failed.get(reason, 0) + 1
+    seen = _last_failed.setdefault(pool, set())
+    for reason in seen | set(failed):
+        POOL_FAILED_NODES.labels(pool=pool, reason=reason).set(failed.get(reason, 0))
+    seen.update(failed)
     counts = tuple(sorted((str(k), int(v)) for k, v in nodes.items()))
     if _last_counts.get(pool) != counts:
         _last_counts[pool] = counts
@@ -239,6 +257,9 @@ def forget_pool(pool: str) -> None:
         with contextlib.suppress(KeyError):
             gauge.remove(pool)
     _last_counts.pop(pool, None)
+    for reason in _last_failed.pop(pool, set()):
+        with contextlib.suppress(KeyError):
+            POOL_FAILED_NODES.remove(pool, reason)
 
 
 def serve(port: int, addr: str = "127.0.0.1") -> None:

@@ -49,6 +49,8 @@ MEM = "aliyun.com/gpu-mem"
 CORE = "aliyun.com/gpu-core.percentage"
 NVG = "nvidia.com/gpu"
 NVS = "nvidia.com/gpu.shared"
+#: A MIG device (the device plugin's mixed strategy): an nvidia.com/* quantity as any other (GS020).
+MIG = "nvidia.com/mig-1g.5gb"
 QUANTITY = "GS020-nvidia-resource-quantity"
 SUFFIX = secrets.token_hex(3)
 OPERATOR_NS = f"gpushare-system-vap-{SUFFIX}"
@@ -613,7 +615,9 @@ def raw_containers(draw: st.DrawFn) -> list[dict[str, Any]]:
         limits: dict[str, Any] = {}
         requests: dict[str, Any] = {}
         for name in draw(
-            st.lists(st.sampled_from([MEM, CORE, MEM, CORE, "aliyun.com/gpu-core", NVG, NVS]), unique=True)
+            st.lists(
+                st.sampled_from([MEM, CORE, MEM, CORE, "aliyun.com/gpu-core", NVG, NVS, MIG]), unique=True
+            )
         ):
             limits[name] = draw(st.sampled_from(RAW_VALUES))
             how = draw(st.sampled_from(["limit", "limit", "same", "other", "request-only"]))

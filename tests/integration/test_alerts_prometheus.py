@@ -9,7 +9,8 @@ condition is then caused on the cluster and read back from ``/api/v1/alerts``: t
 series) while the cause holds, and gone once it is removed.
 
 Causes: a rollout stalled on a node whose device plugin never registers (the simulated plugin's
-hang: the pool is also Degraded), two pools selecting one node, a node held by a running GPU pod
+hang: the pool is also Degraded), a MIG geometry the node's GPUs cannot hold (the simulated MIG
+manager reports failed), two pools selecting one node, a node held by a running GPU pod
 (modeSwitch Wait), a GPU job waiting while another pool has idle nodes (its wait passes while the
 others run), the standby replica stopped, both replicas stopped, and the webhook's process
 frozen (SIGSTOP) while GPU pods are created: the API server's calls time out. The webhook's own
@@ -48,10 +49,11 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import constants as c
-from gpushare.devcluster import ClusterInfo, wait_for
+from gpushare.devcluster import ClusterInfo, migsim, wait_for
 from gpushare.devcluster.cluster import free_port
 from gpushare.devcluster.crds import install_crd_files
-from gpushare.devcluster.fakes import POOL_LABEL, FakeNodeSet, plugin_pods_on
+from gpushare.devcluster.demo import NVIDIA_CONFIGS
+from gpushare.devcluster.fakes import POOL_LABEL, FakeNodeSet, ensure_nvidia_plugin, plugin_pods_on
 from gpushare.devcluster.pluginsim import ANNOTATION_HANG
 from gpushare.devcluster.prometheus import (
     OPERATOR_JOB,
@@ -62,6 +64,8 @@ from gpushare.devcluster.prometheus import (
     panel_report,
     rule_file,
 )
+from gpushare.gpu.fake import FakeGPU
+from gpushare.k8s.generated import refused
 from support.alerts import Scenario
 from support.alerts import report as _report
 from support.kube import Kube
@@ -91,6 +95,7 @@ def _rules() -> dict[str, Any]:
     return doc
 
 
+A100 = FakeGPU(name="NVIDIA A100-SXM4-40GB", memory_mib=40960, mig=False)
 NOT_CAUSED = {
     "GPUShareWebhookErrors": "decision=error counts only an exception inside the admission rules (a bug)",
     "GPUShareWebhookSlow": "the webhook's own decision time grows only with slow rules; a frozen process"
@@ -367,6 +372,36 @@ async def _run(
     await pools.custom.delete_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL, cb)
     await sc.cleared(row, cb)
     await sc.cleared(row, ca)
+
+    # --- a MIG geometry the GPUs cannot hold: the MIG manager reports failed ---------------------
+    await ensure_nvidia_plugin(api, NVIDIA_CONFIGS)
+    with refused(409):
+        await core.create_namespace(cast(Any, {"metadata": {"name": c.MIG_CONFIGS_NAMESPACE}}))
+    with refused(409):
+        mig_cm = {
+            "metadata": {"name": c.MIG_CONFIGS_CONFIGMAP},
+            "data": {migsim.CHART_KEY: migsim.CHART_DOCUMENT},
+        }
+        await core.create_namespaced_config_map(c.MIG_CONFIGS_NAMESPACE, cast(Any, mig_cm))
+    np_m = f"np-mig-{tag}"
+    await fake_nodes.create(
+        1,
+        prefix=f"mig{tag}",
+        pool_labels={POOL_LABEL: np_m},
+        gpus_per_node=2,
+        simulate_plugin=True,
+        plugin="nvidia",
+        gpus=[A100, A100],
+        extra_labels={c.LABEL_MIG_CONFIG: "all-1g.5gb"},
+    )
+    mig = f"mig-{tag}"
+    too_big = {"geometry": [{"profiles": {"3g.20gb": 2, "1g.5gb": 1}}]}  # 9 of an A100-40GB's 8 slices
+    await pools.create_pool(
+        mig, {POOL_LABEL: np_m}, nvidia={"strategy": "MIG", "mig": too_big, "configPropagationSeconds": 0}
+    )
+    mig_row = await sc.pending("GPUSharePoolMigSwitchFailed", "a MIG geometry the GPUs cannot hold", mig)
+    await pools.custom.delete_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL, mig)
+    await sc.cleared(mig_row, mig)
 
     # --- a rollout stalled on a node whose plugin never registers (the pool Degraded too) ---------
     np_s = f"np-stall-{tag}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import secrets
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, cast
@@ -22,7 +23,7 @@ from gpushare import constants as c
 from gpushare.devcluster import migsim, wait_for
 from gpushare.devcluster.demo import NVIDIA_CONFIGS
 from gpushare.devcluster.fakes import POOL_LABEL, FakeNodeSet, ensure_nvidia_plugin
-from gpushare.devcluster.pluginsim import ANNOTATION_MIG
+from gpushare.devcluster.pluginsim import ANNOTATION_MIG, ANNOTATION_MIG_DELAY, ANNOTATION_MIG_START
 from gpushare.gpu.fake import FakeGPU
 from gpushare.k8s.generated import refused
 from support.holds import hold_kept
@@ -79,6 +80,18 @@ async def _applied(core: client.CoreV1Api, name: str) -> migsim.MigState | None:
     node = await core.read_node(name)
     found = migsim.MigState.parse((node.metadata.annotations or {}).get(ANNOTATION_MIG))
     return found if found is not None and found.state != migsim.PENDING else None
+
+
+async def _event(api: client.ApiClient, pool: str, reason: str) -> Any:
+    """The first Event of ``reason`` about the pool (posted in the operator's events namespace)."""
+
+    async def found() -> Any:
+        events = await client.CoreV1Api(api).list_namespaced_event(
+            "default", field_selector=f"involvedObject.kind={c.KIND},involvedObject.name={pool}"
+        )
+        return next((e for e in events.items if e.reason == reason), None)
+
+    return await wait_for(found, what=f"Event {reason} on GPUSharePool {pool}", timeout_s=30)
 
 
 async def _node(core: client.CoreV1Api, name: str) -> tuple[dict[str, str], dict[str, str]]:
@@ -314,13 +327,86 @@ async def test_a_geometry_the_gpu_cannot_hold_names_the_node_and_failed_and_goes
     done = await _applied(core, failed)
     assert done is not None and done.state == migsim.FAILED and done.reason.startswith("GPU 0: NVIDIA A100")
     assert (await _condition(pools, name, "Ready")).get("status") == "False"
-    degraded = await _condition(pools, name, "Degraded")
-    assert degraded.get("status") == "True" and failed in degraded.get("message", ""), degraded
+    assert status["phase"] == "Failed" and status["reason"] == "MigConfigFailed", status
+    config = (await _node(core, failed))[0][c.LABEL_MIG_CONFIG]
+    assert config.startswith("gpushare-mig-") and config in status["message"], (config, status)
+
+    async def degraded() -> dict[str, Any] | None:
+        found = await _condition(pools, name, "Degraded")
+        return found if found.get("reason") == "MigConfigFailed" else None
+
+    found = await wait_for(degraded, what=f"{name} Degraded (MigConfigFailed)", timeout_s=30)
+    assert found["status"] == "True" and failed in found["message"] and config in found["message"], found
+    event = await _event(api, name, "MigConfigFailed")
+    assert event.type == "Warning" and failed in event.message and config in event.message, event
     # Nothing else changes: the other node keeps its own config, the failed one its old slices.
     (other,) = set(nodes) - {failed}
     labels, _ = await _node(core, other)
     assert labels.get(c.LABEL_MIG_CONFIG) == "all-1g.5gb", labels
     assert done.devices == ((("1g.5gb", 7),),) * 2
+
+
+async def test_a_stale_success_from_before_the_switch_is_not_taken(
+    api: client.ApiClient, fake_nodes: FakeNodeSet, pools: PoolApi, mig_configmaps: None
+) -> None:
+    """The node carries ``success`` for its own ``all-1g.5gb`` with exactly the devices the pool's
+    geometry means (7 x 1g.5gb per GPU); the simulated MIG manager starts on the pool's config only
+    seconds after the label changed. Until it has worked on it (``pending``), the pool is not Ready."""
+    np = f"np-mig-{secrets.token_hex(3)}"
+    core = client.CoreV1Api(api)
+    (node,) = await fake_nodes.create(
+        1,
+        prefix="migst",
+        pool_labels={POOL_LABEL: np},
+        gpus_per_node=2,
+        simulate_plugin=True,
+        plugin="nvidia",
+        gpus=[A100, A100],
+        extra_labels={**OPERANDS, c.LABEL_MIG_CONFIG: "all-1g.5gb", c.LABEL_NVIDIA_GPU_COUNT: "2"},
+    )
+    seven = ((("1g.5gb", 7),),) * 2
+
+    async def at_1g() -> bool:
+        done = await _applied(core, node)
+        return done is not None and (done.label, done.state, done.devices) == (
+            "all-1g.5gb",
+            migsim.SUCCESS,
+            seven,
+        )
+
+    await wait_for(at_1g, what=f"{node} at all-1g.5gb", timeout_s=60)
+    await core.patch_node(node, {"metadata": {"annotations": {ANNOTATION_MIG_START: "6"}}})
+    name = f"mig-{np}"
+    same = {"geometry": [{"profiles": {"1g.5gb": 7}}]}
+    await pools.create_pool(
+        name, {POOL_LABEL: np}, nvidia={"strategy": "MIG", "mig": same, "configPropagationSeconds": 0}
+    )
+    samples: list[str] = []
+
+    async def worked() -> migsim.MigState | None:
+        # Sampled until the manager has applied the pool's config: never Ready before.
+        labels, alloc = await _node(core, node)
+        ready = (await _condition(pools, name, "Ready")).get("status")
+        done = await _applied(core, node)
+        samples.append(
+            f"{labels.get(c.LABEL_MIG_CONFIG)} {labels.get(c.LABEL_MIG_CONFIG_STATE)} {alloc} Ready={ready}"
+        )
+        if done is not None and done.label.startswith("gpushare-mig-") and done.state == migsim.SUCCESS:
+            return done
+        assert ready != "True", samples
+        return None
+
+    await wait_for(worked, what=f"{node} switched by the MIG manager", timeout_s=60)
+    # The stale success was there to be taken: labelled with the pool's config, success, the devices.
+    assert any(s.startswith("gpushare-mig-") and " success " in s and "Ready=" in s for s in samples), samples
+
+    async def ready() -> dict[str, Any] | None:
+        found = await _condition(pools, name, "Ready")
+        return found if found.get("status") == "True" else None
+
+    await wait_for(ready, what=f"{name} Ready once the manager applied its config", timeout_s=60)
+    record = json.loads((await core.read_node(node)).metadata.annotations["gpushare.io/mig-switch"])
+    assert record["seenWorking"] is True and record["config"].startswith("gpushare-mig-"), record
 
 
 async def test_a_geometry_change_with_evict_evicts_the_mig_pod_within_its_pdb_then_switches(
@@ -483,6 +569,10 @@ async def test_nodes_move_from_time_slicing_to_mig_through_a_killed_operator_and
         gpus=[A100, A100],
         extra_labels=OPERANDS,
     )
+    # The manager works 8 s on a config here (a real reconfiguration takes longer): the operator
+    # started after the SIGKILL sees it pending, which it must to trust the success that follows.
+    for n in nodes:
+        await core.patch_node(n, cast(Any, {"metadata": {"annotations": {ANNOTATION_MIG_DELAY: "8"}}}))
     first = start_operator()
     pools = PoolApi(api)
     ts, mig = f"ts-{np_ts}", f"mig-{np_mig}"

@@ -1006,8 +1006,13 @@ def test_nvidia_classes_are_judged_by_the_webhook_as_check_judges_them(webhook: 
     time-sliced replicas offers 8; the scheduler's NodeResourcesFit filter would leave 9 Pending),
     one targeting (GS009: ACK's resources aimed at the NVIDIA pool by its nodes' own label), and
     Kubernetes' quantity rules on a custom kind, whose pod templates no apiserver validation reads
-    (GS020; tests/integration/test_admission_policy.py holds the policy to the same). Each object
-    is denied by both with the same messages, or admitted by both."""
+    (GS020; tests/integration/test_admission_policy.py holds the policy to the same). MIG pools
+    (2 GPUs per node): a profile the mixed pool's geometry does not declare, or any profile on the
+    single pool (GS022), a whole GPU on the mixed pool, whose every GPU is MIG-enabled (GS023),
+    more slices than a node has (GS021: 1 x 3g.20gb per GPU x 2 GPUs; 7 x 1g.5gb x 2 as
+    nvidia.com/gpu under single), a profile aimed at the time-slicing pool (GS009). The policy
+    holds none of these (they read the pool's geometry). Each object is denied by both with the
+    same messages, or admitted by both."""
     ns = webhook.namespace
     np = f"np-ts-{SUFFIX}"
     name = f"ts-{SUFFIX}"
@@ -1020,11 +1025,30 @@ def test_nvidia_classes_are_judged_by_the_webhook_as_check_judges_them(webhook: 
             "nvidia": {"strategy": "TimeSlicing", "replicas": 4, "failRequestsGreaterThanOne": False},
         },
     }
-    node = _node(f"wh-{SUFFIX}-{np}", np)
-    node["metadata"]["labels"]["nvidia.com/gpu.count"] = "2"  # GPU Feature Discovery's count
-    for obj in (pool, node):
+    migs = {
+        "mixed": {"geometry": [{"profiles": {"3g.20gb": 1, "1g.5gb": 2}}]},
+        "single": {"strategy": "single", "geometry": [{"profiles": {"1g.5gb": 7}}]},
+    }
+    pools = [pool] + [
+        {
+            "apiVersion": "gpushare.io/v1alpha1",
+            "kind": "GPUSharePool",
+            "metadata": {"name": f"mig-{kind}-{SUFFIX}"},
+            "spec": {
+                "nodeSelector": {"matchLabels": {"alibabacloud.com/nodepool-id": f"np-mig-{kind}-{SUFFIX}"}},
+                "nvidia": {"strategy": "MIG", "mig": mig},
+            },
+        }
+        for kind, mig in migs.items()
+    ]
+    nodes = [_node(f"wh-{SUFFIX}-{n}", n) for n in (np, f"np-mig-mixed-{SUFFIX}", f"np-mig-single-{SUFFIX}")]
+    for n in nodes:
+        n["metadata"]["labels"]["nvidia.com/gpu.count"] = "2"  # GPU Feature Discovery's count
+    for obj in (*pools, *nodes):
         assert (r := webhook.kube.create(obj, dry_run=False)).status == 201, r.body
     sel = {"alibabacloud.com/nodepool-id": np}
+    mixed, single = ({"gpushare.io/pool": f"mig-{kind}-{SUFFIX}"} for kind in migs)
+    m1, m3, m7 = (f"nvidia.com/mig-{p}" for p in ("1g.5gb", "3g.20gb", "7g.40gb"))
     cases: list[tuple[dict[str, Any], str | None]] = [
         (_pod_in(ns, {"nvidia.com/gpu": "9"}, nodeSelector=sel), "GS021-nvidia-request-exceeds-node"),
         # a resource the pool's settings cannot advertise (no renameByDefault: nvidia.com/gpu only)
@@ -1035,14 +1059,23 @@ def test_nvidia_classes_are_judged_by_the_webhook_as_check_judges_them(webhook: 
         (_pytorchjob(ns, {"nvidia.com/gpu": -1}, sel), "GS020-nvidia-resource-quantity"),
         (_pod_in(ns, {"nvidia.com/gpu": "8"}, nodeSelector=sel), None),
         (_pytorchjob(ns, {"nvidia.com/gpu": "8"}, sel), None),
+        (_pod_in(ns, {m3: "1"}, nodeSelector=sel), "GS009-pool-kind-mismatch"),
+        (_pod_in(ns, {m7: "1"}, nodeSelector=mixed), "GS022-nvidia-mig-profile-not-offered"),
+        (_pytorchjob(ns, {m7: "1"}, mixed), "GS022-nvidia-mig-profile-not-offered"),
+        (_pod_in(ns, {m1: "1"}, nodeSelector=single), "GS022-nvidia-mig-profile-not-offered"),
+        (_pod_in(ns, {"nvidia.com/gpu": "1"}, nodeSelector=mixed), "GS023-nvidia-whole-gpu-on-mig"),
+        (_pod_in(ns, {m3: "3"}, nodeSelector=mixed), "GS021-nvidia-request-exceeds-node"),
+        (_pod_in(ns, {"nvidia.com/gpu": "15"}, nodeSelector=single), "GS021-nvidia-request-exceeds-node"),
+        (_pod_in(ns, {m3: "2", m1: "4"}, nodeSelector=mixed), None),
+        (_pod_in(ns, {"nvidia.com/gpu": "14"}, nodeSelector=single), None),
     ]
     assert asyncio.run(_nvidia_gate(webhook, True)) == "opened"
     try:
-        first = cases[0][0]
         deadline = time.monotonic() + 60
-        while (r := webhook.kube.create(first)).status != 403:  # until the webhook's index has both
-            assert time.monotonic() < deadline, (r.status, r.message)
-            time.sleep(0.5)
+        for first in (cases[0][0], cases[-4][0], cases[-3][0]):  # until the webhook's index has them all
+            while (r := webhook.kube.create(first)).status != 403:
+                assert time.monotonic() < deadline, (r.status, r.message)
+                time.sleep(0.5)
         ctx = build_context([], *_live_context(webhook.kube))
         for obj, rule in cases:
             findings = check_objects([obj], ctx)
@@ -1058,8 +1091,8 @@ def test_nvidia_classes_are_judged_by_the_webhook_as_check_judges_them(webhook: 
             assert r.status in (403, 422) and "admission webhook" in r.message, (obj, r.status, r.message)
             assert all(f.message in r.message for f in denied), (r.message, [f.message for f in denied])
     finally:
-        webhook.kube.delete(pool)
-        webhook.kube.delete(node)
+        for obj in (*pools, *nodes):
+            webhook.kube.delete(obj)
         assert asyncio.run(_nvidia_gate(webhook, False)) == "closed"
 
 

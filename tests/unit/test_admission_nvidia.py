@@ -442,3 +442,154 @@ def test_a_pod_without_a_target_is_judged_against_every_known_node() -> None:
     assert "no known node offers more than 8 (pool nv 8, whole-1 4)" in finding.message
     assert evaluate(pod(containers=ones(8)), ctx) == []
     assert evaluate(pod(containers=ones(9)), Context.build(pools.pools)) == []  # no node known: admitted
+
+
+# --- MIG pools ------------------------------------------------------------------------------------
+#
+# What a MIG pool's nodes advertise: NVIDIA's device plugin (README, "--mig-strategy") advertises
+# each MIG device as nvidia.com/mig-<profile> under the mixed strategy (a GPU with MIG disabled as
+# nvidia.com/gpu) and, under single, every GPU's devices (one profile) as nvidia.com/gpu; each
+# device counts once per time-slicing replica of its profile (NVIDIA's a100-40gb example). NVIDIA's
+# MIG manager (mig-parted v0.10.0, cmd/nvidia-mig-parted/assert/assert.go
+# WalkSelectedMigConfigForEachGPU) applies an entry to the GPUs its device-filter matches and skips
+# the others; every entry gpushare writes enables MIG. A node of the pool has the profile's devices
+# per GPU x its GPUs (GPU Feature Discovery's count here) x the profile's replicas.
+
+PROFILE = "GS022-nvidia-mig-profile-not-offered"
+WHOLE = "GS023-nvidia-whole-gpu-on-mig"
+KIND = "GS009-pool-kind-mismatch"
+M1, M2, M3, M7 = (f"nvidia.com/mig-{p}" for p in ("1g.5gb", "2g.10gb", "3g.20gb", "7g.40gb"))
+ON_MIG = {"gpushare.io/pool": "mig"}
+
+#: The MIG pools of the table, by name: mixed (3g.20gb + 2g.10gb + 1g.5gb per GPU, 1g.5gb
+#: time-sliced x4), single (7 x 1g.5gb), mixed per GPU model only (deviceFilter), a named config.
+MIG_SPECS: dict[str, dict[str, Any]] = {
+    "mixed": {
+        "strategy": "mixed",
+        "geometry": [{"profiles": {"3g.20gb": 1, "2g.10gb": 1, "1g.5gb": 1}}],
+        "timeSlicing": [{"profile": "1g.5gb", "replicas": 4}],
+    },
+    "single": {"strategy": "single", "geometry": [{"profiles": {"1g.5gb": 7}}]},
+    "filtered": {"geometry": [{"deviceFilter": ["0x20B010DE"], "profiles": {"3g.20gb": 2}}]},
+    "named": {"config": "all-1g.5gb"},
+}
+
+
+def mig_ctx(mode: str, spec: str, gpus: str | None = "2") -> Context:
+    """The MIG pool ``mig`` of ``MIG_SPECS[spec]`` with one node of ``gpus`` GPUs (GPU Feature
+    Discovery's count; None: unknown), a TimeSlicing pool ``ts`` and an ACK pool ``cgpu``, each
+    with a node."""
+    pool = nv_pool("mig", {NP: "np-mig"}, mode, strategy="MIG", replicas=1, mig=MIG_SPECS[spec])
+    labels = {NP: "np-mig", **({"nvidia.com/gpu.count": gpus} if gpus else {})}
+    pools = (pool, nv_pool("ts", {NP: "np-ts"}, mode), ack_pool("cgpu", {NP: "np-cgpu"}, mode))
+    nodes = (
+        node("mig-1", labels),
+        node("ts-1", {NP: "np-ts", "nvidia.com/gpu.count": "2"}),
+        node("cgpu-1", {NP: "np-cgpu"}, {MEM: "30"}),
+    )
+    return Context.build(pools, nodes)
+
+
+def mig_init(resource: str, count: int) -> dict[str, Any]:
+    return {**container({resource: count}), "name": "init"}
+
+
+MIG_CASES = [
+    # 1. A profile the pool offers, and one it does not (not in the geometry; any under single).
+    pytest.param(pod({M3: 1}, selector=ON_MIG), "mixed", None, id="profile-in-geometry"),
+    pytest.param(pod({M7: 1}, selector=ON_MIG), "mixed", PROFILE, id="profile-not-in-geometry"),
+    pytest.param(pod({M7: 1}, selector={NP: "np-mig"}), "mixed", PROFILE, id="profile-by-nodepool-label"),
+    pytest.param(
+        pod(containers=[container({M1: 1}), {**container({M7: 1}), "name": "second"}], selector=ON_MIG),
+        "mixed",
+        PROFILE,
+        id="one-of-two-profiles-not-offered",
+    ),
+    pytest.param(pod({M1: 1}, selector=ON_MIG), "single", PROFILE, id="any-profile-under-single"),
+    pytest.param(pod({NVG: 7}, selector=ON_MIG), "single", None, id="slices-as-gpu-under-single"),
+    pytest.param(pod({M7: 1}, selector=ON_MIG), "named", None, id="named-config-not-judged"),
+    # 2. More slices than a node has: 1 x 3g.20gb per GPU x 2 GPUs = 2; 1g.5gb x 4 replicas = 8;
+    # 7 x 1g.5gb x 2 GPUs = 14 nvidia.com/gpu under single. The pod's effective request.
+    pytest.param(pod({M3: 2}, selector=ON_MIG), "mixed", None, id="2-of-2-slices"),
+    pytest.param(pod({M3: 3}, selector=ON_MIG), "mixed", EXCEEDS, id="3-of-2-slices"),
+    pytest.param(
+        pod(containers=[container({M3: 1}), {**container({M3: 2}), "name": "second"}], selector=ON_MIG),
+        "mixed",
+        EXCEEDS,
+        id="slices-summed",
+    ),
+    pytest.param(
+        pod({M3: 1}, init=[mig_init(M3, 2)], selector=ON_MIG), "mixed", None, id="init-at-its-peak-fits"
+    ),
+    pytest.param(
+        pod({M3: 1}, init=[mig_init(M3, 3)], selector=ON_MIG), "mixed", EXCEEDS, id="init-alone-exceeds"
+    ),
+    pytest.param(pod({M1: 8}, selector=ON_MIG), "mixed", None, id="time-sliced-8-of-8"),
+    pytest.param(pod({M1: 9}, selector=ON_MIG), "mixed", EXCEEDS, id="time-sliced-9-of-8"),
+    pytest.param(pod({NVG: 15}, selector=ON_MIG), "single", EXCEEDS, id="single-15-of-14"),
+    pytest.param(pod({M7: 9}, selector=ON_MIG), "named", None, id="named-config-size-unknown"),
+    # 3. MIG profiles aimed at a pool without MIG: GS009 (a TimeSlicing pool, an ACK pool).
+    pytest.param(
+        pod({M3: 1}, selector={"gpushare.io/pool": "ts"}), "mixed", KIND, id="profile-on-timeslicing"
+    ),
+    pytest.param(pod({M3: 1}, selector={NP: "np-cgpu"}), "mixed", KIND, id="profile-on-ack"),
+    # ... and what a MIG pool never offers: ACK's sharing, nvidia.com/gpu.shared (GS009).
+    pytest.param(pod({MEM: 2}, selector=ON_MIG), "mixed", KIND, id="ack-on-mig"),
+    pytest.param(pod({NVS: 1}, selector=ON_MIG), "single", KIND, id="shared-on-mig"),
+    # 4. Whole GPUs on a mixed pool whose GPUs are all MIG-enabled; not where some may not be.
+    pytest.param(pod({NVG: 1}, selector=ON_MIG), "mixed", WHOLE, id="whole-gpu-on-all-mig"),
+    pytest.param(pod({NVG: 1}, selector=ON_MIG), "filtered", None, id="whole-gpu-beside-filtered-entry"),
+    pytest.param(pod({NVG: 1}, selector=ON_MIG), "named", None, id="whole-gpu-on-named-config"),
+]
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize(("obj", "spec", "rule"), MIG_CASES)
+def test_mig_pools(obj: dict[str, Any], spec: str, rule: str | None, mode: str) -> None:
+    assert ids(evaluate(obj, mig_ctx(mode, spec))) == expect(rule, mode)
+
+
+def test_mig_messages_name_the_object_container_resource_value_rule_and_fix() -> None:
+    ctx = mig_ctx("Enforce", "mixed")
+    (f,) = evaluate(pod({M7: 1}, selector=ON_MIG), ctx)
+    assert f.message == (
+        f'Pod/default/p: container "main": resources.limits["{M7}"]=1 asks for the MIG device "{M7}", but MIG'
+        " pool mig"
+        " cuts its GPUs into 1g.5gb, 2g.10gb, 3g.20gb devices only (spec.nvidia.mig.geometry); NVIDIA's MIG"
+        f" manager creates no 7g.40gb device there, so no node advertises {M7} and the pod would stay Pending"
+        f' (rule {PROFILE}); ask for one of {M1}, {M2}, {M3} (e.g. "{M1}"), or add 7g.40gb to the geometry'
+        " of pool mig"
+    )
+    (f,) = evaluate(pod({M1: 1}, selector=ON_MIG), mig_ctx("Enforce", "single"))
+    assert (f.container, f.value) == ("main", "1")
+    assert "runs the device plugin's single MIG strategy" in f.message
+    assert 'ask for "nvidia.com/gpu" (one 1g.5gb slice each) on pool mig' in f.message
+    (f,) = evaluate(pod({NVG: 2}, selector=ON_MIG), ctx)
+    assert f.message.startswith('Pod/default/p: container "main": resources.limits["nvidia.com/gpu"]=2 asks')
+    assert "every GPU of MIG pool mig is MIG-enabled" in f.message and f"(rule {WHOLE})" in f.message
+    assert f'ask for a MIG profile instead, e.g. resources.limits["{M1}"]: 2' in f.message
+    (f,) = evaluate(pod({M1: 9}, selector=ON_MIG), ctx)
+    assert (f.rule_id, f.value) == (EXCEEDS, "9")
+    assert (
+        f'asks for 9 "{M1}" in all (the pod\'s effective request: containers summed, init containers at'
+        " their peak), but no node of MIG pool mig has more than 8 (1 x 1g.5gb per GPU x 4 time-slicing"
+        f" replicas x 2 GPU(s)); the pod would stay Pending (Insufficient {M1})"
+    ) in f.message
+    assert "give pool mig more 1g.5gb devices per GPU" in f.message
+    (f,) = evaluate(pod({M3: 1}, selector={"gpushare.io/pool": "ts"}), ctx)
+    assert "names no MIG device" in f.message
+    assert (
+        f"for {M3}, target a MIG pool that offers it, e.g. nodeSelector {{gpushare.io/pool: mig}}"
+        in f.message
+    )
+    (f,) = evaluate(pod({NVS: 1}, selector=ON_MIG), ctx)
+    assert f'the pool\'s nodes advertise "{M1} or {M2} or {M3}" (pool mig: MIG, strategy mixed)' in f.message
+
+
+def test_mig_capacity_needs_the_nodes_gpus_and_judges_a_pod_without_target_too() -> None:
+    """Unknown GPUs: the node's size is unknown, the pod admitted. Without node constraints (only
+    ``gpushare check`` judges it) the slices count against every known node."""
+    assert evaluate(pod({M3: 3}, selector=ON_MIG), mig_ctx("Enforce", "mixed", gpus=None)) == []
+    (f,) = evaluate(pod({M3: 3}), mig_ctx("Enforce", "mixed"))
+    assert (f.rule_id, f.verdict) == (EXCEEDS, "deny")
+    assert "no known node offers more than 2 (pool mig 2)" in f.message

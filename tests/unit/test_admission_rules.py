@@ -167,6 +167,8 @@ NV_POOLS = (
     nvidia_pool("ts-shared", renameByDefault=True, failRequestsGreaterThanOne=True),
 )
 NV_CTX = Context.build((*SEED_POOLS, *NV_POOLS))
+#: A MIG pool's geometry: every GPU cut into 2 x 3g.20gb (mixed strategy).
+MIG_MIXED = {"strategy": "mixed", "geometry": [{"profiles": {"3g.20gb": 2}}]}
 NVG = "nvidia.com/gpu"
 NVS = "nvidia.com/gpu.shared"
 
@@ -818,6 +820,20 @@ RULE_CASES = [
         ),
         [("GS021-nvidia-request-exceeds-node", "deny")],
         id="nv-9-of-8",
+    ),
+    # GS022: a MIG profile the MIG pool's geometry does not declare (more in test_admission_nvidia.py)
+    pytest.param(
+        pod({"nvidia.com/mig-2g.10gb": 1}, selector=on("mig")),
+        Context.build((nvidia_pool("mig", strategy="MIG", replicas=1, mig=MIG_MIXED),)),
+        [("GS022-nvidia-mig-profile-not-offered", "deny")],
+        id="mig-profile-not-in-geometry",
+    ),
+    # GS023: a whole GPU on a mixed MIG pool whose every GPU is MIG-enabled
+    pytest.param(
+        pod({NVG: 1}, selector=on("mig")),
+        Context.build((nvidia_pool("mig", strategy="MIG", replicas=1, mig=MIG_MIXED),)),
+        [("GS023-nvidia-whole-gpu-on-mig", "deny")],
+        id="whole-gpu-on-mixed-mig",
     ),
     # GS009: NVIDIA resources aimed at ACK pools, ACK sharing aimed at NVIDIA pools, the other name
     pytest.param(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpushare import constants as c
 from gpushare.api.v1alpha1 import parse_pool
-from gpushare.backends import BACKENDS, DEFAULT, OWNED_LABELS, backend_for
+from gpushare.backends import BACKENDS, DEFAULT, OWNED_LABELS, SharingBackend, backend_for
 from gpushare.backends.ack import ACK
 from gpushare.backends.nvidia import MIG, NVIDIA
 from gpushare.policy.planner import Ownership, desired_labels, restore_labels
@@ -20,7 +20,8 @@ def test_every_v1alpha1_pool_is_acks_and_owns_what_the_operator_always_owned() -
         }
     )
     assert backend_for(pool.spec) is ACK and DEFAULT is ACK
-    assert BACKENDS == {"ack": ACK, "nvidia": NVIDIA, "nvidia-mig": MIG}
+    expected: dict[str, SharingBackend] = {"ack": ACK, "nvidia": NVIDIA, "nvidia-mig": MIG}
+    assert expected == BACKENDS
     # The ownership annotation keeps its keys (NVIDIA's config and MIG labels added): an older operator's
     # annotation reads the same (the new key absent: it was not set), and one written now reads
     # the same in an older operator (which ignores the key it does not know).

@@ -293,6 +293,10 @@ def _ctx(pool: Any) -> Context:
     return Context.build((pool,), (node,))
 
 
+PROFILE = "GS022-nvidia-mig-profile-not-offered"
+WHOLE = "GS023-nvidia-whole-gpu-on-mig"
+
+
 def _pod(resource: str) -> dict[str, Any]:
     container = {"name": "main", "image": "busybox", "resources": {"limits": {resource: 1}}}
     return {
@@ -304,22 +308,26 @@ def _pod(resource: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    ("mig", "resource", "admitted"),
+    ("mig", "resource", "rule"),
     [
-        pytest.param({"geometry": [MIXED]}, "nvidia.com/mig-2g.10gb", True, id="mixed-declared-profile"),
-        pytest.param({"geometry": [MIXED]}, "nvidia.com/mig-7g.40gb", False, id="mixed-undeclared-profile"),
-        pytest.param({"geometry": [MIXED]}, c.RES_NVIDIA_GPU, False, id="mixed-whole-gpu"),
+        pytest.param({"geometry": [MIXED]}, "nvidia.com/mig-2g.10gb", None, id="mixed-declared-profile"),
+        pytest.param({"geometry": [MIXED]}, "nvidia.com/mig-7g.40gb", PROFILE, id="mixed-undeclared-profile"),
+        pytest.param({"geometry": [MIXED]}, c.RES_NVIDIA_GPU, WHOLE, id="mixed-whole-gpu"),
         pytest.param(
-            {"config": "all-balanced"}, "nvidia.com/mig-7g.40gb", True, id="named-config-any-profile"
+            {"config": "all-balanced"}, "nvidia.com/mig-7g.40gb", None, id="named-config-any-profile"
         ),
-        pytest.param({"strategy": "single", "geometry": [G7]}, c.RES_NVIDIA_GPU, True, id="single-as-gpu"),
+        pytest.param({"strategy": "single", "geometry": [G7]}, c.RES_NVIDIA_GPU, None, id="single-as-gpu"),
         pytest.param(
-            {"strategy": "single", "geometry": [G7]}, "nvidia.com/mig-1g.5gb", False, id="single-no-mig-name"
+            {"strategy": "single", "geometry": [G7]},
+            "nvidia.com/mig-1g.5gb",
+            PROFILE,
+            id="single-no-mig-name",
         ),
     ],
 )
 def test_a_mig_pool_offers_the_resources_its_strategy_advertises(
-    mig: dict[str, Any], resource: str, admitted: bool
+    mig: dict[str, Any], resource: str, rule: str | None
 ) -> None:
+    """A MIG pool's own rules (GS022, GS023; more in test_admission_nvidia.py)."""
     findings = evaluate(_pod(resource), _ctx(mig_pool(**mig)))
-    assert [f.rule_id for f in findings] == ([] if admitted else ["GS009-pool-kind-mismatch"]), findings
+    assert [f.rule_id for f in findings] == ([] if rule is None else [rule]), findings

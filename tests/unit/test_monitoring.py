@@ -122,6 +122,7 @@ def test_alerts_cover_the_issue_and_are_labelled() -> None:
         "GPUSharePoolConflict",
         "GPUSharePoolNodeHeld",
         "GPUSharePoolDemandUnmet",
+        "GPUSharePoolMigSwitchFailed",
         "GPUShareWebhookErrors",
         "GPUShareWebhookSlow",
         "GPUShareOperatorDown",

@@ -269,9 +269,9 @@ _MIG_LITERAL = re.compile(r"nvidia\.com/mig|mig\.config|mig-parted|migStrategy")
 #: shares with it), the API, the constants, the node agent's NVML adapter (a GPU's MIG mode), the
 #: harness and the docs generator (the compatibility matrix names mig-parted's version).
 _MIG_HOME = ("backends/", "api/", "gpu/", "devcluster/", "docsgen/", "constants.py")
-#: Modules above the seam that name MIG: the admission gate's first look at a pod (does it ask for
-#: any NVIDIA device, ``nvidia.com/mig-*`` among them), which judges no pool (this list only shrinks).
-_MIG_NOT_YET: frozenset[str] = frozenset({"admission/cel.py", "admission/podspecs.py"})
+#: Modules above the seam that name MIG (none: the admission gate reads what aims a pod at an
+#: NVIDIA pool from NVIDIA's admission package; this list only shrinks).
+_MIG_NOT_YET: frozenset[str] = frozenset()
 
 
 def _names_mig(tree: ast.Module) -> bool:

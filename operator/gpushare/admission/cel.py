@@ -16,6 +16,7 @@ from typing import Literal
 
 from gpushare import constants as c
 from gpushare.backends import BACKENDS
+from gpushare.backends.nvidia.admission.cel import AIMED_NAMES, AIMED_PREFIXES
 from gpushare.rulekit.cel import (
     KindPaths,
     Vars,
@@ -48,8 +49,9 @@ def _nvidia_shared_parts(kind: KindPaths) -> list[str]:
 
 
 def _nvidia_gpu_parts(kind: KindPaths) -> list[str]:
-    """A container asking for ``nvidia.com/gpu`` (or a MIG device, ``nvidia.com/mig-*``) in a pod
-    spec with its own nodeSelector, affinity or nodeName (a pod that may be aimed at an NVIDIA pool)."""
+    """A container asking for what aims a pod at an NVIDIA pool only with node constraints
+    (``nvidia.com/gpu``, or a device of NVIDIA's ``AIMED_PREFIXES``) in a pod spec with its own
+    nodeSelector, affinity or nodeName (a pod that may be aimed at an NVIDIA pool)."""
     parts = []
     for spec in kind.pod_specs:
         rels = [p.removeprefix(spec + ".") for p, _ in kind.all_containers() if p.startswith(spec + ".")]
@@ -62,10 +64,7 @@ def _nvidia_gpu_parts(kind: KindPaths) -> list[str]:
             asks = " || ".join(
                 exists_at(
                     rel,
-                    lambda x: (
-                        f"({names_in(x, (c.RES_NVIDIA_GPU,))}"
-                        f" || {container_asks(x, (c.RES_NVIDIA_MIG_PREFIX,))})"
-                    ),
+                    lambda x: f"({names_in(x, AIMED_NAMES)} || {container_asks(x, AIMED_PREFIXES)})",
                     node,
                     fresh,
                 )

@@ -13,15 +13,16 @@ from typing import Any
 
 from gpushare import constants as c
 from gpushare.admission.cel import SHARING_POD_LABELS, SHARING_PREFIXES
+from gpushare.backends.nvidia.admission.cel import AIMED_NAMES, AIMED_PREFIXES
 from gpushare.rulekit.kinds import DEFAULT_TABLE, KindTable
 from gpushare.rulekit.podspecs import NODE_CONSTRAINT_FIELDS, gate_paths, has_prefix, pod_specs, values_at
 
 
 def requests_gpu_sharing(obj: Mapping[str, Any], table: KindTable = DEFAULT_TABLE) -> bool:
     """Fast check: does any container of the object's pods mention a resource of a backend's
-    ``sharing_prefixes`` or ``nvidia.com/gpu.shared``, does a container ask for ``nvidia.com/gpu`` (or
-    a MIG device, ``nvidia.com/mig-*``) in a pod spec with its own nodeSelector, affinity or nodeName
-    (a pod that may be aimed at a pool),
+    ``sharing_prefixes`` or ``nvidia.com/gpu.shared``, does a container ask for what aims a pod at an
+    NVIDIA pool (``nvidia.com/gpu``, or a device of NVIDIA's ``AIMED_PREFIXES``) in a pod spec with
+    its own nodeSelector, affinity or nodeName (a pod that may be aimed at a pool),
     or does a pod carry a backend's GPU-sharing pod label? (The webhook's matchConditions,
     :func:`gpushare.admission.cel.gpu_sharing_condition` with ``nvidia``, ask the same.)
 
@@ -51,8 +52,8 @@ def requests_gpu_sharing(obj: Mapping[str, Any], table: KindTable = DEFAULT_TABL
 
 def _names_gpu(item: Any, constrained: bool = False) -> bool:
     """A container whose resources name a resource of :data:`SHARING_PREFIXES` or
-    ``nvidia.com/gpu.shared``, or ``nvidia.com/gpu`` or ``nvidia.com/mig-*`` when its pod spec is
-    ``constrained``."""
+    ``nvidia.com/gpu.shared``, or what NVIDIA's ``AIMED_NAMES`` and ``AIMED_PREFIXES`` name when its
+    pod spec is ``constrained``."""
     resources = item.get("resources") if isinstance(item, Mapping) else None
     if not isinstance(resources, Mapping):
         return False
@@ -61,7 +62,7 @@ def _names_gpu(item: Any, constrained: bool = False) -> bool:
         and any(
             has_prefix(name, SHARING_PREFIXES)
             or name == c.RES_NVIDIA_GPU_SHARED
-            or (constrained and (name == c.RES_NVIDIA_GPU or has_prefix(name, (c.RES_NVIDIA_MIG_PREFIX,))))
+            or (constrained and (name in AIMED_NAMES or has_prefix(name, AIMED_PREFIXES)))
             for name in names
         )
         for names in (resources.get("limits"), resources.get("requests"))

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from datetime import datetime
+from typing import Any, Literal, Protocol
 
 from gpushare.api.v1alpha1 import GPUSharePoolSpec
 from gpushare.rulekit.constraints import Constraints
@@ -37,6 +38,9 @@ from gpushare.rulekit.emit import Emitter
 from gpushare.rulekit.kinds import KindTable
 from gpushare.rulekit.model import Context, Finding
 from gpushare.rulekit.podspecs import PodLike
+
+#: The phases :meth:`SharingBackend.switch_state` may give a node (``status.nodeStatuses[].phase``).
+NodePhaseName = Literal["Restarting", "Degraded", "Failed"]
 
 
 @dataclass(frozen=True)
@@ -132,8 +136,56 @@ class SharingBackend(Protocol):
         """Whether a pod with these requests holds what a mode switch takes away."""
         ...
 
-    def advertises(self, mode: str, allocatable: Mapping[str, str], labels: Mapping[str, str]) -> bool:
-        """Whether a node with this allocatable (and labels) advertises what ``mode`` implies."""
+    def advertises(
+        self,
+        mode: str,
+        allocatable: Mapping[str, str],
+        labels: Mapping[str, str],
+        annotations: Mapping[str, str] | None = None,
+    ) -> bool:
+        """Whether a node with this allocatable (and labels) advertises what ``mode`` implies.
+        ``annotations``: the node's gpushare annotations, where the backend keeps its record of a
+        switch it made (:meth:`switch_annotations`): a report from before that switch is not taken."""
+        ...
+
+    # --- a switch the backend follows itself (beyond the device plugin's evidence) ------------
+
+    #: The node reasons of :meth:`switch_state` that name a failed switch: each one a Warning
+    #: Event, and the ``gpushare_pool_failed_nodes`` metric's ``reason`` (empty: none).
+    switch_reasons: tuple[str, ...]
+
+    def switch_annotations(
+        self,
+        labels: Mapping[str, str],
+        annotations: Mapping[str, str],
+        label_patch: Mapping[str, str | None],
+        now: str,
+        *,
+        staying: bool,
+    ) -> dict[str, str | None]:
+        """The annotations to write in the same patch as ``label_patch`` on a node with these
+        labels and annotations (``now``: the patch's time, ISO; ``staying``: the node stays in a
+        pool of this backend, else it leaves and the backend's records go): {} for none."""
+        ...
+
+    def switch_seen(self, labels: Mapping[str, str], annotations: Mapping[str, str]) -> dict[str, str] | None:
+        """The annotations to write because the node shows the switch under way (what its record
+        must remember across passes and restarts); None: nothing to write."""
+        ...
+
+    def switch_state(
+        self,
+        mode: str,
+        allocatable: Mapping[str, str],
+        labels: Mapping[str, str],
+        annotations: Mapping[str, str],
+        *,
+        now: datetime,
+        timeout_s: int,
+    ) -> tuple[NodePhaseName, str, str] | None:
+        """Where the node's switch to ``mode`` stands, when the backend follows it itself (its
+        record in ``annotations``): (phase, reason, message) until it is confirmed; None: the device
+        plugin's evidence (:meth:`advertises`) says. ``timeout_s``: the pool's readyTimeoutSeconds."""
         ...
 
     def plugin_unregistered(self, capacity: Mapping[str, str], allocatable: Mapping[str, str]) -> bool:
@@ -234,6 +286,39 @@ class SharingBackend(Protocol):
         """What a node's device plugin advertises of its GPUs, read from its allocatable: how many
         physical GPUs, and their memory together in the plugin's unit (None: not advertised)."""
         ...
+
+
+class FollowsNoSwitch:
+    """The default of a backend whose switches the device plugin's evidence alone confirms: no
+    record of its own (``SharingBackend.switch_*``)."""
+
+    switch_reasons: tuple[str, ...] = ()
+
+    def switch_annotations(
+        self,
+        labels: Mapping[str, str],
+        annotations: Mapping[str, str],
+        label_patch: Mapping[str, str | None],
+        now: str,
+        *,
+        staying: bool,
+    ) -> dict[str, str | None]:
+        return {}
+
+    def switch_seen(self, labels: Mapping[str, str], annotations: Mapping[str, str]) -> dict[str, str] | None:
+        return None
+
+    def switch_state(
+        self,
+        mode: str,
+        allocatable: Mapping[str, str],
+        labels: Mapping[str, str],
+        annotations: Mapping[str, str],
+        *,
+        now: datetime,
+        timeout_s: int,
+    ) -> tuple[NodePhaseName, str, str] | None:
+        return None
 
 
 def _nothing(obj: Mapping[str, Any], table: KindTable) -> list[Finding]:

@@ -23,7 +23,8 @@ What a GPU can hold is modelled by its slices, not its placements: the profiles'
 must sum to at most 7 and their memory slices to at most 8, with no more of a profile than the
 GPU allows (NVIDIA's MIG user guide, per model). A100-SXM4-40GB: ``3g.20gb`` twice and ``1g.5gb``
 once takes 9 memory slices, so it fails. Not modelled: reboots (``rebooting``), the time a real
-reconfiguration takes (a node annotation sets the simulated one), GPU Feature Discovery's MIG labels.
+reconfiguration takes (a node annotation sets the simulated one; another how long the manager takes
+to start on a new value, keeping the previous config's state meanwhile), GPU Feature Discovery's MIG labels.
 A node annotated ``gpushare.io/simulated-mig-hang=true`` stays ``pending`` with its operands
 paused: the wedge of mig-parted #485.
 """
@@ -251,8 +252,12 @@ def decide(
     *,
     delay: timedelta = DEFAULT_DELAY,
     hang: bool = False,
+    start: timedelta = timedelta(0),
+    noticed: datetime | None = None,
 ) -> Step | None:
-    """The manager's next step on a node with ``labels`` (None: nothing to do now)."""
+    """The manager's next step on a node with ``labels`` (None: nothing to do now). ``start``: how
+    long after it ``noticed`` a new label value it goes ``pending`` (the node keeps the previous
+    config's state meanwhile: the stale ``success`` a real manager leaves until it starts)."""
     label = labels.get(c.LABEL_MIG_CONFIG, "")
     devices = seen.devices if seen is not None else tuple(() for _ in gpus)
     if not label and seen is None:
@@ -260,6 +265,8 @@ def decide(
     if seen is None or seen.label != label:
         if not label:  # the label went: the manager has nothing to apply, the GPUs stay as they are
             return Step(MigState("", seen.state, now, devices, seen.reason), {}) if seen else None
+        if seen is not None and noticed is not None and now - noticed < start:
+            return Step(seen, {}, start - (now - noticed))
         pending = MigState(label, PENDING, now, devices)
         return Step(pending, {c.LABEL_MIG_CONFIG_STATE: PENDING, **_operands(labels, PAUSED)}, delay)
     if seen.state != PENDING or hang:

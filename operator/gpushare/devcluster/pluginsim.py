@@ -160,6 +160,9 @@ ANNOTATION_MIG: str = f"{c.GROUP}/simulated-mig"
 ANNOTATION_MIG_HANG: str = f"{c.GROUP}/simulated-mig-hang"
 #: Seconds the simulated reconfiguration takes on this node (default ``migsim.DEFAULT_DELAY``).
 ANNOTATION_MIG_DELAY: str = f"{c.GROUP}/simulated-mig-seconds"
+#: Seconds the simulated MIG manager waits before it starts on a new ``nvidia.com/mig.config``
+#: value (default 0): the node keeps the previous config's state (its ``success``) meanwhile.
+ANNOTATION_MIG_START: str = f"{c.GROUP}/simulated-mig-start-seconds"
 
 
 @dataclass(frozen=True)
@@ -177,15 +180,16 @@ class NvidiaNode:
     mig: migsim.MigState | None = None
     mig_hang: bool = False
     mig_delay: timedelta = migsim.DEFAULT_DELAY
+    mig_start: timedelta = timedelta(0)
     #: The ``nvidia.com/mig-*`` resources the node has now (set to 0 when no longer advertised).
     mig_resources: tuple[str, ...] = ()
 
 
-def _delay(raw: str | None) -> timedelta:
+def _delay(raw: str | None, default: timedelta = migsim.DEFAULT_DELAY) -> timedelta:
     try:
-        return timedelta(seconds=max(0.0, float(raw))) if raw else migsim.DEFAULT_DELAY
+        return timedelta(seconds=max(0.0, float(raw))) if raw else default
     except ValueError:
-        return migsim.DEFAULT_DELAY
+        return default
 
 
 def nvidia_node(node: Mapping[str, Any]) -> NvidiaNode:
@@ -206,6 +210,7 @@ def nvidia_node(node: Mapping[str, Any]) -> NvidiaNode:
         mig=migsim.MigState.parse(annotations.get(ANNOTATION_MIG)),
         mig_hang=annotations.get(ANNOTATION_MIG_HANG) == "true",
         mig_delay=_delay(annotations.get(ANNOTATION_MIG_DELAY)),
+        mig_start=_delay(annotations.get(ANNOTATION_MIG_START), timedelta(0)),
         mig_resources=tuple(
             sorted(str(k) for k in allocatable if str(k).startswith(c.RES_NVIDIA_MIG_PREFIX))
         ),
@@ -251,6 +256,8 @@ class PluginSimulator:
         #: it last wrote on each node (wins over an older annotation, as nv_written does).
         self.mig_configs: dict[str, list[Any]] | None = None
         self.mig_written: dict[str, migsim.MigState] = {}
+        #: When the MIG manager first saw each node's current ``nvidia.com/mig.config`` value.
+        self.mig_noticed: dict[str, tuple[str, datetime]] = {}
         self._lock = asyncio.Lock()
 
     async def handle(self, node_name: str, uid: str) -> None:
@@ -329,6 +336,7 @@ class PluginSimulator:
             self.nv_retry.discard(name)
             self.nv_written.pop(name, None)
             self.mig_written.pop(name, None)
+            self.mig_noticed.pop(name, None)
         if event_type == "DELETED":
             return
         if plays == nv.SIMULATED_VALUE:
@@ -425,8 +433,19 @@ class PluginSimulator:
                 return
             seen = self.mig_written.get(name) or view.mig
             now = datetime.now(UTC)
+            label = view.labels.get(c.LABEL_MIG_CONFIG, "")
+            if self.mig_noticed.get(name, ("", now))[0] != label or name not in self.mig_noticed:
+                self.mig_noticed[name] = (label, now)
             step = migsim.decide(
-                view.labels, seen, configs, view.models, now, delay=view.mig_delay, hang=view.mig_hang
+                view.labels,
+                seen,
+                configs,
+                view.models,
+                now,
+                delay=view.mig_delay,
+                hang=view.mig_hang,
+                start=view.mig_start,
+                noticed=self.mig_noticed[name][1],
             )
             if step is None:
                 return

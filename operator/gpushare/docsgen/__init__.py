@@ -25,6 +25,7 @@ from gpushare import metrics
 from gpushare.admission import catalog
 from gpushare.api.crd import build_crd
 from gpushare.backends import BACKENDS
+from gpushare.backends.nvidia import migstate
 from gpushare.cli import build_parser
 from gpushare.docsgen import snippets
 from gpushare.policy import conditions as cond
@@ -306,6 +307,10 @@ REASONS: dict[str, str] = {
     cond.PLUGIN_MODE_STALE: "the plugin still advertises another mode's resources",
     cond.PLUGIN_RESTART_NEEDED: "`devicePlugin.restart: Never`: the plugin must be restarted by hand",
     cond.PLUGIN_NOT_REGISTERED: "no device plugin registered with the kubelet: GPU pods are refused there",
+    migstate.FAILED_REASON: "(MIG) NVIDIA's MIG manager reported `failed` for the config gpushare set "
+    "(after it set it: never a state from before)",
+    migstate.STUCK: "(MIG) the MIG manager's state stayed put (or never started) past `readyTimeoutSeconds`",
+    migstate.OPERANDS_PAUSED: "(MIG) a failed or stuck switch left GPU operands `paused-for-mig-change`",
 }
 
 #: Where each condition reason can appear: condition type -> its reasons (in the order they win).
@@ -331,6 +336,9 @@ CONDITION_REASONS: dict[str, tuple[str, ...]] = {
         cond.NODE_ISOLATION_UNAVAILABLE,
         cond.NODE_PLUGIN_NOT_READY,
         cond.NODE_APPLY_FAILED,
+        migstate.FAILED_REASON,
+        migstate.STUCK,
+        migstate.OPERANDS_PAUSED,
         cond.REASON_NODES_FAILED,
         cond.REASON_AS_EXPECTED,
     ),
@@ -366,6 +374,9 @@ NODE_REASON_PAGES: dict[str, str | None] = {
     cond.NODE_LABELS_CHANGED: None,
     cond.NODE_NO_PLUGIN_POD: None,
     cond.NODE_LABELS_APPLIED: None,
+    # MIG's failed switches share one page.
+    migstate.STUCK: migstate.FAILED_REASON,
+    migstate.OPERANDS_PAUSED: migstate.FAILED_REASON,
 }
 
 

@@ -202,7 +202,9 @@ def idle_nodes(
         if view is None or not view.ready or view.unschedulable or p.node in busy:
             continue
         backend = backend_for(pool.spec)
-        if not backend.advertises(backend.pool_mode(pool.spec), view.allocatable, view.labels):
+        if not backend.advertises(
+            backend.pool_mode(pool.spec), view.allocatable, view.labels, view.annotations
+        ):
             continue
         out.append(p.node)
     return sorted(out)

@@ -7,8 +7,9 @@ memory, passed in and returned). The reconciler only posts what these functions 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
 
 from gpushare.backends import DEFAULT, SharingBackend
 from gpushare.policy import conditions as reasons
@@ -35,6 +36,8 @@ class Reported:
     held: frozenset[str] = frozenset()
     conflicts: frozenset[str] = frozenset()
     invalid: str | None = None
+    #: (node, reason) of the nodes named with a failed switch (``SharingBackend.switch_reasons``).
+    switches: frozenset[tuple[str, str]] = frozenset()
 
 
 def names(items: Sequence[str]) -> str:
@@ -136,7 +139,7 @@ def transition_events(pool: str, plans: Sequence[NodePlan], before: Reported) ->
                 "Warning",
             )
         )
-    after = Reported(held=frozenset(held), conflicts=frozenset(conflicts), invalid=before.invalid)
+    after = replace(before, held=frozenset(held), conflicts=frozenset(conflicts))
     return out, after
 
 
@@ -144,5 +147,27 @@ def invalid_events(why: str, before: Reported, *, conditions_changed: bool) -> t
     """The InvalidSpec Warning: once per reason, when the pool's conditions change with it."""
     if not conditions_changed or before.invalid == why:
         return [], before
-    after = Reported(held=before.held, conflicts=before.conflicts, invalid=why)
+    after = replace(before, invalid=why)
     return [Event(reasons.REASON_INVALID_SPEC, why, "Warning")], after
+
+
+def switch_events(
+    statuses: Sequence[Mapping[str, Any]], reasons: Collection[str], before: Reported
+) -> tuple[list[Event], Reported]:
+    """A Warning Event per reason for the nodes newly named Failed with one of the backend's
+    failed-switch ``reasons`` (``status.nodeStatuses``; once per node and reason, not every pass),
+    and one about each such node."""
+    named = {
+        (str(s.get("name")), str(s.get("reason"))): str(s.get("message") or "")
+        for s in statuses
+        if s.get("phase") == "Failed" and s.get("reason") in reasons
+    }
+    new = sorted(set(named) - before.switches)
+    out: list[Event] = []
+    for reason in sorted({r for _, r in new}):
+        nodes = [n for n, r in new if r == reason]
+        detail = "; ".join(f"{n}: {named[(n, reason)]}" for n in nodes[:3])
+        more = f" and {len(nodes) - 3} more" if len(nodes) > 3 else ""
+        out.append(Event(reason, f"{len(nodes)} node(s): {detail}{more}", "Warning"))
+        out.extend(Event(reason, named[(n, reason)], "Warning", node=n) for n in nodes[:LIST_MAX])
+    return out, replace(before, switches=frozenset(named))

@@ -386,7 +386,9 @@ def awaiting_mode(node: NodeView, record: RestartRecord | None, backend: Sharing
         return False
     if record.hash != plugin_labels_hash(node.labels, backend):
         return False
-    return not backend.advertises(backend.mode_of(node.labels), node.allocatable, node.labels)
+    return not backend.advertises(
+        backend.mode_of(node.labels), node.allocatable, node.labels, node.annotations
+    )
 
 
 @dataclass(frozen=True)
@@ -523,6 +525,13 @@ def _change(
         new_record = None
     elif new_record is not record and new_record is not None:
         annotations[c.ANNOTATION_PLUGIN_RESTART] = new_record.dump()
+
+    for b in (backend, *leaving):
+        # A backend's record of the switch, in the same patch as its labels (or dropped as it leaves).
+        staying = b is backend and new_owner is not None
+        annotations.update(
+            b.switch_annotations(node.labels, node.annotations, label_patch, now, staying=staying)
+        )
 
     uncordon = False
     if _node_obj_uncordon(node) and not (new_record is not None and new_record.pending):

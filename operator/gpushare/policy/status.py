@@ -112,6 +112,13 @@ def node_state(
         if held and p.node in held:
             return NodeState(p.node, "Pending", cond.NODE_CONFIG_PROPAGATING, held[p.node])
         return NodeState(p.node, "Pending", p.reason or cond.NODE_LABELS_CHANGED, p.message)
+    if mode is not None and node is not None and now is not None:
+        # A switch the backend follows itself (its record on the node): until confirmed, its words.
+        switch = backend.switch_state(
+            mode, node.allocatable, node.labels, node.annotations, now=now, timeout_s=ready_timeout_s
+        )
+        if switch is not None:
+            return NodeState(p.node, *switch)
     record = p.plugin_restart
     if record is not None and record.pool == pool:
         if record.state == "Pending":
@@ -149,6 +156,7 @@ def node_state(
             capacity=node.capacity,
             labels=node.labels,
             backend=backend,
+            annotations=node.annotations,
         )
         if stale is not None:
             return stale
@@ -197,6 +205,7 @@ def plugin_mode_state(
     capacity: Mapping[str, str] | None = None,
     labels: Mapping[str, str] | None = None,
     backend: SharingBackend = DEFAULT,
+    annotations: Mapping[str, str] | None = None,
 ) -> NodeState | None:
     """None when the node advertises what ``mode`` implies (``backend.advertises``); else why it is
     not Ready yet.
@@ -210,7 +219,7 @@ def plugin_mode_state(
     * later: Degraded ``PluginModeStale``.
     """
     labels = labels or {}
-    if backend.advertises(mode, allocatable, labels):
+    if backend.advertises(mode, allocatable, labels, annotations):
         return None
     message = backend.stale_message(mode, allocatable, labels)
     since = _since(record)
@@ -237,9 +246,14 @@ def plugin_mode_state(
 
 
 def awaiting_plugin_mode(status: Mapping[str, Any]) -> bool:
-    """Whether a pool status lists a node still waiting for its plugin to advertise the pool's mode
-    (the operator looks again before ``readyTimeoutSeconds`` runs out)."""
-    return any(s.get("reason") == cond.PLUGIN_MODE_PENDING for s in status.get("nodeStatuses") or [])
+    """Whether a pool status lists a node still waiting for its plugin to advertise the pool's mode,
+    or for a switch its backend follows (``SharingBackend.switch_state``: Restarting for a reason
+    of the backend's own): the operator looks again before ``readyTimeoutSeconds`` runs out."""
+    return any(
+        s.get("reason") == cond.PLUGIN_MODE_PENDING
+        or (s.get("phase") == "Restarting" and s.get("reason") != cond.NODE_PLUGIN_RESTARTING)
+        for s in status.get("nodeStatuses") or []
+    )
 
 
 def pool_status(

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpushare import metrics
+from gpushare.backends import SharingBackend
 from gpushare.k8s import ApiError
 from gpushare.policy import NodePlan, NodeView
 from gpushare.policy.events import names
@@ -180,3 +181,30 @@ async def evict(
             if (error := await writes.evict(s.name, p.node, pod)) is not None:
                 errors[p.node] = error
     return errors
+
+
+async def record_switches(
+    s: PassScope, backend: SharingBackend, state: ClusterState, cache: PlanCache, writes: PassCalls
+) -> None:
+    """Write what the pool's nodes show of a switch under way (``SharingBackend.switch_seen``, as
+    the node is now or as the watch saw it in between): the backend's record on the node, which
+    its status reads (a report is trusted only once the switch was seen under way)."""
+    for p in cache.of_pool(s.name, orphans=False):
+        view = state.view(p.node) if p.pool == s.name else None
+        if view is None:
+            continue
+        patch = backend.switch_seen(view.labels, view.annotations) or state.switch_seen(view)
+        if not patch:
+            continue
+        with writes.claim(p.node) as mine:
+            if not mine:
+                continue
+            out = await writes.patch_node(s.name, p.node, {"metadata": {"annotations": dict(patch)}})
+        if out.error is not None or out.conflict:
+            s.effects.dirty.add(p.node)
+            continue
+        state.switches_seen.pop(p.node, None)
+        if out.gone:
+            s.effects.gone.add(p.node)
+        else:
+            remember(s, state, cache, out.obj)

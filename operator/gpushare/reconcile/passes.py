@@ -29,7 +29,7 @@ from gpushare.policy.decide import (
     settle,
 )
 from gpushare.policy.events import restart_events, write_events
-from gpushare.reconcile.apply import Written, confirm, evict, write_nodes
+from gpushare.reconcile.apply import Written, confirm, evict, record_switches, write_nodes
 from gpushare.reconcile.calls import PassCalls
 from gpushare.reconcile.configs import Configs, keep_configs, release_configs
 from gpushare.reconcile.memory import ReportMemory, RestartMemory
@@ -131,6 +131,7 @@ async def act(s: PassScope, parts: Parts, decision: PassPlan, apply: Apply) -> A
     unreleased = await release_configs(s, state, writes)
     evicted = await evict(s, decision.evictions, state, writes)
     restarts = await move_restarts(s, owed(s, state, cache), state, cache, writes, parts.restarts)
+    await record_switches(s, backend_for(s.model.spec if s.model else None), state, cache, writes)
     apply(s.name, s.effects.drain())
     errors = {**written.errors, **evicted, **restarts.errors}
     if configs.error is not None:

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gpushare import metrics
+from gpushare.backends import BACKENDS
 from gpushare.backends.nvidia.configmap import KEEP_UNUSED
 from gpushare.k8s.cluster import pool_ref
 from gpushare.k8s.cluster_api import ClusterAPI
@@ -95,6 +96,9 @@ class Reconciler:
 
     def observe_node(self, view: NodeView) -> None:
         """A node as the watch shows it (added or modified)."""
+        for backend in BACKENDS.values():
+            if (seen := backend.switch_seen(view.labels, view.annotations)) is not None:
+                self.state.note_switch(view, seen)
         if self.state.observe_node(view):
             self._marked([view.name])
 

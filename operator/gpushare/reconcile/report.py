@@ -13,9 +13,10 @@ from typing import Any
 
 from gpushare import metrics
 from gpushare.api.v1alpha1 import GPUSharePool, GPUSharePoolStatus
+from gpushare.backends import backend_for
 from gpushare.policy import ClusterPlan, NodePlan
 from gpushare.policy.decide import FAST_REQUEUE, status_wait
-from gpushare.policy.events import Event, invalid_events, transition_events
+from gpushare.policy.events import Event, invalid_events, switch_events, transition_events
 from gpushare.policy.status import awaiting_plugin_mode, pool_status, status_merge_patch
 from gpushare.reconcile.calls import PassCalls
 from gpushare.reconcile.memory import ReportMemory
@@ -120,7 +121,10 @@ async def report(
         s.name, status, ready_timeout_seconds=model.spec.device_plugin.ready_timeout_seconds
     )
     transitions, memory.reported = transition_events(s.name, plans, memory.reported)
-    await writes.post(s.ref, [*events, *transitions])
+    switches, memory.reported = switch_events(
+        status.get("nodeStatuses") or [], backend_for(model.spec).switch_reasons, memory.reported
+    )
+    await writes.post(s.ref, [*events, *transitions, *switches])
     wait = await _write_status(s, writes, memory, status, base, current, moving=moving)
     return Report(status_wait=wait, awaiting_plugin=awaiting_plugin_mode(status))
 

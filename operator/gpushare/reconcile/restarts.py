@@ -154,7 +154,7 @@ def _take_step(
             pods,
             now=s.now,
             plugin=plugin,
-            advertised=backend.advertises(mode, allocatable, labels),
+            advertised=backend.advertises(mode, allocatable, labels, view.annotations if view else {}),
             stale=backend.stale_message(mode, allocatable, labels),
         )
     return restart_step(

@@ -118,6 +118,9 @@ class ClusterState:
         self.memo = PlanMemo()
         #: Counts the changes of what is kept here (a reader tells "nothing changed" by it).
         self.generation = 0
+        #: Node -> (its annotations then, the annotations to write): a switch under way the watch
+        #: showed (``SharingBackend.switch_seen``), kept until written, as a pass may not see it.
+        self.switches_seen: dict[str, tuple[dict[str, str | None], dict[str, str]]] = {}
 
     # --- nodes -----------------------------------------------------------------------------------
 
@@ -150,11 +153,29 @@ class ClusterState:
         self.generation += 1
         return True
 
+    def note_switch(self, view: NodeView, patch: Mapping[str, str]) -> None:
+        """The watch showed ``view`` with a switch under way: ``patch`` records it (written by the
+        pool's pass, :meth:`switch_seen`)."""
+        self.switches_seen[view.name] = ({k: view.annotations.get(k) for k in patch}, dict(patch))
+
+    def switch_seen(self, view: NodeView) -> dict[str, str] | None:
+        """The record of a switch the watch saw under way on the node, while the annotations it
+        replaces are still as they were then (None: none, or the record moved on)."""
+        found = self.switches_seen.get(view.name)
+        if found is None:
+            return None
+        before, patch = found
+        if any(view.annotations.get(k) != v for k, v in before.items()):
+            del self.switches_seen[view.name]
+            return None
+        return patch
+
     def forget_node(self, name: str) -> NodeView | None:
         """The node is gone (marked dirty); returns how it was last seen."""
         view = self.view(name)
         self.nodes.pop(name, None)
         self.fresh.pop(name, None)
+        self.switches_seen.pop(name, None)
         self.dirty.add(name)
         self.generation += 1
         return view

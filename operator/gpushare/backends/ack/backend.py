@@ -10,10 +10,10 @@ from gpushare import constants as c
 from gpushare.api.quantity import quantity_int
 from gpushare.api.v1alpha1 import GPUSharePoolSpec
 from gpushare.backends.ack import evidence, fit
-from gpushare.backends.base import GpuSize
+from gpushare.backends.base import FollowsNoSwitch, GpuSize
 
 
-class AckBackend:
+class AckBackend(FollowsNoSwitch):
     """ACK's labels, plugin and evidence behind :class:`gpushare.backends.base.SharingBackend`."""
 
     name: str = "ack"
@@ -110,7 +110,13 @@ class AckBackend:
     def holds_shared_gpu(self, requests: Mapping[str, int]) -> bool:
         return requests.get(c.RES_GPU_MEM, 0) > 0
 
-    def advertises(self, mode: str, allocatable: Mapping[str, str], labels: Mapping[str, str]) -> bool:
+    def advertises(
+        self,
+        mode: str,
+        allocatable: Mapping[str, str],
+        labels: Mapping[str, str],
+        annotations: Mapping[str, str] | None = None,
+    ) -> bool:
         return evidence.advertises(mode, allocatable)
 
     def plugin_unregistered(self, capacity: Mapping[str, str], allocatable: Mapping[str, str]) -> bool:

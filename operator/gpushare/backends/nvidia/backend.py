@@ -9,7 +9,7 @@ from typing import Final
 from gpushare import constants as c
 from gpushare.api.quantity import quantity_int
 from gpushare.api.v1alpha1 import GPUSharePoolSpec
-from gpushare.backends.base import GpuSize
+from gpushare.backends.base import FollowsNoSwitch, GpuSize
 from gpushare.backends.nvidia import config
 from gpushare.backends.nvidia.config import ConfigName
 
@@ -39,7 +39,7 @@ def _describe(allocatable: Mapping[str, str]) -> str:
     return ", ".join(shown) if shown else f"no {c.RES_NVIDIA_GPU}"
 
 
-class NvidiaBackend:
+class NvidiaBackend(FollowsNoSwitch):
     """NVIDIA's config label, plugin and evidence behind :class:`gpushare.backends.base.SharingBackend`."""
 
     name: str = "nvidia"
@@ -182,7 +182,13 @@ class NvidiaBackend:
         gpus = _gpus(labels)
         return name.resource, None if gpus is None else gpus * name.replicas
 
-    def advertises(self, mode: str, allocatable: Mapping[str, str], labels: Mapping[str, str]) -> bool:
+    def advertises(
+        self,
+        mode: str,
+        allocatable: Mapping[str, str],
+        labels: Mapping[str, str],
+        annotations: Mapping[str, str] | None = None,
+    ) -> bool:
         """``replicas x GPUs`` of the config's resource. GPUs come from ``gpushare.io/gpu.count``
         (the node agent) or ``nvidia.com/gpu.count`` (GPU Feature Discovery); without either, any
         positive multiple of ``replicas``. A config gpushare did not name: any GPU advertised."""

@@ -13,27 +13,31 @@ The mode of a node is its ``nvidia.com/mig.config`` value. A node advertises a M
 the MIG manager reports ``nvidia.com/mig.config.state=success`` for that value and the node
 advertises the geometry's devices (``nvidia.com/mig-<profile>`` per GPU x GPUs x the profile's
 replicas under ``mixed``; ``nvidia.com/gpu`` under ``single``). A state from before the switch (the
-previous config's ``success``) comes with the previous geometry's devices, which are not the new
-one's, so it is not taken; :mod:`gpushare.backends.nvidia.migstate` is the stricter reading
-(gpushare's own record of having seen the manager work), not wired yet.
+previous config's ``success``) is never taken: gpushare writes its record of the switch
+(``gpushare.io/mig-switch``, :mod:`gpushare.backends.nvidia.migstate`) in the same patch as the
+label, marks it once it sees the manager working (``pending``/``rebooting``) on that config, and
+trusts a ``success`` only after that. The pool's status names a ``failed`` config, a state stuck
+past ``readyTimeoutSeconds`` and operands left ``paused-for-mig-change`` (:meth:`MigBackend.switch_state`).
 
 What a node advertises is known once a pool with its two labels' values was seen
 (:meth:`MigBackend.labels_for`, :meth:`MigBackend.pool_mode`): each name is a digest of its
 content, so the pair stands for one geometry and one time-slicing only. For a config gpushare
 did not write (a pool naming an existing config, ``mig.config``; a node's own config given back
 when it leaves), only some NVIDIA GPU device advertised is required: right after gpushare writes
-such a label, the previous config's ``success`` is taken (the stricter reading fixes that).
+such a label, gpushare's record still keeps the previous config's ``success`` from being taken.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from typing import Final
 
 from gpushare import constants as c
 from gpushare.api.quantity import quantity_int
 from gpushare.api.v1alpha1 import GPUSharePoolSpec, Mig
+from gpushare.backends.base import NodePhaseName
 from gpushare.backends.nvidia import config, migconfig, migstate
 from gpushare.backends.nvidia.backend import NvidiaBackend, physical_gpus
 
@@ -101,6 +105,10 @@ def _mig(spec: GPUSharePoolSpec) -> Mig:
     return spec.nvidia.mig
 
 
+def _record(annotations: Mapping[str, str]) -> migstate.MigSwitch | None:
+    return migstate.MigSwitch.parse(annotations.get(migstate.ANNOTATION_MIG_SWITCH))
+
+
 def _mig_devices(allocatable: Mapping[str, str]) -> str:
     shown = [f"{r}: {v}" for r, v in sorted(allocatable.items()) if r.startswith(c.RES_NVIDIA_MIG_PREFIX)]
     whole = allocatable.get(c.RES_NVIDIA_GPU)
@@ -118,6 +126,7 @@ class MigBackend(NvidiaBackend):
     node_resources: tuple[str, ...] = (c.RES_NVIDIA_GPU, c.RES_NVIDIA_MIG_PREFIX)
     pod_resources: tuple[str, ...] = (c.RES_NVIDIA_GPU, c.RES_NVIDIA_MIG_PREFIX)
     pool_words: str = "an NVIDIA MIG pool"
+    switch_reasons: tuple[str, ...] = (migstate.FAILED_REASON, migstate.STUCK, migstate.OPERANDS_PAUSED)
 
     def spec_problem(self, spec: GPUSharePoolSpec) -> str | None:
         return None
@@ -155,8 +164,8 @@ class MigBackend(NvidiaBackend):
             k.startswith(c.RES_NVIDIA_MIG_PREFIX) and v > 0 for k, v in requests.items()
         )
 
-    def advertises(self, mode: str, allocatable: Mapping[str, str], labels: Mapping[str, str]) -> bool:
-        """``success`` for ``mode`` and the geometry's devices (module docstring)."""
+    def _devices(self, mode: str, allocatable: Mapping[str, str], labels: Mapping[str, str]) -> bool:
+        """``success`` for ``mode`` and the geometry's devices, whenever that success came."""
         if labels.get(c.LABEL_MIG_CONFIG) != mode or labels.get(c.LABEL_MIG_CONFIG_STATE) != migstate.SUCCESS:
             return False
         expected = _expected(mode, labels)
@@ -169,6 +178,76 @@ class MigBackend(NvidiaBackend):
             for r in allocatable
             if r == c.RES_NVIDIA_GPU or r.startswith(c.RES_NVIDIA_MIG_PREFIX)
         )
+
+    def advertises(
+        self,
+        mode: str,
+        allocatable: Mapping[str, str],
+        labels: Mapping[str, str],
+        annotations: Mapping[str, str] | None = None,
+    ) -> bool:
+        """``success`` for ``mode`` and the geometry's devices (module docstring); for a switch to
+        ``mode`` gpushare made (its record in ``annotations``), only once the MIG manager was seen
+        working on it: never the previous config's ``success``."""
+        if not self._devices(mode, allocatable, labels):
+            return False
+        record = _record(annotations or {})
+        return record is None or record.config != mode or record.seen_working
+
+    def switch_annotations(
+        self,
+        labels: Mapping[str, str],
+        annotations: Mapping[str, str],
+        label_patch: Mapping[str, str | None],
+        now: str,
+        *,
+        staying: bool,
+    ) -> dict[str, str | None]:
+        """gpushare's record of the switch (:class:`~gpushare.backends.nvidia.migstate.MigSwitch`)
+        with a new ``nvidia.com/mig.config``; dropped when the node leaves the pool."""
+        key = migstate.ANNOTATION_MIG_SWITCH
+        if not staying:
+            return {key: None} if key in annotations else {}
+        new = label_patch.get(c.LABEL_MIG_CONFIG)
+        if not new or new == labels.get(c.LABEL_MIG_CONFIG):
+            return {}
+        since = datetime.fromisoformat(now.replace("Z", "+00:00"))
+        return {key: migstate.MigSwitch(new, since).dump()}
+
+    def switch_seen(self, labels: Mapping[str, str], annotations: Mapping[str, str]) -> dict[str, str] | None:
+        """The record marked ``seenWorking`` once the MIG manager reports ``pending`` or
+        ``rebooting`` for the config gpushare wrote: its ``success`` after that is the new one's."""
+        record = _record(annotations)
+        if record is None or record.seen_working or record.config != labels.get(c.LABEL_MIG_CONFIG):
+            return None
+        if labels.get(c.LABEL_MIG_CONFIG_STATE) not in migstate.WORKING:
+            return None
+        return {migstate.ANNOTATION_MIG_SWITCH: replace(record, seen_working=True).dump()}
+
+    def switch_state(
+        self,
+        mode: str,
+        allocatable: Mapping[str, str],
+        labels: Mapping[str, str],
+        annotations: Mapping[str, str],
+        *,
+        now: datetime,
+        timeout_s: int,
+    ) -> tuple[NodePhaseName, str, str] | None:
+        """Where a switch gpushare made to ``mode`` stands (:func:`migstate.progress`): Restarting
+        while the manager works (or has not started), Failed for ``failed``, a state stuck past
+        ``timeout_s`` or operands left paused; None once confirmed, or when gpushare has no record
+        of switching the node to ``mode`` (the device plugin's evidence says then, as when the
+        manager applied the config but the node does not advertise its devices in time)."""
+        record = _record(annotations)
+        if record is None or record.config != mode or labels.get(c.LABEL_MIG_CONFIG) != mode:
+            return None
+        found = migstate.progress(
+            mode, labels, self._devices(mode, allocatable, labels), record, now, timedelta(seconds=timeout_s)
+        )
+        if found.confirmed or found.reason == migstate.NOT_ADVERTISED:
+            return None
+        return ("Failed" if found.failed else "Restarting"), found.reason, found.message
 
     def plugin_unregistered(self, capacity: Mapping[str, str], allocatable: Mapping[str, str]) -> bool:
         return False

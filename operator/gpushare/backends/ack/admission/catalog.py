@@ -225,8 +225,9 @@ KIND_MISMATCH = AdmissionRule(
     f" NVIDIA pools, a pod asking for `{_NV}` or `{_NVS}` confined to pools (by `{c.LABEL_POOL}`, the"
     f" pool's nodeSelector, node names or `{c.LABEL_SCHEDULE}`) targets an NVIDIA pool that advertises"
     f" the resource it asks for (`{_NVS}` with renameByDefault, else `{_NV}`; a MIG device"
-    f" `{c.RES_NVIDIA_MIG_PREFIX}*` only on a pool with strategy None: a TimeSlicing or MPS pool's config"
-    " shares no MIG device, and NVIDIA's plugin does not support MPS on MIG-enabled devices)",
+    f" `{c.RES_NVIDIA_MIG_PREFIX}*` only on a MIG pool, whose profiles GS022 judges, or a pool with"
+    " strategy None: a TimeSlicing or MPS pool's config shares no MIG device, and NVIDIA's plugin does not"
+    " support MPS on MIG-enabled devices)",
     fix="target a pool of the matching kind, or add/remove the gpu-core.percentage request; ask for the"
     " resource the NVIDIA pool advertises",
     cases={
@@ -247,8 +248,9 @@ KIND_MISMATCH = AdmissionRule(
             'targets {where} but {asker} asks for the MIG device "{resource}": the pool shares its GPUs'
             " ({why}), its config shares " + _NV + " only and names no MIG device{mps}, so its nodes"
             " advertise no {resource} and the pod would stay Pending",
-            'ask for "{offered}" on this pool, or target an NVIDIA pool with strategy None on nodes whose'
-            " device plugin runs with the mixed MIG strategy",
+            'ask for "{offered}" on this pool; for {resource}, target a MIG pool that offers it,'
+            " {suggestion}, or an NVIDIA pool with strategy None on nodes whose device plugin runs with the"
+            " mixed MIG strategy",
         ),
         "nvidia-resource": Case(
             'targets {where} but {asker} asks for "{resource}": the pool\'s nodes advertise "{offered}"'

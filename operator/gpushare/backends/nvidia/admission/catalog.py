@@ -1,9 +1,10 @@
 """NVIDIA's admission records: what ``gpushare.backends.nvidia.admission.rules`` emits of its own.
 
-``GS019`` is NVIDIA's alone: a container asks for more than one shared GPU where the pool's
-device plugin refuses it at Allocate. The pod rules also emit the NVIDIA cases of two records
-shared with ACK's rules, ``GS009`` and ``GS011`` (in :mod:`gpushare.backends.ack.admission.catalog`,
-where their other cases are), and ACK's ``GS018`` names NVIDIA's resources by :data:`NVIDIA_WHAT`.
+``GS019`` to ``GS023`` are NVIDIA's alone (``GS022`` and ``GS023`` its MIG pools'). ``GS019``: a
+container asks for more than one shared GPU where the pool's device plugin refuses it at Allocate.
+The pod rules also emit the NVIDIA cases of two records shared with ACK's rules, ``GS009`` and
+``GS011`` (in :mod:`gpushare.backends.ack.admission.catalog`, where their other cases are), and
+ACK's ``GS018`` names NVIDIA's resources by :data:`NVIDIA_WHAT`.
 """
 
 from __future__ import annotations
@@ -138,9 +139,13 @@ NVIDIA_EXCEEDS_NODE = AdmissionRule(
     " (containers and sidecar init containers summed, a regular init container with the sidecars"
     " before it, the larger of the two), fits on one node it can land on: on an NVIDIA pool the"
     " largest node's GPUs x the pool's replicas (its allocatable once the pool's config is applied"
-    " there), elsewhere the node's allocatable; a pod without node constraints (which only `gpushare"
-    " check` judges) on some known node; admitted while a node's size is unknown",
-    fix="ask for at most what one node offers, or target a pool with larger nodes or more replicas",
+    " there); on a MIG pool with a geometry, the profile's devices per GPU x the node's GPUs x the"
+    " profile's time-slicing replicas (what the device plugin advertises once NVIDIA's MIG manager"
+    " has applied the geometry: `nvidia.com/mig-<profile>` under the mixed strategy, `nvidia.com/gpu`"
+    " under single); elsewhere the node's allocatable; a pod without node constraints (which only"
+    " `gpushare check` judges) on some known node; admitted while a node's size is unknown",
+    fix="ask for at most what one node offers, or target a pool with larger nodes or more replicas (on a"
+    " MIG pool: more devices of the profile per GPU, or its time-slicing)",
     cases={
         "target": Case(
             'asks for {count} "{resource}" in all (the pod\'s effective request: containers summed, init'
@@ -155,6 +160,13 @@ NVIDIA_EXCEEDS_NODE = AdmissionRule(
             " stay Pending (Insufficient {resource})",
             "ask for at most {most}, or add nodes that offer more",
         ),
+        "mig": Case(
+            'asks for {count} "{resource}" in all (the pod\'s effective request: containers summed, init'
+            " containers at their peak), but no node of MIG pool {pool} has more than {most} ({how});"
+            " the pod would stay Pending (Insufficient {resource})",
+            "ask for at most {most}, split the work over several pods, or give pool {pool} more {profile}"
+            " devices per GPU in spec.nvidia.mig.geometry (or time-slice them: spec.nvidia.mig.timeSlicing)",
+        ),
         "nowhere": Case(
             'asks for {count} "{resource}" in all, but no known node offers {resource}; the pod would stay'
             " Pending (Insufficient {resource})",
@@ -164,8 +176,71 @@ NVIDIA_EXCEEDS_NODE = AdmissionRule(
     },
 )
 
+# What a MIG pool's nodes advertise. NVIDIA's device plugin (k8s-device-plugin README,
+# "--mig-strategy"): with the mixed strategy each MIG device is advertised as
+# nvidia.com/mig-<profile> (a GPU with MIG disabled still as nvidia.com/gpu); with single, every
+# GPU carries one profile and its devices are advertised as nvidia.com/gpu. NVIDIA's MIG manager
+# (mig-parted v0.10.0) applies a config's entries to the GPUs each matches (cmd/nvidia-mig-parted/
+# assert/assert.go WalkSelectedMigConfigForEachGPU: a GPU no entry's device-filter matches is
+# skipped, left as it was); every entry gpushare writes sets mig-enabled: true
+# (gpushare.backends.nvidia.migconfig). The two rules need the pool's geometry: the
+# ValidatingAdmissionPolicy, which reads no cluster state, does not hold them.
+_MIG = c.RES_NVIDIA_MIG_PREFIX
+
+NVIDIA_MIG_PROFILE = AdmissionRule(
+    id="GS022-nvidia-mig-profile-not-offered",
+    verdict="deny",
+    pool_mode=True,
+    what=f"a pod confined to NVIDIA MIG pools asks only for MIG devices (`{_MIG}<profile>`) that one of"
+    " them advertises: under the device plugin's mixed strategy a profile of the pool's geometry (NVIDIA's"
+    " MIG manager creates only those; a pool naming an existing config is not judged), under the single"
+    f" strategy none (its slices are advertised as `{_NV}`)",
+    fix=f"ask for a profile the pool's geometry declares, or `{_NV}` on a single-strategy pool, or add the"
+    " profile to the pool's spec.nvidia.mig.geometry",
+    cases={
+        "profile": Case(
+            'asks for the MIG device "{resource}", but MIG pool {pool} cuts its GPUs into {profiles}'
+            " devices only (spec.nvidia.mig.geometry); NVIDIA's MIG manager creates no {profile} device"
+            " there, so no node advertises {resource} and the pod would stay Pending",
+            'ask for one of {offered} (e.g. "{example}"), or add {profile} to the geometry of pool {pool}',
+        ),
+        "single": Case(
+            'asks for the MIG device "{resource}", but MIG pool {pool} runs the device plugin\'s single'
+            " MIG strategy: its slices ({profiles}) are advertised as " + _NV + " and no " + _MIG + "*"
+            " resource exists there, so the pod would stay Pending",
+            'ask for "' + _NV + '" (one ' + "{profiles} slice each) on pool {pool}, or target a MIG pool"
+            " with strategy mixed",
+        ),
+    },
+)
+
+NVIDIA_WHOLE_GPU_ON_MIG = AdmissionRule(
+    id="GS023-nvidia-whole-gpu-on-mig",
+    verdict="deny",
+    pool_mode=True,
+    what=f"a pod confined to NVIDIA MIG pools of the mixed strategy asks for no `{_NV}` where every GPU is"
+    " MIG-enabled (a geometry with an entry for every GPU, without deviceFilter): the device plugin"
+    f" advertises such GPUs only as `{_MIG}<profile>` devices, never as `{_NV}`",
+    fix=f"ask for a profile the pool offers (`{_MIG}<profile>`), or target a pool of whole GPUs",
+    cases={
+        "mixed": Case(
+            'asks for "{resource}", but every GPU of MIG pool {pool} is MIG-enabled'
+            " (spec.nvidia.mig.geometry: {profiles} on every GPU) and the device plugin's mixed strategy"
+            " advertises them as MIG devices only, no {resource}; the pod would stay Pending",
+            'ask for a MIG profile instead, e.g. resources.limits["{example}"]: {count}, or target a pool of'
+            " whole GPUs (an NVIDIA pool with strategy None)",
+        ),
+    },
+)
+
 #: The rules the ValidatingAdmissionPolicy holds of NVIDIA's (no cluster state).
 STATELESS: tuple[AdmissionRule, ...] = (NVIDIA_QUANTITY,)
 
 #: NVIDIA's own pod and workload rules, in the table's order.
-WORKLOAD_RULES: tuple[AdmissionRule, ...] = (NVIDIA_MORE_THAN_ONE, NVIDIA_QUANTITY, NVIDIA_EXCEEDS_NODE)
+WORKLOAD_RULES: tuple[AdmissionRule, ...] = (
+    NVIDIA_MORE_THAN_ONE,
+    NVIDIA_QUANTITY,
+    NVIDIA_EXCEEDS_NODE,
+    NVIDIA_MIG_PROFILE,
+    NVIDIA_WHOLE_GPU_ON_MIG,
+)

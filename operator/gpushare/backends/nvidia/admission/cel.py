@@ -15,6 +15,13 @@ from gpushare.rulekit.quantity import MAX_TEXT
 
 #: NVIDIA's resources are extended resources: the prefix of their names.
 PREFIX = c.RES_NVIDIA_PREFIX
+#: What a container asks for that aims its pod at an NVIDIA pool only when the pod's own fields
+#: constrain its nodes (whole GPUs also run on any GPU node): ``nvidia.com/gpu`` by name, and MIG
+#: devices (``nvidia.com/mig-<profile>``, the device plugin's mixed strategy) by prefix. The
+#: webhook's matchConditions (``gpushare.admission.cel``) and its fast gate
+#: (``gpushare.admission.podspecs``) read them here, as the rules do (:func:`.rules.aimed`).
+AIMED_NAMES: tuple[str, ...] = (c.RES_NVIDIA_GPU,)
+AIMED_PREFIXES: tuple[str, ...] = (c.RES_NVIDIA_MIG_PREFIX,)
 _NV = f"r.startsWith({string_literal(PREFIX)})"
 
 

@@ -24,10 +24,11 @@ from typing import Any, cast
 
 from gpushare import constants as c
 from gpushare.api.quantity import quantity_or_none
-from gpushare.api.v1alpha1 import GPUSharePool, Mig
+from gpushare.api.v1alpha1 import GPUSharePool
 from gpushare.backends.ack.admission.catalog import KIND_MISMATCH, TARGET_UNKNOWN
 from gpushare.backends.ack.admission.targeting import KIND_TEXT, nvidia_target, pool_node_labels, reaches_pool
 from gpushare.backends.base import PodRules
+from gpushare.backends.nvidia.admission import mig as mig_rules
 from gpushare.backends.nvidia.admission.catalog import (
     NVIDIA_EXCEEDS_NODE,
     NVIDIA_MORE_THAN_ONE,
@@ -35,6 +36,7 @@ from gpushare.backends.nvidia.admission.catalog import (
     NVIDIA_QUANTITY,
     NVIDIA_WHAT,
 )
+from gpushare.backends.nvidia.admission.cel import AIMED_NAMES, AIMED_PREFIXES
 from gpushare.backends.nvidia.config import name_of
 from gpushare.rulekit.constraints import Constraints, reaches_node
 from gpushare.rulekit.emit import Emitter, pool_verdict
@@ -68,8 +70,7 @@ def aimed(pod: PodLike) -> bool:
     if any(asks_any(ref, (c.RES_NVIDIA_GPU_SHARED,)) for ref in pod.containers):
         return True
     return pod.own_constraints and any(
-        asks_any(ref, (c.RES_NVIDIA_GPU,)) or asks_prefixed(ref, (c.RES_NVIDIA_MIG_PREFIX,))
-        for ref in pod.containers
+        asks_any(ref, AIMED_NAMES) or asks_prefixed(ref, AIMED_PREFIXES) for ref in pod.containers
     )
 
 
@@ -86,12 +87,22 @@ def _nvidia_pools(ctx: Context, names: set[str] | None = None) -> list[GPUShareP
 def offered(ctx: Context, pools: set[str]) -> set[str]:
     """The NVIDIA resources the NVIDIA pools among ``pools`` advertise (ACK's ``KIND_MISMATCH``
     names them to a pod asking for ACK's GPU sharing on an NVIDIA pool)."""
-    return {p.spec.nvidia.resource for p in _nvidia_pools(ctx, pools) if p.spec.nvidia is not None}
+    return {r for p in _nvidia_pools(ctx, pools) for r in _resources_of(p)}
+
+
+def _resources_of(pool: GPUSharePool) -> tuple[str, ...]:
+    """What an NVIDIA pool's nodes advertise (a MIG pool's: :func:`.mig.resources`)."""
+    nv = pool.spec.nvidia
+    if nv is None:
+        return ()
+    return mig_rules.resources(nv.mig) if nv.mig is not None else (nv.resource,)
 
 
 def _nvidia_why(pool: GPUSharePool) -> str:
     nv = pool.spec.nvidia
     assert nv is not None
+    if nv.mig is not None:
+        return f"MIG, strategy {nv.mig.strategy}"
     if nv.strategy == "None":
         return "strategy None: whole GPUs"
     return f"{nv.strategy}, renameByDefault: {'true' if nv.rename_by_default else 'false'}"
@@ -126,21 +137,10 @@ def may_offer(pool: GPUSharePool, resource: str) -> bool:
     if nv is None:
         return False
     if nv.mig is not None:
-        return _mig_offers(nv.mig, resource)
+        return mig_rules.offers(nv.mig, resource)  # a MIG pool: its strategy and geometry say
     if resource.startswith(c.RES_NVIDIA_MIG_PREFIX):
         return nv.strategy == "None"
     return nv.resource == resource
-
-
-def _mig_offers(mig: Mig, resource: str) -> bool:
-    """A MIG pool: with strategy single, its slices as ``nvidia.com/gpu``; with mixed, one
-    ``nvidia.com/mig-<profile>`` per declared profile (any, for a named config: its profiles are
-    the MIG manager's ConfigMap's)."""
-    if mig.strategy == "single":
-        return resource == c.RES_NVIDIA_GPU
-    if not resource.startswith(c.RES_NVIDIA_MIG_PREFIX):
-        return False
-    return mig.geometry is None or resource.removeprefix(c.RES_NVIDIA_MIG_PREFIX) in mig.profiles()
 
 
 def _amount(raw: object) -> Amount:
@@ -250,8 +250,9 @@ def node_offers(ctx: Context, node: NodeInfo, resource: str) -> int | None:
     A node of an NVIDIA pool: its allocatable once the pool's config is applied there (its config
     label names the pool's config), else its GPUs x the pool's replicas (what NVIDIA's plugin
     advertises under that config: k8s-device-plugin v0.19.3 ``api/config/v1/replicas.go``); 0 for a
-    resource the pool cannot offer (:func:`may_offer`). A node of an ACK pool offers no
-    ``nvidia.com/*``. Any other node: its allocatable today."""
+    resource the pool cannot offer (:func:`may_offer`). A node of a MIG pool with a geometry: the
+    profile's devices per GPU x its GPUs x the profile's replicas (:func:`.mig.node_size`). A node
+    of an ACK pool offers no ``nvidia.com/*``. Any other node: its allocatable today."""
     name = ctx.node_pool.get(node.name)
     pool = ctx.pool(name) if name else None
     if pool is None:
@@ -259,6 +260,8 @@ def node_offers(ctx: Context, node: NodeInfo, resource: str) -> int | None:
     nv = pool.spec.nvidia
     if nv is None or not may_offer(pool, resource):
         return 0
+    if nv.mig is not None and (size := mig_rules.node_size(nv.mig, resource, _gpus(node))) is not None:
+        return size
     if node.labels.get(c.LABEL_NVIDIA_CONFIG) == name_of(nv) and resource in node.allocatable:
         return _alloc(node, resource)
     if nv.mig is not None or resource.startswith(c.RES_NVIDIA_MIG_PREFIX):
@@ -349,7 +352,15 @@ def _check_capacity(em: Emitter, pod: PodLike, constraints: Constraints, ctx: Co
         more = f" and {len(sizes) - 5} more" if len(sizes) > 5 else ""
         case = "target" if constraints.present else ("anywhere" if sizes else "nowhere")
         shown = f"{listed}{more}" if case == "target" else (f" ({listed}{more})" if sizes else "")
-        problem, fix = NVIDIA_EXCEEDS_NODE.text(case, count=count, resource=resource, most=most, sizes=shown)
+        how = _mig_how(ctx, constraints, pools, resource, most) if case == "target" and not unpooled else None
+        if how is not None:
+            problem, fix = NVIDIA_EXCEEDS_NODE.text(
+                "mig", count=count, resource=resource, most=most, pool=how[0], how=how[1], profile=how[2]
+            )
+        else:
+            problem, fix = NVIDIA_EXCEEDS_NODE.text(
+                case, count=count, resource=resource, most=most, sizes=shown
+            )
         em.add(
             NVIDIA_EXCEEDS_NODE,
             container=None,
@@ -362,8 +373,27 @@ def _check_capacity(em: Emitter, pod: PodLike, constraints: Constraints, ctx: Co
         )
 
 
+def _mig_how(
+    ctx: Context, constraints: Constraints, pools: set[str], resource: str, most: int
+) -> tuple[str, str, str] | None:
+    """For a pod confined to one MIG pool with a geometry: the pool, how its largest node counts
+    ``resource`` (:func:`.mig.size_words`) and the profile; else None."""
+    if len(pools) != 1:
+        return None
+    (name,) = pools
+    found = mig_rules.mig_of(ctx.pool(name))
+    per_gpu = mig_rules.per_gpu(found, resource) if found is not None else None
+    if found is None or per_gpu is None:
+        return None
+    for node, pool in _reached(ctx, constraints):
+        gpus = _gpus(node)
+        if pool == name and gpus is not None and mig_rules.node_size(found, resource, gpus) == most:
+            return name, mig_rules.size_words(found, resource, gpus), per_gpu[1]
+    return None
+
+
 def _nvidia_suggest(ctx: Context, resource: str | None = None) -> str:
-    pools = sorted(p.name for p in _nvidia_pools(ctx) if p.spec.nvidia and p.spec.nvidia.resource == resource)
+    pools = sorted(p.name for p in _nvidia_pools(ctx) if resource is not None and may_offer(p, resource))
     if not pools:
         return f"e.g. nodeSelector {{{c.LABEL_POOL}: <pool>}}"
     listed = ", ".join(pools)
@@ -415,6 +445,10 @@ def evaluate_pod(em: Emitter, pod: PodLike, constraints: Constraints, ctx: Conte
         return
     # Confined to pools (or ACK-labelled nodes) none of which offers what the pod asks for.
     if target is not None and not target.unconfined and (target.pools or target.labels):
+        confined = _nvidia_pools(ctx, target.pools)
+        every_mig = len(confined) == len(target.pools) and all(mig_rules.mig_of(p) for p in confined)
+        if confined and every_mig and not target.labels and mig_rules.check_offers(em, asks, confined, ctx):
+            return  # a MIG device or whole GPU the MIG pools do not offer: their own rules said so
         offering = {p.name for p in _nvidia_pools(ctx, target.pools) if any(may_offer(p, r) for r in wanted)}
         if not offering:
             ack = {
@@ -444,7 +478,7 @@ def evaluate_pod(em: Emitter, pod: PodLike, constraints: Constraints, ctx: Conte
                 return
             mig = next(((ref, n) for ref, n, _, _ in asks if n.startswith(c.RES_NVIDIA_MIG_PREFIX)), None)
             if verdict and nvidia and mig is not None:
-                offered = sorted({p.spec.nvidia.resource for p in nvidia if p.spec.nvidia})
+                offered = sorted({r for p in nvidia for r in _resources_of(p)})
                 by_mps = ", ".join(
                     p.name for p in nvidia if p.spec.nvidia and p.spec.nvidia.strategy == "MPS"
                 )
@@ -457,11 +491,12 @@ def evaluate_pod(em: Emitter, pod: PodLike, constraints: Constraints, ctx: Conte
                     why="; ".join(f"pool {p.name}: {_nvidia_why(p)}" for p in nvidia),
                     mps=f"{no_mps} (pool {by_mps})" if by_mps else "",
                     offered=" or ".join(offered),
+                    suggestion=_nvidia_suggest(ctx, mig[1]),
                 )
                 emit(KIND_MISMATCH, problem, fix, verdict, note)
                 return
             if verdict and nvidia:
-                offered = sorted({p.spec.nvidia.resource for p in nvidia if p.spec.nvidia})
+                offered = sorted({r for p in nvidia for r in _resources_of(p)})
                 why = "; ".join(f"pool {p.name}: {_nvidia_why(p)}" for p in nvidia)
                 problem, fix = KIND_MISMATCH.text(
                     "nvidia-resource",
