@@ -25,6 +25,8 @@ KUBECTL="${KUBECTL:-kubectl}"
 TIMEOUT="${DEMO_TIMEOUT:-120}"
 OP_PID_FILE="$DEMO_DIR/operator.pid"
 OP_LOG="$DEMO_DIR/operator.log"
+WH_PID_FILE="$DEMO_DIR/webhook.pid"
+WH_LOG="$DEMO_DIR/webhook.log"
 OP_NS=gpushare-system
 PLUGIN_SELECTOR=name=gpushare-device-plugin-ds
 LABEL_COLUMNS=cgpu,cgpu.disable.isolation,ack.node.gpu.schedule,ack.node.gpu.placement,gpushare.io/pool
@@ -33,7 +35,8 @@ bold() { if [[ -t 1 ]]; then printf '\033[1m%s\033[0m\n' "$*"; else printf '%s\n
 die() {
   echo "demo: FAILED: $*" >&2
   if [[ -f "$OP_LOG" ]]; then echo "demo: operator log: $OP_LOG" >&2; fi
-  if [[ -f "$DEMO_DIR/supervisor.pid" || -f "$OP_PID_FILE" ]]; then
+  if [[ -f "$WH_LOG" ]]; then echo "demo: webhook log: $WH_LOG" >&2; fi
+  if [[ -f "$DEMO_DIR/supervisor.pid" || -f "$OP_PID_FILE" || -f "$WH_PID_FILE" ]]; then
     echo "demo: what was started is left running for inspection; stop it with: make demo-down" >&2
   fi
   exit 1
@@ -51,22 +54,30 @@ step() {
 
 free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
-operator_pid() {
+# pid_in FILE: the live process whose pid FILE holds.
+pid_in() {
   local pid
-  pid="$(cat "$OP_PID_FILE" 2>/dev/null)" || return 1
+  pid="$(cat "$1" 2>/dev/null)" || return 1
   [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null && echo "$pid"
 }
 
-stop_operator() {
+operator_pid() { pid_in "$OP_PID_FILE"; }
+webhook_pid() { pid_in "$WH_PID_FILE"; }
+
+# stop_process FILE NAME: SIGTERM the process of FILE, SIGKILL it after 10 s.
+stop_process() {
   local pid
-  if pid="$(operator_pid)"; then
+  if pid="$(pid_in "$1")"; then
     kill -TERM "$pid" 2>/dev/null || true
     for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
-    echo "# stopped the operator (pid $pid)" >&2
+    echo "# stopped the $2 (pid $pid)" >&2
   fi
-  rm -f "$OP_PID_FILE"
+  rm -f "$1"
 }
+
+stop_operator() { stop_process "$OP_PID_FILE" operator; }
+stop_webhook() { stop_process "$WH_PID_FILE" webhook; }
 
 PROM_DIR="$DEMO_DIR/prometheus"
 
@@ -76,7 +87,7 @@ start_prometheus() {
   local port url
   port="$(free_port)"
   if ! url="$("$PY" -m gpushare.devcluster.prometheus up --dir "$PROM_DIR" --port "$port" \
-      --operator "127.0.0.1:$1" --cluster-dir "$DEMO_DIR" 2>&1)"; then
+      --operator "127.0.0.1:$1" --webhook "127.0.0.1:$2" --cluster-dir "$DEMO_DIR" 2>&1)"; then
     echo "demo: no Prometheus ($url); run 'make promtool' (Debian's prometheus package) for it"
     return 0
   fi
@@ -87,6 +98,7 @@ prometheus_url() { cat "$PROM_DIR/prometheus.url" 2>/dev/null; }
 
 down() {
   "$PY" -m gpushare.devcluster.prometheus down --dir "$PROM_DIR" || true
+  stop_webhook
   stop_operator
   "$PY" -m gpushare.devcluster down --dir "$DEMO_DIR"
   rm -rf "$DEMO_DIR/webhook-certs"
@@ -99,6 +111,8 @@ wait_until() {
   until "$@" >/dev/null 2>&1; do
     operator_pid >/dev/null || die "the operator exited while waiting for $what; last lines of $OP_LOG:
 $(tail -n 20 "$OP_LOG" 2>/dev/null)"
+    [[ ! -f "$WH_PID_FILE" ]] || webhook_pid >/dev/null || die "the webhook exited while waiting for $what; last lines of $WH_LOG:
+$(tail -n 20 "$WH_LOG" 2>/dev/null)"
     ((SECONDS < deadline)) || die "timed out after ${TIMEOUT}s waiting for $what"
     sleep 1
   done
@@ -308,12 +322,18 @@ switch_cgpu_to_core_mem() {
   step "Where it ran" "$KUBECTL" get pods -l job-name=core-on-np-cgpu -o wide
 }
 
+# The operator and the webhook as two processes, as the chart's two containers run them.
+# setsid: each outlives this script and gets no SIGINT from the terminal; demo-down stops them.
 start_operator() {
-  # setsid: the operator outlives this script and gets no SIGINT from the terminal; demo-down stops it.
-  setsid "$GPUSHARE" run --kubeconfig "$KUBECONFIG" --metrics-port "$1" \
-    --webhook --webhook-local --webhook-port "$2" --webhook-namespace "$OP_NS" \
-    --webhook-cert-dir "$DEMO_DIR/webhook-certs" </dev/null >>"$OP_LOG" 2>&1 &
+  setsid "$GPUSHARE" run --kubeconfig "$KUBECONFIG" --metrics-port "$1" </dev/null >>"$OP_LOG" 2>&1 &
   echo $! >"$OP_PID_FILE"
+}
+
+start_webhook() {  # start_webhook METRICS_PORT WEBHOOK_PORT
+  setsid "$GPUSHARE" webhook --kubeconfig "$KUBECONFIG" --metrics-port "$1" \
+    --webhook-local --webhook-port "$2" --webhook-namespace "$OP_NS" \
+    --webhook-cert-dir "$DEMO_DIR/webhook-certs" </dev/null >>"$WH_LOG" 2>&1 &
+  echo $! >"$WH_PID_FILE"
 }
 
 policy_rejects_33() {
@@ -355,7 +375,7 @@ up() {
 
   bold "# gpushare demo: a real kube-apiserver, etcd, controller-manager, scheduler and kwok on 127.0.0.1"
   echo "# state, logs and kubeconfig: $DEMO_DIR"
-  if operator_pid >/dev/null || [[ -f "$DEMO_DIR/supervisor.pid" ]]; then
+  if operator_pid >/dev/null || webhook_pid >/dev/null || [[ -f "$DEMO_DIR/supervisor.pid" ]]; then
     echo "# an earlier demo is still running in $DEMO_DIR: stopping it first"
     down
   fi
@@ -396,21 +416,25 @@ raise SystemExit(", ".join(missing) if missing else 0)' 2>&1)"; then
   step "Add 6 fake GPU nodes in 3 ACK node pools (kwok), and run the node agent once on each (NVML stand-in)" \
     "$PY" -m gpushare.devcluster.demo nodes --kubeconfig "$KUBECONFIG"
 
-  local metrics_port webhook_port
+  local metrics_port webhook_port webhook_metrics_port
   metrics_port="$(free_port)"
   webhook_port="$(free_port)"
+  webhook_metrics_port="$(free_port)"
   echo
-  bold "# Start the operator with its admission webhook on https://127.0.0.1:$webhook_port (log: $OP_LOG)"
+  bold "# Start the operator (log: $OP_LOG) and, as a process of its own, its admission webhook on https://127.0.0.1:$webhook_port (log: $WH_LOG)"
   "$KUBECTL" create namespace "$OP_NS" --dry-run=client -o yaml | "$KUBECTL" apply -f - >/dev/null \
     || die "cannot create namespace $OP_NS"
-  echo "\$ gpushare run --webhook --webhook-local --webhook-port $webhook_port --metrics-port $metrics_port &"
-  start_operator "$metrics_port" "$webhook_port"
+  echo "\$ gpushare run --metrics-port $metrics_port &"
+  start_operator "$metrics_port"
   echo "operator pid $(cat "$OP_PID_FILE"), metrics http://127.0.0.1:$metrics_port/metrics"
+  echo "\$ gpushare webhook --webhook-local --webhook-port $webhook_port --metrics-port $webhook_metrics_port &"
+  start_webhook "$webhook_metrics_port" "$webhook_port"
+  echo "webhook pid $(cat "$WH_PID_FILE"), metrics http://127.0.0.1:$webhook_metrics_port/metrics"
   wait_until "the webhook to answer (kubectl apply --dry-run=server of a 33 % job)" webhook_rejects_33
   echo "webhook registered and answering"
   echo
-  bold "# Start Prometheus with the shipped alert rules, scraping the operator and the API server"
-  start_prometheus "$metrics_port"
+  bold "# Start Prometheus with the shipped alert rules, scraping the operator, the webhook and the API server"
+  start_prometheus "$metrics_port" "$webhook_metrics_port"
 
   wait_until "the device plugin pods to be Ready" \
     "$KUBECTL" -n kube-system rollout status ds/gpushare-device-plugin-ds --timeout=5s
@@ -460,8 +484,8 @@ raise SystemExit(", ".join(missing) if missing else 0)' 2>&1)"; then
   # policy goes in too, as the chart installs it for failurePolicy Ignore: a bare Pod stays guarded.
   step "Install the ValidatingAdmissionPolicies: the stateless rules, evaluated inside the kube-apiserver itself" \
     "$KUBECTL" apply -f manifests/webhook/policy.yaml -f manifests/webhook/policy-pods.yaml
-  # The dashboard's warnings panel (a rate) needs the operator's warned counter scraped twice before
-  # the operator stops: this process is the only one that counted the seed job's warning.
+  # The dashboard's warnings panel (a rate) needs the webhook's warned counter scraped twice before
+  # the webhook stops: this process is the only one that counted the seed job's warning.
   local prom_now
   if prom_now="$(prometheus_url)"; then
     wait_until "Prometheus to scrape the webhook's warning count twice" \
@@ -469,8 +493,8 @@ raise SystemExit(", ".join(missing) if missing else 0)' 2>&1)"; then
       --series 'gpushare_admission_requests_total{decision="warned"}' --samples 2
   fi
   echo
-  bold "# Stop the operator, and with it the webhook, as in an outage"
-  stop_operator 2>&1
+  bold "# Stop the webhook, as in an outage (the operator keeps reconciling the pools)"
+  stop_webhook 2>&1
   local deadline=$((SECONDS + TIMEOUT))
   until policy_rejects_33 && pod_policy_rejects_33; do  # a new policy loads within a second or so
     ((SECONDS < deadline)) || die "timed out after ${TIMEOUT}s waiting for the policies to deny 33 %"
@@ -498,9 +522,9 @@ raise SystemExit(", ".join(missing) if missing else 0)' 2>&1)"; then
   echo "(rejected as expected: kubectl exit code $rc)"
 
   echo
-  bold "# Start the operator again: the webhook answers GPU workloads again"
-  start_operator "$metrics_port" "$webhook_port"
-  echo "operator pid $(cat "$OP_PID_FILE")"
+  bold "# Start the webhook again: it answers GPU workloads again"
+  start_webhook "$webhook_metrics_port" "$webhook_port"
+  echo "webhook pid $(cat "$WH_PID_FILE")"
   wait_until "the webhook to answer again" webhook_answers
   echo "webhook answering again"
 
@@ -525,7 +549,7 @@ kubectl get nodes -L $LABEL_COLUMNS
 kubectl describe gsp cgpu
 kubectl delete gsp cgpu-no-isolation      # the operator restores those nodes' labels
 $GPUSHARE inspect -d
-tail -f $OP_LOG
+tail -f $OP_LOG $WH_LOG
 $(prometheus_url || echo "(no Prometheus: make promtool)")                   # Prometheus: alerts, rules, targets
 make demo-down                            # stop everything
 EOF

@@ -76,8 +76,8 @@ def _listening(port: int) -> bool:
     return False
 
 
-#: The demo's Prometheus targets: the apiserver, and the operator's process as both endpoints the
-#: ServiceMonitor names (``gpushare run --webhook`` serves the webhook's metrics there too).
+#: The demo's Prometheus targets: the apiserver, and the operator's and the webhook's processes
+#: (``gpushare run``, ``gpushare webhook``) as the two endpoints the ServiceMonitor names.
 WANTED_TARGETS = [
     ("apiserver", "", "up"),
     ("gpushare-operator", "metrics", "up"),
@@ -248,8 +248,16 @@ def test_demo_up_shows_the_product_and_down_leaves_nothing(
         _assert_real_node_parts(out)
 
     # while it runs: the operator and the control plane are up, on the demo's own ports
+    # two processes, as the chart's two containers: the operator and the webhook
     operator_pid = int((demo_dir / "operator.pid").read_text())
+    webhook_pid = int((demo_dir / "webhook.pid").read_text())
+    assert operator_pid != webhook_pid
     os.kill(operator_pid, 0)
+    os.kill(webhook_pid, 0)
+    op_argv = Path(f"/proc/{operator_pid}/cmdline").read_bytes().split(b"\0")
+    wh_argv = Path(f"/proc/{webhook_pid}/cmdline").read_bytes().split(b"\0")
+    assert b"run" in op_argv and b"--webhook" not in op_argv, op_argv
+    assert b"webhook" in wh_argv and b"run" not in wh_argv, wh_argv
     ports = list(json.loads((demo_dir / "cluster.json").read_text())["ports"].values())
     webhook = re.search(r"admission webhook on https://127\.0\.0\.1:(\d+)", out)
     metrics = re.search(r"metrics http://127\.0\.0\.1:(\d+)/metrics", out)
@@ -303,6 +311,7 @@ def test_demo_up_shows_the_product_and_down_leaves_nothing(
     )
     assert down.returncode == 0, down.stderr
     assert "stopped the operator" in down.stderr and "stopped the cluster" in down.stderr, down.stderr
+    assert "stopped the webhook" in down.stderr, down.stderr
     assert "stopped prometheus" in down.stderr, down.stderr
     # `down` returns once the operator and the supervisor are gone; their children die with them
     deadline = time.monotonic() + 10
@@ -312,4 +321,4 @@ def test_demo_up_shows_the_product_and_down_leaves_nothing(
         time.sleep(0.2)
     assert _processes_mentioning(str(demo_dir)) == []
     assert [p for p in ports if _listening(p)] == []
-    assert not (demo_dir / "operator.pid").exists()
+    assert not (demo_dir / "operator.pid").exists() and not (demo_dir / "webhook.pid").exists()

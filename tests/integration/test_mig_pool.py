@@ -7,24 +7,28 @@ pool gives each node its MIG config back (``all-disabled`` where it had none).""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import secrets
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, cast
 
+import aiohttp
 import pytest
-from kubernetes_asyncio import client
+from kubernetes_asyncio import client, watch
+from kubernetes_asyncio.client.rest import ApiException
 
 from gpushare import constants as c
 from gpushare.devcluster import migsim, wait_for
 from gpushare.devcluster.demo import NVIDIA_CONFIGS
 from gpushare.devcluster.fakes import POOL_LABEL, FakeNodeSet, ensure_nvidia_plugin
-from gpushare.devcluster.pluginsim import ANNOTATION_MIG, ANNOTATION_MIG_START
+from gpushare.devcluster.pluginsim import ANNOTATION_MIG, ANNOTATION_MIG_DELAY, ANNOTATION_MIG_START
 from gpushare.gpu.fake import FakeGPU
 from gpushare.k8s.generated import refused
 from support.holds import hold_kept
 from support.operator_proc import OperatorProc
-from support.pools import PoolApi
+from support.pools import MERGE, PoolApi
 
 A100 = FakeGPU(name="NVIDIA A100-SXM4-40GB", memory_mib=40960, mig=False)
 OPERANDS = {
@@ -403,3 +407,251 @@ async def test_a_stale_success_from_before_the_switch_is_not_taken(
     await wait_for(ready, what=f"{name} Ready once the manager applied its config", timeout_s=60)
     record = json.loads((await core.read_node(node)).metadata.annotations["gpushare.io/mig-switch"])
     assert record["seenWorking"] is True and record["config"].startswith("gpushare-mig-"), record
+
+
+async def test_a_geometry_change_with_evict_evicts_the_mig_pod_within_its_pdb_then_switches(
+    api: client.ApiClient,
+    fake_nodes: FakeNodeSet,
+    operator: OperatorProc,
+    pools: PoolApi,
+    namespace: str,
+    mig_configmaps: None,
+) -> None:
+    """``modeSwitch: Evict``: the MIG pod is evicted through the Eviction API before the geometry
+    changes; while its PodDisruptionBudget allows no disruption the eviction is refused, the pod
+    runs on and the node keeps its geometry; once the budget goes, the pod is evicted and the node
+    switches, then is uncordoned."""
+    np = f"np-mig-{secrets.token_hex(3)}"
+    core, policy = client.CoreV1Api(api), client.PolicyV1Api(api)
+    (node,) = await fake_nodes.create(
+        1,
+        prefix="mige",
+        pool_labels={POOL_LABEL: np},
+        gpus_per_node=2,
+        simulate_plugin=True,
+        plugin="nvidia",
+        gpus=[A100, A100],
+        extra_labels=OPERANDS,
+    )
+    name = f"mig-{np}"
+    nvidia = {"strategy": "MIG", "mig": MIXED, "configPropagationSeconds": 0}
+    await pools.create_pool(name, {POOL_LABEL: np}, nvidia=nvidia, rollout={"modeSwitch": "Evict"})
+
+    async def ready() -> dict[str, Any] | None:
+        found = await _condition(pools, name, "Ready")
+        return found if found.get("status") == "True" else None
+
+    await wait_for(ready, what=f"{name} Ready", timeout_s=90)
+    before = (await _node(core, node))[0][c.LABEL_MIG_CONFIG]
+    pod = {
+        "metadata": {"name": "mig-evictee", "namespace": namespace, "labels": {"app": "mig-evictee"}},
+        "spec": {
+            "nodeName": node,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [
+                {
+                    "name": "cuda",
+                    "image": "registry.invalid/cuda-sample:fake",
+                    "resources": {"limits": {"nvidia.com/mig-3g.20gb": "1"}},
+                }
+            ],
+        },
+    }
+    await core.create_namespaced_pod(namespace, cast(Any, pod))
+    pdb = {
+        "metadata": {"name": "keep-mig"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "mig-evictee"}}},
+    }
+    await policy.create_namespaced_pod_disruption_budget(namespace, cast(Any, pdb))
+
+    async def guarded() -> bool:
+        running = (await core.read_namespaced_pod("mig-evictee", namespace)).status.phase == "Running"
+        budget = await policy.read_namespaced_pod_disruption_budget("keep-mig", namespace)
+        return running and budget.status is not None and budget.status.expected_pods == 1
+
+    await wait_for(guarded, what="the MIG pod Running under a budget that allows no disruption", timeout_s=30)
+    await pools.patch_spec(name, {"nvidia": {"mig": {"geometry": [{"profiles": {"1g.5gb": 7}}]}}})
+
+    async def blocked() -> bool:
+        return operator.sum_metric("gpushare_evictions_total", result="blocked") >= 1
+
+    await wait_for(blocked, what="the eviction refused by the PodDisruptionBudget", timeout_s=60)
+    assert (await core.read_namespaced_pod("mig-evictee", namespace)).metadata.deletion_timestamp is None
+    labels, _ = await _node(core, node)
+    assert labels.get(c.LABEL_MIG_CONFIG) == before, labels
+    assert operator.sum_metric("gpushare_evictions_total", result="evicted") == 0
+
+    await policy.delete_namespaced_pod_disruption_budget("keep-mig", namespace)
+
+    async def switched() -> migsim.MigState | None:
+        done = await _applied(core, node)
+        ok = done is not None and done.label != before and done.state == migsim.SUCCESS
+        return done if ok else None
+
+    done = await wait_for(switched, what=f"{node} switched once the pod was evicted", timeout_s=90)
+    assert done.devices == ((("1g.5gb", 7),),) * 2
+    assert operator.sum_metric("gpushare_evictions_total", result="evicted") >= 1
+    pods = await core.list_namespaced_pod(namespace, field_selector="metadata.name=mig-evictee")
+    assert all(p.metadata.deletion_timestamp is not None for p in pods.items), "switched under the pod"
+    await wait_for(ready, what=f"{name} Ready again", timeout_s=60)
+    obj = await core.read_node(node)
+    assert not obj.spec.unschedulable and c.ANNOTATION_CORDONED_BY not in (obj.metadata.annotations or {})
+
+
+class _MigLabelHistory:
+    """Every value of ``nvidia.com/mig.config`` (and the plugin's config label) a watch of the
+    nodes saw, per node, in order: a value written twice, or taken away and written again, shows
+    as a repeat."""
+
+    def __init__(self, api: client.ApiClient, nodes: list[str]) -> None:
+        self.api, self.nodes = api, set(nodes)
+        self.values: dict[str, list[str | None]] = {n: [] for n in nodes}
+        self._task: asyncio.Task[None] | None = None
+
+    def _seen(self, node: Any) -> None:
+        name = node.metadata.name
+        if name in self.nodes:
+            value = (node.metadata.labels or {}).get(c.LABEL_MIG_CONFIG)
+            if not self.values[name] or self.values[name][-1] != value:
+                self.values[name].append(value)
+
+    async def _run(self, since: str) -> None:
+        core = client.CoreV1Api(self.api)
+        while True:
+            with contextlib.suppress(ApiException, OSError, aiohttp.ClientError, TimeoutError, ValueError):
+                async with watch.Watch().stream(core.list_node, resource_version=since) as stream:
+                    async for event in stream:
+                        self._seen(event["object"])
+            await asyncio.sleep(0.2)
+            # Watch again from a fresh listing (a version lost between the two is not a write
+            # the test can tell apart from none; the listing still records the value now).
+            with contextlib.suppress(ApiException, OSError, aiohttp.ClientError, TimeoutError, ValueError):
+                since = await self._list()
+
+    async def _list(self) -> str:
+        found = await client.CoreV1Api(self.api).list_node()
+        for node in found.items:
+            self._seen(node)
+        return str(found.metadata.resource_version)
+
+    async def __aenter__(self) -> _MigLabelHistory:
+        self._task = asyncio.create_task(self._run(await self._list()))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+
+async def test_nodes_move_from_time_slicing_to_mig_through_a_killed_operator_and_back(
+    api: client.ApiClient,
+    fake_nodes: FakeNodeSet,
+    start_operator: Callable[..., OperatorProc],
+    mig_configmaps: None,
+) -> None:
+    """Two nodes of a time-slicing pool are moved to a MIG pool (one guarded move between two
+    backends); the operator is SIGKILLed right after it wrote the first node's MIG config and a
+    new one finishes the move: each node's ``nvidia.com/mig.config`` changes once, to the pool's
+    config, and the pool is Ready on the geometry's devices. Moved back, the nodes get
+    ``all-disabled`` (they had no MIG config) and the time-slicing config, and advertise
+    replicas x GPUs again. Deleting both pools leaves none of their labels but that MIG config."""
+    np_ts, np_mig = f"np-ts-{secrets.token_hex(3)}", f"np-mig-{secrets.token_hex(3)}"
+    core = client.CoreV1Api(api)
+    nodes = await fake_nodes.create(
+        2,
+        prefix="migmv",
+        pool_labels={POOL_LABEL: np_ts},
+        gpus_per_node=2,
+        simulate_plugin=True,
+        plugin="nvidia",
+        gpus=[A100, A100],
+        extra_labels=OPERANDS,
+    )
+    # The manager works 8 s on a config here (a real reconfiguration takes longer): the operator
+    # started after the SIGKILL sees it pending, which it must to trust the success that follows.
+    for n in nodes:
+        await core.patch_node(n, cast(Any, {"metadata": {"annotations": {ANNOTATION_MIG_DELAY: "8"}}}))
+    first = start_operator()
+    pools = PoolApi(api)
+    ts, mig = f"ts-{np_ts}", f"mig-{np_mig}"
+    try:
+        await pools.create_pool(
+            ts,
+            {POOL_LABEL: np_ts},
+            nvidia={"strategy": "TimeSlicing", "replicas": 4, "configPropagationSeconds": 0},
+        )
+        await pools.create_pool(
+            mig,
+            {POOL_LABEL: np_mig},
+            nvidia={"strategy": "MIG", "mig": MIXED, "configPropagationSeconds": 0},
+            rollout={"maxUnavailable": 1},
+        )
+
+        async def ready(pool: str) -> bool:
+            return (await _condition(pools, pool, "Ready")).get("status") == "True"
+
+        async def gpus(n: str) -> str | None:
+            return (await core.read_node(n)).status.allocatable.get(c.RES_NVIDIA_GPU)
+
+        async def time_sliced() -> bool:
+            return await ready(ts) and all([await gpus(n) == "8" for n in nodes])
+
+        await wait_for(time_sliced, what=f"{ts} Ready, each node 2 GPUs x 4 replicas", timeout_s=90)
+        ts_config = (await _node(core, nodes[0]))[0][c.LABEL_NVIDIA_CONFIG]
+
+        async with _MigLabelHistory(api, nodes) as history:
+            for n in nodes:
+                await core.patch_node(n, cast(Any, {"metadata": {"labels": {POOL_LABEL: np_mig}}}))
+
+            async def one_written() -> bool:
+                return any(len(history.values[n]) > 1 for n in nodes)
+
+            await wait_for(
+                one_written, what="the first node's MIG config written", timeout_s=60, interval=0.05
+            )
+            first.kill()
+            second = start_operator()
+
+            async def mig_ready() -> bool:
+                return await ready(mig) and all([(await _node(core, n))[1] == MIXED_DEVICES for n in nodes])
+
+            await wait_for(mig_ready, what=f"{mig} Ready on the moved nodes", timeout_s=120)
+            config = (await _node(core, nodes[0]))[0][c.LABEL_MIG_CONFIG]
+            assert config.startswith("gpushare-mig-"), config
+            assert history.values == {n: [None, config] for n in nodes}, history.values
+        for n in nodes:
+            labels, _ = await _node(core, n)
+            assert labels.get(c.LABEL_POOL) == mig and labels.get(c.LABEL_NVIDIA_CONFIG) != ts_config, labels
+
+        for n in nodes:
+            await core.patch_node(n, cast(Any, {"metadata": {"labels": {POOL_LABEL: np_ts}}}))
+
+        async def back() -> bool:
+            done = [await _applied(core, n) for n in nodes]
+            return await time_sliced() and all(
+                d is not None and (d.label, d.state) == ("all-disabled", migsim.SUCCESS) for d in done
+            )
+
+        await wait_for(back, what=f"the nodes back in {ts}, MIG disabled", timeout_s=120)
+        for n in nodes:
+            labels, alloc = await _node(core, n)
+            assert labels.get(c.LABEL_NVIDIA_CONFIG) == ts_config and labels.get(c.LABEL_POOL) == ts, labels
+            assert labels.get(c.LABEL_MIG_CONFIG) == "all-disabled" and set(alloc.values()) <= {"0"}, (
+                labels,
+                alloc,
+            )
+        for pool in (mig, ts):
+            await pools.delete(pool)
+        for n in nodes:
+            labels, _ = await _node(core, n)
+            owned = {k for k in labels if k in (c.LABEL_NVIDIA_CONFIG, c.LABEL_POOL)}
+            assert not owned and labels.get(c.LABEL_MIG_CONFIG) == "all-disabled", labels
+        assert second.proc.poll() is None
+    finally:
+        for pool in (mig, ts):
+            if await pools.get(pool) is not None:
+                await pools.custom.patch_cluster_custom_object(
+                    c.GROUP, c.VERSION, c.PLURAL, pool, {"metadata": {"finalizers": None}}, **MERGE
+                )  # fmt: skip

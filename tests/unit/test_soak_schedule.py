@@ -79,3 +79,18 @@ def test_owned_label_diff() -> None:
         )
         == {}
     )
+
+
+def test_a_node_that_left_an_ack_pool_is_expected_back_at_default() -> None:
+    """owned-labels: a node an ACK pool gave back has its labels from before any pool, and
+    ``ack.node.gpu.schedule=default`` where it had none; what it had is kept."""
+    from gpushare import constants as c
+    from gpushare.devcluster.soak import restored_by_ack
+
+    assert restored_by_ack({}) == {c.LABEL_SCHEDULE: "default"}
+    had = {c.LABEL_SCHEDULE: "share", c.LABEL_PLACEMENT: "spread"}
+    assert restored_by_ack(had) == had
+    assert owned_label_diff({c.LABEL_SCHEDULE: "default"}, restored_by_ack({}), None) == {}
+    assert owned_label_diff(
+        {c.LABEL_SCHEDULE: "default", c.LABEL_CGPU: "true"}, restored_by_ack({}), None
+    ) == {c.LABEL_CGPU: ("true", None)}

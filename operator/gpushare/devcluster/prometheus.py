@@ -298,13 +298,15 @@ class Prometheus:
         detach: bool = False,
         webhooks: Sequence[str] | None = None,
         scrape_configs: Sequence[dict[str, Any]] | None = None,
+        rule_groups: dict[str, Any] | None = None,
     ) -> Prometheus:
         """``webhooks``: as :func:`config`. ``scrape_configs``: these jobs instead of the static ones
-        (e.g. :func:`servicemonitor_scrape_configs`); ``operators`` is then unused."""
+        (e.g. :func:`servicemonitor_scrape_configs`); ``operators`` is then unused. ``rule_groups``:
+        this rule file (as :func:`rule_file` reads one) instead of the shipped one."""
         exe = find_prometheus()
         workdir.mkdir(parents=True, exist_ok=True)
         rules = workdir / "gpushare-rules.yaml"
-        rules.write_text(yaml.safe_dump(rule_file(), sort_keys=False))
+        rules.write_text(yaml.safe_dump(rule_groups or rule_file(), sort_keys=False))
         cfg = workdir / "prometheus.yml"
         conf = config(operators, rules, apiserver, interval, webhooks)
         if scrape_configs is not None:
@@ -488,6 +490,13 @@ def main(argv: list[str] | None = None) -> int:
         "--operator", action="append", default=[], metavar="HOST:PORT", help="a replica's metrics"
     )
     up.add_argument(
+        "--webhook",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="a webhook process's metrics (gpushare webhook); none: the --operator replicas serve them",
+    )
+    up.add_argument(
         "--cluster-dir", type=Path, help="the devcluster's directory: also scrape its kube-apiserver"
     )
     up.add_argument("--interval", default="5s")
@@ -526,7 +535,13 @@ def main(argv: list[str] | None = None) -> int:
             token.chmod(0o600)
             apiserver = APIServerTarget(info["server"], token, Path(info["ca_path"]))
         prom = Prometheus.start(
-            args.dir, args.port, args.operator, apiserver, interval=args.interval, detach=True
+            args.dir,
+            args.port,
+            args.operator,
+            apiserver,
+            interval=args.interval,
+            detach=True,
+            webhooks=args.webhook or None,
         )
         print(prom.url)
         return 0

@@ -43,6 +43,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import constants as c
 from gpushare.api.v1alpha1 import GPUSharePoolSpec
+from gpushare.backends.ack import ACK
 from gpushare.devcluster import nvidia as nv
 from gpushare.devcluster.cluster import ClusterInfo, DevCluster, free_port
 from gpushare.devcluster.crds import install_crd_files
@@ -89,7 +90,23 @@ ACK_SWITCH = {
     "soak-b": ("computeAllocation", "core_mem", "cgpu"),
 }
 
-WORK = ("ack-mode", "nvidia-replicas", "nvidia-mode", "admission-mode", "gpu-pod", "probe")
+#: the node pools a node-move moves nodes between: into an ACK pool, out of it, from one to the other
+MOVE_NODEPOOLS = ("np-cgpu", "np-gpu-core", "np-cgpu-no-isolation")
+#: the nodes a node-move moves are those first in these node pools: their GPUs can serve both ACK
+#: pools' modes (np-cgpu-no-isolation's T4s have no cGPU kernel module: an isolating pool would
+#: rightly never be Ready on them)
+MOVABLE_FROM = ("np-cgpu", "np-gpu-core")
+
+WORK = (
+    "ack-mode",
+    "nvidia-replicas",
+    "nvidia-mode",
+    "admission-mode",
+    "gpu-pod",
+    "probe",
+    "node-move",
+    "pool-recreate",
+)
 FAULTS = (
     "operator-kill",
     "operator-stop",
@@ -100,7 +117,7 @@ FAULTS = (
 )
 KINDS = WORK + FAULTS
 #: the steps tried again when refused
-RETRIED = ("ack-mode", "nvidia-replicas", "nvidia-mode", "admission-mode", "gpu-pod")
+RETRIED = ("ack-mode", "nvidia-replicas", "nvidia-mode", "admission-mode", "gpu-pod", "node-move")
 
 AUDIT_POLICY = """\
 apiVersion: audit.k8s.io/v1
@@ -118,7 +135,8 @@ rules:
 """
 
 INVARIANTS = (
-    "owned-labels: every node's owned labels are what its pool wants, or what it had before any pool",
+    "owned-labels: every node's owned labels are what its pool wants, or what it had before any pool"
+    " (after an ACK pool, ack.node.gpu.schedule=default where it had none)",
     "operator-writes: the operator's node patches touch only the labels it owns and gpushare.io/ annotations",
     "operator-configmaps: the operator writes no ConfigMap but NVIDIA's plugin configs",
     "no-evictions: no pod evicted (no pool uses modeSwitch Evict)",
@@ -163,6 +181,11 @@ def _step(rng: random.Random, kind: str, at: float) -> Step:
         return Step(at, kind, str(rng.randint(2, 4)))
     if kind == "gpu-pod":
         return Step(at, kind, rng.choice((POD_POOL, NVIDIA_POOL)), round(rng.uniform(3, 20), 1))
+    if kind == "node-move":
+        src, dst = rng.sample(MOVE_NODEPOOLS, 2)
+        return Step(at, kind, f"{src}->{dst}")
+    if kind == "pool-recreate":
+        return Step(at, kind, rng.choice(sorted(ACK_POOLS)), round(rng.uniform(2, 10), 1))
     return Step(at, kind)  # nvidia-mode, admission-mode: a toggle; probe
 
 
@@ -348,6 +371,8 @@ class Soak:
         self.breaks = breaks
         self.steps = make_schedule(seed, seconds)
         self.report = Report(seed, seconds)
+        #: pools a pool-recreate deleted and has not created again yet
+        self.recreating: set[str] = set()
         self.dev: DevCluster | None = None
         self.info: ClusterInfo | None = None
         self.api: client.ApiClient | None = None
@@ -358,6 +383,8 @@ class Soak:
         self.tasks: set[asyncio.Task[None]] = set()
         self.last_fault_end = 0.0
         self.before: dict[str, dict[str, str]] = {}
+        #: each node's node pool when the soak started
+        self.home: dict[str, str] = {}
         self.initial_keys: set[str] = set()
         self.rss_first: dict[str, int] = {}
         self.webhook_errors = 0.0
@@ -388,6 +415,7 @@ class Soak:
         for node in (await core.list_node()).items:
             labels = node.metadata.labels or {}
             self.before[node.metadata.name] = {k: labels[k] for k in c.MANAGED_LABELS if k in labels}
+            self.home[node.metadata.name] = labels.get(POOL_LABEL, "")
         cm = await core.read_namespaced_config_map(nv.CONFIGS_CONFIGMAP, nv.NAMESPACE)
         self.initial_keys = set((cm.data or {}).keys())
         for name in ACK_POOLS:
@@ -395,17 +423,17 @@ class Soak:
         await custom.create_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL, self._nvidia_pool())
 
     def _ack_pool(self, name: str) -> dict[str, Any]:
-        return {
-            "apiVersion": c.API_VERSION,
-            "kind": c.KIND,
-            "metadata": {"name": name},
-            "spec": {
-                "nodeSelector": {"matchLabels": {POOL_LABEL: ACK_POOLS[name]}},
-                "memoryIsolation": True,
-                "computeAllocation": name == "soak-b",
-                "rollout": {"maxUnavailable": 1, "modeSwitch": "Wait"},
-            },
+        """ACK pool ``name`` as the soak's edits left it (its mode, and its admission mode)."""
+        spec: dict[str, Any] = {
+            "nodeSelector": {"matchLabels": {POOL_LABEL: ACK_POOLS[name]}},
+            "memoryIsolation": True,
+            "computeAllocation": False,
+            "rollout": {"maxUnavailable": 1, "modeSwitch": "Wait"},
         }
+        spec[ACK_SWITCH[name][0]] = self.ack_on[name]
+        if name == ADMISSION_POOL:
+            spec["admission"] = {"mode": self.admission}
+        return {"apiVersion": c.API_VERSION, "kind": c.KIND, "metadata": {"name": name}, "spec": spec}
 
     def _nvidia_pool(self) -> dict[str, Any]:
         return {
@@ -496,7 +524,7 @@ class Soak:
                     return
                 self.report.refused[step.kind] += 1
                 self.out(f"soak: {step.kind} at {step.at:.2f}s refused: {_short(exc)}")
-            except REFUSED as exc:
+            except (*REFUSED, PoolAway) as exc:
                 self.report.refused[step.kind] += 1
                 self.out(f"soak: {step.kind} at {step.at:.2f}s refused: {_short(exc)}")
             if time.monotonic() >= deadline:
@@ -507,6 +535,8 @@ class Soak:
 
     async def _patch_pool(self, name: str, spec: dict[str, Any]) -> None:
         assert self.api is not None
+        if name in self.recreating:
+            raise PoolAway(f"GPUSharePool {name} is deleted, to be created again")
         await client.CustomObjectsApi(self.api).patch_cluster_custom_object(
             c.GROUP,
             c.VERSION,
@@ -548,6 +578,79 @@ class Soak:
         await self._patch_pool(ADMISSION_POOL, {"admission": {"mode": want}})
         self.report.detail[f"admission-mode {self.admission}->{want}"] += 1
         self.admission = want
+
+    async def _node_move(self, step: Step) -> None:
+        """Relabel one node of the source node pool into the destination's: into a pool, out of
+        every pool, or from one pool to the other. Only nodes first in MOVABLE_FROM move; a node
+        pool keeps at least one node."""
+        assert self.api is not None
+        src, dst = step.target.split("->")
+        core = client.CoreV1Api(self.api)
+        nodes = sorted(
+            n.metadata.name for n in await self._nodes() if (n.metadata.labels or {}).get(POOL_LABEL) == src
+        )
+        movable = [n for n in nodes if self.home.get(n) in MOVABLE_FROM]
+        if len(nodes) < 2 or not movable:
+            self.report.notes.append(
+                f"node-move at {step.at:.2f}s: {src} has {len(nodes)} node(s), {len(movable)} movable: kept"
+            )
+            return
+        node = movable[int(step.at * 100) % len(movable)]
+        patch = {"metadata": {"labels": {POOL_LABEL: dst}}}
+        await core.patch_node(node, cast(Any, patch), _request_timeout=T)
+        self.report.detail[f"node-move {src}->{dst}"] += 1
+
+    async def _pool_recreate(self, step: Step) -> None:
+        """Delete an ACK pool (its nodes restored), then create it again ``hold`` seconds after it
+        is gone, as the soak's edits left it."""
+        self._spawn(self._recreate(step.target, step.hold))
+
+    async def _recreate(self, name: str, hold: float) -> None:
+        assert self.api is not None
+        self.recreating.add(name)
+        try:
+            await self._delete_create(name, hold)
+        finally:
+            self.recreating.discard(name)
+
+    async def _delete_create(self, name: str, hold: float) -> None:
+        assert self.api is not None
+        custom = client.CustomObjectsApi(self.api)
+        deadline = time.monotonic() + 4 * RETRY_S
+        while time.monotonic() < deadline:  # deleted, then gone (the operator restored its nodes)
+            try:
+                await custom.get_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL, name, _request_timeout=T)
+                await custom.delete_cluster_custom_object(
+                    c.GROUP, c.VERSION, c.PLURAL, name, _request_timeout=T
+                )
+            except ApiException as exc:
+                if exc.status == 404:
+                    break
+            except REFUSED:
+                pass
+            await asyncio.sleep(1)
+        else:
+            self.report.notes.append(f"pool-recreate {name}: not gone within {4 * RETRY_S:.0f}s")
+        await asyncio.sleep(hold)
+        deadline = time.monotonic() + 4 * RETRY_S
+        while True:  # created again: the soak's pools are all there at the end
+            try:
+                body = self._ack_pool(name)
+                await custom.create_cluster_custom_object(
+                    c.GROUP, c.VERSION, c.PLURAL, body, _request_timeout=T
+                )
+                break
+            except ApiException as exc:
+                if exc.status == 409 and "already exists" in (exc.body or ""):
+                    break  # an earlier try was stored after all
+                self.report.refused["pool-recreate"] += 1
+            except REFUSED:
+                self.report.refused["pool-recreate"] += 1
+            if time.monotonic() >= deadline:
+                self.report.violate("pools-ready", f"GPUSharePool/{name} could not be created again")
+                return
+            await asyncio.sleep(1)
+        self.report.detail[f"pool-recreate {name}"] += 1
 
     async def _gpu_pod(self, step: Step) -> None:
         assert self.api is not None
@@ -881,7 +984,10 @@ class Soak:
                     wanted[node.metadata.name] = desired_labels(spec, pool["metadata"]["name"])
         for node in nodes:
             name = node.metadata.name
-            diff = owned_label_diff(node.metadata.labels or {}, self.before.get(name, {}), wanted.get(name))
+            base = self.before.get(name, {})
+            if self.home.get(name) in ACK_POOLS.values():
+                base = restored_by_ack(base)  # it left its ACK pool: what the pool gave it back
+            diff = owned_label_diff(node.metadata.labels or {}, base, wanted.get(name))
             if diff:
                 self.report.violate(
                     "owned-labels",
@@ -1044,6 +1150,17 @@ def owned_label_diff(
     expect = {k: (want or {}).get(k, before.get(k)) for k in c.MANAGED_LABELS}
     have = {k: labels.get(k) for k in c.MANAGED_LABELS}
     return {k: (have[k], expect[k]) for k in c.MANAGED_LABELS if have[k] != expect[k]}
+
+
+class PoolAway(Exception):
+    """An edit of a pool that a pool-recreate deleted: tried again, as a refused one is."""
+
+
+def restored_by_ack(before: dict[str, str]) -> dict[str, str]:
+    """What an ACK pool gives back to a node that leaves it, from what it had before any pool:
+    its labels, ``ack.node.gpu.schedule=default`` where it had none (the backend's rule)."""
+    back = {**before, **ACK.restored(before)}
+    return {k: v for k, v in back.items() if v is not None}
 
 
 def _short(exc: BaseException) -> str:
