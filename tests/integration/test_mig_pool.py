@@ -7,17 +7,13 @@ pool gives each node its MIG config back (``all-disabled`` where it had none).""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import secrets
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, cast
 
-import aiohttp
 import pytest
-from kubernetes_asyncio import client, watch
-from kubernetes_asyncio.client.rest import ApiException
+from kubernetes_asyncio import client
 
 from gpushare import constants as c
 from gpushare.devcluster import migsim, wait_for
@@ -29,6 +25,7 @@ from gpushare.k8s.generated import refused
 from support.holds import hold_kept
 from support.operator_proc import OperatorProc
 from support.pools import MERGE, PoolApi
+from support.recorder import WatchRecorder
 
 A100 = FakeGPU(name="NVIDIA A100-SXM4-40GB", memory_mib=40960, mig=False)
 OPERANDS = {
@@ -100,20 +97,60 @@ async def _node(core: client.CoreV1Api, name: str) -> tuple[dict[str, str], dict
     return dict(node.metadata.labels or {}), alloc
 
 
+async def _a100_nodes(
+    fake_nodes: FakeNodeSet, n: int, prefix: str, nodepool: str, labels: Mapping[str, str] | None = None
+) -> list[str]:
+    """``n`` kwok nodes of 2 x A100-40GB in node pool ``nodepool``, NVIDIA's plugin and MIG manager
+    simulated, the GPU operands' labels set (and ``labels``)."""
+    return await fake_nodes.create(
+        n,
+        prefix=prefix,
+        pool_labels={POOL_LABEL: nodepool},
+        gpus_per_node=2,
+        simulate_plugin=True,
+        plugin="nvidia",
+        gpus=[A100, A100],
+        extra_labels={**OPERANDS, **(labels or {})},
+    )
+
+
+def _ready(pools: PoolApi, name: str) -> Callable[[], Awaitable[dict[str, Any] | None]]:
+    """A check for ``wait_for``: pool ``name``'s Ready condition once it is True."""
+
+    async def ready() -> dict[str, Any] | None:
+        found = await _condition(pools, name, "Ready")
+        return found if found.get("status") == "True" else None
+
+    return ready
+
+
+def _mig_pod(
+    name: str, namespace: str, node: str, profile: str, labels: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """A pod bound to ``node`` asking for one MIG device of ``profile``."""
+    return {
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels or {})},
+        "spec": {
+            "nodeName": node,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [
+                {
+                    "name": "cuda",
+                    "image": "registry.invalid/cuda-sample:fake",
+                    "resources": {"limits": {f"nvidia.com/mig-{profile}": "1"}},
+                }
+            ],
+        },
+    }
+
+
 async def test_a_mixed_geometry_pool_is_ready_only_once_every_node_applied_it_and_restored_on_delete(
     api: client.ApiClient, fake_nodes: FakeNodeSet, pools: PoolApi, mig_configmaps: None
 ) -> None:
     np = f"np-mig-{secrets.token_hex(3)}"
     core = client.CoreV1Api(api)
-    nodes = await fake_nodes.create(
-        2,
-        prefix="migs",
-        pool_labels={POOL_LABEL: np},
-        gpus_per_node=2,
-        simulate_plugin=True,
-        plugin="nvidia",
-        gpus=[A100, A100],
-        extra_labels={**OPERANDS, c.LABEL_MIG_CONFIG: "all-1g.5gb", c.LABEL_NVIDIA_GPU_COUNT: "2"},
+    nodes = await _a100_nodes(
+        fake_nodes, 2, "migs", np, {c.LABEL_MIG_CONFIG: "all-1g.5gb", c.LABEL_NVIDIA_GPU_COUNT: "2"}
     )
 
     async def at_1g() -> bool:
@@ -173,25 +210,13 @@ async def test_a_node_without_mig_config_is_given_all_disabled_on_delete(
 ) -> None:
     np = f"np-mig-{secrets.token_hex(3)}"
     core = client.CoreV1Api(api)
-    (node,) = await fake_nodes.create(
-        1,
-        prefix="migd",
-        pool_labels={POOL_LABEL: np},
-        gpus_per_node=2,
-        simulate_plugin=True,
-        plugin="nvidia",
-        gpus=[A100, A100],
-        extra_labels=OPERANDS,
-    )
+    (node,) = await _a100_nodes(fake_nodes, 1, "migd", np)
     name = f"mig-{np}"
     await pools.create_pool(
         name, {POOL_LABEL: np}, nvidia={"strategy": "MIG", "mig": MIXED, "configPropagationSeconds": 0}
     )
 
-    async def ready() -> dict[str, Any] | None:
-        found = await _condition(pools, name, "Ready")
-        return found if found.get("status") == "True" else None
-
+    ready = _ready(pools, name)
     await wait_for(ready, what=f"{name} Ready", timeout_s=90)
     assert (await _node(core, node))[1] == MIXED_DEVICES
     await pools.delete(name)
@@ -220,40 +245,15 @@ async def test_a_geometry_change_waits_for_the_running_mig_pod_then_switches(
 ) -> None:
     np = f"np-mig-{secrets.token_hex(3)}"
     core = client.CoreV1Api(api)
-    (node,) = await fake_nodes.create(
-        1,
-        prefix="migw",
-        pool_labels={POOL_LABEL: np},
-        gpus_per_node=2,
-        simulate_plugin=True,
-        plugin="nvidia",
-        gpus=[A100, A100],
-        extra_labels=OPERANDS,
-    )
+    (node,) = await _a100_nodes(fake_nodes, 1, "migw", np)
     name = f"mig-{np}"
     nvidia = {"strategy": "MIG", "mig": MIXED, "configPropagationSeconds": 0}
     await pools.create_pool(name, {POOL_LABEL: np}, nvidia=nvidia, rollout={"modeSwitch": "Wait"})
 
-    async def ready() -> dict[str, Any] | None:
-        found = await _condition(pools, name, "Ready")
-        return found if found.get("status") == "True" else None
-
+    ready = _ready(pools, name)
     await wait_for(ready, what=f"{name} Ready", timeout_s=90)
     before = (await _node(core, node))[0][c.LABEL_MIG_CONFIG]
-    pod = {
-        "metadata": {"name": "mig-job", "namespace": namespace},
-        "spec": {
-            "nodeName": node,
-            "tolerations": [{"operator": "Exists"}],
-            "containers": [
-                {
-                    "name": "cuda",
-                    "image": "registry.invalid/cuda-sample:fake",
-                    "resources": {"limits": {"nvidia.com/mig-1g.5gb": "1"}},
-                }
-            ],
-        },
-    }
+    pod = _mig_pod("mig-job", namespace, node, "1g.5gb")
     await core.create_namespaced_pod(namespace, cast(Any, pod))
 
     async def running() -> bool:
@@ -292,16 +292,7 @@ async def test_a_geometry_the_gpu_cannot_hold_names_the_node_and_failed_and_goes
 ) -> None:
     np = f"np-mig-{secrets.token_hex(3)}"
     core = client.CoreV1Api(api)
-    nodes = await fake_nodes.create(
-        2,
-        prefix="migx",
-        pool_labels={POOL_LABEL: np},
-        gpus_per_node=2,
-        simulate_plugin=True,
-        plugin="nvidia",
-        gpus=[A100, A100],
-        extra_labels={**OPERANDS, c.LABEL_MIG_CONFIG: "all-1g.5gb"},
-    )
+    nodes = await _a100_nodes(fake_nodes, 2, "migx", np, {c.LABEL_MIG_CONFIG: "all-1g.5gb"})
     name = f"mig-{np}"
     # Two 3g.20gb and a 1g.5gb take 9 of an A100-40GB's 8 memory slices.
     too_big = {"geometry": [{"profiles": {"3g.20gb": 2, "1g.5gb": 1}}]}
@@ -354,15 +345,8 @@ async def test_a_stale_success_from_before_the_switch_is_not_taken(
     seconds after the label changed. Until it has worked on it (``pending``), the pool is not Ready."""
     np = f"np-mig-{secrets.token_hex(3)}"
     core = client.CoreV1Api(api)
-    (node,) = await fake_nodes.create(
-        1,
-        prefix="migst",
-        pool_labels={POOL_LABEL: np},
-        gpus_per_node=2,
-        simulate_plugin=True,
-        plugin="nvidia",
-        gpus=[A100, A100],
-        extra_labels={**OPERANDS, c.LABEL_MIG_CONFIG: "all-1g.5gb", c.LABEL_NVIDIA_GPU_COUNT: "2"},
+    (node,) = await _a100_nodes(
+        fake_nodes, 1, "migst", np, {c.LABEL_MIG_CONFIG: "all-1g.5gb", c.LABEL_NVIDIA_GPU_COUNT: "2"}
     )
     seven = ((("1g.5gb", 7),),) * 2
 
@@ -423,40 +407,15 @@ async def test_a_geometry_change_with_evict_evicts_the_mig_pod_within_its_pdb_th
     switches, then is uncordoned."""
     np = f"np-mig-{secrets.token_hex(3)}"
     core, policy = client.CoreV1Api(api), client.PolicyV1Api(api)
-    (node,) = await fake_nodes.create(
-        1,
-        prefix="mige",
-        pool_labels={POOL_LABEL: np},
-        gpus_per_node=2,
-        simulate_plugin=True,
-        plugin="nvidia",
-        gpus=[A100, A100],
-        extra_labels=OPERANDS,
-    )
+    (node,) = await _a100_nodes(fake_nodes, 1, "mige", np)
     name = f"mig-{np}"
     nvidia = {"strategy": "MIG", "mig": MIXED, "configPropagationSeconds": 0}
     await pools.create_pool(name, {POOL_LABEL: np}, nvidia=nvidia, rollout={"modeSwitch": "Evict"})
 
-    async def ready() -> dict[str, Any] | None:
-        found = await _condition(pools, name, "Ready")
-        return found if found.get("status") == "True" else None
-
+    ready = _ready(pools, name)
     await wait_for(ready, what=f"{name} Ready", timeout_s=90)
     before = (await _node(core, node))[0][c.LABEL_MIG_CONFIG]
-    pod = {
-        "metadata": {"name": "mig-evictee", "namespace": namespace, "labels": {"app": "mig-evictee"}},
-        "spec": {
-            "nodeName": node,
-            "tolerations": [{"operator": "Exists"}],
-            "containers": [
-                {
-                    "name": "cuda",
-                    "image": "registry.invalid/cuda-sample:fake",
-                    "resources": {"limits": {"nvidia.com/mig-3g.20gb": "1"}},
-                }
-            ],
-        },
-    }
+    pod = _mig_pod("mig-evictee", namespace, node, "3g.20gb", {"app": "mig-evictee"})
     await core.create_namespaced_pod(namespace, cast(Any, pod))
     pdb = {
         "metadata": {"name": "keep-mig"},
@@ -498,51 +457,21 @@ async def test_a_geometry_change_with_evict_evicts_the_mig_pod_within_its_pdb_th
     assert not obj.spec.unschedulable and c.ANNOTATION_CORDONED_BY not in (obj.metadata.annotations or {})
 
 
-class _MigLabelHistory:
-    """Every value of ``nvidia.com/mig.config`` (and the plugin's config label) a watch of the
-    nodes saw, per node, in order: a value written twice, or taken away and written again, shows
-    as a repeat."""
+class _MigLabelHistory(WatchRecorder):
+    """Every value of ``nvidia.com/mig.config`` a watch of the nodes saw, per node, in order: a
+    value written twice, or taken away and written again, shows as a repeat."""
 
     def __init__(self, api: client.ApiClient, nodes: list[str]) -> None:
-        self.api, self.nodes = api, set(nodes)
+        super().__init__(client.CoreV1Api(api).list_node)
+        self.nodes = set(nodes)
         self.values: dict[str, list[str | None]] = {n: [] for n in nodes}
-        self._task: asyncio.Task[None] | None = None
 
-    def _seen(self, node: Any) -> None:
+    def seen(self, node: Any) -> None:
         name = node.metadata.name
         if name in self.nodes:
             value = (node.metadata.labels or {}).get(c.LABEL_MIG_CONFIG)
             if not self.values[name] or self.values[name][-1] != value:
                 self.values[name].append(value)
-
-    async def _run(self, since: str) -> None:
-        core = client.CoreV1Api(self.api)
-        while True:
-            with contextlib.suppress(ApiException, OSError, aiohttp.ClientError, TimeoutError, ValueError):
-                async with watch.Watch().stream(core.list_node, resource_version=since) as stream:
-                    async for event in stream:
-                        self._seen(event["object"])
-            await asyncio.sleep(0.2)
-            # Watch again from a fresh listing (a version lost between the two is not a write
-            # the test can tell apart from none; the listing still records the value now).
-            with contextlib.suppress(ApiException, OSError, aiohttp.ClientError, TimeoutError, ValueError):
-                since = await self._list()
-
-    async def _list(self) -> str:
-        found = await client.CoreV1Api(self.api).list_node()
-        for node in found.items:
-            self._seen(node)
-        return str(found.metadata.resource_version)
-
-    async def __aenter__(self) -> _MigLabelHistory:
-        self._task = asyncio.create_task(self._run(await self._list()))
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._task is not None
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
 
 
 async def test_nodes_move_from_time_slicing_to_mig_through_a_killed_operator_and_back(
@@ -559,16 +488,7 @@ async def test_nodes_move_from_time_slicing_to_mig_through_a_killed_operator_and
     replicas x GPUs again. Deleting both pools leaves none of their labels but that MIG config."""
     np_ts, np_mig = f"np-ts-{secrets.token_hex(3)}", f"np-mig-{secrets.token_hex(3)}"
     core = client.CoreV1Api(api)
-    nodes = await fake_nodes.create(
-        2,
-        prefix="migmv",
-        pool_labels={POOL_LABEL: np_ts},
-        gpus_per_node=2,
-        simulate_plugin=True,
-        plugin="nvidia",
-        gpus=[A100, A100],
-        extra_labels=OPERANDS,
-    )
+    nodes = await _a100_nodes(fake_nodes, 2, "migmv", np_ts)
     # The manager works 8 s on a config here (a real reconfiguration takes longer): the operator
     # started after the SIGKILL sees it pending, which it must to trust the success that follows.
     for n in nodes:

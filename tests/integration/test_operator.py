@@ -21,7 +21,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
-import aiohttp
 import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -33,6 +32,7 @@ from gpushare.devcluster.fakes import POOL_LABEL, FakeNodeSet, plugin_pods_on, w
 from gpushare.devcluster.pluginsim import ANNOTATION_HANG, ANNOTATION_STATE
 from support.operator_proc import OperatorProc
 from support.pools import MERGE, PoolApi
+from support.recorder import WatchRecorder
 
 #: The generated stubs do not list ``_content_type``; the client accepts it.
 JSON_PATCH: dict[str, Any] = {"_content_type": "application/json-patch+json"}
@@ -318,18 +318,16 @@ async def test_seed_scenario_labels_plugins_status_and_restore(
     await wait_event(api, p_iso, "CleanupDone")
 
 
-class PendingTracker:
+class PendingTracker(WatchRecorder):
     """Watches nodes of a node pool and records the most nodes with a restart Pending at once."""
 
     def __init__(self, api: client.ApiClient, nodepool: str) -> None:
-        self.api = api
-        self.nodepool = nodepool
+        super().__init__(client.CoreV1Api(api).list_node, label_selector=f"{POOL_LABEL}={nodepool}")
         self.pending: set[str] = set()
         self.max_pending = 0
         self.ever_pending: set[str] = set()
-        self._task: asyncio.Task[None] | None = None
 
-    def _seen(self, node: Any) -> None:
+    def seen(self, node: Any) -> None:
         record = restart_record(node)
         name = node.metadata.name
         if record is not None and record["state"] == "Pending":
@@ -339,83 +337,19 @@ class PendingTracker:
             self.pending.discard(name)
         self.max_pending = max(self.max_pending, len(self.pending))
 
-    async def _run(self, since: str) -> None:
-        core = client.CoreV1Api(self.api)
-        w = watch.Watch()
-        selector = f"{POOL_LABEL}={self.nodepool}"
-        async with w.stream(core.list_node, label_selector=selector, resource_version=since) as stream:
-            async for event in stream:
-                self._seen(event["object"])
 
-    async def __aenter__(self) -> PendingTracker:
-        # The nodes as they are now, listed before this returns; the watch goes on from that list.
-        nodes = await client.CoreV1Api(self.api).list_node(label_selector=f"{POOL_LABEL}={self.nodepool}")
-        for node in nodes.items:
-            self._seen(node)
-        self.max_pending = len(self.pending)
-        self.ever_pending = set(self.pending)
-        self._task = asyncio.create_task(self._run(str(nodes.metadata.resource_version)))
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._task is not None
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-
-
-class PluginPodTracker:
+class PluginPodTracker(WatchRecorder):
     """Records every device-plugin pod UID seen per node (to count restarts)."""
 
     def __init__(self, api: client.ApiClient) -> None:
-        self.api = api
+        selector = ",".join(f"{k}={v}" for k, v in c.DEFAULT_PLUGIN_LABELS.items())
+        core = client.CoreV1Api(api)
+        super().__init__(core.list_namespaced_pod, c.DEFAULT_PLUGIN_NAMESPACE, label_selector=selector)
         self.uids: dict[str, set[str]] = {}
-        self._task: asyncio.Task[None] | None = None
 
-    _SELECTOR = ",".join(f"{k}={v}" for k, v in c.DEFAULT_PLUGIN_LABELS.items())
-
-    async def _list(self) -> str:
-        """Record the plugin pods there now; the list's resourceVersion (to watch from)."""
-        pods = await client.CoreV1Api(self.api).list_namespaced_pod(
-            c.DEFAULT_PLUGIN_NAMESPACE, label_selector=self._SELECTOR
-        )
-        for pod in pods.items:
-            self._seen(pod)
-        return str(pods.metadata.resource_version)
-
-    def _seen(self, pod: Any) -> None:
+    def seen(self, pod: Any) -> None:
         if pod.spec.node_name:
             self.uids.setdefault(pod.spec.node_name, set()).add(pod.metadata.uid)
-
-    async def _run(self, since: str) -> None:
-        core = client.CoreV1Api(self.api)
-        while True:  # watch again after the apiserver went away, from a fresh listing
-            try:
-                w = watch.Watch()
-                async with w.stream(
-                    core.list_namespaced_pod,
-                    c.DEFAULT_PLUGIN_NAMESPACE,
-                    label_selector=self._SELECTOR,
-                    resource_version=since,
-                ) as stream:
-                    async for event in stream:
-                        self._seen(event["object"])
-            except (ApiException, OSError, aiohttp.ClientError, TimeoutError, ValueError):
-                await asyncio.sleep(0.5)
-            with contextlib.suppress(ApiException, OSError, aiohttp.ClientError, TimeoutError, ValueError):
-                since = await self._list()
-
-    async def __aenter__(self) -> PluginPodTracker:
-        # The pods there before anything starts are recorded before this returns (a watch started
-        # in the background could list them only after the operator had already replaced some).
-        self._task = asyncio.create_task(self._run(await self._list()))
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._task is not None
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
 
 
 async def test_toggle_isolation_rolls_restarts_within_max_unavailable(
