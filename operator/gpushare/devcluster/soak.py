@@ -34,6 +34,7 @@ import urllib.request
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, cast
 
@@ -49,6 +50,7 @@ from gpushare.devcluster.cluster import ClusterInfo, DevCluster, free_port
 from gpushare.devcluster.crds import install_crd_files
 from gpushare.devcluster.demo import NVIDIA_NODE_POOL, create_demo_nodes, create_nvidia_nodes
 from gpushare.devcluster.fakes import POOL_LABEL, ensure_device_plugin_daemonset, wait_for
+from gpushare.devcluster.soakaudit import mode_changes, occupancies, wait_breaches, when
 from gpushare.k8s.client import make_api_client
 from gpushare.policy.planner import desired_labels
 
@@ -73,6 +75,8 @@ RSS_FACTOR = 1.5
 MEAN_GAP_S = 4.0
 #: how long a refused edit or GPU pod is tried again
 RETRY_S = 30.0
+#: a pod bound this soon before the operator's mode write is Wait's documented race, not a breach
+RACE_S = 2.0
 
 #: The soak's pools: two ACK pools (np-cgpu's and np-gpu-core's nodes), one NVIDIA pool (np-nvidia's).
 #: np-cgpu-no-isolation's nodes stay out of every pool: their labels stay what they were.
@@ -128,7 +132,7 @@ rules:
   verbs: [create, update, patch, delete, deletecollection]
   resources:
   - group: ""
-    resources: [nodes, pods, pods/eviction, configmaps]
+    resources: [nodes, pods, pods/eviction, pods/binding, configmaps]
   - group: gpushare.io
     resources: [gpusharepools]
 - level: None
@@ -140,6 +144,9 @@ INVARIANTS = (
     "operator-writes: the operator's node patches touch only the labels it owns and gpushare.io/ annotations",
     "operator-configmaps: the operator writes no ConfigMap but NVIDIA's plugin configs",
     "no-evictions: no pod evicted (no pool uses modeSwitch Evict)",
+    f"wait-guard: no node's mode changed while a pod using its GPUs was bound there (every pool uses"
+    f" modeSwitch Wait; a pod bound under {RACE_S:.0f}s before the write is the documented race,"
+    " counted apart)",
     "no-cordon: no node left cordoned or tainted by the operator",
     f"pools-ready: every pool Ready within {READY_WITHIN_S:.0f}s of the last fault",
     "nvidia-keys: after the keys' grace, NVIDIA's ConfigMap holds only keys a pool or node needs, "
@@ -349,6 +356,7 @@ BREAKS = {
     "owned-labels": "label a node of no pool cgpu=true (a label left behind)",
     "operator-writes": "write the label team=soak on a node as the operator's user",
     "no-evictions": "evict a pod as the operator's user",
+    "wait-guard": "switch a node's ACK mode as the operator's user while a GPU pod is bound there",
     "no-cordon": f"annotate a node {c.ANNOTATION_CORDONED_BY} (a cordon left behind)",
     "nvidia-keys": "add a key no pool or node needs to NVIDIA's ConfigMap",
     "pools-ready": "create a pool that selects no node",
@@ -380,6 +388,8 @@ class Soak:
         self.webhook: Child | None = None
         self.comp_locks = {"kube-apiserver": asyncio.Lock(), "etcd": asyncio.Lock()}
         self.pods: set[str] = set()
+        #: each GPU pod the soak created (namespace/name) and what it asks for
+        self.holds: dict[str, dict[str, int]] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self.last_fault_end = 0.0
         self.before: dict[str, dict[str, str]] = {}
@@ -657,6 +667,7 @@ class Soak:
         nvidia = step.target == NVIDIA_POOL
         limits = {c.RES_NVIDIA_GPU: "1"} if nvidia else {c.RES_GPU_MEM: "1"}
         name = f"work-{step.at:07.2f}".replace(".", "-")
+        self.holds[f"{NAMESPACE}/{name}"] = {k: int(v) for k, v in limits.items()}
         body = _pod(name, step.target, limits)
         try:
             await client.CoreV1Api(self.api).create_namespaced_pod(
@@ -927,6 +938,8 @@ class Soak:
                     await core.create_namespaced_pod(NAMESPACE, cast(Any, _pod("evicted", "none", {})))
                     body = {"metadata": {"name": "evicted", "namespace": NAMESPACE}}
                     await op_core.create_namespaced_pod_eviction("evicted", NAMESPACE, cast(Any, body))
+                elif name == "wait-guard":
+                    await self._break_wait(core, op_core)
                 elif name == "no-cordon":
                     await core.patch_node(
                         loose, {"metadata": {"annotations": {c.ANNOTATION_CORDONED_BY: "soak"}}}
@@ -946,6 +959,22 @@ class Soak:
                     adm = client.AdmissionregistrationV1Api(self.api)
                     await adm.delete_validating_webhook_configuration(WEBHOOK_CONFIGURATION)
                     await self._probe(Step(self.seconds, "probe"))
+
+    async def _break_wait(self, core: client.CoreV1Api, op_core: client.CoreV1Api) -> None:
+        """A GPU pod scheduled onto a node of POD_POOL, then that node's mode switched under it as
+        the operator's user, past the race window."""
+        await core.create_namespaced_pod(NAMESPACE, cast(Any, _pod("held", POD_POOL, {c.RES_GPU_MEM: "1"})))
+        self.holds[f"{NAMESPACE}/held"] = {c.RES_GPU_MEM: 1}
+
+        async def bound() -> str | None:
+            pod = await core.read_namespaced_pod("held", NAMESPACE, _request_timeout=T)
+            return cast(str | None, pod.spec.node_name)
+
+        node = await wait_for(bound, what="the break's GPU pod scheduled", timeout_s=60, interval=0.5)
+        await asyncio.sleep(RACE_S + 1)
+        labels = (await core.read_node(node, _request_timeout=T)).metadata.labels or {}
+        other = "cgpu" if labels.get(c.LABEL_SCHEDULE) == "share" else "share"
+        await op_core.patch_node(node, cast(Any, {"metadata": {"labels": {c.LABEL_SCHEDULE: other}}}))
 
     # -- the end's checks -------------------------------------------------------------------------
     async def _check_end(self) -> None:
@@ -1112,9 +1141,31 @@ class Soak:
                         f"the operator wrote ConfigMap {ref.get('namespace')}/{ref.get('name')}",
                         [_audit_line(e)],
                     )
+        self._check_wait()
         self.report.checked["operator-writes"] = node_patches
         self.report.checked["no-evictions"] = node_patches + evictions
         self.report.checked["operator-configmaps"] = cms
+
+    def _check_wait(self) -> None:
+        """wait-guard, from the audit log (:mod:`gpushare.devcluster.soakaudit`)."""
+        events = list(self._audit())
+        changes = [m for m in mode_changes(events) if m.user == OPERATOR_USER]
+        occupied = occupancies(events, self.holds)
+        self.report.checked["wait-guard"] = len(changes)
+        for breach in wait_breaches(changes, occupied, self.holds, by=OPERATOR_USER, race_s=RACE_S):
+            start = breach.occupancy.bound - timedelta(seconds=1)
+            window = [e for e in events if start <= when(e) <= breach.change.at + timedelta(seconds=2)]
+            pod = breach.occupancy.pod.split("/")[1]
+            evidence = [_audit_line(e) for e in window if (e.get("objectRef") or {}).get("name") == pod]
+            evidence += [
+                _audit_line(e) for e in window if (e.get("objectRef") or {}).get("name") == breach.change.node
+            ][-8:]
+            if breach.race:
+                self.report.notes.append(f"wait race (documented, counted apart): {breach.text()}")
+                self.report.notes.extend(f"  {line}" for line in evidence)
+                self.report.detail["wait-guard race"] += 1
+            else:
+                self.report.violate("wait-guard", breach.text(), evidence)
 
     async def _events(self, name: str) -> list[str]:
         assert self.api is not None
