@@ -28,6 +28,10 @@ LABEL_MIG_CONFIG_STATE: Final = "nvidia.com/mig.config.state"
 #: The MIG manager's ConfigMap of mig-parted configs, as NVIDIA's GPU Operator deploys it.
 MIG_CONFIGS_NAMESPACE: Final = "gpu-operator"
 MIG_CONFIGS_CONFIGMAP: Final = "default-mig-parted-config"
+#: The field managers gpushare writes nodes with (the operator's, the node agent's): a node's
+#: ``metadata.managedFields`` entry of any other manager is someone else's write.
+OPERATOR_FIELD_MANAGER: Final = "gpushare-operator"
+AGENT_FIELD_MANAGER: Final = "gpushare-agent"
 # Our own node labels.
 LABEL_POOL: Final = f"{GROUP}/pool"
 LABEL_SKIP: Final = f"{GROUP}/skip"

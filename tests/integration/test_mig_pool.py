@@ -575,3 +575,58 @@ async def test_nodes_move_from_time_slicing_to_mig_through_a_killed_operator_and
                 await pools.custom.patch_cluster_custom_object(
                     c.GROUP, c.VERSION, c.PLURAL, pool, {"metadata": {"finalizers": None}}, **MERGE
                 )  # fmt: skip
+
+
+async def test_a_switch_finished_while_the_operator_was_down_is_confirmed(
+    api: client.ApiClient,
+    fake_nodes: FakeNodeSet,
+    start_operator: Callable[..., OperatorProc],
+    mig_configmaps: None,
+) -> None:
+    """The operator is SIGKILLed right after it wrote the node's MIG config and started again only
+    once the simulated MIG manager reported ``success`` for it: the new operator never sees
+    ``pending``, but the node's managedFields say the manager wrote the state label after
+    gpushare's record of the switch, so the pool goes Ready with the node confirmed (not named
+    MigConfigStuck, as it was when only a ``pending`` the operator saw counted)."""
+    np = f"np-mig-{secrets.token_hex(3)}"
+    core = client.CoreV1Api(api)
+    (node,) = await _a100_nodes(fake_nodes, 1, "migdn", np)
+    # The manager works 2 s: its success lands in a later second than the record's time (the
+    # patch's, rounded up to the second), as a real reconfiguration's does.
+    await core.patch_node(node, cast(Any, {"metadata": {"annotations": {ANNOTATION_MIG_DELAY: "2"}}}))
+    first = start_operator()
+    pools = PoolApi(api)
+    name = f"mig-{np}"
+    try:
+        await pools.create_pool(
+            name, {POOL_LABEL: np}, nvidia={"strategy": "MIG", "mig": MIXED, "configPropagationSeconds": 0}
+        )
+
+        async def written() -> str | None:
+            value = (await _node(core, node))[0].get(c.LABEL_MIG_CONFIG)
+            return value if value is not None and value.startswith("gpushare-mig-") else None
+
+        config = await wait_for(written, what=f"{node}'s MIG config written", timeout_s=30, interval=0.05)
+        first.kill()
+
+        async def applied() -> migsim.MigState | None:
+            done = await _applied(core, node)
+            return done if done is not None and (done.label, done.state) == (config, migsim.SUCCESS) else None
+
+        await wait_for(applied, what=f"the MIG manager's success for {config}", timeout_s=30)
+        record = json.loads((await core.read_node(node)).metadata.annotations["gpushare.io/mig-switch"])
+        assert record == {"config": config, "since": record["since"], "seenWorking": False}, record
+        second = start_operator()
+        await wait_for(_ready(pools, name), what=f"{name} Ready after the restart", timeout_s=30)
+        assert (await _statuses(pools, name))[node]["phase"] == "Ready"
+        assert (await _node(core, node))[1] == MIXED_DEVICES
+        record = json.loads((await core.read_node(node)).metadata.annotations["gpushare.io/mig-switch"])
+        assert record["seenWorking"] is True and record["config"] == config, record
+        assert second.proc.poll() is None
+    finally:  # the node is the test's own: the pool goes without restoring it
+        if await pools.get(name) is not None:
+            await pools.custom.delete_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL, name)
+            await pools.custom.patch_cluster_custom_object(
+                c.GROUP, c.VERSION, c.PLURAL, name, {"metadata": {"finalizers": None}}, **MERGE
+            )  # fmt: skip
+            await pools.delete(name, timeout_s=30)

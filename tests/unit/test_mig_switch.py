@@ -229,3 +229,73 @@ def test_the_simulated_manager_can_wait_before_it_starts_keeping_the_previous_su
     assert waiting.again == timedelta(seconds=3)
     going = migsim.decide(labels, before, configs, gpus, T0 + start, start=start, noticed=T0)
     assert going is not None and going.state.state == migsim.PENDING
+
+
+def managed(manager: str, at: str, *labels: str) -> dict[str, Any]:
+    """A ``metadata.managedFields`` entry: ``manager`` last changed its fields (these labels) at ``at``."""
+    return {
+        "manager": manager,
+        "operation": "Update",
+        "apiVersion": "v1",
+        "time": at,
+        "fieldsV1": {"f:metadata": {"f:labels": {f"f:{k}": {} for k in labels}}},
+    }
+
+
+def test_the_node_views_keep_when_another_manager_last_wrote_the_state_label() -> None:
+    state = c.LABEL_MIG_CONFIG_STATE
+    obj = {
+        "metadata": {
+            "name": "n1",
+            "labels": {state: "success"},
+            "managedFields": [
+                managed("nvidia-mig-manager", "2026-01-01T00:00:02Z", state, "nvidia.com/gpu.deploy.x"),
+                managed("kubectl-label", "2026-01-01T00:00:05Z", state),
+                # gpushare's own entries never count, nor another manager's without the label.
+                managed(c.OPERATOR_FIELD_MANAGER, "2026-01-01T00:00:09Z", state, c.LABEL_MIG_CONFIG),
+                managed(c.AGENT_FIELD_MANAGER, "2026-01-01T00:00:09Z", state),
+                managed("kubelet", "2026-01-01T00:00:09Z", "kubernetes.io/hostname"),
+                {"manager": "odd", "time": "not a time", "fieldsV1": None},
+            ],
+        }
+    }
+    expected = {state: T0 + timedelta(seconds=5)}
+    assert NodeView.project(obj).label_times == expected == NodeView.from_obj(obj).label_times
+    assert MIG.timed_labels == (state,) and ACK.timed_labels == NVIDIA.timed_labels == ()
+    mine = {
+        "metadata": {
+            "name": "n1",
+            "managedFields": [managed(c.OPERATOR_FIELD_MANAGER, "2026-01-01T00:00:09Z", state)],
+        }
+    }
+    assert NodeView.project(mine).label_times == {}
+
+
+def test_a_success_the_manager_wrote_after_the_record_is_taken_though_pending_was_never_seen() -> None:
+    """The operator was down for the whole of ``pending``: the node's managedFields say the MIG
+    manager wrote the state label after gpushare's record (written at T0+1s, to the second), so the
+    switch counts as seen: the record marked, the node confirmed. The same second is not taken."""
+    p = pool()
+    config = MIG.pool_mode(p.spec)
+    node = switched(p, "success")
+    state = c.LABEL_MIG_CONFIG_STATE
+    for written in (T0, T0 + timedelta(seconds=1, milliseconds=500)):  # before, the same second
+        times = {state: written}
+        later = NodeView(node.name, node.labels, node.annotations, allocatable=SEVEN, label_times=times)
+        assert MIG.switch_seen(later.labels, later.annotations, later.label_times) is None
+        assert not MIG.advertises(config, SEVEN, later.labels, later.annotations, later.label_times)
+        assert node_status(status_of(p, later, T0 + timedelta(seconds=5)))[:2] == ("Restarting", ms.WAITING)
+        assert node_status(status_of(p, later, T0 + timedelta(seconds=400)))[:2] == ("Failed", ms.STUCK)
+    after = NodeView(
+        node.name,
+        node.labels,
+        node.annotations,
+        allocatable=SEVEN,
+        label_times={state: T0 + timedelta(seconds=2)},
+    )
+    patch = MIG.switch_seen(after.labels, after.annotations, after.label_times)
+    assert patch is not None and json.loads(patch[KEY])["seenWorking"] is True
+    assert MIG.advertises(config, SEVEN, after.labels, after.annotations, after.label_times)
+    for now in (T0 + timedelta(seconds=5), T0 + timedelta(seconds=400)):
+        status = status_of(p, after, now)
+        assert node_status(status)[0] == "Ready" and cond(status, "Ready")["status"] == "True"

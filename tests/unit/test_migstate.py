@@ -89,3 +89,29 @@ def test_the_record_round_trips_and_an_unreadable_one_trusts_nothing() -> None:
     assert MigSwitch.parse(SEEN.dump()) == SEEN
     assert MigSwitch.parse("{") is None and MigSwitch.parse(None) is None
     assert ms.paused_operands({ms.DEPLOY_PREFIX + "dcgm": ms.PAUSED, "x": ms.PAUSED}) == ["dcgm"]
+
+
+def test_a_state_the_manager_wrote_after_the_record_counts_as_seen_working() -> None:
+    """The operator missed ``pending`` (down while the manager worked): a write of the state label by
+    another field manager in a later second than the record is as good as having seen it."""
+    after = T0 + timedelta(seconds=1)
+    done = progress(NEW, node("success"), True, WROTE, EARLY, TIMEOUT, after)
+    assert done.confirmed and done.record == SEEN
+    # Long after the write, too: confirmed, not named stuck.
+    assert progress(NEW, node("success"), True, WROTE, LATE, TIMEOUT, after).confirmed
+    failed = progress(NEW, node("failed"), False, WROTE, EARLY, TIMEOUT, after)
+    assert failed.reason == ms.FAILED_REASON and failed.record == SEEN
+
+
+@pytest.mark.parametrize(
+    "written",
+    [None, T0, T0 + timedelta(milliseconds=999), T0 - timedelta(seconds=1)],
+    ids=["unknown", "same-second", "same-second-later", "before"],
+)
+def test_a_state_written_in_the_same_second_or_before_the_record_is_not_taken(
+    written: datetime | None,
+) -> None:
+    assert not ms.written_after(WROTE, written)
+    found = progress(NEW, node("success"), True, WROTE, EARLY, TIMEOUT, written)
+    assert (found.reason, found.record) == (ms.WAITING, None) and not found.confirmed
+    assert progress(NEW, node("success"), True, WROTE, LATE, TIMEOUT, written).reason == ms.STUCK

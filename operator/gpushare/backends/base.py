@@ -142,13 +142,21 @@ class SharingBackend(Protocol):
         allocatable: Mapping[str, str],
         labels: Mapping[str, str],
         annotations: Mapping[str, str] | None = None,
+        label_times: Mapping[str, datetime] | None = None,
     ) -> bool:
         """Whether a node with this allocatable (and labels) advertises what ``mode`` implies.
         ``annotations``: the node's gpushare annotations, where the backend keeps its record of a
-        switch it made (:meth:`switch_annotations`): a report from before that switch is not taken."""
+        switch it made (:meth:`switch_annotations`): a report from before that switch is not taken;
+        ``label_times``: when another field manager than gpushare's last wrote each of
+        :attr:`timed_labels` (the node's managedFields), a report written after the record is."""
         ...
 
     # --- a switch the backend follows itself (beyond the device plugin's evidence) ------------
+
+    #: Node labels whose latest write by a field manager other than gpushare's the node views keep
+    #: (``NodeView.label_times``, from the node's ``metadata.managedFields``): what the backend's
+    #: ``label_times`` arguments hold (empty: none).
+    timed_labels: tuple[str, ...]
 
     #: The node reasons of :meth:`switch_state` that name a failed switch: each one a Warning
     #: Event, and the ``gpushare_pool_failed_nodes`` metric's ``reason`` (empty: none).
@@ -168,9 +176,15 @@ class SharingBackend(Protocol):
         pool of this backend, else it leaves and the backend's records go): {} for none."""
         ...
 
-    def switch_seen(self, labels: Mapping[str, str], annotations: Mapping[str, str]) -> dict[str, str] | None:
-        """The annotations to write because the node shows the switch under way (what its record
-        must remember across passes and restarts); None: nothing to write."""
+    def switch_seen(
+        self,
+        labels: Mapping[str, str],
+        annotations: Mapping[str, str],
+        label_times: Mapping[str, datetime] | None = None,
+    ) -> dict[str, str] | None:
+        """The annotations to write because the node shows the switch under way, or that it was
+        (``label_times``, :meth:`advertises`): what its record must remember across passes and
+        restarts; None: nothing to write."""
         ...
 
     def switch_state(
@@ -182,6 +196,7 @@ class SharingBackend(Protocol):
         *,
         now: datetime,
         timeout_s: int,
+        label_times: Mapping[str, datetime] | None = None,
     ) -> tuple[NodePhaseName, str, str] | None:
         """Where the node's switch to ``mode`` stands, when the backend follows it itself (its
         record in ``annotations``): (phase, reason, message) until it is confirmed; None: the device
@@ -293,6 +308,7 @@ class FollowsNoSwitch:
     record of its own (``SharingBackend.switch_*``)."""
 
     switch_reasons: tuple[str, ...] = ()
+    timed_labels: tuple[str, ...] = ()
 
     def switch_annotations(
         self,
@@ -305,7 +321,12 @@ class FollowsNoSwitch:
     ) -> dict[str, str | None]:
         return {}
 
-    def switch_seen(self, labels: Mapping[str, str], annotations: Mapping[str, str]) -> dict[str, str] | None:
+    def switch_seen(
+        self,
+        labels: Mapping[str, str],
+        annotations: Mapping[str, str],
+        label_times: Mapping[str, datetime] | None = None,
+    ) -> dict[str, str] | None:
         return None
 
     def switch_state(
@@ -317,6 +338,7 @@ class FollowsNoSwitch:
         *,
         now: datetime,
         timeout_s: int,
+        label_times: Mapping[str, datetime] | None = None,
     ) -> tuple[NodePhaseName, str, str] | None:
         return None
 

@@ -154,6 +154,9 @@ def _running(pod: Mapping[str, Any]) -> bool:
     )
 
 
+#: The field manager of the simulated MIG manager's writes: its own, as the real one's
+#: (``kubectl label`` in a pod of its own), never the test client's or gpushare's.
+MIG_FIELD_MANAGER: str = "nvidia-mig-manager"
 #: What the simulated MIG manager last did on the node (JSON, ``migsim.MigState``).
 ANNOTATION_MIG: str = f"{c.GROUP}/simulated-mig"
 #: ``"true"``: the MIG manager stays at ``pending`` with the operands paused (a wedge).
@@ -452,7 +455,7 @@ class PluginSimulator:
             if step.state != seen or step.labels:
                 meta = {"labels": dict(step.labels), "annotations": {ANNOTATION_MIG: step.state.to_json()}}
                 with refused() as error:
-                    await self.core.patch_node(name, {"metadata": meta})
+                    await self.core.patch_node(name, {"metadata": meta}, field_manager=MIG_FIELD_MANAGER)
                 if error:
                     log.warning("node %s: MIG manager: API error %s %s", name, error.status, error.reason)
                     if error.status != 404:

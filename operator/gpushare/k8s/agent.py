@@ -15,11 +15,12 @@ from typing import Any, TypeVar
 
 import aiohttp
 
+from gpushare import constants as c
 from gpushare.k8s.client import ApiClient
 from gpushare.k8s.rest import STRATEGIC_MERGE_PATCH, ApiError, Rest, path
 from gpushare.k8s.retry import call
 
-FIELD_MANAGER = "gpushare-agent"
+FIELD_MANAGER = c.AGENT_FIELD_MANAGER
 #: A transient failure is tried again twice within a round (the agent's loop tries the next period).
 ATTEMPTS = 3
 T = TypeVar("T")

@@ -25,7 +25,7 @@ from gpushare.k8s.retry import call, call_if_present, call_or_absent
 from gpushare.policy import PodView
 from gpushare.policy.views import PluginPod, plugin_pod
 
-FIELD_MANAGER = "gpushare-operator"
+FIELD_MANAGER = c.OPERATOR_FIELD_MANAGER
 CORE = "/api/v1"
 POOLS = f"/apis/{c.GROUP}/{c.VERSION}/{c.PLURAL}"
 #: Finished pods hold no GPU and wait for nothing.

@@ -203,7 +203,7 @@ def idle_nodes(
             continue
         backend = backend_for(pool.spec)
         if not backend.advertises(
-            backend.pool_mode(pool.spec), view.allocatable, view.labels, view.annotations
+            backend.pool_mode(pool.spec), view.allocatable, view.labels, view.annotations, view.label_times
         ):
             continue
         out.append(p.node)

@@ -387,7 +387,7 @@ def awaiting_mode(node: NodeView, record: RestartRecord | None, backend: Sharing
     if record.hash != plugin_labels_hash(node.labels, backend):
         return False
     return not backend.advertises(
-        backend.mode_of(node.labels), node.allocatable, node.labels, node.annotations
+        backend.mode_of(node.labels), node.allocatable, node.labels, node.annotations, node.label_times
     )
 
 

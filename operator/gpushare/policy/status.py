@@ -115,7 +115,13 @@ def node_state(
     if mode is not None and node is not None and now is not None:
         # A switch the backend follows itself (its record on the node): until confirmed, its words.
         switch = backend.switch_state(
-            mode, node.allocatable, node.labels, node.annotations, now=now, timeout_s=ready_timeout_s
+            mode,
+            node.allocatable,
+            node.labels,
+            node.annotations,
+            now=now,
+            timeout_s=ready_timeout_s,
+            label_times=node.label_times,
         )
         if switch is not None:
             return NodeState(p.node, *switch)
@@ -157,6 +163,7 @@ def node_state(
             labels=node.labels,
             backend=backend,
             annotations=node.annotations,
+            label_times=node.label_times,
         )
         if stale is not None:
             return stale
@@ -206,6 +213,7 @@ def plugin_mode_state(
     labels: Mapping[str, str] | None = None,
     backend: SharingBackend = DEFAULT,
     annotations: Mapping[str, str] | None = None,
+    label_times: Mapping[str, datetime] | None = None,
 ) -> NodeState | None:
     """None when the node advertises what ``mode`` implies (``backend.advertises``); else why it is
     not Ready yet.
@@ -219,7 +227,7 @@ def plugin_mode_state(
     * later: Degraded ``PluginModeStale``.
     """
     labels = labels or {}
-    if backend.advertises(mode, allocatable, labels, annotations):
+    if backend.advertises(mode, allocatable, labels, annotations, label_times):
         return None
     message = backend.stale_message(mode, allocatable, labels)
     since = _since(record)

@@ -6,6 +6,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any
 
 from gpushare import constants as c
@@ -54,6 +55,37 @@ _KEPT_ALLOCATABLE: tuple[str, ...] = tuple(
 )
 
 
+#: The labels whose latest write by another field manager than gpushare's the node views keep
+#: (``SharingBackend.timed_labels``).
+_TIMED_LABELS: tuple[str, ...] = tuple(dict.fromkeys(k for b in BACKENDS.values() for k in b.timed_labels))
+#: gpushare's own field managers: their writes are never another's.
+_OURS: frozenset[str] = frozenset((c.OPERATOR_FIELD_MANAGER, c.AGENT_FIELD_MANAGER))
+#: The times of a node with none (most nodes): one shared empty mapping.
+_NO_TIMES: Mapping[str, datetime] = MappingProxyType({})
+
+
+def label_times(managed: Any, keys: tuple[str, ...] = _TIMED_LABELS) -> Mapping[str, datetime]:
+    """For each of ``keys`` that a field manager other than gpushare's owns on a node (its
+    ``metadata.managedFields``), the latest ``time`` of such an entry: the apiserver's record of
+    when that manager last changed a field it owns (to the second), the label or another."""
+    out: dict[str, datetime] = {}
+    if not keys or not isinstance(managed, list):
+        return _NO_TIMES
+    for entry in managed:
+        if not isinstance(entry, Mapping) or entry.get("manager") in _OURS:
+            continue
+        fields = entry.get("fieldsV1")
+        meta = fields.get("f:metadata") if isinstance(fields, Mapping) else None
+        labels = meta.get("f:labels") if isinstance(meta, Mapping) else None
+        when = parse_time(str(entry.get("time") or ""))
+        if not isinstance(labels, Mapping) or when is None:
+            continue
+        for key in keys:
+            if f"f:{key}" in labels and (key not in out or when > out[key]):
+                out[sys.intern(key)] = when
+    return out or _NO_TIMES
+
+
 def _node_ready(status: Mapping[str, Any]) -> bool:
     """False only for a Ready condition that is not True; unknown (no Ready condition, e.g. a node
     written by hand for `gpushare plan`) counts as ready."""
@@ -77,6 +109,9 @@ class NodeView:
     capacity: Mapping[str, str] = field(default_factory=dict)
     #: ``metadata.resourceVersion`` (opaque; the operator uses it to tell fresher copies apart).
     resource_version: str = field(default="", compare=False)
+    #: When another field manager than gpushare's last wrote each label a backend asks to be
+    #: timed (:func:`label_times`; ``SharingBackend.timed_labels``): only those it owns.
+    label_times: Mapping[str, datetime] = field(default_factory=dict)
 
     @classmethod
     def from_obj(cls, obj: Mapping[str, Any]) -> NodeView:
@@ -91,12 +126,14 @@ class NodeView:
             ready=_node_ready(status),
             capacity=_interned(status.get("capacity"), _KEPT_ALLOCATABLE),
             resource_version=str(meta.get("resourceVersion") or ""),
+            label_times=label_times(meta.get("managedFields")),
         )
 
     @classmethod
     def project(cls, obj: Mapping[str, Any]) -> NodeView:
         """The slim copy the operator's index keeps: every label (pool selectors may use any),
-        gpushare's own annotations only, GPU allocatable only; strings interned."""
+        gpushare's own annotations only, GPU allocatable only, the times of the timed labels only;
+        strings interned."""
         meta = obj.get("metadata") or {}
         status = obj.get("status") or {}
         return cls(
@@ -108,6 +145,7 @@ class NodeView:
             ready=_node_ready(status),
             capacity=_interned(status.get("capacity"), _KEPT_ALLOCATABLE),
             resource_version=str(meta.get("resourceVersion") or ""),
+            label_times=label_times(meta.get("managedFields")),
         )
 
     def allocatable_int(self, resource: str) -> int:

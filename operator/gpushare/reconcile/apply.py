@@ -193,7 +193,9 @@ async def record_switches(
         view = state.view(p.node) if p.pool == s.name else None
         if view is None:
             continue
-        patch = backend.switch_seen(view.labels, view.annotations) or state.switch_seen(view)
+        patch = backend.switch_seen(view.labels, view.annotations, view.label_times) or state.switch_seen(
+            view
+        )
         if not patch:
             continue
         with writes.claim(p.node) as mine:

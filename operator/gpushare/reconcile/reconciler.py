@@ -97,7 +97,7 @@ class Reconciler:
     def observe_node(self, view: NodeView) -> None:
         """A node as the watch shows it (added or modified)."""
         for backend in BACKENDS.values():
-            if (seen := backend.switch_seen(view.labels, view.annotations)) is not None:
+            if (seen := backend.switch_seen(view.labels, view.annotations, view.label_times)) is not None:
                 self.state.note_switch(view, seen)
         if self.state.observe_node(view):
             self._marked([view.name])

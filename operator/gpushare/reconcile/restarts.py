@@ -154,7 +154,9 @@ def _take_step(
             pods,
             now=s.now,
             plugin=plugin,
-            advertised=backend.advertises(mode, allocatable, labels, view.annotations if view else {}),
+            advertised=backend.advertises(
+                mode, allocatable, labels, view.annotations if view else {}, view.label_times if view else {}
+            ),
             stale=backend.stale_message(mode, allocatable, labels),
         )
     return restart_step(

@@ -4,6 +4,7 @@ behind :class:`gpushare.backends.base.SharingBackend` (the package's docstring s
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Final
 
 from gpushare import constants as c
@@ -116,6 +117,7 @@ class AckBackend(FollowsNoSwitch):
         allocatable: Mapping[str, str],
         labels: Mapping[str, str],
         annotations: Mapping[str, str] | None = None,
+        label_times: Mapping[str, datetime] | None = None,
     ) -> bool:
         return evidence.advertises(mode, allocatable)
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Final
 
 from gpushare import constants as c
@@ -188,6 +189,7 @@ class NvidiaBackend(FollowsNoSwitch):
         allocatable: Mapping[str, str],
         labels: Mapping[str, str],
         annotations: Mapping[str, str] | None = None,
+        label_times: Mapping[str, datetime] | None = None,
     ) -> bool:
         """``replicas x GPUs`` of the config's resource. GPUs come from ``gpushare.io/gpu.count``
         (the node agent) or ``nvidia.com/gpu.count`` (GPU Feature Discovery); without either, any

@@ -15,8 +15,10 @@ advertises the geometry's devices (``nvidia.com/mig-<profile>`` per GPU x GPUs x
 replicas under ``mixed``; ``nvidia.com/gpu`` under ``single``). A state from before the switch (the
 previous config's ``success``) is never taken: gpushare writes its record of the switch
 (``gpushare.io/mig-switch``, :mod:`gpushare.backends.nvidia.migstate`) in the same patch as the
-label, marks it once it sees the manager working (``pending``/``rebooting``) on that config, and
-trusts a ``success`` only after that. The pool's status names a ``failed`` config, a state stuck
+label, marks it once it sees the manager working (``pending``/``rebooting``) on that config, or
+the node's managedFields show the manager wrote the state after the record (the operator was down
+while it worked: :func:`gpushare.backends.nvidia.migstate.written_after`), and trusts a
+``success`` only after that. The pool's status names a ``failed`` config, a state stuck
 past ``readyTimeoutSeconds`` and operands left ``paused-for-mig-change`` (:meth:`MigBackend.switch_state`).
 
 What a node advertises is known once a pool with its two labels' values was seen
@@ -109,6 +111,15 @@ def _record(annotations: Mapping[str, str]) -> migstate.MigSwitch | None:
     return migstate.MigSwitch.parse(annotations.get(migstate.ANNOTATION_MIG_SWITCH))
 
 
+def _state_written(label_times: Mapping[str, datetime] | None) -> datetime | None:
+    """When a field manager other than gpushare's last wrote the MIG manager's state label."""
+    return (label_times or {}).get(c.LABEL_MIG_CONFIG_STATE)
+
+
+def _seen_working(record: migstate.MigSwitch, label_times: Mapping[str, datetime] | None) -> bool:
+    return record.seen_working or migstate.written_after(record, _state_written(label_times))
+
+
 def _mig_devices(allocatable: Mapping[str, str]) -> str:
     shown = [f"{r}: {v}" for r, v in sorted(allocatable.items()) if r.startswith(c.RES_NVIDIA_MIG_PREFIX)]
     whole = allocatable.get(c.RES_NVIDIA_GPU)
@@ -127,6 +138,7 @@ class MigBackend(NvidiaBackend):
     pod_resources: tuple[str, ...] = (c.RES_NVIDIA_GPU, c.RES_NVIDIA_MIG_PREFIX)
     pool_words: str = "an NVIDIA MIG pool"
     switch_reasons: tuple[str, ...] = (migstate.FAILED_REASON, migstate.STUCK, migstate.OPERANDS_PAUSED)
+    timed_labels: tuple[str, ...] = (c.LABEL_MIG_CONFIG_STATE,)
 
     def spec_problem(self, spec: GPUSharePoolSpec) -> str | None:
         return None
@@ -185,14 +197,16 @@ class MigBackend(NvidiaBackend):
         allocatable: Mapping[str, str],
         labels: Mapping[str, str],
         annotations: Mapping[str, str] | None = None,
+        label_times: Mapping[str, datetime] | None = None,
     ) -> bool:
         """``success`` for ``mode`` and the geometry's devices (module docstring); for a switch to
         ``mode`` gpushare made (its record in ``annotations``), only once the MIG manager was seen
-        working on it: never the previous config's ``success``."""
+        working on it or wrote the state after the record (``label_times``): never the previous
+        config's ``success``."""
         if not self._devices(mode, allocatable, labels):
             return False
         record = _record(annotations or {})
-        return record is None or record.config != mode or record.seen_working
+        return record is None or record.config != mode or _seen_working(record, label_times)
 
     def switch_annotations(
         self,
@@ -214,13 +228,21 @@ class MigBackend(NvidiaBackend):
         since = datetime.fromisoformat(now.replace("Z", "+00:00"))
         return {key: migstate.MigSwitch(new, since).dump()}
 
-    def switch_seen(self, labels: Mapping[str, str], annotations: Mapping[str, str]) -> dict[str, str] | None:
+    def switch_seen(
+        self,
+        labels: Mapping[str, str],
+        annotations: Mapping[str, str],
+        label_times: Mapping[str, datetime] | None = None,
+    ) -> dict[str, str] | None:
         """The record marked ``seenWorking`` once the MIG manager reports ``pending`` or
-        ``rebooting`` for the config gpushare wrote: its ``success`` after that is the new one's."""
+        ``rebooting`` for the config gpushare wrote, or wrote the state after the record
+        (``label_times``, whatever the state): its ``success`` after that is the new one's."""
         record = _record(annotations)
         if record is None or record.seen_working or record.config != labels.get(c.LABEL_MIG_CONFIG):
             return None
-        if labels.get(c.LABEL_MIG_CONFIG_STATE) not in migstate.WORKING:
+        if labels.get(c.LABEL_MIG_CONFIG_STATE) not in migstate.WORKING and not _seen_working(
+            record, label_times
+        ):
             return None
         return {migstate.ANNOTATION_MIG_SWITCH: replace(record, seen_working=True).dump()}
 
@@ -233,6 +255,7 @@ class MigBackend(NvidiaBackend):
         *,
         now: datetime,
         timeout_s: int,
+        label_times: Mapping[str, datetime] | None = None,
     ) -> tuple[NodePhaseName, str, str] | None:
         """Where a switch gpushare made to ``mode`` stands (:func:`migstate.progress`): Restarting
         while the manager works (or has not started), Failed for ``failed``, a state stuck past
@@ -243,7 +266,13 @@ class MigBackend(NvidiaBackend):
         if record is None or record.config != mode or labels.get(c.LABEL_MIG_CONFIG) != mode:
             return None
         found = migstate.progress(
-            mode, labels, self._devices(mode, allocatable, labels), record, now, timedelta(seconds=timeout_s)
+            mode,
+            labels,
+            self._devices(mode, allocatable, labels),
+            record,
+            now,
+            timedelta(seconds=timeout_s),
+            _state_written(label_times),
         )
         if found.confirmed or found.reason == migstate.NOT_ADVERTISED:
             return None

@@ -18,9 +18,15 @@ once the manager was seen working after that write:
   and the GPU operands left ``paused-for-mig-change`` (mig-parted #485).
 
 Observing the intermediate state is a sampling: a manager that went ``pending`` -> ``success``
-between two looks at the node leaves the record without it, and the node is then named stuck
-rather than confirmed on a state that might be stale (the operator's node watch sees every
-version of the node, so this needs a look missed, e.g. the operator restarted mid-switch).
+between two looks at the node (the operator down for the whole of ``pending``: a SIGKILLed
+leader's replacement waits behind Kopf's peering) leaves the record without it. So the apiserver's
+own record of who wrote what counts too: the node's ``metadata.managedFields`` entry of a field
+manager other than gpushare's that owns the state label, changed strictly after the record's
+time (both to the second: the same second is not taken), is the manager's write after
+gpushare's, as good as having seen it working (:func:`written_after`). That entry's time is its
+last change of any field it owns, so it says when the manager last wrote, not what; and it is the
+apiserver's clock against the operator's (the record's), a skew of more than a second could take a
+success written just before the switch.
 """
 
 from __future__ import annotations
@@ -78,6 +84,15 @@ class MigSwitch:
             return None
 
 
+def written_after(record: MigSwitch, state_written: datetime | None) -> bool:
+    """Whether the state label was written after gpushare wrote ``record``: ``state_written`` is
+    when a field manager other than gpushare's that owns it last wrote the node (managedFields),
+    taken only in a later second than the record's (both are to the second)."""
+    if state_written is None:
+        return False
+    return state_written.replace(microsecond=0) > record.since.replace(microsecond=0)
+
+
 @dataclass(frozen=True)
 class MigProgress:
     """Where a node's switch to ``config`` stands: a reason (one of this module's), words for the
@@ -112,10 +127,12 @@ def progress(
     record: MigSwitch | None,
     now: datetime,
     timeout: timedelta,
+    state_written: datetime | None = None,
 ) -> MigProgress:
     """Where the switch of a node with ``labels`` to MIG config ``config`` stands. ``advertised``:
     the node advertises the geometry's resources (the backend's evidence); ``record``: gpushare's
-    record on the node; ``timeout``: the pool's ``readyTimeoutSeconds``."""
+    record on the node; ``timeout``: the pool's ``readyTimeoutSeconds``; ``state_written``: when
+    another field manager than gpushare's last wrote the state label (:func:`written_after`)."""
     state = labels.get(c.LABEL_MIG_CONFIG_STATE, "")
     if record is None or record.config != config:
         # Not a switch gpushare made (the node carried the config already): its state is about it.
@@ -124,7 +141,7 @@ def progress(
         found = _open(
             config, state, advertised, MigSwitch(config, now, state in WORKING), now, timeout, wrote=True
         )
-    elif not record.seen_working and state in WORKING:
+    elif not record.seen_working and (state in WORKING or written_after(record, state_written)):
         found = _open(config, state, advertised, replace(record, seen_working=True), now, timeout, wrote=True)
     else:
         found = _open(config, state, advertised, record, now, timeout, wrote=False)
