@@ -194,6 +194,19 @@ class SharingBackend(Protocol):
         (amount, compute %) on each."""
         ...
 
+    def entry_resources(self, spec: GPUSharePoolSpec) -> tuple[str, ...]:
+        """The resource each of ``room``'s entries counts, in order, where the entries are counts of
+        resources (NVIDIA's slots; a MIG pool's devices per profile); empty: they are GPUs."""
+        ...
+
+    def take_on(
+        self, spec: GPUSharePoolSpec, requests: Mapping[str, int]
+    ) -> Mapping[int, tuple[int, int]] | None:
+        """Which of ``room``'s entries such a pod takes, and (amount, compute %) on each, where the
+        backend names them (a MIG pod: the entries of the profiles it asks for); None: any entries
+        that fit, as many as :meth:`take` says, as the pool's placement picks them."""
+        ...
+
     # --- what ``gpushare inspect`` and ``gpushare advise`` print ------------------------------
 
     #: Its modes, in words (``gpushare inspect``'s pool line).
@@ -205,6 +218,16 @@ class SharingBackend(Protocol):
 
     def pod_usage(self, requests: Mapping[str, int]) -> tuple[int, int] | None:
         """The amount and compute share a pod with these requests holds (None: none of them)."""
+        ...
+
+    def devices(self, allocatable: Mapping[str, str]) -> dict[str, int]:
+        """The devices a node advertises that pods take whole, counted per resource (a MIG node:
+        each profile's slices), positive counts only; empty: the backend counts an amount
+        (:meth:`usage`) or slots of one resource."""
+        ...
+
+    def pod_devices(self, requests: Mapping[str, int]) -> dict[str, int]:
+        """What a pod with these requests holds of :meth:`devices`' resources (empty: none)."""
         ...
 
     def pod_gpus(self, annotations: Mapping[str, str]) -> str:
