@@ -29,7 +29,7 @@ NOW = datetime(2026, 12, 6, 12, 0, 0, tzinfo=UTC)
 NP = "alibabacloud.com/nodepool-id"
 MIG_3G, MIG_2G, MIG_1G = (c.RES_NVIDIA_MIG_PREFIX + p for p in ("3g.20gb", "2g.10gb", "1g.5gb"))
 MIG_7G = c.RES_NVIDIA_MIG_PREFIX + "7g.40gb"
-MIXED = {"geometry": [{"profiles": {"3g.20gb": 1, "2g.10gb": 1, "1g.5gb": 2}}]}
+MIXED: dict[str, Any] = {"geometry": [{"profiles": {"3g.20gb": 1, "2g.10gb": 1, "1g.5gb": 2}}]}
 #: What a node of 2 GPUs advertises under MIXED.
 ADVERTISED = {MIG_3G: "2", MIG_2G: "2", MIG_1G: "4", c.RES_NVIDIA_GPU: "0"}
 
@@ -115,7 +115,7 @@ def test_the_geometry_counts_per_profile_replicas_and_the_fewest_over_gpu_models
     assert migfit.offered(spec, 2) == {MIG_1G: 4, MIG_2G: 2, MIG_3G: 2}
     sliced = parse_pool(mig_pool(**MIXED, timeSlicing=[{"profile": "1g.5gb", "replicas": 3}])).spec
     assert migfit.offered(sliced, 1) == {MIG_1G: 6, MIG_2G: 1, MIG_3G: 1}
-    two_models = {
+    two_models: dict[str, Any] = {
         "geometry": [
             {"deviceFilter": ["0x20B010DE"], "profiles": {"3g.20gb": 2}},
             {"deviceFilter": ["0x20B210DE"], "profiles": {"3g.20gb": 1, "1g.5gb": 4}},
