@@ -4,8 +4,8 @@ Pure module: :func:`build_report` takes Nodes, Pods and GPUSharePools as Kuberne
 (live from the API or from files) and returns a :class:`Report`; :func:`render_text` and
 :meth:`Report.to_dict` print it.
 
-Numbers, as the node's backend reads them (``SharingBackend.usage``, ``pod_usage``; the backend
-whose mode label the node carries, ACK's by default):
+Numbers, as the node's backend reads them (``SharingBackend.usage``, ``pod_usage``; its pool's
+backend, and outside pools the backend whose mode label the node carries, ACK's by default):
 
 * **GPUs**: the node's GPU count (ACK: its allocatable ``gpu-count``, else the agent's ``gpu.count``).
 * **gpu-mem allocated/total**: the sum of the GPU memory requested by pods bound to the node and
