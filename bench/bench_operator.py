@@ -745,12 +745,20 @@ async def operator_labels(pool: Pool, watch: LabelWatch, n: int, limit: float, p
     wait_cpu = waited.get("op_cpu", op_cpu) - op_cpu
     op_cpu = process_cpu_s(pid) - waited.get("op_cpu", op_cpu)
     cpu = time.process_time() - waited.get("cpu", cpu)
-    await wait(pool.ready, limit, "pool Ready (labels only)", interval=0.05)
+    # A MIG pool is Ready once the simulated MIG manager applied the geometry on every node and the
+    # simulated plugin advertises it there: at 1000 nodes that took longer than the labels' limit.
+    ready_limit = limit * (3 if BACKEND[0].mig else 1)
+    try:
+        await wait(pool.ready, ready_limit, "pool Ready (labels only)", interval=0.05)
+        ready_s = time.monotonic() - t
+    except TimeoutError:  # reported as nan, the run goes on (the labels' figures stand)
+        print(f"pool {pool.name} not Ready {ready_limit:.0f} s after it was labelled", file=sys.stderr)
+        ready_s = float("nan")
     return {
         "pool_create_call_s": created,
         "operator_first_write_s": first,
         "operator_labelled_s": labelled,
-        "operator_ready_s": time.monotonic() - t,
+        "operator_ready_s": ready_s,
         "operator_cpu_s": op_cpu,
         "operator_wait_cpu_s": wait_cpu,
         "observer_cpu_s": cpu,
