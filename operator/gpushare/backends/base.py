@@ -11,7 +11,9 @@ backend of a pool what to do, and names none of the stack's labels or resources 
   for what it advertises instead;
 * **the device plugin**: where its pods live by default and the labels they carry;
 * **the fit model** (``gpushare advise``, lending): what a node holds once in a pool of the
-  backend, per GPU (or in slots), and what a waiting pod takes of it;
+  backend, per GPU (or in slots, or in devices per kind: a MIG pool's profiles), and what a
+  waiting pod takes of it; and the devices a node advertises and its pods hold, counted per
+  resource (``inspect``, ``status.capacity``);
 * **admission**: the resources and pod labels that ask for its GPU sharing (what the webhook's
   matchConditions and the rules' fast gate look for), and what a node's plugin advertises of its
   GPUs (the node model of the rules); and its **pod rules** (:class:`PodRules`: which pods they
