@@ -53,6 +53,21 @@ falls back to the default config). ÷ loop is then taken on the labelling after 
 (all labelled minus the wait) and CPU from a second before its end; the output says so, with
 the operator's CPU during the wait.
 
+``--mig`` (with ``--labels-only``): the same for a MIG pool over the same nodes (NVIDIA's MIG
+manager simulated beside the plugin, its ConfigMap with the chart's configs; every node starts at
+``nvidia.com/mig.config=all-disabled``). The pool's geometry is that of the chart's
+``all-balanced`` (2 x 1g.5gb, 2g.10gb, 3g.20gb per GPU, advertised under the mixed strategy), so
+the operator writes three labels per node (``nvidia.com/device-plugin.config``,
+``nvidia.com/mig.config`` and ``gpushare.io/pool``) and the loop the same three, naming a plugin
+key of the same document as the operator's and the chart's ``all-1g.5gb``: the simulated manager
+and plugin do the same work for both (pending, success, the plugin advertising the slices), and
+what a node advertised under the loop's geometry is never the pool's. Between the ways every node
+is set back to ``all-disabled`` and the run waits until the manager reports ``success`` for it.
+The pool is Ready once every node reports ``success`` for the pool's config and advertises 2 x
+(2, 1, 1) ``nvidia.com/mig-*``; ``--ready-limit`` bounds that wait (past it, Ready is reported nan
+and the nodes Ready then are logged). ``--config-propagation`` as for ``--nvidia``; the operator
+waits for its two keys' propagation in turn, so ÷ loop and CPU count from twice that.
+
 Usage: ``python bench/bench_operator.py --nodes 1000,3000 [--steady 60] [--json out.json]``
 or ``python bench/bench_operator.py --nodes 1000 --labels-only --rounds 3``
 or ``python bench/bench_operator.py --nodes 5000 --labels-only --rounds 4 --operator-src A --operator-src B``
@@ -84,6 +99,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from gpushare import constants as c
+from gpushare.api.v1alpha1 import Nvidia
+from gpushare.backends.nvidia import config as nvidia_config
 from gpushare.devcluster import DevCluster
 from gpushare.devcluster.cluster import free_port
 from gpushare.devcluster.crds import install_crd_files
@@ -92,6 +109,7 @@ from gpushare.devcluster.fakes import (
     POOL_LABEL,
     create_gpu_nodes,
     ensure_device_plugin_daemonset,
+    ensure_mig_manager,
     ensure_nvidia_plugin,
 )
 from gpushare.devcluster.nvidiasim import SIMULATED_VALUE as NVIDIA_PLUGIN
@@ -122,6 +140,11 @@ class Backend:
     pool_spec: dict[str, Any]
     #: Seconds the operator waits before its first node label (the config's propagation).
     wait_s: float = 0.0
+    #: Labels set back to these values between the ways (not removed); the nodes start with them.
+    reset: tuple[tuple[str, str], ...] = ()
+    #: The named plugin configs beside NVIDIA's (the loop's key), and whether the MIG manager runs.
+    plugin_configs: tuple[tuple[str, str], ...] = ()
+    mig: bool = False
 
 
 ACK = Backend(LABELS, c.DEFAULT_PLUGIN_NAMESPACE, PLUGIN_SELECTOR, {"devicePlugin": {"restart": "Never"}})
@@ -135,7 +158,38 @@ def nvidia_backend(propagation_s: int) -> Backend:
     return Backend({c.LABEL_NVIDIA_CONFIG: "ts4"}, c.NVIDIA_PLUGIN_NAMESPACE, selector, pool, propagation_s)
 
 
-#: The backend of this run (``--nvidia``).
+#: A MIG pool's geometry: that of the chart's ``all-balanced`` (per GPU), under the mixed strategy.
+MIG_PROFILES = {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}
+#: The loop's MIG config: another geometry of the chart's (7 x 1g.5gb per GPU), the same work for the
+#: simulated manager and plugin, whose devices are never the pool's (what a node advertised under it
+#: cannot be taken for the pool's geometry).
+MIG_CHART_CONFIG = "all-1g.5gb"
+MIG_DISABLED = "all-disabled"
+
+
+def mig_backend(propagation_s: int) -> Backend:
+    spec = {
+        "strategy": "MIG",
+        "mig": {"geometry": [{"profiles": MIG_PROFILES}]},
+        "configPropagationSeconds": propagation_s,
+    }
+    # the plugin's config of such a pool, under a key of the loop's own (the same document)
+    document = nvidia_config.document(Nvidia.model_validate({"strategy": "MIG", "mig": spec["mig"]}))
+    selector = ",".join(f"{k}={v}" for k, v in c.NVIDIA_PLUGIN_LABELS.items())
+    pool = {"nvidia": spec, "rollout": {"maxUnavailable": "100%"}}
+    labels = {c.LABEL_NVIDIA_CONFIG: "mig-mixed", c.LABEL_MIG_CONFIG: MIG_CHART_CONFIG}
+    # Two keys (the plugin's config, the MIG manager's), whose propagation the operator waits for in
+    # turn: its first node label came 2 x configPropagationSeconds after the pool's creation (181 s
+    # at 90 s, 1000 nodes; 6.2 s at 3 s, 20 nodes).
+    return Backend(
+        labels, c.NVIDIA_PLUGIN_NAMESPACE, selector, pool, 2 * propagation_s,
+        reset=((c.LABEL_MIG_CONFIG, MIG_DISABLED),), plugin_configs=(("mig-mixed", document),), mig=True,
+    )  # fmt: skip
+
+
+#: ``--ready-limit``: seconds to wait for the pool's Ready after its labels (0: the default).
+READY_LIMIT: list[float] = [0.0]
+#: The backend of this run (``--nvidia``, ``--mig``).
 BACKEND: list[Backend] = [ACK]
 
 
@@ -237,6 +291,10 @@ class Pool:
             return False
         return any(x["type"] == "Ready" and x["status"] == "True" for x in status.get("conditions") or [])
 
+    async def ready_nodes(self) -> float:
+        obj = await self.custom.get_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL, self.name)
+        return float(((obj.get("status") or {}).get("nodes") or {}).get("ready", 0))
+
     async def gone(self) -> bool:
         try:
             await self.custom.get_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL, self.name)
@@ -253,7 +311,29 @@ def label_args() -> list[str]:
 
 
 def unlabel_args() -> list[str]:
-    return [f"{k}-" for k in (*BACKEND[0].labels, c.LABEL_POOL)]
+    reset = dict(BACKEND[0].reset)
+    return [f"{k}={reset[k]}" if k in reset else f"{k}-" for k in (*BACKEND[0].labels, c.LABEL_POOL)]
+
+
+async def settled(api: client.ApiClient, selector: str, n: int) -> bool:
+    """With ``--mig``: whether the MIG manager applied the reset config on ``n`` nodes (``success``
+    for it); always True otherwise. Raw JSON. The plugin's advertising is not waited for (the
+    simulated plugin re-advertised 1000 nodes in minutes, or stalled): what a node still advertises
+    of the loop's geometry is never the pool's."""
+    if not BACKEND[0].mig:
+        return True
+    resp: Any = await client.CoreV1Api(api).list_node(label_selector=selector, _preload_content=False)
+    try:
+        items = json.loads(await resp.read())["items"]
+    finally:
+        resp.release()
+    want = dict(BACKEND[0].reset)
+    done = 0
+    for node in items:
+        labels = node["metadata"].get("labels") or {}
+        if all(labels.get(k) == v for k, v in want.items()):
+            done += labels.get(c.LABEL_MIG_CONFIG_STATE) == "success"
+    return done >= n
 
 
 HALF = "bench-half"
@@ -424,12 +504,15 @@ async def run_size(
             await ensure_device_plugin_daemonset(api)
             nodes: dict[str, Any] = {}
             if BACKEND[0] is not ACK:
-                await ensure_nvidia_plugin(api, NVIDIA_CONFIGS)
+                await ensure_nvidia_plugin(api, {**NVIDIA_CONFIGS, **dict(BACKEND[0].plugin_configs)})
+                if BACKEND[0].mig:
+                    await ensure_mig_manager(api)
                 gpu = FakeGPU(NVIDIA_NODE_POOL.gpu_name, NVIDIA_NODE_POOL.gpu_mem_mib, mig=False)
                 nodes = {
                     "simulate_plugin": True,
                     "plugin": NVIDIA_PLUGIN,
                     "gpus": [gpu] * NVIDIA_NODE_POOL.gpus,
+                    "extra_labels": dict(BACKEND[0].reset),
                 }
             t0 = time.monotonic()
             half = n // 2
@@ -450,13 +533,16 @@ async def run_size(
                 **nodes,
             )
             await wait(lambda: plugin_pods_ready(api, n), limit, f"{n} device plugin pods Ready", interval=1)
+            selector = f"{POOL_LABEL}={NODEPOOL}"
+            await wait(lambda: settled(api, selector, n), limit, "the MIG manager's first pass", interval=1)
             log(f"[{n}] {n} nodes and plugin pods ready in {time.monotonic() - t0:.1f}s (load {loadavg()})")
 
-            selector = f"{POOL_LABEL}={NODEPOOL}"
-
             async def unlabel() -> None:
-                await kubectl(kubeconfig, "label", "nodes", "-l", selector, *unlabel_args())
+                await kubectl(kubeconfig, "label", "nodes", "-l", selector, *unlabel_args(), "--overwrite")
                 await asyncio.sleep(2)
+                await wait(
+                    lambda: settled(api, selector, n), limit, f"{n} nodes back at {MIG_DISABLED}", interval=1
+                )
 
             # 1a. the floors, with no operator process alive (it would watch every write they make);
             # the benchmark's own label watch runs, as it does while the operator is timed.
@@ -674,12 +760,27 @@ async def operator_labels(pool: Pool, watch: LabelWatch, n: int, limit: float, p
     wait_cpu = waited.get("op_cpu", op_cpu) - op_cpu
     op_cpu = process_cpu_s(pid) - waited.get("op_cpu", op_cpu)
     cpu = time.process_time() - waited.get("cpu", cpu)
-    await wait(pool.ready, limit, "pool Ready (labels only)", interval=0.05)
+    # A MIG pool is Ready once the simulated MIG manager applied the geometry on every node and the
+    # simulated plugin advertises it there: at 1000 nodes that took longer than the labels' limit.
+    ready_limit = READY_LIMIT[0] or limit * (3 if BACKEND[0].mig else 1)
+    ready_nodes = float("nan")
+    try:
+        await wait(pool.ready, ready_limit, "pool Ready (labels only)", interval=0.05)
+        ready_s = time.monotonic() - t
+    except TimeoutError:  # reported as nan, the run goes on (the labels' figures stand)
+        ready_s = float("nan")
+        ready_nodes = await pool.ready_nodes()
+        print(
+            f"pool {pool.name} not Ready {ready_limit:.0f} s after it was labelled: "
+            f"{ready_nodes:.0f} node(s) Ready",
+            file=sys.stderr,
+        )
     return {
         "pool_create_call_s": created,
         "operator_first_write_s": first,
         "operator_labelled_s": labelled,
-        "operator_ready_s": time.monotonic() - t,
+        "operator_ready_s": ready_s,
+        "operator_ready_nodes_at_limit": ready_nodes,
         "operator_cpu_s": op_cpu,
         "operator_wait_cpu_s": wait_cpu,
         "observer_cpu_s": cpu,
@@ -758,8 +859,9 @@ async def labels_round(
     selector = f"{POOL_LABEL}={NODEPOOL}"
     async with LabelWatch(api, selector) as watch:
         r: dict[str, Any] = await loop_floor(api, watch, names, concurrency, limit)
-    await kubectl(kubeconfig, "label", "nodes", "-l", selector, *unlabel_args())
+    await kubectl(kubeconfig, "label", "nodes", "-l", selector, *unlabel_args(), "--overwrite")
     await asyncio.sleep(2)
+    await wait(lambda: settled(api, selector, n), limit, f"{n} nodes back at {MIG_DISABLED}", interval=1)
     proc, _, _ = await start_operator(workdir / f"operator-{i}.log", kubeconfig, limit, source_of(i))
     try:
         async with LabelWatch(api, selector) as watch:
@@ -925,15 +1027,32 @@ def main() -> int:
         "instead of an ACK pool; with --labels-only",
     )
     parser.add_argument(
+        "--mig",
+        action="store_true",
+        help="a MIG pool (the chart's all-balanced geometry, mixed strategy) over kwok nodes of NVIDIA's "
+        "simulated plugin and MIG manager, instead of an ACK pool; with --labels-only",
+    )
+    parser.add_argument(
+        "--ready-limit", type=float, default=0.0, metavar="SECONDS",
+        help="how long to wait for the pool's Ready once labelled (default: 300 s + 0.6 s a node, three "
+        "times that with --mig); past it, Ready is reported nan with the nodes Ready then",
+    )  # fmt: skip
+    parser.add_argument(
         "--config-propagation", type=int, default=90, metavar="SECONDS",
-        help="with --nvidia: the pool's nvidia.configPropagationSeconds (default 90, see above); "
+        help="with --nvidia or --mig: the pool's nvidia.configPropagationSeconds (default 90, see above); "
         "÷ loop is taken on the labelling after it",
     )  # fmt: skip
     args = parser.parse_args()
-    if args.nvidia and not args.labels_only:
-        parser.error("--nvidia: with --labels-only (the other steps restart ACK's plugin)")
+    if args.nvidia and args.mig:
+        parser.error("--nvidia and --mig: one of them")
+    for flag, given in (("--nvidia", args.nvidia), ("--mig", args.mig)):
+        if given and not args.labels_only:
+            parser.error(f"{flag}: with --labels-only (the other steps restart ACK's plugin)")
     if args.nvidia:
         BACKEND[0] = nvidia_backend(args.config_propagation)
+    if args.mig:
+        BACKEND[0] = mig_backend(args.config_propagation)
+    READY_LIMIT[0] = args.ready_limit
     OPERATOR_SRCS[:] = [src.resolve() for src in args.operator_src]
     for src in OPERATOR_SRCS:
         # Without this check a tree's root (not its operator/) silently ran this checkout's code.
@@ -965,10 +1084,11 @@ def main() -> int:
     if kicked:
         log(f"kwok left {len(kicked)} plugin pod(s) Pending; deleted them for the DaemonSet to recreate")
     print(f"cpus: {os.cpu_count()}; kwok nodes, local kube-apiserver/etcd/kcm/scheduler")
-    if args.nvidia:
+    if args.nvidia or args.mig:
         gpus = f"{NVIDIA_NODE_POOL.gpus} x {NVIDIA_NODE_POOL.gpu_name}"
+        sharing = f"MIG {MIG_PROFILES} per GPU (mixed)" if args.mig else "TimeSlicing x4"
         print(
-            f"NVIDIA pool: TimeSlicing x4 over {gpus} per node; configPropagationSeconds "
+            f"NVIDIA pool: {sharing} over {gpus} per node; configPropagationSeconds "
             f"{args.config_propagation}: every time counts from the pool's creation, ÷ loop and CPU "
             "from the end of that wait; the operator's CPU during it: "
             + ", ".join(f"{r['operator_wait_cpu_s']:.2f} s ({r['nodes']})" for r in results)

@@ -4,14 +4,18 @@ Pure module: :func:`build_report` takes Nodes, Pods and GPUSharePools as Kuberne
 (live from the API or from files) and returns a :class:`Report`; :func:`render_text` and
 :meth:`Report.to_dict` print it.
 
-Numbers, as the node's backend reads them (``SharingBackend.usage``, ``pod_usage``; the backend
-whose mode label the node carries, ACK's by default):
+Numbers, as the node's backend reads them (``SharingBackend.usage``, ``pod_usage``; its pool's
+backend, and outside pools the backend whose mode label the node carries, ACK's by default):
 
 * **GPUs**: the node's GPU count (ACK: its allocatable ``gpu-count``, else the agent's ``gpu.count``).
 * **gpu-mem allocated/total**: the sum of the GPU memory requested by pods bound to the node and
   not finished, over the node's allocatable (the device plugin's unit, GiB by default).
 * **gpu-core allocated/total**: the same for the compute share (100 per GPU); ``-`` when the node
   has no such capacity.
+* **devices used/total**: for a backend whose pods take devices whole (``SharingBackend.devices``,
+  ``pod_devices``: a MIG pool's slices, per profile), per resource the devices held by pods bound
+  to the node and not finished, over what the node advertises (``<resource>: 1/2 used``); shown,
+  and in JSON (``devices``), only where there are any.
 * **effective mode**: what the node's device plugin advertises (``SharingBackend.advertised``:
   ACK's ``core_mem``, ``cgpu|share``, ``default`` or ``none``; NVIDIA's GPU count); it lags the
   labels until the plugin rereads them.
@@ -39,6 +43,9 @@ from gpushare.gpu.inventory import inventory_from_annotations, isolation_state
 from gpushare.policy.demand import PoolDemand, snapshot
 from gpushare.policy.views import NodeView, PodView
 
+#: Per resource: (resource, held by pods, advertised by the node) (``NodeLine.devices``).
+Devices = tuple[tuple[str, int, int], ...]
+
 NO_AGENT = "no agent"
 #: Every backend's modes, in words.
 MODE_TEXT: dict[str, str] = {mode: words for b in BACKENDS.values() for mode, words in b.mode_words.items()}
@@ -55,6 +62,8 @@ class PodLine:
     gpu: str = ""
     #: for pending pods: the scheduler's reason (PodScheduled condition message), if any
     message: str = ""
+    #: devices it holds or asks for, per resource (``SharingBackend.pod_devices``)
+    devices: tuple[tuple[str, int], ...] = ()
 
     @property
     def ref(self) -> str:
@@ -74,6 +83,8 @@ class PodLine:
             out["gpu"] = self.gpu
         if self.message:
             out["message"] = self.message
+        if self.devices:
+            out["devices"] = dict(self.devices)
         return out
 
 
@@ -94,22 +105,45 @@ class NodeLine:
     pods: tuple[PodLine, ...] = ()
     #: what the device plugin advertises (``SharingBackend.advertised``)
     effective_mode: str = ""
+    #: devices per resource, held / advertised (``SharingBackend.devices``)
+    devices: Devices = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "mode": self.mode,
-            "effectiveMode": self.effective_mode,
-            "isolation": self.isolation,
-            "gpus": self.gpus,
-            "gpuProduct": self.gpu_product or None,
-            "gpuMemoryMiB": list(self.gpu_memory_mib),
-            "gpuMem": {"allocated": self.gpu_mem_allocated, "total": self.gpu_mem_total},
-            "gpuCorePercentage": {"allocated": self.gpu_core_allocated, "total": self.gpu_core_total},
-            "phase": self.phase,
-            "reason": self.reason or None,
-            "pods": [p.to_dict() for p in self.pods],
-        }
+        return _with_devices(
+            self.devices,
+            {
+                "name": self.name,
+                "mode": self.mode,
+                "effectiveMode": self.effective_mode,
+                "isolation": self.isolation,
+                "gpus": self.gpus,
+                "gpuProduct": self.gpu_product or None,
+                "gpuMemoryMiB": list(self.gpu_memory_mib),
+                "gpuMem": {"allocated": self.gpu_mem_allocated, "total": self.gpu_mem_total},
+                "gpuCorePercentage": {"allocated": self.gpu_core_allocated, "total": self.gpu_core_total},
+                "phase": self.phase,
+                "reason": self.reason or None,
+                "pods": [p.to_dict() for p in self.pods],
+            },
+        )
+
+
+def _with_devices(devices: Devices, out: dict[str, Any]) -> dict[str, Any]:
+    """``out`` with ``devices`` (resource -> allocated, total) where there are any."""
+    if devices:
+        out["devices"] = {r: {"allocated": used, "total": total} for r, used, total in devices}
+    return out
+
+
+def _sum_devices(rows: Iterable[Devices]) -> Devices:
+    """Per resource, the devices held and advertised over ``rows``, summed."""
+    used: dict[str, list[int]] = {}
+    for row in rows:
+        for resource, held, total in row:
+            entry = used.setdefault(resource, [0, 0])
+            entry[0] += held
+            entry[1] += total
+    return tuple((r, held, total) for r, (held, total) in sorted(used.items()))
 
 
 @dataclass(frozen=True)
@@ -120,6 +154,7 @@ class Totals:
     gpu_mem_total: int = 0
     gpu_core_allocated: int = 0
     gpu_core_total: int = 0
+    devices: Devices = ()
 
     @classmethod
     def of(cls, nodes: Sequence[NodeLine]) -> Totals:
@@ -130,15 +165,19 @@ class Totals:
             gpu_mem_total=sum(n.gpu_mem_total for n in nodes),
             gpu_core_allocated=sum(n.gpu_core_allocated for n in nodes),
             gpu_core_total=sum(n.gpu_core_total for n in nodes),
+            devices=_sum_devices(n.devices for n in nodes),
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "nodes": self.nodes,
-            "gpus": self.gpus,
-            "gpuMem": {"allocated": self.gpu_mem_allocated, "total": self.gpu_mem_total},
-            "gpuCorePercentage": {"allocated": self.gpu_core_allocated, "total": self.gpu_core_total},
-        }
+        return _with_devices(
+            self.devices,
+            {
+                "nodes": self.nodes,
+                "gpus": self.gpus,
+                "gpuMem": {"allocated": self.gpu_mem_allocated, "total": self.gpu_mem_total},
+                "gpuCorePercentage": {"allocated": self.gpu_core_allocated, "total": self.gpu_core_total},
+            },
+        )
 
 
 @dataclass(frozen=True)
@@ -219,6 +258,11 @@ def _is_gpu_node(node: NodeView) -> bool:
     )
 
 
+def _advertises(backend: SharingBackend, mode: str, view: NodeView) -> bool:
+    """Whether the node advertises ``mode``, read as the operator reads it (its records too)."""
+    return backend.advertises(mode, view.allocatable, view.labels, view.annotations, view.label_times)
+
+
 def _ready_text(pool: GPUSharePool) -> str:
     for cond in pool.status.conditions:
         if cond.type == "Ready":
@@ -227,14 +271,24 @@ def _ready_text(pool: GPUSharePool) -> str:
 
 
 def _node_line(
-    node: NodeView, pods: Sequence[tuple[PodView, Mapping[str, Any]]], phases: Mapping[str, tuple[str, str]]
+    node: NodeView,
+    pods: Sequence[tuple[PodView, Mapping[str, Any]]],
+    phases: Mapping[str, tuple[str, str]],
+    backend: SharingBackend | None = None,
 ) -> NodeLine:
-    backend = backend_of_node(node.labels)
+    """One node, as its pool's backend reads it (``backend``; outside pools: as its labels say)."""
+    backend = backend or backend_of_node(node.labels)
     active = [
         (p, raw, held)
         for p, raw in pods
-        if not p.terminated and (held := backend.pod_usage(p.requests)) is not None
+        if not p.terminated
+        and ((held := backend.pod_usage(p.requests)) is not None or backend.pod_devices(p.requests))
     ]
+    advertised = backend.devices(node.allocatable)
+    held_devices: dict[str, int] = {}
+    for p, _, _ in active:
+        for resource, n in backend.pod_devices(p.requests).items():
+            held_devices[resource] = held_devices.get(resource, 0) + n
     inventory = inventory_from_annotations(node.annotations)
     gpus, amount, compute = backend.usage(node.allocatable, node.labels)
     phase, reason = phases.get(node.name, ("-", ""))
@@ -243,9 +297,9 @@ def _node_line(
         mode=node_kind(node.labels) or node.labels.get(backend.mode_label, "") or "-",
         isolation=_isolation(node),
         gpus=gpus,
-        gpu_mem_allocated=sum(held[0] for _, _, held in active),
+        gpu_mem_allocated=sum(held[0] for _, _, held in active if held is not None),
         gpu_mem_total=amount,
-        gpu_core_allocated=sum(held[1] for _, _, held in active),
+        gpu_core_allocated=sum(held[1] for _, _, held in active if held is not None),
         gpu_core_total=compute,
         phase=phase,
         reason=reason,
@@ -253,11 +307,20 @@ def _node_line(
         gpu_memory_mib=tuple(g.memory_mib for g in inventory.gpus) if inventory else (),
         pods=tuple(
             PodLine(
-                p.namespace, p.name, p.phase, *held, node=node.name, gpu=backend.pod_gpus(_annotations(raw))
+                p.namespace,
+                p.name,
+                p.phase,
+                *(held or (0, 0)),
+                node=node.name,
+                gpu=backend.pod_gpus(_annotations(raw)),
+                devices=tuple(backend.pod_devices(p.requests).items()),
             )
             for p, raw, held in sorted(active, key=lambda item: item[0].ref)
         ),
         effective_mode=backend.advertised(node.allocatable),
+        devices=tuple(
+            (r, held_devices.get(r, 0), advertised.get(r, 0)) for r in sorted({*advertised, *held_devices})
+        ),
     )
 
 
@@ -309,17 +372,28 @@ def build_report(
 
     # Pending GPU pods, and which pools their node constraints can reach.
     ctx = Context.build(parsed, [node_info(n) for n in node_objs])
+    backends = {p.name: backend_for(p.spec) for p in parsed}
     pending_by_pool: dict[str | None, list[PodLine]] = {}
     for view, raw in pod_views:
-        usage = _pending_usage(view)
-        if view.node_name or view.deletion or view.phase != "Pending" or usage is None:
+        if view.node_name or view.deletion or view.phase != "Pending":
             continue
-        line = PodLine(view.namespace, view.name, view.phase, *usage, message=_schedule_message(raw))
+        usage = _pending_usage(view)
+        # The devices it asks for, as each pool's backend counts them (a MIG pool's profiles).
+        devices = {name: tuple(b.pod_devices(view.requests).items()) for name, b in backends.items()}
+        if usage is None and not any(devices.values()):
+            continue
         spec = raw.get("spec") or {}
         reached = sorted(resolve(node_constraints("spec", spec), ctx).pools) if parsed else []
         targets: list[str | None] = [*reached] if reached else [None]
-        for target in targets:
-            pending_by_pool.setdefault(target, []).append(line)  # None: targets no pool
+        for target in targets:  # None: targets no pool
+            held = devices.get(target, ()) if target is not None else ()
+            if usage is None and not held:
+                continue
+            line = PodLine(
+                view.namespace, view.name, view.phase, *(usage or (0, 0)),
+                message=_schedule_message(raw), devices=held,
+            )  # fmt: skip
+            pending_by_pool.setdefault(target, []).append(line)
 
     # Demand as the operator computes it: waiting pods for want of GPU, idle nodes, loans.
     demand = snapshot(node_objs, pod_objs, pools_raw, now=datetime.now(UTC)).demand
@@ -327,8 +401,9 @@ def build_report(
     sections: list[PoolSection] = []
     for pool in parsed:
         phases = {s.name: (s.phase, s.reason) for s in pool.status.node_statuses}
+        backend = backends[pool.name]
         lines = tuple(
-            _node_line(n, by_node.get(n.name, []), phases)
+            _node_line(n, by_node.get(n.name, []), phases, backend)
             for n in sorted(members[pool.name], key=lambda n: n.name)
         )
         pool_warnings = [
@@ -339,14 +414,13 @@ def build_report(
         by_name = {n.name: n for n in members[pool.name]}
         # The backend's own mode label and value (ack.node.gpu.schedule=cgpu, or NVIDIA's
         # device-plugin.config=<config>): an NVIDIA pool's nodes carry no ACK schedule.
-        backend = backend_for(pool.spec)
         mode = backend.pool_mode(pool.spec)
         pool_warnings += [
             f"node {n.name}: labelled {mode} but its device plugin advertises "
             f"{n.effective_mode}; it has not restarted since the labels changed"
             for n in lines
             if by_name[n.name].labels.get(backend.mode_label) == mode
-            and not backend.advertises(mode, by_name[n.name].allocatable, by_name[n.name].labels)
+            and not _advertises(backend, mode, by_name[n.name])
         ]
         sections.append(
             PoolSection(
@@ -388,8 +462,19 @@ def _table(rows: list[list[str]], indent: str = "  ") -> list[str]:
     ]
 
 
+def devices_text(devices: Devices) -> str:
+    """``<resource>: 1/2 used, ...`` per resource ("-" when none)."""
+    return ", ".join(f"{r}: {used}/{total} used" for r, used, total in devices) or "-"
+
+
+def _asked_text(devices: Sequence[tuple[str, int]]) -> str:
+    return ", ".join(f"{r}: {n}" for r, n in devices) or "-"
+
+
 def _section_text(section: PoolSection, details: bool) -> list[str]:
     out: list[str] = []
+    # Devices taken whole (a MIG pool's slices per profile): a column only where there are any.
+    shows_devices = any(n.devices for n in section.nodes)
     if section.name is not None:
         t = section.totals
         out.append(
@@ -409,6 +494,7 @@ def _section_text(section: PoolSection, details: bool) -> list[str]:
                 "GPUS",
                 "GPU-MEM(alloc/total)",
                 "GPU-CORE%(alloc/total)",
+                *(["DEVICES(used/total)"] if shows_devices else []),
                 "PHASE",
             ]
         ]
@@ -423,6 +509,7 @@ def _section_text(section: PoolSection, details: bool) -> list[str]:
                     str(n.gpus),
                     _ratio(n.gpu_mem_allocated, n.gpu_mem_total),
                     _ratio(n.gpu_core_allocated, n.gpu_core_total),
+                    *([devices_text(n.devices)] if shows_devices else []),
                     phase if section.name is not None else "-",
                 ]
             )
@@ -436,6 +523,7 @@ def _section_text(section: PoolSection, details: bool) -> list[str]:
                 str(t.gpus),
                 _ratio(t.gpu_mem_allocated, t.gpu_mem_total),
                 _ratio(t.gpu_core_allocated, t.gpu_core_total),
+                *([devices_text(t.devices)] if shows_devices else []),
                 "",
             ]
         )
@@ -446,9 +534,19 @@ def _section_text(section: PoolSection, details: bool) -> list[str]:
             for n, row in zip(section.nodes, table[1:-1], strict=True):
                 out.append(row)
                 if n.pods:
-                    prow = [["POD", "PHASE", "GPU-MEM", "GPU-CORE%", "GPU"]]
+                    prow = [
+                        [
+                            "POD",
+                            "PHASE",
+                            "GPU-MEM",
+                            "GPU-CORE%",
+                            "GPU",
+                            *(["DEVICES"] if shows_devices else []),
+                        ]
+                    ]
                     prow += [
                         [p.ref, p.phase, str(p.gpu_mem), str(p.gpu_core) if p.gpu_core else "-", p.gpu or "-"]
+                        + ([_asked_text(p.devices)] if shows_devices else [])
                         for p in n.pods
                     ]
                     out.extend(_table(prow, indent="      "))
@@ -467,13 +565,17 @@ def _section_text(section: PoolSection, details: bool) -> list[str]:
             )
         else:
             out.append(f"  PENDING: {len(section.pending)} GPU pod(s) not yet scheduled that target no pool")
-        rows = [["POD", "GPU-MEM", "GPU-CORE%", *(["WHY"] if details else [])]]
+        asks = any(p.devices for p in section.pending)
+        rows = [
+            ["POD", "GPU-MEM", "GPU-CORE%", *(["DEVICES"] if asks else []), *(["WHY"] if details else [])]
+        ]
         for p in section.pending:
             rows.append(
                 [
                     p.ref,
                     str(p.gpu_mem),
                     str(p.gpu_core) if p.gpu_core else "-",
+                    *([_asked_text(p.devices)] if asks else []),
                     *([p.message or "-"] if details else []),
                 ]
             )
@@ -537,6 +639,7 @@ def render_text(report: Report, details: bool = False) -> str:
     )
     lines.append(
         f"Total: {t.nodes} GPU node(s), {t.gpus} GPU(s), {mem}, gpu-core {core + '%' if core != '-' else '-'}"
+        + (f"; devices {devices_text(t.devices)}" if t.devices else "")
     )
     lines.extend(f"warning: {w}" for w in report.warnings)
     return "\n".join(lines)

@@ -13,6 +13,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from gpushare.api.quantity import quantity_int
 from gpushare.backends import BACKENDS
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -134,6 +135,30 @@ POOL_PENDING_REQUESTS: dict[str, Gauge] = {
     for backend in BACKENDS.values()
     for resource, name, description in backend.pending_gauges
 }
+#: Per resource (a label): what the pool's waiting pods request (``status.demand.requests``: ACK's
+#: memory and compute share, NVIDIA's slots, a MIG pool's devices per profile), what its nodes
+#: advertise (``status.capacity``) and what its pods hold (``status.allocated``). One series per
+#: resource a pool names: a few per pool (a MIG pool: one per profile of its geometry).
+POOL_PENDING_RESOURCE = Gauge(
+    "gpushare_pool_pending_requests",
+    "What the pool's waiting pods request of each resource, summed (status.demand.requests: ACK's "
+    "gpu-mem and gpu-core.percentage, NVIDIA's slots, a MIG pool's devices per profile)",
+    ["pool", "resource"],
+    registry=REGISTRY,
+)
+POOL_CAPACITY = Gauge(
+    "gpushare_pool_capacity",
+    "What the pool's nodes advertise of each resource, summed (status.capacity; a MIG pool: its "
+    "devices per profile)",
+    ["pool", "resource"],
+    registry=REGISTRY,
+)
+POOL_ALLOCATED = Gauge(
+    "gpushare_pool_allocated",
+    "What the unfinished pods on the pool's nodes request of each resource, summed (status.allocated)",
+    ["pool", "resource"],
+    registry=REGISTRY,
+)
 POOL_OLDEST_PENDING = Gauge(
     "gpushare_pool_oldest_pending_timestamp_seconds",
     "Unix time since which the pool's oldest waiting pod waits (absent when none waits)",
@@ -168,6 +193,29 @@ _last_info: dict[str, tuple[str, str]] = {}
 _last_counts: dict[str, tuple[tuple[str, int], ...]] = {}
 #: The reasons ``POOL_FAILED_NODES`` has a series for, per pool (a reason gone is set to 0).
 _last_failed: dict[str, set[str]] = {}
+#: The resources each per-resource gauge carries now, per pool (a resource that goes, e.g. a profile
+#: of an edited geometry, has its series removed).
+_last_resources: dict[tuple[int, str], set[str]] = {}
+
+
+def _set_resources(gauge: Gauge, pool: str, values: Any) -> None:
+    """One series per resource of ``values`` (resource -> quantity); the pool's others removed."""
+    values = values if isinstance(values, Mapping) else {}
+    now = {str(r): quantity_int(v) or 0 for r, v in values.items()}
+    key = (id(gauge), pool)
+    for gone in _last_resources.get(key, set()) - set(now):
+        with contextlib.suppress(KeyError):
+            gauge.remove(pool, gone)
+    for resource, value in now.items():
+        gauge.labels(pool=pool, resource=resource).set(value)
+    _last_resources[key] = set(now)
+
+
+def _forget_resources(*gauges: Gauge, pool: str) -> None:
+    for gauge in gauges:
+        for resource in _last_resources.pop((id(gauge), pool), set()):
+            with contextlib.suppress(KeyError):
+                gauge.remove(pool, resource)
 
 
 def set_pool_nodes(pool: str, counts: dict[str, int]) -> None:
@@ -199,6 +247,8 @@ def set_pool_status(
         POOL_CONDITION.labels(pool=pool, condition=ctype).set(value)
     nodes = dict(status.get("nodes") or {})
     POOL_MATCHED.labels(pool=pool).set(int(nodes.get("matched", 0)))
+    _set_resources(POOL_CAPACITY, pool, status.get("capacity"))
+    _set_resources(POOL_ALLOCATED, pool, status.get("allocated"))
     POOL_READY_TIMEOUT.labels(pool=pool).set(ready_timeout_seconds)
     failed: dict[str, int] = {}
     for entry in status.get("nodeStatuses") or []:
@@ -221,6 +271,7 @@ def set_pool_demand(pool: str, demand: Mapping[str, Any], *, oldest: Any = None)
     requests = demand.get("requests") or {}
     for resource, gauge in POOL_PENDING_REQUESTS.items():
         gauge.labels(pool=pool).set(int(requests.get(resource, 0)))
+    _set_resources(POOL_PENDING_RESOURCE, pool, requests)
     POOL_IDLE_NODES.labels(pool=pool).set(int(demand.get("idleNodes", 0)))
     POOL_LENT_NODES.labels(pool=pool).set(sum(1 for loan in demand.get("loans") or [] if loan.get("to")))
     if oldest is None:
@@ -240,6 +291,7 @@ def forget_pool_demand(pool: str) -> None:
     ):
         with contextlib.suppress(KeyError):
             gauge.remove(pool)
+    _forget_resources(POOL_PENDING_RESOURCE, pool=pool)
 
 
 def forget_pool(pool: str) -> None:
@@ -260,6 +312,7 @@ def forget_pool(pool: str) -> None:
     for reason in _last_failed.pop(pool, set()):
         with contextlib.suppress(KeyError):
             POOL_FAILED_NODES.remove(pool, reason)
+    _forget_resources(POOL_CAPACITY, POOL_ALLOCATED, pool=pool)
 
 
 def serve(port: int, addr: str = "127.0.0.1") -> None:

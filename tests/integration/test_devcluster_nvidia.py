@@ -1,5 +1,6 @@
-"""``make cluster``'s NVIDIA node pool: NVIDIA's plugin and config-manager as ``pluginsim`` plays
-them on kwok nodes, and ``kubectl apply -f examples/pool-nvidia-time-slicing.yaml`` ending Ready.
+"""``make cluster``'s NVIDIA node pools: NVIDIA's plugin and config-manager (and, on the MIG node
+pool, NVIDIA's MIG manager) as ``pluginsim`` plays them on kwok nodes, and ``kubectl apply -f
+examples/pool-nvidia-time-slicing.yaml`` and ``examples/pool-nvidia-mig.yaml`` ending Ready.
 
 One cluster of the ``make cluster`` layout (``python -m gpushare.devcluster up`` with no
 ``--pools``) in its own directory, for this module: the session cluster is left alone.
@@ -22,7 +23,7 @@ from kubernetes_asyncio import client
 
 from gpushare import constants as c
 from gpushare.devcluster import BinariesMissing, find_binaries, wait_for
-from gpushare.devcluster.demo import DEMO_POOLS, NVIDIA_NODE_POOL
+from gpushare.devcluster.demo import DEMO_POOLS, MIG_NODE_POOL, MIG_START_CONFIG, NVIDIA_NODE_POOL
 from gpushare.devcluster.fakes import POOL_LABEL, pod_running_and_ready
 from gpushare.devcluster.pluginsim import ANNOTATION_STATE
 from gpushare.k8s.client import make_api_client
@@ -32,6 +33,14 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "pool-nvidia-time-slicing.yaml"
 NVIDIA_NODES = [f"{NVIDIA_NODE_POOL.prefix}-{i}" for i in range(NVIDIA_NODE_POOL.count)]
 GPUS = NVIDIA_NODE_POOL.gpus
+MIG_EXAMPLE = REPO / "examples" / "pool-nvidia-mig.yaml"
+MIG_NODES = [f"{MIG_NODE_POOL.prefix}-{i}" for i in range(MIG_NODE_POOL.count)]
+#: What a node of the MIG node pool advertises under the MIG example's geometry (per GPU: 1 x
+#: 3g.40gb, 1 x 2g.20gb, 2 x 1g.10gb).
+MIG_DEVICES = {
+    f"{c.RES_NVIDIA_MIG_PREFIX}{p}": n * MIG_NODE_POOL.gpus
+    for p, n in (("3g.40gb", 1), ("2g.20gb", 1), ("1g.10gb", 2))
+}
 #: A config of the test's own: time-sliced 3 ways, advertised as nvidia.com/gpu.shared.
 LATE = "version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n" + (
     "    - name: nvidia.com/gpu\n      replicas: 3\n"
@@ -54,6 +63,7 @@ def made_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     try:
         assert up.returncode == 0, up.stderr + (d / "supervisor.log").read_text(errors="replace")[-3000:]
         assert "examples/pool-nvidia-time-slicing.yaml" in up.stdout
+        assert "examples/pool-nvidia-mig.yaml" in up.stdout
         yield d / "kubeconfig"
     finally:
         subprocess.run([*cli, "down", "--dir", str(d)], capture_output=True, timeout=60)
@@ -112,7 +122,9 @@ async def test_the_nvidia_node_pool_has_running_plugin_pods_and_falls_back_on_an
     core = client.CoreV1Api(api)
     selector = ",".join(f"{k}={v}" for k, v in c.NVIDIA_PLUGIN_LABELS.items())
     pods = (await core.list_namespaced_pod(c.NVIDIA_PLUGIN_NAMESPACE, label_selector=selector)).items
-    assert sorted(p.spec.node_name for p in pods if pod_running_and_ready(p)) == NVIDIA_NODES
+    assert sorted(p.spec.node_name for p in pods if pod_running_and_ready(p)) == sorted(
+        NVIDIA_NODES + MIG_NODES
+    )
     default = {c.RES_NVIDIA_GPU: str(GPUS), c.RES_NVIDIA_GPU_SHARED: "0"}
     node = NVIDIA_NODES[-1]
     await _wait_advertises(api, node, default, label="", config="default")
@@ -137,54 +149,91 @@ async def test_the_nvidia_node_pool_has_running_plugin_pods_and_falls_back_on_an
     assert (await _advertised(api, NVIDIA_NODES[0]))[0] == default
 
 
-@pytest.mark.timeout(120)
-async def test_the_nvidia_example_selects_the_nvidia_pool_and_ends_ready(
+@pytest.mark.timeout(180)
+async def test_the_nvidia_examples_select_their_node_pools_and_end_ready(
     api: client.ApiClient, made_cluster: Path, tmp_path: Path
 ) -> None:
     # The examples select their own node pools only: each ACK example its two nodes, the NVIDIA
-    # example the NVIDIA pool's nodes.
+    # examples the NVIDIA pool's nodes and the MIG pool's.
     for pool, example in zip(
         DEMO_POOLS, ("pool-cgpu", "pool-cgpu-no-isolation", "pool-gpu-core"), strict=True
     ):
         selected = await _nodes(made_cluster, _selector(REPO / "examples" / f"{example}.yaml"))
         assert selected == await _nodes(made_cluster, {POOL_LABEL: pool.nodepool_id}), example
     assert await _nodes(made_cluster, _selector(EXAMPLE)) == NVIDIA_NODES
+    assert await _nodes(made_cluster, _selector(MIG_EXAMPLE)) == MIG_NODES
 
     op = launch_operator(made_cluster, tmp_path / "operator.log")
+    custom = client.CustomObjectsApi(api)
+    names = []
     try:
         op.wait_serving()
-        body = yaml.safe_load(EXAMPLE.read_text())
-        # The one change: the simulator reads the ConfigMap from the API at once (the kubelet's
-        # 59-90 s rewrite of a pod's ConfigMap volume is not simulated, gpushare.devcluster.nvidiasim),
-        # so the example's default wait of 90 s would only wait.
-        body["spec"]["nvidia"]["configPropagationSeconds"] = 1
-        apply = await asyncio.to_thread(
-            _kubectl, made_cluster, "apply", "-f", "-", stdin=yaml.safe_dump(body)
-        )
-        assert apply.returncode == 0, apply.stderr
-        name = body["metadata"]["name"]
-        custom = client.CustomObjectsApi(api)
+        for path in (EXAMPLE, MIG_EXAMPLE):
+            body = yaml.safe_load(path.read_text())
+            # The one change: the simulator reads the ConfigMaps from the API at once (the kubelet's
+            # 59-90 s rewrite of a pod's ConfigMap volume is not simulated, gpushare.devcluster.nvidiasim),
+            # so the examples' default wait of 90 s would only wait.
+            body["spec"]["nvidia"]["configPropagationSeconds"] = 1
+            apply = await asyncio.to_thread(
+                _kubectl, made_cluster, "apply", "-f", "-", stdin=yaml.safe_dump(body)
+            )
+            assert apply.returncode == 0, apply.stderr
+            names.append(body["metadata"]["name"])
+        ts, mig = names
 
-        async def ready() -> dict[str, Any] | None:
-            obj: dict[str, Any] = await custom.get_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL, name)
-            status = obj.get("status") or {}
-            conds = {x["type"]: x for x in status.get("conditions") or []}
-            ok = conds.get("Ready", {}).get("status") == "True" and status.get("observedGeneration") == 1
-            return status if ok else None
+        def ready(name: str) -> Any:
+            async def check() -> dict[str, Any] | None:
+                obj: dict[str, Any] = await custom.get_cluster_custom_object(
+                    c.GROUP, c.VERSION, c.PLURAL, name
+                )
+                status = obj.get("status") or {}
+                conds = {x["type"]: x for x in status.get("conditions") or []}
+                ok = conds.get("Ready", {}).get("status") == "True" and status.get("observedGeneration") == 1
+                return status if ok else None
 
-        status = await wait_for(ready, what=f"pool {name} Ready", timeout_s=60)
+            return check
+
+        status = await wait_for(ready(ts), what=f"pool {ts} Ready", timeout_s=60)
         assert sorted(n["name"] for n in status["nodeStatuses"]) == NVIDIA_NODES
         assert status["capacity"] == {c.RES_NVIDIA_GPU: str(4 * GPUS * len(NVIDIA_NODES))}
         for node in NVIDIA_NODES:
             allocatable, state = await _advertised(api, node)
             assert allocatable[c.RES_NVIDIA_GPU] == str(4 * GPUS), (node, allocatable)
             assert state["config"] == state["label"] == status["schedule"]
-        await custom.delete_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL, name)
+
+        # The MIG pool: every node at success for its config, advertising the geometry's devices,
+        # counted per profile in its status and by `gpushare inspect`.
+        status = await wait_for(ready(mig), what=f"pool {mig} Ready", timeout_s=90)
+        assert sorted(n["name"] for n in status["nodeStatuses"]) == MIG_NODES
+        assert status["capacity"] == {r: str(n * len(MIG_NODES)) for r, n in sorted(MIG_DEVICES.items())}
+        core = client.CoreV1Api(api)
+        for node in MIG_NODES:
+            obj = await core.read_node(node)
+            labels = obj.metadata.labels or {}
+            assert (labels[c.LABEL_MIG_CONFIG], labels[c.LABEL_MIG_CONFIG_STATE]) == (
+                status["schedule"],
+                "success",
+            )
+            mig_alloc = {k: int(v) for k, v in (obj.status.allocatable or {}).items() if k in MIG_DEVICES}
+            assert mig_alloc == MIG_DEVICES, node
+        cli = [sys.executable, "-m", "gpushare", "inspect", "--kubeconfig", str(made_cluster)]
+        shown = await asyncio.to_thread(subprocess.run, cli, capture_output=True, text=True, timeout=60)
+        assert shown.returncode == 0, shown.stderr
+        rows = [line for line in shown.stdout.splitlines() if line.strip().startswith(tuple(MIG_NODES))]
+        assert len(rows) == len(MIG_NODES), shown.stdout
+        for row in rows:
+            assert f"{c.RES_NVIDIA_MIG_PREFIX}3g.40gb: 0/{MIG_NODE_POOL.gpus} used" in row, shown.stdout
+
+        for name in names:
+            await custom.delete_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL, name)
 
         async def gone() -> bool:
             items = (await custom.list_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL))["items"]
-            return not any(i["metadata"]["name"] == name for i in items)
+            return not any(i["metadata"]["name"] in names for i in items)
 
-        await wait_for(gone, what=f"pool {name} deleted", timeout_s=30)
+        await wait_for(gone, what=f"pools {names} deleted", timeout_s=60)
+        for node in MIG_NODES:  # each node's MIG config given back
+            labels = (await core.read_node(node)).metadata.labels or {}
+            assert labels.get(c.LABEL_MIG_CONFIG) == MIG_START_CONFIG, (node, labels)
     finally:
         op.stop()

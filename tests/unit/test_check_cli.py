@@ -41,6 +41,7 @@ def run_check(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list
 EXPECTED: dict[str, tuple[int, list[tuple[str, str, str]]]] = {
     "pool-cgpu.yaml": (0, []),
     "pool-nvidia-time-slicing.yaml": (0, []),
+    "pool-nvidia-mig.yaml": (0, []),
     # The getting-started first use on make cluster: a pool change to preview, and a job too big for one GPU.
     "first-use/pool-cgpu-spread.yaml": (0, []),
     "first-use/train-20gib.yaml": (1, [("Job/default/train", "GS005-mem-exceeds-gpu", "deny")]),

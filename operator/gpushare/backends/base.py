@@ -11,7 +11,9 @@ backend of a pool what to do, and names none of the stack's labels or resources 
   for what it advertises instead;
 * **the device plugin**: where its pods live by default and the labels they carry;
 * **the fit model** (``gpushare advise``, lending): what a node holds once in a pool of the
-  backend, per GPU (or in slots), and what a waiting pod takes of it;
+  backend, per GPU (or in slots, or in devices per kind: a MIG pool's profiles), and what a
+  waiting pod takes of it; and the devices a node advertises and its pods hold, counted per
+  resource (``inspect``, ``status.capacity``);
 * **admission**: the resources and pod labels that ask for its GPU sharing (what the webhook's
   matchConditions and the rules' fast gate look for), and what a node's plugin advertises of its
   GPUs (the node model of the rules); and its **pod rules** (:class:`PodRules`: which pods they
@@ -261,6 +263,19 @@ class SharingBackend(Protocol):
         (amount, compute %) on each."""
         ...
 
+    def entry_resources(self, spec: GPUSharePoolSpec) -> tuple[str, ...]:
+        """The resource each of ``room``'s entries counts, in order, where the entries are counts of
+        resources (NVIDIA's slots; a MIG pool's devices per profile); empty: they are GPUs."""
+        ...
+
+    def take_on(
+        self, spec: GPUSharePoolSpec, requests: Mapping[str, int]
+    ) -> Mapping[int, tuple[int, int]] | None:
+        """Which of ``room``'s entries such a pod takes, and (amount, compute %) on each, where the
+        backend names them (a MIG pod: the entries of the profiles it asks for); None: any entries
+        that fit, as many as :meth:`take` says, as the pool's placement picks them."""
+        ...
+
     # --- what ``gpushare inspect`` and ``gpushare advise`` print ------------------------------
 
     #: Its modes, in words (``gpushare inspect``'s pool line).
@@ -272,6 +287,16 @@ class SharingBackend(Protocol):
 
     def pod_usage(self, requests: Mapping[str, int]) -> tuple[int, int] | None:
         """The amount and compute share a pod with these requests holds (None: none of them)."""
+        ...
+
+    def devices(self, allocatable: Mapping[str, str]) -> dict[str, int]:
+        """The devices a node advertises that pods take whole, counted per resource (a MIG node:
+        each profile's slices), positive counts only; empty: the backend counts an amount
+        (:meth:`usage`) or slots of one resource."""
+        ...
+
+    def pod_devices(self, requests: Mapping[str, int]) -> dict[str, int]:
+        """What a pod with these requests holds of :meth:`devices`' resources (empty: none)."""
         ...
 
     def pod_gpus(self, annotations: Mapping[str, str]) -> str:

@@ -4,7 +4,7 @@ Live (the default): reads the cluster's GPUSharePools, Nodes and unfinished Pods
 kubeconfig (list only). Offline: ``--pools``/``--nodes``/``--pods`` files (``kubectl get ... -o
 yaml``). Nothing is written: it prints, per move, the node, the pool it leaves and the pool it
 joins, the waiting pods that would fit on it (per GPU, as ACK's plugin and scheduler see it; in
-slots, replicas x GPUs, for an NVIDIA pool), the
+slots, replicas x GPUs, for an NVIDIA pool; in devices per profile for a MIG pool), the
 label changes and device-plugin restart the move implies (the operator's own planner), then the
 pods that stay pending and why. ``spec.lending.keepIdle`` of a pool is honoured; ``--keep-idle``
 applies one number to every pool. Exit 0; 2 on unreadable or invalid input or an unreachable
@@ -57,10 +57,11 @@ def _demand_line(d: PoolDemand, pool: GPUSharePool | None) -> str:
     return f"pool {d.pool}: {len(d.waiting)} pod(s) wait for GPU ({words}){since}"
 
 
-def _slots(snap: Snapshot, pool: str) -> str | None:
-    """The resource of an NVIDIA pool's slots; None for an ACK pool."""
+def _slots(snap: Snapshot, pool: str) -> tuple[str, ...]:
+    """The resource each entry of a node's room counts in the pool (NVIDIA's slots, a MIG pool's
+    devices per profile); empty for an ACK pool (per GPU)."""
     spec = next((p.spec for p in snap.pools if p.name == pool), None)
-    return spec.nvidia.resource if spec is not None and spec.nvidia is not None else None
+    return backend_for(spec).entry_resources(spec) if spec is not None else ()
 
 
 def render_text(snap: Snapshot, advice: Advice) -> str:
@@ -117,10 +118,15 @@ def to_json(snap: Snapshot, advice: Advice) -> dict[str, Any]:
 
 
 def _placement_json(snap: Snapshot, borrower: str, pl: Placement) -> dict[str, Any]:
-    """One pod's placement: per GPU (ACK), or its slots of the NVIDIA pool's resource."""
-    resource = _slots(snap, borrower)
-    if resource is not None:
-        return {"pod": pl.pod, "slots": {resource: sum(s for s, _ in pl.gpus.values())}}
+    """One pod's placement: per GPU (ACK), or its slots of the pool's resources (NVIDIA's, a MIG
+    pool's per profile)."""
+    names = _slots(snap, borrower)
+    if names:
+        slots: dict[str, int] = {}
+        for i, (n, _) in sorted(pl.gpus.items()):
+            name = names[min(i, len(names) - 1)]
+            slots[name] = slots.get(name, 0) + n
+        return {"pod": pl.pod, "slots": slots}
     gpus = [{"gpu": i, "gpuMem": mem, "gpuCore": core} for i, (mem, core) in sorted(pl.gpus.items())]
     return {"pod": pl.pod, "gpus": gpus}
 

@@ -25,7 +25,14 @@ from gpushare.devcluster import nvidia as nv
 from gpushare.devcluster.binaries import BinariesMissing
 from gpushare.devcluster.cluster import ClusterInfo, DevCluster, read_info
 from gpushare.devcluster.crds import install_crd_files
-from gpushare.devcluster.demo import DEMO_POOLS, NVIDIA_NODE_POOL, create_demo_nodes, create_nvidia_nodes
+from gpushare.devcluster.demo import (
+    DEMO_POOLS,
+    MIG_NODE_POOL,
+    NVIDIA_NODE_POOL,
+    create_demo_nodes,
+    create_mig_nodes,
+    create_nvidia_nodes,
+)
 from gpushare.devcluster.demo import NVIDIA_CONFIGS as DEMO_NVIDIA_CONFIGS
 from gpushare.devcluster.fakes import (
     POOL_LABEL,
@@ -80,8 +87,9 @@ async def _populate(
 ) -> None:
     """CRDs, the stand-in device plugin, and the fake GPU nodes: ``pools`` None (``make cluster``)
     makes the node pools examples/ selects (``DEMO_POOLS``: np-cgpu, np-cgpu-no-isolation,
-    np-gpu-core, two nodes each, one agent pass each; and ``NVIDIA_NODE_POOL``, np-nvidia, whose
-    NVIDIA plugin ``pluginsim`` plays, with NVIDIA's ConfigMap and DaemonSet); a number makes that
+    np-gpu-core, two nodes each, one agent pass each; ``NVIDIA_NODE_POOL``, np-nvidia, whose
+    NVIDIA plugin ``pluginsim`` plays, with NVIDIA's ConfigMap and DaemonSet; and ``MIG_NODE_POOL``,
+    np-nvidia-mig, whose MIG manager it plays too, with the manager's ConfigMap); a number makes that
     many generic pools np-a, np-b, ... of ``nodes_per_pool`` nodes (tests, benchmarks). Real nodes
     (``--real-nodes``) get the device plugin's nodeSelector and node pool np-real; with ``nvidia``
     (the cluster, ``--nvidia-plugin``) NVIDIA's device plugin runs there instead of the stand-in
@@ -114,6 +122,7 @@ async def _populate(
         api = await make_api_client(str(info.kubeconfig))
         async with api:  # NVIDIA's real DaemonSet, where installed, serves the kwok nodes too
             await create_nvidia_nodes(api, stand_in=not (nvidia is not None and info.real_nodes))
+            await create_mig_nodes(api)
         return
     api = await make_api_client(str(info.kubeconfig))
     async with api:
@@ -183,6 +192,10 @@ def _print_usage(info: ClusterInfo, examples_layout: bool = False) -> None:
         print(f"# NVIDIA node pool {nvp.nodepool_id} ({nodes}; NVIDIA's plugin simulated)")
         print(f"#       configs: {', '.join(NVIDIA_CONFIGS)}; the NVIDIA example selects it:")
         print("#       kubectl apply -f examples/pool-nvidia-time-slicing.yaml")
+        mig = MIG_NODE_POOL
+        nodes = f"{mig.prefix}-0..{mig.count - 1}, {mig.gpus} x {mig.gpu_name}"
+        print(f"# MIG node pool {mig.nodepool_id} ({nodes}; NVIDIA's MIG manager simulated)")
+        print("#       the MIG example selects it: kubectl apply -f examples/pool-nvidia-mig.yaml")
     print("# try:  kubectl get nodes -L alibabacloud.com/nodepool-id,aliyun.com/gpu-mem")
     print("#       kubectl -n kube-system get pods -l name=gpushare-device-plugin-ds -o wide")
     if info.real_nodes:

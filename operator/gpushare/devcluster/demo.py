@@ -21,10 +21,11 @@ from pathlib import Path
 
 from kubernetes_asyncio import client
 
+from gpushare import constants as c
 from gpushare.agent import run_cycle
 from gpushare.devcluster import nvidia as nv
 from gpushare.devcluster import nvidiasim
-from gpushare.devcluster.fakes import POOL_LABEL, create_gpu_nodes, ensure_nvidia_plugin
+from gpushare.devcluster.fakes import POOL_LABEL, create_gpu_nodes, ensure_mig_manager, ensure_nvidia_plugin
 from gpushare.gpu.fake import FakeGPU, FakeNVML
 from gpushare.gpu.isolation import MODULE_NAME, IsolationPaths
 from gpushare.k8s.client import make_api_client
@@ -60,6 +61,17 @@ DEMO_POOLS: tuple[DemoNodePool, ...] = (
 NVIDIA_NODE_POOL = DemoNodePool(
     "np-nvidia", "nvidia-a100", 2, 2, "NVIDIA A100-SXM4-40GB", 40, 40960, False, False
 )
+#: ``make cluster``'s MIG node pool: two nodes of 2 x A100-SXM4-80GB, MIG-capable, whose MIG manager
+#: ``pluginsim`` plays beside NVIDIA's plugin (its ConfigMap of mig-parted configs in
+#: ``gpu-operator``, ``ensure_mig_manager``); each starts at ``nvidia.com/mig.config=all-disabled``,
+#: as the GPU Operator labels a MIG-capable node. examples/pool-nvidia-mig.yaml selects them by
+#: ``gpushare.io/gpu.product`` (another product than the NVIDIA pool's, which the time-slicing
+#: example selects).
+MIG_NODE_POOL = DemoNodePool(
+    "np-nvidia-mig", "nvidia-mig", 2, 2, "NVIDIA A100-SXM4-80GB", 80, 81920, False, False
+)
+#: The MIG config a node of ``MIG_NODE_POOL`` starts with (NVIDIA's default: MIG disabled).
+MIG_START_CONFIG = "all-disabled"
 #: The named configs NVIDIA's plugin starts with: the chart's ``default`` (no sharing), ts2, ts4.
 NVIDIA_CONFIGS: dict[str, str] = {
     nv.DEFAULT_CONFIG: nv.time_slicing_config(1),
@@ -128,6 +140,24 @@ async def create_nvidia_nodes(
         pool.count,
         prefix=pool.prefix,
         pool_labels={POOL_LABEL: pool.nodepool_id},
+        simulate_plugin=True,
+        plugin=nvidiasim.SIMULATED_VALUE,
+        gpus=[gpu] * pool.gpus,
+    )
+
+
+async def create_mig_nodes(api: client.ApiClient, pool: DemoNodePool = MIG_NODE_POOL) -> list[str]:
+    """The MIG manager's ConfigMap (the chart's configs) and ``pool``'s nodes, labelled
+    ``nvidia.com/mig.config=all-disabled``; NVIDIA's plugin (``create_nvidia_nodes``) serves them.
+    Waits until the simulated plugin registered on each."""
+    await ensure_mig_manager(api)
+    gpu = FakeGPU(name=pool.gpu_name, memory_mib=pool.gpu_mem_mib, mig=False)  # MIG-capable, off
+    return await create_gpu_nodes(
+        api,
+        pool.count,
+        prefix=pool.prefix,
+        pool_labels={POOL_LABEL: pool.nodepool_id},
+        extra_labels={c.LABEL_MIG_CONFIG: MIG_START_CONFIG},
         simulate_plugin=True,
         plugin=nvidiasim.SIMULATED_VALUE,
         gpus=[gpu] * pool.gpus,

@@ -18,7 +18,7 @@ from typing import Any, TypeVar, cast
 from kubernetes_asyncio import client
 
 from gpushare import constants as c
-from gpushare.devcluster import nvidia, nvidiasim
+from gpushare.devcluster import migsim, nvidia, nvidiasim
 from gpushare.devcluster.pluginsim import LABEL_SIMULATED, SIMULATED_VALUE, seen_pod
 from gpushare.gpu.fake import FakeGPU, FakeNVML
 from gpushare.gpu.inventory import collect_inventory, desired_node_metadata
@@ -487,6 +487,19 @@ async def ensure_nvidia_plugin(
         await apps.create_namespaced_daemon_set(ns, body)
     if exists:
         await apps.replace_namespaced_daemon_set(nvidia.DS_NAME, ns, body)
+
+
+async def ensure_mig_manager(api: client.ApiClient) -> None:
+    """The MIG manager's ConfigMap of mig-parted configs (its namespace, and the chart's own
+    configs under ``config.yaml``: ``migsim.CHART_DOCUMENT``), created when absent and left as it is
+    otherwise (the operator adds its keys there). ``pluginsim`` plays the manager on every node of
+    NVIDIA's simulated plugin that carries ``nvidia.com/mig.config``."""
+    core = client.CoreV1Api(api)
+    with refused(409):
+        await core.create_namespace(cast(Any, {"metadata": {"name": c.MIG_CONFIGS_NAMESPACE}}))
+    body = {"metadata": {"name": c.MIG_CONFIGS_CONFIGMAP}, "data": {migsim.CHART_KEY: migsim.CHART_DOCUMENT}}
+    with refused(409):
+        await core.create_namespaced_config_map(c.MIG_CONFIGS_NAMESPACE, cast(Any, body))
 
 
 async def plugin_pods_on(

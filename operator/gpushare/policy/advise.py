@@ -5,10 +5,12 @@ The fit is simulated as the borrower's backend sees a node once it has the borro
 its plugin reread them (``SharingBackend``'s fit model):
 
 * the node's room (``room``): per GPU, an amount and a compute share in the borrower's units
-  (ACK: ``gpushare.backends.ack.fit``), or one entry of slots (NVIDIA: replicas x physical GPUs);
+  (ACK: ``gpushare.backends.ack.fit``), or one entry of slots (NVIDIA: replicas x physical GPUs),
+  or one entry per kind of device (``entry_resources``: a MIG pool's profiles);
   a node already lent counts with the size its loan recorded (its plugin may be restarting);
 * what a pod takes (``take``): on how many of those entries, and how much of each; the borrower's
-  placement picks the entries (binpack: the fullest that fits; spread: the emptiest); a pod the
+  placement picks the entries (binpack: the fullest that fits; spread: the emptiest), unless the
+  backend names them (``take_on``: a MIG pool's room holds one entry per profile); a pod the
   borrower's backend can never serve (``fit_problem``), or one asking for another backend's
   sharing, does not go there;
 * the node must satisfy the pod's node constraints with the borrower's labels on it (pods reach a
@@ -122,7 +124,14 @@ def kind_problem(pod: WaitingPod, borrower: GPUSharePool) -> str | None:
 def place(pod: WaitingPod, gpus: Sequence[_Gpu], borrower: GPUSharePool) -> dict[int, tuple[int, int]] | None:
     """Where the pod goes on the borrower's node (entry index → (amount, compute) it takes there),
     or None. Does not change ``gpus``."""
-    count, (amount, compute) = backend_for(borrower.spec).take(borrower.spec, pod.requests, pod.gpus)
+    backend = backend_for(borrower.spec)
+    named = backend.take_on(borrower.spec, pod.requests)
+    if named is not None:  # the backend names the entries (a MIG pod: its profiles' devices)
+        fits = all(
+            0 <= i < len(gpus) and gpus[i].mem >= a and gpus[i].core >= k for i, (a, k) in named.items()
+        )
+        return dict(named) if named and fits else None
+    count, (amount, compute) = backend.take(borrower.spec, pod.requests, pod.gpus)
     if amount <= 0:
         return None
     ok = [i for i, g in enumerate(gpus) if g.mem >= amount and g.core >= compute]
@@ -296,16 +305,20 @@ def check(advice: Advice, pools: Sequence[GPUSharePool], nodes: Mapping[str, Nod
                 problems.append(f"{placement.pod}: {kind_problem(pod, borrower)}")
             if not reachable(pod, nodes[move.node], borrower):
                 problems.append(f"{placement.pod} cannot reach {move.node}")
-            wants, each = backend_for(borrower.spec).take(borrower.spec, pod.requests, pod.gpus)
+            backend = backend_for(borrower.spec)
+            wants, each = backend.take(borrower.spec, pod.requests, pod.gpus)
+            named = backend.take_on(borrower.spec, pod.requests)
             if len(placement.gpus) != wants:
                 problems.append(f"{placement.pod}: on {len(placement.gpus)} GPUs, wants {wants}")
+            if named is not None and dict(placement.gpus) != dict(named):
+                problems.append(f"{placement.pod}: placed on {dict(placement.gpus)}, asks for {dict(named)}")
             for i, (mem, core) in placement.gpus.items():
                 if not 0 <= i < len(gpus):
                     problems.append(f"{placement.pod}: GPU {i} of {move.node} does not exist")
                     continue
                 gpus[i].mem -= mem
                 gpus[i].core -= core
-                if (mem, core) != each:
+                if named is None and (mem, core) != each:
                     problems.append(
                         f"{placement.pod}: placed {mem}/{core} on GPU {i}, asks for {each[0]}/{each[1]}"
                     )

@@ -264,6 +264,16 @@ def awaiting_plugin_mode(status: Mapping[str, Any]) -> bool:
     )
 
 
+def _resource_names(
+    backend: SharingBackend, nodes: Iterable[NodeView], pods: Iterable[PodView]
+) -> tuple[str, ...]:
+    """What ``status.capacity`` and ``status.allocated`` sum: the backend's resources, and the
+    devices its nodes advertise or its pods hold, counted per resource (a MIG pool's profiles)."""
+    devices = {r for n in nodes for r in backend.devices(n.allocatable)}
+    devices |= {r for p in pods for r in backend.pod_devices(p.requests)}
+    return (*backend.status_resources, *sorted(devices - set(backend.status_resources)))
+
+
 def pool_status(
     pool: GPUSharePool,
     cluster_plan: ClusterPlan,
@@ -333,7 +343,7 @@ def pool_status(
     refused_note = (
         f"; GPU pods refused by the kubelet ({KUBELET_REFUSED}): {_names(refused)}" if refused else ""
     )
-    names = backend.status_resources
+    names = _resource_names(backend, member_nodes, live)
     capacity = backend.resource_list(
         pool.spec, {r: sum(n.allocatable_int(r) for n in member_nodes) for r in names}
     )

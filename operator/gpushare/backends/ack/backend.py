@@ -169,6 +169,15 @@ class AckBackend(FollowsNoSwitch):
     ) -> tuple[int, tuple[int, int]]:
         return fit.take(requests, gpus)
 
+    def entry_resources(self, spec: GPUSharePoolSpec) -> tuple[str, ...]:
+        """None: the room's entries are GPUs."""
+        return ()
+
+    def take_on(
+        self, spec: GPUSharePoolSpec, requests: Mapping[str, int]
+    ) -> Mapping[int, tuple[int, int]] | None:
+        return None
+
     # --- inspect and advise -------------------------------------------------------------------
 
     mode_words: Mapping[str, str] = {
@@ -192,6 +201,13 @@ class AckBackend(FollowsNoSwitch):
 
     def pod_gpus(self, annotations: Mapping[str, str]) -> str:
         return evidence.allocated_gpus(annotations)
+
+    def devices(self, allocatable: Mapping[str, str]) -> dict[str, int]:
+        """None: ACK counts GPU memory and compute (:meth:`usage`)."""
+        return {}
+
+    def pod_devices(self, requests: Mapping[str, int]) -> dict[str, int]:
+        return {}
 
     def advertised(self, allocatable: Mapping[str, str]) -> str:
         return evidence.effective_mode(allocatable)

@@ -174,6 +174,15 @@ class NvidiaBackend(FollowsNoSwitch):
         """Its request of the pool's resource, in slots, on the node's one entry."""
         return 1, (self.pod_slots(spec, requests), 0)
 
+    def entry_resources(self, spec: GPUSharePoolSpec) -> tuple[str, ...]:
+        """The one entry counts the pool's slots."""
+        return self.demand_resources(spec)
+
+    def take_on(
+        self, spec: GPUSharePoolSpec, requests: Mapping[str, int]
+    ) -> Mapping[int, tuple[int, int]] | None:
+        return None
+
     def expected(self, mode: str, labels: Mapping[str, str]) -> tuple[str, int | None] | None:
         """The resource and count a node labelled ``mode`` advertises (count None: GPUs unknown);
         None for a config gpushare did not name."""
@@ -247,6 +256,13 @@ class NvidiaBackend(FollowsNoSwitch):
 
     def pod_gpus(self, annotations: Mapping[str, str]) -> str:
         return ""
+
+    def devices(self, allocatable: Mapping[str, str]) -> dict[str, int]:
+        """None: a time-slicing or MPS pool's slots are shown as the plugin advertises them."""
+        return {}
+
+    def pod_devices(self, requests: Mapping[str, int]) -> dict[str, int]:
+        return {}
 
     def advertised(self, allocatable: Mapping[str, str]) -> str:
         return _describe(allocatable)

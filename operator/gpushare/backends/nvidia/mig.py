@@ -39,8 +39,8 @@ from typing import Final
 from gpushare import constants as c
 from gpushare.api.quantity import quantity_int
 from gpushare.api.v1alpha1 import GPUSharePoolSpec, Mig
-from gpushare.backends.base import NodePhaseName
-from gpushare.backends.nvidia import config, migconfig, migstate
+from gpushare.backends.base import GpuSize, NodePhaseName
+from gpushare.backends.nvidia import config, migconfig, migfit, migstate
 from gpushare.backends.nvidia.backend import NvidiaBackend, physical_gpus
 
 
@@ -302,6 +302,63 @@ class MigBackend(NvidiaBackend):
 
     def advertised(self, allocatable: Mapping[str, str]) -> str:
         return _mig_devices(allocatable)
+
+    # --- counted per profile (gpushare.backends.nvidia.migfit): inspect, advise, demand, lending
+
+    def resource_list(self, spec: GPUSharePoolSpec, totals: Mapping[str, int]) -> dict[str, str]:
+        """Each resource the geometry offers, and any other device the nodes advertise or pods hold
+        (``nvidia.com/gpu: 0`` when there is none)."""
+        names = set(migfit.resources(spec)) | {r for r, n in totals.items() if n > 0 and migfit.is_device(r)}
+        return {r: str(totals.get(r, 0)) for r in sorted(names or {c.RES_NVIDIA_GPU})}
+
+    def demand_resources(self, spec: GPUSharePoolSpec) -> tuple[str, ...]:
+        """The devices the geometry offers, per profile (none known for a named config)."""
+        return migfit.resources(spec)
+
+    def describe_requests(self, spec: GPUSharePoolSpec, requests: Mapping[str, int]) -> str:
+        return migfit.describe(requests)
+
+    def room(
+        self,
+        borrower: GPUSharePoolSpec,
+        lender: GPUSharePoolSpec,
+        allocatable: Mapping[str, str],
+        labels: Mapping[str, str],
+        gpus: int,
+        loan: GpuSize | None,
+    ) -> list[tuple[int, int]]:
+        """One entry per device the geometry offers: its count on the node's GPUs (a lent node:
+        its loan's GPUs)."""
+        return migfit.room(borrower, loan.gpus if loan is not None and loan.gpus > 0 else gpus)
+
+    def fit_problem(
+        self, pool: str, spec: GPUSharePoolSpec, requests: Mapping[str, int], gpus: int
+    ) -> str | None:
+        return migfit.fit_problem(pool, spec, requests)
+
+    def take(
+        self, spec: GPUSharePoolSpec, requests: Mapping[str, int], gpus: int
+    ) -> tuple[int, tuple[int, int]]:
+        entries = migfit.take_on(spec, requests)
+        return len(entries), next(iter(entries.values()), (0, 0))
+
+    def entry_resources(self, spec: GPUSharePoolSpec) -> tuple[str, ...]:
+        return migfit.resources(spec)
+
+    def take_on(
+        self, spec: GPUSharePoolSpec, requests: Mapping[str, int]
+    ) -> Mapping[int, tuple[int, int]] | None:
+        return migfit.take_on(spec, requests)
+
+    def describe_take(self, spec: GPUSharePoolSpec, entries: Mapping[int, tuple[int, int]]) -> str:
+        names = migfit.resources(spec)
+        return migfit.describe({names[i]: n for i, (n, _) in entries.items() if i < len(names)})
+
+    def devices(self, allocatable: Mapping[str, str]) -> dict[str, int]:
+        return migfit.devices(allocatable)
+
+    def pod_devices(self, requests: Mapping[str, int]) -> dict[str, int]:
+        return migfit.pod_devices(requests)
 
 
 MIG: Final = MigBackend()
