@@ -17,6 +17,7 @@ from kubernetes_asyncio import client
 
 from gpushare import constants as c
 from gpushare.devcluster import migsim, wait_for
+from gpushare.devcluster import nvidia as nv
 from gpushare.devcluster.demo import NVIDIA_CONFIGS
 from gpushare.devcluster.fakes import POOL_LABEL, FakeNodeSet, ensure_nvidia_plugin
 from gpushare.devcluster.pluginsim import ANNOTATION_MIG, ANNOTATION_MIG_DELAY, ANNOTATION_MIG_START
@@ -205,6 +206,37 @@ async def test_a_mixed_geometry_pool_is_ready_only_once_every_node_applied_it_an
     assert config not in (mig_cm.data or {}) and migsim.CHART_KEY in (mig_cm.data or {})
 
 
+async def test_a_mig_pools_two_configs_propagate_side_by_side(
+    api: client.ApiClient, fake_nodes: FakeNodeSet, pools: PoolApi, mig_configmaps: None
+) -> None:
+    """A MIG pool needs two keys, the plugin's config and the MIG manager's, each given
+    configPropagationSeconds to reach its readers' mounted ConfigMap before a node label names it.
+    Both are written in the pool's first pass: the MIG manager's key is there while the plugin's is
+    still propagating and no node is labelled yet (written one after the other, the second would
+    come only once the first had propagated, a minute here)."""
+    np = f"np-mig-{secrets.token_hex(3)}"
+    core = client.CoreV1Api(api)
+    (node,) = await _a100_nodes(fake_nodes, 1, "migkp", np)
+    name = f"mig-{np}"
+    nvidia = {"strategy": "MIG", "mig": MIXED, "configPropagationSeconds": 60}
+    await pools.create_pool(name, {POOL_LABEL: np}, nvidia=nvidia)
+
+    async def both_written() -> tuple[set[str], set[str]] | None:
+        plugin = await core.read_namespaced_config_map(nv.CONFIGS_CONFIGMAP, nv.NAMESPACE)
+        mig = await core.read_namespaced_config_map(c.MIG_CONFIGS_CONFIGMAP, c.MIG_CONFIGS_NAMESPACE)
+        ours = (
+            {k for k in plugin.data or {} if k.startswith("gpushare-")},
+            {k for k in mig.data or {} if k.startswith("gpushare-mig-")},
+        )
+        return ours if all(ours) else None
+
+    await wait_for(both_written, what="the plugin's and the MIG manager's keys written", timeout_s=30)
+    labels, _ = await _node(core, node)
+    assert c.LABEL_NVIDIA_CONFIG not in labels and not labels.get(c.LABEL_MIG_CONFIG, "").startswith(
+        "gpushare-"
+    ), labels
+
+
 async def test_a_node_without_mig_config_is_given_all_disabled_on_delete(
     api: client.ApiClient, fake_nodes: FakeNodeSet, pools: PoolApi, mig_configmaps: None
 ) -> None:
@@ -293,6 +325,17 @@ async def test_a_geometry_the_gpu_cannot_hold_names_the_node_and_failed_and_goes
     np = f"np-mig-{secrets.token_hex(3)}"
     core = client.CoreV1Api(api)
     nodes = await _a100_nodes(fake_nodes, 2, "migx", np, {c.LABEL_MIG_CONFIG: "all-1g.5gb"})
+    seven = ((("1g.5gb", 7),),) * 2
+
+    async def at_1g() -> bool:
+        done = [await _applied(core, n) for n in nodes]
+        return all(
+            d is not None and (d.label, d.state, d.devices) == ("all-1g.5gb", migsim.SUCCESS, seven)
+            for d in done
+        )
+
+    # The nodes' own config applied first: the failed switch must leave its slices in place.
+    await wait_for(at_1g, what="the nodes at all-1g.5gb (7 x 1g.5gb per GPU)", timeout_s=60)
     name = f"mig-{np}"
     # Two 3g.20gb and a 1g.5gb take 9 of an A100-40GB's 8 memory slices.
     too_big = {"geometry": [{"profiles": {"3g.20gb": 2, "1g.5gb": 1}}]}

@@ -47,9 +47,19 @@ class Configs:
     #: Whose mounted copy of its ConfigMap it must reach.
     readers: str = "the device plugin pods'"
 
+    #: The pool's other configs not ready yet (each written in the same pass, propagating alongside).
+    others: tuple[Configs, ...] = ()
+
+    def holding(self, plan: NodePlan) -> Configs | None:
+        """The config not ready yet that ``plan`` sets the node's label to (None: none)."""
+        for found in (self, *self.others):
+            if not found.ready and found.name is not None and plan.label_patch.get(found.label) == found.name:
+                return found
+        return None
+
     def holds(self, plan: NodePlan) -> bool:
-        """Whether ``plan`` sets the node's label to the config, not ready yet."""
-        return not self.ready and self.name is not None and plan.label_patch.get(self.label) == self.name
+        """Whether ``plan`` sets a node's label to a config not ready yet."""
+        return self.holding(plan) is not None
 
     def why(self) -> str:
         if self.error is not None:
@@ -91,18 +101,18 @@ async def keep_configs(
 ) -> Configs:
     """Keep each of the pool's configs (and those of the other live pools sharing its ConfigMaps)
     in their ConfigMap; delete the keys gpushare wrote that no pool wants and no node names, once
-    they are ``retention`` old. The first config not ready, else all ready."""
+    they are ``retention`` old. Every key is kept in the same pass, so that they propagate to their
+    readers side by side (a MIG pool's two keys wait one propagation, not two). The first config
+    not ready (the others with it), else all ready."""
     model = s.model
     if model is None or model.spec.nvidia is None or s.deleting:
         return Configs()
-    collect: list[timedelta] = []
-    for key in config_keys(model.spec.nvidia):
-        found = await _keep_one(s, state, writes, key, retention)
-        if found.collect is not None:
-            collect.append(found.collect)
-        if not found.ready:
-            return replace(found, collect=min(collect)) if collect else found
-    return Configs(collect=min(collect, default=None))
+    found = [await _keep_one(s, state, writes, key, retention) for key in config_keys(model.spec.nvidia)]
+    collect = min((f.collect for f in found if f.collect is not None), default=None)
+    waiting = [f for f in found if not f.ready]
+    if waiting:
+        return replace(waiting[0], collect=collect, others=tuple(waiting[1:]))
+    return Configs(collect=collect)
 
 
 async def _keep_one(

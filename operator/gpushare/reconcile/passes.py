@@ -122,7 +122,7 @@ async def act(s: PassScope, parts: Parts, decision: PassPlan, apply: Apply) -> A
     configs, evict, move the restarts; each phase's effects applied after it."""
     state, cache, writes = parts.state, parts.cache, parts.writes
     configs = await keep_configs(s, state, writes, parts.config_retention)
-    held = {p.node: configs.why() for p in decision.patches if configs.holds(p)}
+    held = {p.node: h.why() for p in decision.patches if (h := configs.holding(p)) is not None}
     patches = [p for p in decision.patches if p.node not in held]
     confirmed = await confirm(s, patches, state, cache, writes)
     apply(s.name, s.effects.drain())
