@@ -77,11 +77,12 @@ def label_times(managed: Any, keys: tuple[str, ...] = _TIMED_LABELS) -> Mapping[
         fields = entry.get("fieldsV1")
         meta = fields.get("f:metadata") if isinstance(fields, Mapping) else None
         labels = meta.get("f:labels") if isinstance(meta, Mapping) else None
-        when = parse_time(str(entry.get("time") or ""))
-        if not isinstance(labels, Mapping) or when is None:
-            continue
-        for key in keys:
-            if f"f:{key}" in labels and (key not in out or when > out[key]):
+        owned = [k for k in keys if isinstance(labels, Mapping) and f"f:{k}" in labels]
+        # Only an entry that owns a timed label has its time parsed (most entries, on every node
+        # event the watch delivers, own none).
+        when = parse_time(str(entry.get("time") or "")) if owned else None
+        for key in owned:
+            if when is not None and (key not in out or when > out[key]):
                 out[sys.intern(key)] = when
     return out or _NO_TIMES
 
