@@ -366,7 +366,7 @@ def test_readme_first_use_runs_as_written_on_make_cluster(cluster: ClusterInfo, 
     d = tmp_path / "cl"
     up = subprocess.run(
         [sys.executable, "-m", "gpushare.devcluster", "up", "--dir", str(d)],
-        cwd=REPO, capture_output=True, text=True, timeout=240,
+        cwd=REPO, capture_output=True, text=True, timeout=330,
     )  # fmt: skip
     assert up.returncode == 0, up.stderr
     info = ClusterInfo.from_json((d / "cluster.json").read_text())

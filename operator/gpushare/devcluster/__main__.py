@@ -334,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
             help="N generic node pools np-a, np-b, ... of --nodes nodes each; default: the node pools "
             "examples/ selects (np-cgpu, np-cgpu-no-isolation, np-gpu-core, 2 nodes each)",
         )  # fmt: skip
-        p.add_argument("--timeout", type=float, default=120.0)
+        p.add_argument("--timeout", type=float, default=240.0)
         p.add_argument(
             "--real-nodes",
             type=_real_nodes_arg,

@@ -72,6 +72,9 @@ MIG_NODE_POOL = DemoNodePool(
 )
 #: The MIG config a node of ``MIG_NODE_POOL`` starts with (NVIDIA's default: MIG disabled).
 MIG_START_CONFIG = "all-disabled"
+#: How long the node creators below wait for each node pool's simulated plugin to register. A
+#: second ``make cluster`` beside ``make test``'s own on 2 busy cores has needed more than a minute.
+REGISTER_TIMEOUT_S = 150.0
 #: The named configs NVIDIA's plugin starts with: the chart's ``default`` (no sharing), ts2, ts4.
 NVIDIA_CONFIGS: dict[str, str] = {
     nv.DEFAULT_CONFIG: nv.time_slicing_config(1),
@@ -104,6 +107,7 @@ async def create_demo_nodes(kubeconfig: str, pools: tuple[DemoNodePool, ...] = D
                 gpu_mem_gib_per_gpu=pool.gpu_mem_gib,
                 core_percentage=pool.core_percentage,
                 simulate_plugin=True,
+                timeout_s=REGISTER_TIMEOUT_S,
                 gpus=[FakeGPU(name=pool.gpu_name, memory_mib=pool.gpu_mem_mib, mig=None)] * pool.gpus,
             )
             with tempfile.TemporaryDirectory(prefix="gpushare-demo-proc-") as tmp:
@@ -141,6 +145,7 @@ async def create_nvidia_nodes(
         prefix=pool.prefix,
         pool_labels={POOL_LABEL: pool.nodepool_id},
         simulate_plugin=True,
+        timeout_s=REGISTER_TIMEOUT_S,
         plugin=nvidiasim.SIMULATED_VALUE,
         gpus=[gpu] * pool.gpus,
     )
@@ -159,6 +164,7 @@ async def create_mig_nodes(api: client.ApiClient, pool: DemoNodePool = MIG_NODE_
         pool_labels={POOL_LABEL: pool.nodepool_id},
         extra_labels={c.LABEL_MIG_CONFIG: MIG_START_CONFIG},
         simulate_plugin=True,
+        timeout_s=REGISTER_TIMEOUT_S,
         plugin=nvidiasim.SIMULATED_VALUE,
         gpus=[gpu] * pool.gpus,
     )

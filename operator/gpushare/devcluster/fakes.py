@@ -248,10 +248,45 @@ async def wait_plugin_registered(
             out[name] = uid
         return out
 
-    result: dict[str, str] = await wait_for(
-        registered, what=f"the simulated device plugin to register on {wanted}", timeout_s=timeout_s
-    )
+    try:
+        result: dict[str, str] = await wait_for(
+            registered, what=f"the simulated device plugin to register on {wanted}", timeout_s=timeout_s
+        )
+    except TimeoutError as exc:
+        raise TimeoutError(f"{exc}\n{await _plugin_diagnosis(core, wanted, before)}") from None
     return result
+
+
+async def _plugin_diagnosis(core: client.CoreV1Api, names: Sequence[str], before: Mapping[str, str]) -> str:
+    """Where registration stopped on each node of ``names`` still without it: the node's readiness,
+    the device-plugin pods bound to it (ACK's and NVIDIA's namespaces) and their phases, and what
+    ``pluginsim`` last recorded there; so that a time-out on a loaded machine says which step lagged
+    (no pod: the DaemonSet controller or the scheduler; a pod not Running: kwok; a Running pod
+    with nothing recorded: pluginsim)."""
+    lines = []
+    for name in names:
+        with refused() as error:
+            node = await core.read_node(name)
+        if error:
+            lines.append(f"  {name}: node not readable (API error {error.status})")
+            continue
+        uid = seen_pod(node.metadata.annotations)
+        if uid and uid != before.get(name):
+            continue
+        ready = next((cond.status for cond in node.status.conditions or [] if cond.type == "Ready"), "?")
+        pods = []
+        for namespace in (c.DEFAULT_PLUGIN_NAMESPACE, c.NVIDIA_PLUGIN_NAMESPACE):
+            with refused():
+                listed = await core.list_namespaced_pod(namespace, field_selector=f"spec.nodeName={name}")
+                pods += [
+                    f"{namespace}/{p.metadata.name} {p.status.phase} uid={p.metadata.uid}"
+                    for p in listed.items
+                ]
+        lines.append(
+            f"  {name}: Ready={ready}; recorded plugin pod: {uid or 'none'}; "
+            f"plugin pods bound here: {', '.join(pods) or 'none'}"
+        )
+    return "\n".join(lines)
 
 
 async def wait_nodes_ready(api: client.ApiClient, names: Iterable[str], *, timeout_s: float = 60.0) -> None:
