@@ -888,3 +888,18 @@ def test_a_pool_update_that_keeps_its_spec_is_allowed_even_while_it_overlaps() -
     denied = admit(pools, moved, "UPDATE", lambda: ctx, old=overlapping)
     assert not denied.allowed and "GP004-pool-overlap" in denied.message
     assert not admit(pools, finalized, "UPDATE", lambda: ctx).allowed  # no old object: judged
+
+
+@pytest.mark.parametrize("policy", ["Fail", "Ignore"])
+def test_a_failed_evaluation_counts_as_an_error_whatever_the_policy(policy: str) -> None:
+    """A review whose evaluation raised (a bug, or Kopf's fallback failing) is answered as the
+    failure policy says and counted as decision="error", which GPUShareWebhookErrors watches."""
+    from gpushare import metrics
+    from gpushare.webhook.answer import failure_response
+
+    labels = {"kind": "Pod", "decision": "error", "rule": "none"}
+    before = metrics.REGISTRY.get_sample_value("gpushare_admission_requests_total", labels) or 0.0
+    review = {"request": {"uid": "u-1"}}
+    answer = failure_response("validate-pods", review, RuntimeError("boom"), policy)
+    assert answer["uid"] == "u-1" and answer["allowed"] is (policy == "Ignore")
+    assert metrics.REGISTRY.get_sample_value("gpushare_admission_requests_total", labels) == before + 1

@@ -109,8 +109,12 @@ def failure_response(
 ) -> dict[str, Any]:
     """The answer to a review whose evaluation failed past the shape checks (a bug, or Kopf's
     fallback failing), as the failure policy says: ``Fail`` denies (code 400), ``Ignore`` allows
-    with a warning; logged in one line."""
+    with a warning; logged in one line, and counted as ``decision="error"`` of its kind (what the
+    alert GPUShareWebhookErrors watches), whichever the policy."""
     logger.warning("Could not serve an AdmissionReview for %s: %s: %s", handler_id, type(exc).__name__, exc)
+    target = TARGETS_BY_ID.get(handler_id)
+    if target is not None:
+        _requests(target.kind, "error", "none").inc()
     uid = review["request"]["uid"]
     what = f"gpushare webhook could not evaluate this request ({type(exc).__name__}: {str(exc)[:200]})"
     if failure_policy == "Ignore":
