@@ -47,7 +47,7 @@ realnode-prereqs: ## Install containerd, runc, the CNI plugins and iptables from
 kubelet: ## Build (or reuse) kubelet v1.34.4 in ~/.cache/gpushare (real-node tier)
 	bash hack/build-kubelet.sh
 
-realnode-bins: ## Build the real node's Go programs (device plugin, pause, workload, node reset) into build/realnode
+realnode-bins: ## Build the real node's Go programs (device plugin, pause, workload, node reset, nvidia-caps) into build/realnode
 	bash hack/build-realnode.sh
 
 image-local: setup ## Build the image without Docker (debootstrapped Debian, the locked wheels; cached in ~/.cache/gpushare/image) as a docker-archive for the real node (root)

@@ -3,9 +3,10 @@
 # nvidia-mig-manager (the node agent), from github.com/NVIDIA/mig-parted at the version
 # realnode/migparted/go.mod pins, into the cache outside the repository
 # (~/.cache/gpushare/bin/mig-parted-<version>/), keyed by version. A second run finds the binaries
-# and returns at once. They run over the project's own libnvidia-ml.so.1 (hack/build-fake-nvml.sh),
-# inside the project's mount namespace (hack/mig-ns.sh) that lays out what they read
-# besides NVML.
+# and returns at once. NVIDIA's reconfigure-mig.sh (what the manager runs for each change) is
+# copied beside them from the same module version, unmodified. They run over the project's own
+# libnvidia-ml.so.1 (hack/build-fake-nvml.sh), inside the project's mount namespace
+# (hack/mig-ns.sh) that lays out what they read besides NVML.
 #
 # realnode/migparted is a module of its own (not realnode/nvidia): mig-parted pins an older
 # go-nvml and go-nvlib than the device plugin, and sharing a module would raise them. The proxy
@@ -28,3 +29,11 @@ log() { printf '[build-mig-parted] %s\n' "$*" >&2; }
 . "$(dirname "${BASH_SOURCE[0]}")/go-commands.sh"
 
 build_go_commands "$MIG_MODULE" "NVIDIA's mig-parted" "about 2.5 minutes on 2 cores with a cold build cache" ${1:+"$1"} -- nvidia-mig-parted nvidia-mig-manager
+
+# The MIG manager's reconfigure script (NVIDIA's, unmodified: nvidia-mig-manager runs it for each
+# change), from the same module version, beside the binaries.
+if [ ! -f "$BIN/reconfigure-mig.sh" ]; then
+  dir=$(cd "$MOD" && go mod download -json "$MIG_MODULE@$VERSION" | awk -F'"' '$2 == "Dir" {print $4}')
+  install -m 0755 "$dir/deployments/container/reconfigure-mig.sh" "$BIN/reconfigure-mig.sh"
+  log "reconfigure-mig.sh $VERSION ready in $BIN"
+fi

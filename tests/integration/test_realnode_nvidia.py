@@ -16,18 +16,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
+import sys
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
+import yaml
 from kubernetes_asyncio import client
 
 from gpushare import __version__
 from gpushare import constants as c
-from gpushare.devcluster import ClusterInfo, DevCluster, nfd, wait_for
+from gpushare.devcluster import ClusterInfo, DevCluster, migmanager, nfd, wait_for
 from gpushare.devcluster import nvidia as nv
 from gpushare.devcluster.crds import install_crd_files
 from gpushare.devcluster.realnode import IMAGE_WORKLOAD
@@ -49,7 +52,12 @@ pytestmark = [
 REPO = Path(__file__).resolve().parents[2]
 NODE = "realnode-0"
 GPUS = nv.DEFAULT_GPUS
-CONFIGS = {"ts4": nv.time_slicing_config(4), "ts2": nv.time_slicing_config(2)}
+#: mig-mixed: every MIG profile as a resource of its own (``nvidia.com/mig-<profile>``).
+CONFIGS = {
+    "ts4": nv.time_slicing_config(4),
+    "ts2": nv.time_slicing_config(2),
+    "mig-mixed": "version: v1\nflags:\n  migStrategy: mixed\n",
+}
 #: Generous: a config switch is a label watch, a SIGHUP, a re-registration and a kubelet status
 #: sync (10 s); a crash-looping sidecar waits out its back-off; 2 CPUs shared with other tests.
 WAIT = 180.0
@@ -131,9 +139,9 @@ async def test_the_node_label_picks_the_time_slicing_config(napi: client.ApiClie
     await label_and_wait(core, "ts4", 4 * GPUS)
 
 
-def gpu_pod(name: str, *args: str) -> dict[str, Any]:
-    """A pod of the workload image asking for one ``nvidia.com/gpu`` on the real node (it prints
-    its environment; ``--sleep N`` keeps it running)."""
+def gpu_pod(name: str, *args: str, resource: str = nv.RESOURCE) -> dict[str, Any]:
+    """A pod of the workload image asking for one ``resource`` on the real node (it prints its
+    environment; ``--sleep N`` keeps it running)."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -148,16 +156,18 @@ def gpu_pod(name: str, *args: str) -> dict[str, Any]:
                     "image": IMAGE_WORKLOAD,
                     "imagePullPolicy": "Never",
                     "args": list(args),
-                    "resources": {"limits": {"cpu": "100m", "memory": "32Mi", nv.RESOURCE: "1"}},
+                    "resources": {"limits": {"cpu": "100m", "memory": "32Mi", resource: "1"}},
                 }
             ],
         },
     }
 
 
-async def run_to_completion(core: client.CoreV1Api, ns: str, name: str) -> dict[str, str]:
+async def run_to_completion(
+    core: client.CoreV1Api, ns: str, name: str, *, resource: str = nv.RESOURCE
+) -> dict[str, str]:
     """Run :func:`gpu_pod` ``name`` to its end on the real node; the environment it printed."""
-    await core.create_namespaced_pod(ns, cast(Any, gpu_pod(name)))
+    await core.create_namespaced_pod(ns, cast(Any, gpu_pod(name, resource=resource)))
 
     async def finished() -> Any:
         pod = await core.read_namespaced_pod(name, ns)
@@ -703,3 +713,188 @@ async def test_gfd_rewrites_the_shared_nodes_product_and_a_pool_on_a_users_label
         print(f", operator passes {passes_before} -> {seen['operator']}")
     finally:
         await core.patch_node(NODE, {"metadata": {"labels": {USER_LABEL: None, TOUCH: None}}})
+
+
+# --- MIG: NVIDIA's nvidia-mig-parted partitions the library's GPUs, the real plugin serves them ----
+
+#: Per GPU: 2 + 2 + 3 compute slices of the A100 40GB's 7 (test_mig_parted.py applies the same).
+MIG_GEOMETRY = {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}
+MIG_PARTED_CONFIG = {
+    "version": "v1",
+    "mig-configs": {
+        "all-disabled": [{"devices": "all", "mig-enabled": False}],
+        "mixed": [{"devices": "all", "mig-enabled": True, "mig-devices": MIG_GEOMETRY}],
+        "all-1g.5gb": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.5gb": 7}}],
+        # 3 + 3 + 2 compute slices: one more than the A100 has
+        "too-big": [{"devices": "all", "mig-enabled": True, "mig-devices": {"3g.20gb": 2, "2g.10gb": 1}}],
+    },
+}
+#: What NVIDIA's reconfigure-mig.sh says at each step of a change, in order (its own words).
+MANAGER_STEPS = (
+    "node label to 'pending'",
+    "Waiting for the device-plugin to shutdown",
+    "MIG configuration applied successfully",
+    "node label to 'success'",
+)
+#: The MIG devices pynvml enumerates over the same state file: [gpu, profile, MIG UUID], as JSON.
+PYNVML_MIG = """
+import json, pynvml as n
+n.nvmlInit()
+out = []
+for g in range(n.nvmlDeviceGetCount()):
+    d = n.nvmlDeviceGetHandleByIndex(g)
+    for i in range(n.nvmlDeviceGetMaxMigDeviceCount(d)):
+        try:
+            m = n.nvmlDeviceGetMigDeviceHandleByIndex(d, i)
+        except n.NVMLError_NotFound:
+            continue
+        out.append([g, n.nvmlDeviceGetName(m).rsplit(" ", 1)[1], n.nvmlDeviceGetUUID(m)])
+print(json.dumps(out))
+"""
+
+
+async def _mig_state(core: client.CoreV1Api) -> str:
+    node = await core.read_node(NODE)
+    return str((node.metadata.labels or {}).get(c.LABEL_MIG_CONFIG_STATE, ""))
+
+
+async def test_nvidias_mig_manager_pauses_the_plugin_applies_the_label_and_the_plugin_serves_it(
+    nvidia_cluster: ClusterInfo, napi: client.ApiClient, ns: str
+) -> None:
+    """NVIDIA's MIG manager as the GPU Operator deploys it (``gpushare.devcluster.migmanager``) over
+    the project's library, beside NVIDIA's plugin with a ``migStrategy: mixed`` config:
+
+    - ``nvidia.com/mig.config=mixed``: reconfigure-mig.sh sets ``pending``, pauses the plugin (its pod
+      leaves, a new one comes), nvidia-mig-parted applies, ``success``; the kubelet advertises each
+      profile; a pod asking for one ``nvidia.com/mig-1g.5gb`` gets a ``MIG-`` UUID that pynvml
+      enumerates over the same state;
+    - another geometry (``all-1g.5gb``), the pod gone: paused again, the new counts advertised;
+    - a geometry the A100 cannot hold: ``failed``, mig-parted's error in the manager's log."""
+    core = client.CoreV1Api(napi)
+    dev = DevCluster.of(nvidia_cluster)
+    state_dir = nvidia_cluster.dir / "mig"
+    base = {**nv.NODE_SELECTOR, nv.GPU_OPERATOR_DEPLOY_LABEL: "true", **migmanager.NODE_SELECTOR}
+    await core.patch_node(NODE, {"metadata": {"labels": {**base, nv.CONFIG_LABEL: "mig-mixed"}}})
+    await nv.install(napi, dev, CONFIGS, mig_state_dir=state_dir, gpu_operator_labels=True)
+    await migmanager.install(napi, dev, state_dir, yaml.safe_dump(MIG_PARTED_CONFIG))
+    try:
+        wanted = {f"{c.RES_NVIDIA_MIG_PREFIX}{p}": str(n * GPUS) for p, n in MIG_GEOMETRY.items()}
+        alloc, log = await _switch(napi, "mixed", wanted)
+        print(f"allocatable: { {k: v for k, v in sorted(alloc.items()) if k.startswith('nvidia.com/')} }")
+        env = await run_to_completion(core, ns, "one-slice", resource=f"{c.RES_NVIDIA_MIG_PREFIX}1g.5gb")
+        devices = await _pynvml_mig(state_dir)
+        for gpu in range(GPUS):
+            assert sorted(p for g, p, _ in devices if g == gpu) == sorted(
+                p for p, n in MIG_GEOMETRY.items() for _ in range(n)
+            ), devices
+        visible = env.get("NVIDIA_VISIBLE_DEVICES", "")
+        assert visible.startswith("MIG-") and visible in {u for _, p, u in devices if p == "1g.5gb"}, env
+        print(f"the pod's NVIDIA_VISIBLE_DEVICES={visible}")
+
+        alloc, _ = await _switch(
+            napi, "all-1g.5gb", {f"{c.RES_NVIDIA_MIG_PREFIX}1g.5gb": str(7 * GPUS)}, after=log
+        )
+        # The profiles no longer served: none allocatable (the kubelet drops them after a grace).
+        assert all(
+            alloc.get(f"{c.RES_NVIDIA_MIG_PREFIX}{p}") in (None, "0") for p in ("2g.10gb", "3g.20gb")
+        ), alloc
+
+        await core.patch_node(NODE, {"metadata": {"labels": {c.LABEL_MIG_CONFIG: "too-big"}}})
+
+        async def failed() -> str | None:
+            log = await _manager_log(napi)
+            done = await _mig_state(core) == "failed" and "node label to 'failed'" in log
+            return log if done else None
+
+        log = await wait_for(failed, what="too-big to fail", timeout_s=WAIT)
+        assert "ERROR_INSUFFICIENT_RESOURCES" in log, log[-3000:]
+    finally:
+        await core.patch_node(NODE, {"metadata": {"labels": {c.LABEL_MIG_CONFIG: "all-disabled"}}})
+
+        async def disabled() -> bool:
+            return await _mig_state(core) == "success" and not await _pynvml_mig(state_dir)
+
+        await wait_for(disabled, what="all-disabled applied", timeout_s=WAIT)
+        await client.AppsV1Api(napi).delete_namespaced_daemon_set(migmanager.DS_NAME, migmanager.NAMESPACE)
+        gone = [*migmanager.NODE_SELECTOR, c.LABEL_MIG_CONFIG, nv.GPU_OPERATOR_DEPLOY_LABEL]
+        await core.patch_node(NODE, {"metadata": {"labels": dict.fromkeys(gone)}})
+        await nv.install(napi, dev, CONFIGS)
+        await label_and_wait(core, "ts4", 4 * GPUS, setup=True)
+
+
+async def _switch(
+    api: client.ApiClient, config: str, wanted: Mapping[str, str], *, after: str = ""
+) -> tuple[dict[str, str], str]:
+    """Label the node ``nvidia.com/mig.config=config``; wait until the manager says ``success``,
+    the plugin's pods are new ones and the kubelet advertises ``wanted``. Returns the allocatable
+    and the manager's log, whose new part (past ``after``) holds :data:`MANAGER_STEPS` in order."""
+    core = client.CoreV1Api(api)
+    before = {p.metadata.uid for p in await nv.plugin_pods_on(api, NODE)}
+    await core.patch_node(NODE, {"metadata": {"labels": {c.LABEL_MIG_CONFIG: config}}})
+
+    async def applied() -> dict[str, str] | None:
+        node = await core.read_node(NODE)
+        labels, alloc = node.metadata.labels or {}, node.status.allocatable or {}
+        if labels.get(c.LABEL_MIG_CONFIG_STATE) != "success" or {k: alloc.get(k) for k in wanted} != wanted:
+            return None
+        pods = await nv.plugin_pods_on(api, NODE)
+        return dict(alloc) if pods and not {p.metadata.uid for p in pods} & before else None
+
+    try:
+        alloc = await wait_for(
+            applied, what=f"{config} applied and {dict(wanted)} advertised", timeout_s=WAIT
+        )
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}\n{await _manager_state(api, core)}") from None
+    log = await _manager_log(api)
+    assert log.startswith(after), "the manager's pod restarted"
+    at = len(after)
+    for step in MANAGER_STEPS:
+        found = log.find(step, at)
+        assert found >= 0, (
+            f"{step!r} not in the manager's log after the previous step:\n{log[len(after) :][-3000:]}"
+        )
+        at = found
+    return alloc, log
+
+
+async def _pynvml_mig(state_dir: Path) -> list[list[Any]]:
+    seen = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-c", PYNVML_MIG],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={
+            **os.environ,
+            "LD_LIBRARY_PATH": str(nv.fake_nvml_lib().parent),
+            nv.FAKE_NVML_MIG_STATE_ENV: str(state_dir / nv.MIG_STATE_FILE),
+        },
+    )
+    assert seen.returncode == 0, seen.stderr
+    devices: list[list[Any]] = json.loads(seen.stdout)
+    return devices
+
+
+async def _manager_log(api: client.ApiClient) -> str:
+    core = client.CoreV1Api(api)
+    pods = await core.list_namespaced_pod(
+        migmanager.NAMESPACE,
+        label_selector=",".join(f"{k}={v}" for k, v in migmanager.APP_LABELS.items()),
+        field_selector=f"spec.nodeName={NODE}",
+    )
+    logs = []
+    for pod in pods.items:
+        try:
+            logs.append(await core.read_namespaced_pod_log(pod.metadata.name, migmanager.NAMESPACE))
+        except client.ApiException as exc:
+            logs.append(f"{pod.metadata.name}: no log ({exc.status} {exc.reason})")
+    return "\n".join(logs)
+
+
+async def _manager_state(api: client.ApiClient, core: client.CoreV1Api) -> str:
+    node = await core.read_node(NODE)
+    labels = {k: v for k, v in (node.metadata.labels or {}).items() if k.startswith("nvidia.com/")}
+    log = await _manager_log(api)
+    return f"labels: {labels}\n{await _plugin_state(api, core)}\nmanager's log (tail):\n{log[-4000:]}"

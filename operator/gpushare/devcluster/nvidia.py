@@ -88,6 +88,18 @@ def plugin_bin_dir(environ: Mapping[str, str] | None = None) -> Path:
 
 #: The fake library's MIG state file (realnode/fakenvml); unset: MIG disabled and unchangeable.
 FAKE_NVML_MIG_STATE_ENV = "GPUSHARE_FAKE_NVML_MIG_STATE"
+#: Where the plugin's pod mounts the host folder of the MIG state file (``install(mig_state_dir=)``).
+MIG_STATE_MOUNT = "/run/gpushare-mig"
+#: The state file's name in that folder (on the host and in the pod).
+MIG_STATE_FILE = "state"
+#: With NVIDIA's MIG manager (:mod:`gpushare.devcluster.migmanager`): the GPU Operator's label on
+#: the plugin's pods, which reconfigure-mig.sh waits on, and the node label its DaemonSet selects,
+#: which reconfigure-mig.sh sets to ``paused-for-mig-change`` around a change.
+GPU_OPERATOR_POD_LABELS = {"app": "nvidia-device-plugin-daemonset"}
+GPU_OPERATOR_DEPLOY_LABEL = "nvidia.com/gpu.deploy.device-plugin"
+#: The project's wrapper that lays out /proc/driver/nvidia-caps/mig-minors for the plugin
+#: (realnode/nvcaps, ``make realnode-bins``).
+NVIDIA_CAPS = "gpushare-nvidia-caps"
 
 
 def mig_parted_version() -> str:
@@ -97,6 +109,36 @@ def mig_parted_version() -> str:
         if len(words) >= 2 and words[0] == "github.com/NVIDIA/mig-parted":
             return words[1]
     raise RuntimeError("realnode/migparted/go.mod does not require github.com/NVIDIA/mig-parted")
+
+
+def mig_parted(
+    state_dir: Path, *args: str, environ: Mapping[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """NVIDIA's ``nvidia-mig-parted`` with ``args`` on this host, over the fake library and the MIG
+    state file in ``state_dir`` (the one :func:`install`'s ``mig_state_dir`` shares with the
+    plugin's pods), in hack/mig-ns.sh's mount namespace (an ``nvidia`` line in /proc/modules, the
+    GPUs' PCI devices in sysfs). Needs root. The GPUs are the library's default (2 x A100 40GB)."""
+    env = {
+        **(os.environ if environ is None else environ),
+        "LD_LIBRARY_PATH": str(fake_nvml_lib(environ).parent),
+        FAKE_NVML_MIG_STATE_ENV: str(state_dir / MIG_STATE_FILE),
+    }
+    env.pop(FAKE_NVML_CONFIG_ENV, None)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(
+        [
+            "bash",
+            str(REPO / "hack/mig-ns.sh"),
+            "--",
+            str(mig_parted_bin_dir(environ) / "nvidia-mig-parted"),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
 
 
 def mig_parted_bin_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -183,9 +225,13 @@ def time_slicing_config(replicas: int, *, rename_by_default: bool = False) -> st
     return yaml.safe_dump(body, sort_keys=False)
 
 
-def _shared_libraries(binary: Path) -> list[Path]:
-    """The libraries ``binary`` loads (``ldd``), the dynamic loader included."""
-    out = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=True).stdout
+def shared_libraries(binary: Path) -> list[Path]:
+    """The libraries ``binary`` loads (``ldd``), the dynamic loader included; none for a static one."""
+    done = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=False)
+    if done.returncode != 0 and "not a dynamic executable" in done.stdout + done.stderr:
+        return []
+    done.check_returncode()
+    out = done.stdout
     libs = []
     for line in out.splitlines():
         words = line.split()
@@ -207,10 +253,14 @@ def build_plugin_image(out_dir: Path, environ: Mapping[str, str] | None = None) 
     absent = [str(p) for p in programs.values() if not p.exists()]
     if absent:
         raise FileNotFoundError(f"{', '.join(absent)} not built: run `make nvidia-plugin`")
+    caps = programs_dir(environ) / NVIDIA_CAPS
+    if not caps.exists():
+        raise FileNotFoundError(f"{caps} not built: run `make realnode-bins`")
     files = dict(programs)
     for program in programs.values():
-        for lib in _shared_libraries(program):
+        for lib in shared_libraries(program):
             files[str(lib).lstrip("/")] = lib.resolve()
+    files[f"usr/bin/{NVIDIA_CAPS}"] = caps  # static
     return build_files_image(
         image_ref(),
         files,
@@ -260,6 +310,8 @@ def daemonset_body(
     *,
     disable_health_checks: bool = False,
     trace_nvml: bool = False,
+    mig_state_dir: Path | None = None,
+    gpu_operator_labels: bool = False,
     environ: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """NVIDIA's plugin DaemonSet as its chart renders it with a named-config ConfigMap: an init
@@ -270,8 +322,17 @@ def daemonset_body(
     What differs from the chart: the image (built here), the driver root (the fake NVML's, not the
     host's ``/``), the fake GPUs' file, and the flags that need no device nodes, CDI or container
     toolkit (nvml discovery, envvar device lists, no device specs), and the node affinity that keeps
-    it off the nodes of ACK pools (:data:`NODE_AFFINITY`)."""
-    plugin = {
+    it off the nodes of ACK pools (:data:`NODE_AFFINITY`).
+
+    ``mig_state_dir``: the host folder of the fake library's MIG state file, mounted into the pod,
+    so that the plugin sees the MIG devices ``nvidia-mig-parted`` made on the host. The plugin then
+    runs privileged, as the chart runs it whenever a MIG strategy is not ``none``, under the
+    project's ``gpushare-nvidia-caps`` (realnode/nvcaps), which lays out the
+    /proc/driver/nvidia-caps/mig-minors the plugin reads for each MIG device (no driver here).
+    ``gpu_operator_labels``: the pods also carry :data:`GPU_OPERATOR_POD_LABELS` and the DaemonSet
+    also selects :data:`GPU_OPERATOR_DEPLOY_LABEL` ``=true``, as the GPU Operator's, so that NVIDIA's
+    MIG manager pauses the plugin around a change."""
+    plugin: dict[str, Any] = {
         "name": "nvidia-device-plugin-ctr",
         "image": image_ref(),
         "imagePullPolicy": "Never",
@@ -300,6 +361,25 @@ def daemonset_body(
             {"name": "fake-nvml", "mountPath": _FAKE_NVML_DIR, "readOnly": True},
         ],
     }
+    volumes: list[dict[str, Any]] = [
+        {"name": "device-plugin", "hostPath": {"path": "/var/lib/kubelet/device-plugins"}},
+        {"name": "driver-root", "hostPath": {"path": str(driver_root(environ))}},
+        {"name": "available-configs", "configMap": {"name": CONFIGS_CONFIGMAP}},
+        {"name": "config", "emptyDir": {}},
+        {"name": "fake-nvml", "configMap": {"name": FAKE_NVML_CONFIGMAP}},
+    ]
+    if mig_state_dir is not None:
+        plugin["command"] = [NVIDIA_CAPS, "--", "nvidia-device-plugin"]
+        plugin["securityContext"] = {"privileged": True}
+        plugin["env"] += _env(**{FAKE_NVML_MIG_STATE_ENV: f"{MIG_STATE_MOUNT}/{MIG_STATE_FILE}"})
+        plugin["volumeMounts"].append({"name": "mig-state", "mountPath": MIG_STATE_MOUNT})
+        volumes.append(
+            {"name": "mig-state", "hostPath": {"path": str(mig_state_dir), "type": "DirectoryOrCreate"}}
+        )
+    pod_labels, node_selector = dict(APP_LABELS), dict(NODE_SELECTOR)
+    if gpu_operator_labels:
+        pod_labels |= GPU_OPERATOR_POD_LABELS
+        node_selector[GPU_OPERATOR_DEPLOY_LABEL] = "true"
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
@@ -308,23 +388,17 @@ def daemonset_body(
             "selector": {"matchLabels": dict(APP_LABELS)},
             "updateStrategy": {"type": "RollingUpdate"},
             "template": {
-                "metadata": {"labels": dict(APP_LABELS)},
+                "metadata": {"labels": pod_labels},
                 "spec": {
                     "priorityClassName": "system-node-critical",
                     "serviceAccountName": SERVICE_ACCOUNT,
                     "shareProcessNamespace": True,
-                    "nodeSelector": dict(NODE_SELECTOR),
+                    "nodeSelector": node_selector,
                     "affinity": copy.deepcopy(NODE_AFFINITY),
                     "tolerations": [{"key": RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
                     "initContainers": [_config_manager("nvidia-device-plugin-init", oneshot=True)],
                     "containers": [_config_manager("nvidia-device-plugin-sidecar", oneshot=False), plugin],
-                    "volumes": [
-                        {"name": "device-plugin", "hostPath": {"path": "/var/lib/kubelet/device-plugins"}},
-                        {"name": "driver-root", "hostPath": {"path": str(driver_root(environ))}},
-                        {"name": "available-configs", "configMap": {"name": CONFIGS_CONFIGMAP}},
-                        {"name": "config", "emptyDir": {}},
-                        {"name": "fake-nvml", "configMap": {"name": FAKE_NVML_CONFIGMAP}},
-                    ],
+                    "volumes": volumes,
                 },
             },
         },
@@ -361,7 +435,7 @@ def configmap_body(name: str, data: Mapping[str, str]) -> dict[str, Any]:
     }
 
 
-async def _apply(create: Callable[[], Awaitable[Any]], replace: Callable[[], Awaitable[Any]] | None) -> None:
+async def apply(create: Callable[[], Awaitable[Any]], replace: Callable[[], Awaitable[Any]] | None) -> None:
     with refused(409) as exists:
         await create()
     if exists and replace is not None:
@@ -370,7 +444,7 @@ async def _apply(create: Callable[[], Awaitable[Any]], replace: Callable[[], Awa
 
 async def _apply_configmap(core: client.CoreV1Api, name: str, data: Mapping[str, str]) -> None:
     body = cast(Any, configmap_body(name, data))
-    await _apply(
+    await apply(
         lambda: core.create_namespaced_config_map(NAMESPACE, body),
         lambda: core.replace_namespaced_config_map(name, NAMESPACE, body),
     )
@@ -384,28 +458,36 @@ async def install(
     gpus: str | None = None,
     disable_health_checks: bool = False,
     trace_nvml: bool = False,
+    mig_state_dir: Path | None = None,
+    gpu_operator_labels: bool = False,
 ) -> None:
     """NVIDIA's plugin on the real nodes labelled :data:`NODE_SELECTOR`: its image imported into
     their containerd, namespace, RBAC, the named configs (``configs``: name -> plugin config YAML,
     :data:`DEFAULT_CONFIG` added when absent), the fake GPUs (``gpus``: a fake NVML file,
-    :func:`fake_nvml_config`; default 2 GPUs) and the DaemonSet. Creates or replaces each object."""
+    :func:`fake_nvml_config`; default 2 GPUs) and the DaemonSet. Creates or replaces each object.
+    ``mig_state_dir``, ``gpu_operator_labels``: MIG (:func:`daemonset_body`)."""
     if dev.info is None:
         raise RuntimeError("the control plane is not started")
     dev.import_image(build_plugin_image(dev.info.dir / "realnode" / "images"))
     core, rbac, apps = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api), client.AppsV1Api(api)
-    await _apply(lambda: core.create_namespace(cast(Any, {"metadata": {"name": NAMESPACE}})), None)
+    await apply(lambda: core.create_namespace(cast(Any, {"metadata": {"name": NAMESPACE}})), None)
     sa, role, binding = rbac_bodies()
-    await _apply(lambda: core.create_namespaced_service_account(NAMESPACE, cast(Any, sa)), None)
-    await _apply(lambda: rbac.create_cluster_role(cast(Any, role)), None)
-    await _apply(lambda: rbac.create_cluster_role_binding(cast(Any, binding)), None)
+    await apply(lambda: core.create_namespaced_service_account(NAMESPACE, cast(Any, sa)), None)
+    await apply(lambda: rbac.create_cluster_role(cast(Any, role)), None)
+    await apply(lambda: rbac.create_cluster_role_binding(cast(Any, binding)), None)
     named = {DEFAULT_CONFIG: time_slicing_config(1), **configs}
     for name, data in (
         (CONFIGS_CONFIGMAP, named),
         (FAKE_NVML_CONFIGMAP, {"gpus.conf": gpus or fake_nvml_config()}),
     ):
         await _apply_configmap(core, name, data)
-    ds = daemonset_body(disable_health_checks=disable_health_checks, trace_nvml=trace_nvml)
-    await _apply(
+    ds = daemonset_body(
+        disable_health_checks=disable_health_checks,
+        trace_nvml=trace_nvml,
+        mig_state_dir=mig_state_dir,
+        gpu_operator_labels=gpu_operator_labels,
+    )
+    await apply(
         lambda: apps.create_namespaced_daemon_set(NAMESPACE, cast(Any, ds)),
         lambda: apps.replace_namespaced_daemon_set(DS_NAME, NAMESPACE, cast(Any, ds)),
     )
@@ -555,11 +637,11 @@ async def install_gfd(api: client.ApiClient, *, sleep_interval: str = GFD_SLEEP_
     and namespace it uses; NFD's CRDs and nfd-master first: ``gpushare.devcluster.nfd.install``)."""
     core, rbac, apps = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api), client.AppsV1Api(api)
     sa, role, binding = gfd_rbac_bodies()
-    await _apply(lambda: core.create_namespaced_service_account(NAMESPACE, cast(Any, sa)), None)
-    await _apply(lambda: rbac.create_cluster_role(cast(Any, role)), None)
-    await _apply(lambda: rbac.create_cluster_role_binding(cast(Any, binding)), None)
+    await apply(lambda: core.create_namespaced_service_account(NAMESPACE, cast(Any, sa)), None)
+    await apply(lambda: rbac.create_cluster_role(cast(Any, role)), None)
+    await apply(lambda: rbac.create_cluster_role_binding(cast(Any, binding)), None)
     ds = cast(Any, gfd_daemonset_body(sleep_interval=sleep_interval))
-    await _apply(
+    await apply(
         lambda: apps.create_namespaced_daemon_set(NAMESPACE, ds),
         lambda: apps.replace_namespaced_daemon_set(GFD_DS_NAME, NAMESPACE, ds),
     )
@@ -672,11 +754,11 @@ async def install_agent(api: client.ApiClient, dev: DevCluster, archive: Path, i
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}],
     }
-    await _apply(lambda: core.create_namespaced_service_account(NAMESPACE, cast(Any, sa)), None)
-    await _apply(lambda: rbac.create_cluster_role(cast(Any, role)), None)
-    await _apply(lambda: rbac.create_cluster_role_binding(cast(Any, binding)), None)
+    await apply(lambda: core.create_namespaced_service_account(NAMESPACE, cast(Any, sa)), None)
+    await apply(lambda: rbac.create_cluster_role(cast(Any, role)), None)
+    await apply(lambda: rbac.create_cluster_role_binding(cast(Any, binding)), None)
     ds = cast(Any, agent_daemonset_body(image))
-    await _apply(
+    await apply(
         lambda: apps.create_namespaced_daemon_set(NAMESPACE, ds),
         lambda: apps.replace_namespaced_daemon_set(AGENT_DS_NAME, NAMESPACE, ds),
     )

@@ -48,7 +48,7 @@ from gpushare.devcluster.images import build_image
 from gpushare.devcluster.process import DevClusterError, Process
 
 REPO = Path(__file__).resolve().parents[3]
-PROGRAMS = ("gpushare-device-plugin", "pause", "workload", "gpushare-node-reset")
+PROGRAMS = ("gpushare-device-plugin", "pause", "workload", "gpushare-node-reset", "gpushare-nvidia-caps")
 IMAGE_PAUSE = "localhost/gpushare/pause:1.0"
 IMAGE_WORKLOAD = "localhost/gpushare/workload:1.0"
 #: The ref the stand-in device-plugin DaemonSet uses (fakes.py); a real node runs it.

@@ -288,7 +288,8 @@ def compatibility() -> str:
         "cGPU isolation (`cgpu_km`) |",
         f"| NVIDIA's device plugin and config-manager | {v['nvidia-plugin']} | `make test` (real-node tier), "
         "`make demo`: built from `realnode/nvidia/go.mod` over the project's own `libnvidia-ml.so.1` "
-        "pretending GPUs | MPS (the MPS daemon), MIG |",
+        "pretending GPUs; MIG devices (`migStrategy: mixed`) on the real kubelet after mig-parted "
+        "partitioned the library's GPUs | MPS (the MPS daemon) |",
         f"| NVIDIA's GPU Feature Discovery | {v['nvidia-plugin']} (the same module) | `make test` (real-node "
         "tier): beside the plugin, over the same `libnvidia-ml.so.1`; also read once on a real GPU "
         "([Sharing backends](concepts/backends.md#the-operators-configs-on-a-real-gpu)) | "
@@ -296,12 +297,14 @@ def compatibility() -> str:
         f"| Node Feature Discovery (nfd-master) | {v['nfd']} | `make test` (real-node tier): turns GPU "
         "Feature Discovery's NodeFeature objects into node labels; built from `realnode/nfd/go.mod` "
         "(`hack/build-nfd.sh`) | — |",
-        f"| NVIDIA's mig-parted (`nvidia-mig-parted`) | {v['mig-parted']} | `make test`, without the "
-        "kubelet: `apply`, `export` and `assert` of a mixed geometry over the project's `libnvidia-ml.so.1` "
-        "(MIG of an A100 40GB, kept in a state file), in the mount namespace `hack/mig-ns.sh` lays out "
-        "([MIG with NVIDIA's tools](concepts/backends.md#mig-with-nvidias-tools)); built with "
-        "`nvidia-mig-manager` (not run here) from `realnode/migparted/go.mod` | the partitioning itself, "
-        "the device plugin's MIG devices |",
+        f"| NVIDIA's mig-parted and MIG manager (`nvidia-mig-parted`, `nvidia-mig-manager`, "
+        f"`reconfigure-mig.sh`) | {v['mig-parted']} | `make test`: `apply`, `export` and `assert` of a "
+        "mixed geometry over the project's `libnvidia-ml.so.1` (MIG of an A100 40GB, kept in a state "
+        "file) without the kubelet; real-node tier: the manager deployed as the GPU Operator deploys "
+        "it, switching the node by its `nvidia.com/mig.config` label, pausing NVIDIA's plugin, which "
+        "then serves the slices ([MIG with NVIDIA's tools](concepts/backends.md#mig-with-nvidias-tools)); "
+        "built from `realnode/migparted/go.mod` | the partitioning itself (the project's library "
+        "plays the GPU), a MIG pool of the operator's driving the real manager |",
         f"| Python | {v['python']}+ (the image: {v['python-image']}) | every test; the image's "
         "interpreter | — |",
         f"| Kopf | {v['kopf']} | every test (pinned in `pyproject.toml`) | — |",
