@@ -27,8 +27,8 @@ import os
 import random
 import shutil
 import signal
-import subprocess
 import ssl
+import subprocess
 import sys
 import tempfile
 import time
