@@ -13,6 +13,8 @@ fails the run (exit 1) and names the seed.
 
 The operator and the webhook run as users of their own (``gpushare-operator``,
 ``gpushare-webhook``), so the apiserver's audit log tells their writes from the soak's.
+They reach the apiserver through a relay of the soak's (:mod:`gpushare.devcluster.cutproxy`),
+which the fault ``watch-cut`` uses to cut every one of their connections at once.
 Development harness only, like the rest of ``gpushare.devcluster``.
 """
 
@@ -401,7 +403,7 @@ class Soak:
         self.api: client.ApiClient | None = None
         self.replicas: list[Child] = []
         self.webhook: Child | None = None
-        #: the relay between the operator's replicas and the kube-apiserver (``watch-cut``)
+        #: the relay between the operator's replicas and the webhook and the kube-apiserver (``watch-cut``)
         self.proxy: CutProxy | None = None
         self.comp_locks = {"kube-apiserver": asyncio.Lock(), "etcd": asyncio.Lock()}
         self.pods: set[str] = set()
@@ -476,6 +478,8 @@ class Soak:
 
     def _start_processes(self) -> None:
         assert self.info is not None
+        self.proxy = CutProxy("127.0.0.1", self.info.ports["kube-apiserver"])
+        self.proxy.start()
         op_kc = str(self._via_proxy(self.info.dir / f"kubeconfig-{OPERATOR_USER}"))
         for i in range(2):
             port = free_port()
@@ -486,7 +490,7 @@ class Soak:
             self.replicas.append(Child(f"replica-{i}", argv, self.dir / f"operator-{i}.log", port))
         port = free_port()
         argv = _gpushare(
-            "webhook", "--kubeconfig", str(self.info.dir / f"kubeconfig-{WEBHOOK_USER}"),
+            "webhook", "--kubeconfig", str(self._via_proxy(self.info.dir / f"kubeconfig-{WEBHOOK_USER}")),
             "--metrics-port", str(port), "--log-format", "json", "--webhook-local",
             "--webhook-port", str(free_port()), "--webhook-namespace", WEBHOOK_NAMESPACE,
             "--webhook-configuration", WEBHOOK_CONFIGURATION, "--webhook-cert-dir", str(self.dir / "certs"),
@@ -497,12 +501,10 @@ class Soak:
             child.start()
 
     def _via_proxy(self, kubeconfig: Path) -> Path:
-        """A copy of ``kubeconfig`` whose server is the cut proxy, started here in front of the
-        kube-apiserver (the same address, 127.0.0.1, which its certificate names: TLS passes
-        through the proxy untouched)."""
-        assert self.info is not None
-        self.proxy = CutProxy("127.0.0.1", self.info.ports["kube-apiserver"])
-        self.proxy.start()
+        """A copy of ``kubeconfig`` whose server is the cut proxy in front of the kube-apiserver
+        (the same address, 127.0.0.1, which its certificate names: TLS passes through the proxy
+        untouched)."""
+        assert self.proxy is not None
         doc = yaml.safe_load(kubeconfig.read_text())
         for cluster in doc["clusters"]:
             cluster["cluster"]["server"] = self.proxy.server
@@ -773,8 +775,8 @@ class Soak:
             self.last_fault_end = time.monotonic()
 
     async def _watch_cut(self, step: Step) -> None:
-        """Every connection between the operator's replicas and the kube-apiserver cut at once,
-        mid-stream (their watches, and any request in flight); new ones go through."""
+        """Every connection between the operator's replicas or the webhook and the kube-apiserver
+        cut at once, mid-stream (their watches, and any request in flight); new ones go through."""
         assert self.proxy is not None
         cut = await asyncio.to_thread(self.proxy.cut)
         self.report.detail["watch-cut connections"] += cut
