@@ -1,6 +1,7 @@
 """The short soak (``gpushare.devcluster.soak``, docs/how-to/soak.md): a fixed seed's minute of pool
 edits, GPU pods and overlapping faults (operator replicas SIGKILLed and SIGSTOPped, the webhook
-process SIGKILLed, kube-apiserver SIGKILLed and restarted, etcd paused, device plugin pods deleted),
+process SIGKILLed, kube-apiserver SIGKILLed and restarted, etcd paused, device plugin pods deleted,
+every connection of the replicas and the webhook to the apiserver cut mid-stream),
 then every invariant checked against the cluster and the apiserver's audit log.
 
 It runs on a control plane of its own, not the session's: it kills that apiserver and pauses that

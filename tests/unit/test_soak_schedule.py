@@ -26,7 +26,8 @@ def test_same_seed_same_schedule_every_kind_once(seed: int, seconds: float) -> N
     assert {s.kind for s in steps} == set(KINDS)
     assert steps == sorted(steps)
     assert all(0 <= s.at < seconds for s in steps)
-    assert all(s.hold > 0 for s in steps if s.kind in FAULTS and s.kind != "plugin-pod-delete")
+    instant = ("plugin-pod-delete", "watch-cut")
+    assert all(s.hold > 0 for s in steps if s.kind in FAULTS and s.kind not in instant)
 
 
 def test_seeds_differ_and_the_print_names_each_step() -> None:
@@ -94,3 +95,22 @@ def test_a_node_that_left_an_ack_pool_is_expected_back_at_default() -> None:
     assert owned_label_diff(
         {c.LABEL_SCHEDULE: "default", c.LABEL_CGPU: "true"}, restored_by_ack({}), None
     ) == {c.LABEL_CGPU: ("true", None)}
+
+
+def test_every_invariant_but_webhook_errors_has_a_break() -> None:
+    """Each --break names an invariant the soak checks, and every invariant has one except
+    webhook-errors: the webhook counts an error only on an exception inside its rules, which no
+    request from outside causes (docs/how-to/soak.md)."""
+    from gpushare.devcluster.soak import BREAKS, INVARIANTS
+
+    names = {inv.split(":", 1)[0] for inv in INVARIANTS}
+    assert set(BREAKS) <= names
+    assert names - set(BREAKS) == {"webhook-errors"}
+
+
+def test_a_watch_cut_is_a_fault_of_no_hold_in_every_schedule() -> None:
+    """watch-cut is a fault like the others: in every schedule's first 80 %, instantaneous."""
+    assert "watch-cut" in FAULTS
+    for seed in (1, 126, 1664):
+        cuts = [s for s in make_schedule(seed, 60) if s.kind == "watch-cut"]
+        assert cuts and min(s.at for s in cuts) < 48 and all(s.hold == 0 for s in cuts)

@@ -13,6 +13,8 @@ fails the run (exit 1) and names the seed.
 
 The operator and the webhook run as users of their own (``gpushare-operator``,
 ``gpushare-webhook``), so the apiserver's audit log tells their writes from the soak's.
+They reach the apiserver through a relay of the soak's (:mod:`gpushare.devcluster.cutproxy`),
+which the fault ``watch-cut`` uses to cut every one of their connections at once.
 Development harness only, like the rest of ``gpushare.devcluster``.
 """
 
@@ -20,34 +22,40 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import json
 import os
 import random
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, cast
 
 import aiohttp
+import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpushare import constants as c
+from gpushare.admission.review import MAX_REVIEW_BYTES
 from gpushare.api.v1alpha1 import GPUSharePoolSpec
 from gpushare.backends.ack import ACK
 from gpushare.devcluster import nvidia as nv
 from gpushare.devcluster.cluster import ClusterInfo, DevCluster, free_port
 from gpushare.devcluster.crds import install_crd_files
+from gpushare.devcluster.cutproxy import CutProxy
 from gpushare.devcluster.demo import NVIDIA_NODE_POOL, create_demo_nodes, create_nvidia_nodes
 from gpushare.devcluster.fakes import POOL_LABEL, ensure_device_plugin_daemonset, wait_for
 from gpushare.devcluster.soakaudit import mode_changes, occupancies, wait_breaches, when
@@ -118,6 +126,7 @@ FAULTS = (
     "apiserver-kill",
     "etcd-pause",
     "plugin-pod-delete",
+    "watch-cut",
 )
 KINDS = WORK + FAULTS
 #: the steps tried again when refused
@@ -193,7 +202,7 @@ def _step(rng: random.Random, kind: str, at: float) -> Step:
         return Step(at, kind, f"{src}->{dst}")
     if kind == "pool-recreate":
         return Step(at, kind, rng.choice(sorted(ACK_POOLS)), round(rng.uniform(2, 10), 1))
-    return Step(at, kind)  # nvidia-mode, admission-mode: a toggle; probe
+    return Step(at, kind)  # nvidia-mode, admission-mode: a toggle; probe; watch-cut
 
 
 def make_schedule(seed: int, seconds: float) -> list[Step]:
@@ -350,6 +359,9 @@ REFUSED = (ApiException, aiohttp.ClientError, OSError, asyncio.TimeoutError)
 T = 10  # seconds: every call of the soak's own (a paused etcd holds requests)
 
 
+#: the rss break's requests held open at the webhook (its limit is 256 connections)
+HELD_BODIES = 80
+
 #: Deliberate breaks (``--break NAME``), made once the schedule is over: each must fail its invariant,
 #: showing the check can fail.
 BREAKS = {
@@ -361,6 +373,11 @@ BREAKS = {
     "nvidia-keys": "add a key no pool or node needs to NVIDIA's ConfigMap",
     "pools-ready": "create a pool that selects no node",
     "probe": "delete the webhook's configuration, then probe once more",
+    "operator-configmaps": f"create a ConfigMap in namespace {NAMESPACE} as the operator's user",
+    "rss": f"while the end's RSS is read, hold {HELD_BODIES} requests to the webhook, each with all but one"
+    " byte of the largest AdmissionReview body it accepts sent (its documented limits allow it): the"
+    " webhook really holds them in memory, so its RSS really grows past the factor (the first settled"
+    " value, the factor and the reading are left as they are)",
 }
 OUT_OF_POOLS = "np-cgpu-no-isolation"
 
@@ -386,6 +403,8 @@ class Soak:
         self.api: client.ApiClient | None = None
         self.replicas: list[Child] = []
         self.webhook: Child | None = None
+        #: the relay between the operator's replicas and the webhook and the kube-apiserver (``watch-cut``)
+        self.proxy: CutProxy | None = None
         self.comp_locks = {"kube-apiserver": asyncio.Lock(), "etcd": asyncio.Lock()}
         self.pods: set[str] = set()
         #: each GPU pod the soak created (namespace/name) and what it asks for
@@ -459,7 +478,9 @@ class Soak:
 
     def _start_processes(self) -> None:
         assert self.info is not None
-        op_kc = str(self.info.dir / f"kubeconfig-{OPERATOR_USER}")
+        self.proxy = CutProxy("127.0.0.1", self.info.ports["kube-apiserver"])
+        self.proxy.start()
+        op_kc = str(self._via_proxy(self.info.dir / f"kubeconfig-{OPERATOR_USER}"))
         for i in range(2):
             port = free_port()
             argv = _gpushare(
@@ -469,7 +490,7 @@ class Soak:
             self.replicas.append(Child(f"replica-{i}", argv, self.dir / f"operator-{i}.log", port))
         port = free_port()
         argv = _gpushare(
-            "webhook", "--kubeconfig", str(self.info.dir / f"kubeconfig-{WEBHOOK_USER}"),
+            "webhook", "--kubeconfig", str(self._via_proxy(self.info.dir / f"kubeconfig-{WEBHOOK_USER}")),
             "--metrics-port", str(port), "--log-format", "json", "--webhook-local",
             "--webhook-port", str(free_port()), "--webhook-namespace", WEBHOOK_NAMESPACE,
             "--webhook-configuration", WEBHOOK_CONFIGURATION, "--webhook-cert-dir", str(self.dir / "certs"),
@@ -478,6 +499,19 @@ class Soak:
         self.webhook = Child("webhook", argv, self.dir / "webhook.log", port)
         for child in (*self.replicas, self.webhook):
             child.start()
+
+    def _via_proxy(self, kubeconfig: Path) -> Path:
+        """A copy of ``kubeconfig`` whose server is the cut proxy in front of the kube-apiserver
+        (the same address, 127.0.0.1, which its certificate names: TLS passes through the proxy
+        untouched)."""
+        assert self.proxy is not None
+        doc = yaml.safe_load(kubeconfig.read_text())
+        for cluster in doc["clusters"]:
+            cluster["cluster"]["server"] = self.proxy.server
+        out = self.dir / f"{kubeconfig.name}-via-proxy"
+        out.write_text(yaml.safe_dump(doc, sort_keys=False))
+        out.chmod(0o600)
+        return out
 
     async def _pools(self) -> list[dict[str, Any]]:
         assert self.api is not None
@@ -740,6 +774,14 @@ class Soak:
             child.signal(signal.SIGCONT)
             self.last_fault_end = time.monotonic()
 
+    async def _watch_cut(self, step: Step) -> None:
+        """Every connection between the operator's replicas or the webhook and the kube-apiserver
+        cut at once, mid-stream (their watches, and any request in flight); new ones go through."""
+        assert self.proxy is not None
+        cut = await asyncio.to_thread(self.proxy.cut)
+        self.report.detail["watch-cut connections"] += cut
+        self.last_fault_end = time.monotonic()
+
     async def _apiserver_kill(self, step: Step) -> None:
         self._spawn(self._component("kube-apiserver", step.hold, pause=False))
 
@@ -871,6 +913,8 @@ class Soak:
         finally:
             for child in (*self.replicas, *([self.webhook] if self.webhook else [])):
                 child.stop()
+            if self.proxy is not None:
+                self.proxy.stop()
             self.dev.stop(failed=bool(self.report.violations))
         return self.report
 
@@ -959,6 +1003,10 @@ class Soak:
                     adm = client.AdmissionregistrationV1Api(self.api)
                     await adm.delete_validating_webhook_configuration(WEBHOOK_CONFIGURATION)
                     await self._probe(Step(self.seconds, "probe"))
+                elif name == "operator-configmaps":
+                    body = {"metadata": {"name": "soak-stray", "namespace": NAMESPACE}, "data": {"a": "b"}}
+                    await op_core.create_namespaced_config_map(NAMESPACE, cast(Any, body))
+                # rss: at the reading (_check_rss), while the webhook's configuration is still there
 
     async def _break_wait(self, core: client.CoreV1Api, op_core: client.CoreV1Api) -> None:
         """A GPU pod scheduled onto a node of POD_POOL, then that node's mode switched under it as
@@ -976,6 +1024,41 @@ class Soak:
         other = "cgpu" if labels.get(c.LABEL_SCHEDULE) == "share" else "share"
         await op_core.patch_node(node, cast(Any, {"metadata": {"labels": {c.LABEL_SCHEDULE: other}}}))
 
+    @contextlib.asynccontextmanager
+    async def _held_bodies(self) -> AsyncIterator[None]:
+        """The rss break: HELD_BODIES HTTPS requests to the webhook's pod handler (its URL and CA
+        from its configuration), each declaring the largest body the webhook accepts and sending
+        all of it but the last byte, held while the caller reads the RSS (the webhook answers 408
+        after its body time-out, 10 s)."""
+        assert self.api is not None
+        adm = client.AdmissionregistrationV1Api(self.api)
+        conf = await adm.read_validating_webhook_configuration(WEBHOOK_CONFIGURATION, _request_timeout=T)
+        hook = next(w for w in conf.webhooks if "pods" in w.rules[0].resources)
+        url = urllib.parse.urlsplit(hook.client_config.url)
+        ctx = ssl.create_default_context(cadata=base64.b64decode(hook.client_config.ca_bundle).decode())
+        size = MAX_REVIEW_BYTES
+        head = (
+            f"POST {url.path} HTTP/1.1\r\nHost: {url.netloc}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {size}\r\n\r\n"
+        ).encode()
+        body = b"{" + b" " * (size - 2)  # all but the last byte
+
+        async def hold() -> asyncio.StreamWriter:
+            _, writer = await asyncio.open_connection(url.hostname, url.port, ssl=ctx)
+            writer.write(head + body)
+            await writer.drain()
+            return writer
+
+        writers = await asyncio.gather(*(hold() for _ in range(HELD_BODIES)), return_exceptions=True)
+        held = [w for w in writers if isinstance(w, asyncio.StreamWriter)]
+        self.out(f"soak: rss break: {len(held)} requests of {size} bytes held at the webhook")
+        await asyncio.sleep(1)  # the last bytes read by the webhook
+        try:
+            yield
+        finally:
+            for w in held:
+                w.close()
+
     # -- the end's checks -------------------------------------------------------------------------
     async def _check_end(self) -> None:
         assert self.api is not None and self.info is not None
@@ -991,7 +1074,12 @@ class Soak:
         await self._check_labels()
         await self._check_keys()
         self._check_audit()
-        self._check_rss()
+        await self._processes_up()
+        if "rss" in self.breaks:
+            async with self._held_bodies():
+                self._check_rss()
+        else:
+            self._check_rss()
         self.report.checked["webhook-errors"] = self.samples
         if self.webhook_errors:
             self.report.violate(
@@ -1070,6 +1158,19 @@ class Soak:
             )
         for node, key in missing.items():
             self.report.violate("nvidia-keys", f"node {node} names config {key!r}, absent from the ConfigMap")
+
+    async def _processes_up(self) -> None:
+        """Wait (up to 60 s) until every process answers on its metrics port: one started again
+        late in the run is past its imports before its RSS is read (else the end reads a process
+        still starting, a fraction of its settled size)."""
+        assert self.webhook is not None
+        for child in (*self.replicas, self.webhook):
+
+            async def up(child: Child = child) -> bool:
+                return await asyncio.to_thread(child.metric, "process_resident_memory_bytes") is not None
+
+            with contextlib.suppress(TimeoutError):
+                await wait_for(up, what=f"{child.name} answering", timeout_s=60, interval=0.5)
 
     def _check_rss(self) -> None:
         assert self.webhook is not None
