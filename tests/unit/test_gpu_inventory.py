@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpushare import constants as c
-from gpushare.gpu.fake import FakeGPU, FakeNVML
+from gpushare.gpu.fake import FakeGPU, FakeMigDevice, FakeNVML
 from gpushare.gpu.inventory import (
     AGENT_LABELS,
     Inventory,
@@ -74,6 +74,128 @@ def test_mig_enabled_and_mig_unsupported() -> None:
     inv = collect_inventory(nvml)
     assert [g.mig_enabled for g in inv.gpus] == [True, False]
     assert json.loads(inv.to_json())["gpus"][0]["migEnabled"] is True
+
+
+A100 = "NVIDIA A100-SXM4-40GB"
+#: enumerated out of GPU-instance order: the inventory sorts them
+MIXED = (
+    FakeMigDevice("3g.20gb", gpu_instance_id=2, memory_mib=19968),
+    FakeMigDevice(
+        "1g.5gb", gpu_instance_id=7, memory_mib=4864, uuid="MIG-7b0c1d2e-0000-4000-8000-000000000007"
+    ),
+    FakeMigDevice("2g.10gb", gpu_instance_id=3, memory_mib=9856),
+    FakeMigDevice("1c.2g.10gb", gpu_instance_id=5, compute_instance_id=1, memory_mib=9856),
+)
+
+
+def test_mig_devices_are_published_under_their_gpu_and_only_there() -> None:
+    nvml = FakeNVML(
+        gpus=[
+            FakeGPU(name=A100, memory_mib=40960, mig=True, mig_devices=MIXED),
+            FakeGPU(name=A100, memory_mib=40960, mig=False, mig_devices=MIXED),  # mode off: none read
+            A10,
+        ]
+    )
+    inv = collect_inventory(nvml)
+    assert inv.state == "ok", inv.error
+    assert "device_mig_devices(0)" in nvml.calls
+    assert "device_mig_devices(1)" not in nvml.calls and "device_mig_devices(2)" not in nvml.calls
+    published = json.loads(desired_node_metadata(inv)[1][c.ANNOTATION_INVENTORY])
+    assert published["gpus"][0]["migDevices"] == [
+        {
+            "profile": "3g.20gb",
+            "uuid": "MIG-00000000-0000-0000-0002-000000000000",
+            "gpuInstanceId": 2,
+            "computeInstanceId": 0,
+            "memoryMiB": 19968,
+        },
+        {
+            "profile": "2g.10gb",
+            "uuid": "MIG-00000000-0000-0000-0003-000000000000",
+            "gpuInstanceId": 3,
+            "computeInstanceId": 0,
+            "memoryMiB": 9856,
+        },
+        {
+            "profile": "1c.2g.10gb",
+            "uuid": "MIG-00000000-0000-0000-0005-000000000001",
+            "gpuInstanceId": 5,
+            "computeInstanceId": 1,
+            "memoryMiB": 9856,
+        },
+        {
+            "profile": "1g.5gb",
+            "uuid": "MIG-7b0c1d2e-0000-4000-8000-000000000007",
+            "gpuInstanceId": 7,
+            "computeInstanceId": 0,
+            "memoryMiB": 4864,
+        },
+    ]
+    # a GPU without MIG devices publishes what it published before the field existed
+    assert "migDevices" not in published["gpus"][1] and "migDevices" not in published["gpus"][2]
+    assert published["gpus"][0]["memoryMiB"] == 40960  # the GPU's own memory, not the slices'
+    assert inventory_from_annotations(desired_node_metadata(inv)[1]) == inv
+
+
+def test_an_annotation_written_before_mig_devices_still_reads() -> None:
+    old = (
+        '{"cgpuIsolation":"absent","cudaDriverVersion":"12.4","driverVersion":"550.54.15","error":null,'
+        '"gpus":[{"index":0,"memoryMiB":40960,"migEnabled":true,"name":"NVIDIA A100-SXM4-40GB",'
+        '"uuid":"GPU-0"}],"state":"ok"}'
+    )
+    inv = inventory_from_annotations({c.ANNOTATION_INVENTORY: old})
+    assert inv is not None
+    assert inv.gpus[0].mig_devices == ()
+    assert inv.to_json() == old  # and is written back byte for byte: no patch after an upgrade
+
+
+def test_same_mig_devices_same_json_no_patch_and_a_new_geometry_patches_the_annotation() -> None:
+    def node(devices: tuple[FakeMigDevice, ...]) -> tuple[dict[str, str | None], dict[str, str]]:
+        gpu = FakeGPU(name=A100, memory_mib=40960, mig=True, mig_devices=devices)
+        return desired_node_metadata(collect_inventory(FakeNVML(gpus=[gpu, gpu]), isolation="absent"))
+
+    labels, annotations = node(MIXED)
+    current = {k: v for k, v in labels.items() if v is not None}
+    again_labels, again = node(tuple(reversed(MIXED)))  # another enumeration order, same devices
+    assert again == annotations
+    assert node_metadata_patch(current, annotations, again_labels, again) is None
+    new_labels, new = node(MIXED[:2])
+    assert node_metadata_patch(current, annotations, new_labels, new) == {"metadata": {"annotations": new}}
+
+
+def test_a_failing_mig_read_is_unknown_naming_the_gpu_and_call() -> None:
+    gpu = FakeGPU(name=A100, memory_mib=40960, mig=True, mig_devices=MIXED)
+    nvml = FakeNVML(
+        gpus=[gpu, gpu],
+        device_errors={
+            (1, "device_mig_devices"): NVMLError("Unknown Error", call="nvmlDeviceGetGpuInstanceId")
+        },
+    )
+    inv = collect_inventory(nvml)  # never raises
+    assert inv.state == "unknown"
+    assert inv.error == "GPU 1: nvmlDeviceGetGpuInstanceId: Unknown Error"
+    assert [g.index for g in inv.gpus] == [0]
+    assert len(inv.gpus[0].mig_devices) == 4
+    assert nvml.calls[-1] == "shutdown"
+    labels, _ = desired_node_metadata(inv)
+    assert labels[c.LABEL_GPU_COUNT] is None
+
+
+def test_fake_mig_devices_from_dict() -> None:
+    nvml = FakeNVML.from_dict(
+        {
+            "gpus": [
+                {
+                    "name": A100,
+                    "memoryMiB": 40960,
+                    "mig": True,
+                    "migDevices": [{"profile": "7g.40gb", "gpuInstanceId": 0, "memoryMiB": 40192}],
+                }
+            ]
+        }
+    )
+    (device,) = collect_inventory(nvml).gpus[0].mig_devices
+    assert (device.profile, device.gpu_instance_id, device.memory_mib) == ("7g.40gb", 0, 40192)
 
 
 def test_library_missing_is_unknown_with_error() -> None:

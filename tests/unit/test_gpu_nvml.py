@@ -83,6 +83,59 @@ def test_mig_mode_other_error_propagates() -> None:
     assert info.value.call == "nvmlDeviceGetMigMode"
 
 
+def _mig_bindings() -> dict[str, Any]:
+    """GPU 0 in MIG mode with MIG devices in slots 0 and 2 of 7 (the others empty: NotFound)."""
+    gib = 1024**3
+
+    def mig_handle(h: Any, slot: int) -> Any:
+        if slot not in (0, 2):
+            raise _err(pynvml.NVML_ERROR_NOT_FOUND)
+        return ("mig", h[1], slot)
+
+    def name(h: Any) -> Any:
+        if h[0] == "mig":
+            return b"NVIDIA A100-SXM4-40GB MIG 3g.20gb" if h[2] == 0 else "NVIDIA A100-SXM4-40GB MIG 1g.5gb"
+        return "NVIDIA A100-SXM4-40GB"
+
+    return {
+        "nvmlDeviceGetMigMode": lambda h: [pynvml.NVML_DEVICE_MIG_ENABLE, pynvml.NVML_DEVICE_MIG_ENABLE],
+        "nvmlDeviceGetMaxMigDeviceCount": lambda h: 7,
+        "nvmlDeviceGetMigDeviceHandleByIndex": mig_handle,
+        "nvmlDeviceGetName": name,
+        "nvmlDeviceGetUUID": lambda h: f"MIG-{h[1]}-{h[2]}" if h[0] == "mig" else f"GPU-{h[1]}",
+        "nvmlDeviceGetGpuInstanceId": lambda h: {0: 2, 2: 9}[h[2]],
+        "nvmlDeviceGetComputeInstanceId": lambda h: 0,
+        "nvmlDeviceGetMemoryInfo": lambda h: SimpleNamespace(
+            total=(20 if h[2] == 0 else 5) * gib if h[0] == "mig" else 40 * gib
+        ),
+    }
+
+
+def test_mig_devices_skip_empty_slots() -> None:
+    inv = collect_inventory(_backend(**_mig_bindings()))
+    assert inv.state == "ok", inv.error
+    for gpu in inv.gpus:
+        assert gpu.mig_enabled and gpu.memory_mib == 40960
+        assert [
+            (d.profile, d.uuid, d.gpu_instance_id, d.compute_instance_id, d.memory_mib)
+            for d in gpu.mig_devices
+        ] == [
+            ("3g.20gb", f"MIG-{gpu.index}-0", 2, 0, 20480),
+            ("1g.5gb", f"MIG-{gpu.index}-2", 9, 0, 5120),
+        ]
+
+
+def test_a_mig_read_error_other_than_not_found_is_the_gpus_error() -> None:
+    bindings = {**_mig_bindings(), "nvmlDeviceGetGpuInstanceId": _raise(_err(pynvml.NVML_ERROR_GPU_IS_LOST))}
+    backend = _backend(**bindings)
+    with pytest.raises(NVMLError) as info:
+        backend.device_mig_devices(0)
+    assert info.value.call == "nvmlDeviceGetGpuInstanceId"
+    inv = collect_inventory(backend)
+    assert inv.state == "unknown"
+    assert inv.error is not None and inv.error.startswith("GPU 0: nvmlDeviceGetGpuInstanceId: ")
+
+
 @pytest.mark.parametrize(
     ("code", "kind", "text"),
     [

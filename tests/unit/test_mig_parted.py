@@ -4,7 +4,8 @@ mig-parted (``make mig-parted``, part of ``make realnode``) runs in hack/mig-ns.
 namespace, which lays out what it reads besides NVML (an ``nvidia`` line in /proc/modules, NVIDIA
 PCI devices in sysfs). It applies a mixed geometry through the library's MIG state file; its own
 ``export`` and ``assert`` read it back, and pynvml in another process enumerates the same MIG
-devices. A geometry that the A100's slots cannot hold fails. Skipped, saying why, without the
+devices, and so does the node agent's inventory (``collect_inventory`` over the project's NVML
+wrapper). A geometry that the A100's slots cannot hold fails. Skipped, saying why, without the
 library, the binaries, root or unshare(1).
 """
 
@@ -23,7 +24,9 @@ import yaml
 from gpushare.devcluster.nvidia import (
     FAKE_NVML_CONFIG_ENV,
     FAKE_NVML_MIG_STATE_ENV,
+    MIG_STATE_FILE,
     fake_nvml_lib,
+    mig_parted,
     mig_parted_bin_dir,
 )
 
@@ -64,6 +67,12 @@ for g in range(n.nvmlDeviceGetCount()):
         name = n.nvmlDeviceGetName(m).rsplit(" ", 1)[1]
         out.append([g, name, n.nvmlDeviceGetUUID(m)])
 print(json.dumps(out))
+"""
+
+INVENTORY = """
+from gpushare.gpu.inventory import collect_inventory
+from gpushare.gpu.nvml import PynvmlBackend
+print(collect_inventory(PynvmlBackend()).to_json())
 """
 
 
@@ -132,3 +141,46 @@ def test_mig_parted_applies_a_mixed_geometry_that_pynvml_then_sees(tmp_path: Pat
     back = _mig_parted(state, "apply", "-f", str(config), "-c", "all-disabled")
     assert back.returncode == 0, back.stderr
     assert "mig 0 0\nmig 1 0\n" in state.read_text()
+
+
+def test_the_agents_inventory_lists_the_mig_devices_that_mig_parted_made(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(CONFIG))
+
+    def inventory() -> str:
+        r = subprocess.run(
+            [sys.executable, "-c", INVENTORY],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=_env(tmp_path / MIG_STATE_FILE),
+            check=False,
+        )
+        assert r.returncode == 0, r.stderr
+        return r.stdout.strip()
+
+    before = inventory()
+    assert all("migDevices" not in gpu for gpu in json.loads(before)["gpus"])
+    applied = mig_parted(tmp_path, "apply", "-f", str(config), "-c", "mixed")
+    assert applied.returncode == 0, applied.stderr
+
+    inv = json.loads(inventory())
+    assert inv["state"] == "ok", inv
+    assert len(inv["gpus"]) == 2
+    for gpu in inv["gpus"]:
+        assert gpu["migEnabled"] is True and gpu["memoryMiB"] == 40960
+        devices = gpu["migDevices"]
+        assert sorted(d["profile"] for d in devices) == ["1g.5gb", "1g.5gb", "2g.10gb", "3g.20gb"]
+        assert {d["profile"]: d["memoryMiB"] for d in devices} == {
+            "1g.5gb": 4864,
+            "2g.10gb": 9856,
+            "3g.20gb": 19968,
+        }
+        ids = [(d["gpuInstanceId"], d["computeInstanceId"]) for d in devices]
+        assert ids == sorted(set(ids)) and all(ci == 0 for _, ci in ids)
+    uuids = [d["uuid"] for gpu in inv["gpus"] for d in gpu["migDevices"]]
+    assert len(set(uuids)) == 8 and all(u.startswith("MIG-") for u in uuids)
+
+    back = mig_parted(tmp_path, "apply", "-f", str(config), "-c", "all-disabled")
+    assert back.returncode == 0, back.stderr
+    assert inventory() == before  # the same devices again: the same JSON, so the agent writes nothing

@@ -5,6 +5,7 @@ from __future__ import annotations
 from gpushare.gpu.inventory import (
     GPU,
     Inventory,
+    MigDevice,
     collect_inventory,
     desired_node_metadata,
     gpu_memory_mib,
@@ -20,6 +21,7 @@ __all__ = [
     "NVML",
     "Inventory",
     "IsolationPaths",
+    "MigDevice",
     "NVMLError",
     "PynvmlBackend",
     "collect_inventory",

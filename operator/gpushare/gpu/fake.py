@@ -12,7 +12,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpushare.gpu.nvml import KIND_LIBRARY_NOT_FOUND, MiB, NVMLError
+from gpushare.gpu.nvml import KIND_LIBRARY_NOT_FOUND, MiB, MigDeviceInfo, NVMLError
+
+
+@dataclass(frozen=True)
+class FakeMigDevice:
+    """A MIG device; NVML names it "<GPU name> MIG <profile>"."""
+
+    profile: str = "1g.5gb"
+    gpu_instance_id: int = 1
+    compute_instance_id: int = 0
+    memory_mib: int = 4864
+    #: "" = a UUID made from the GPU's index and the instance ids.
+    uuid: str = ""
 
 
 @dataclass
@@ -22,6 +34,8 @@ class FakeGPU:
     uuid: str = ""
     #: None = the GPU does not support MIG (NVML raises NotSupported).
     mig: bool | None = None
+    #: What NVML enumerates while ``mig`` is True (none while MIG mode is off).
+    mig_devices: tuple[FakeMigDevice, ...] = ()
 
 
 @dataclass
@@ -42,13 +56,24 @@ class FakeNVML:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FakeNVML:
-        """``{"driver": ..., "cuda": 12040, "gpus": [{"name", "memoryMiB", "uuid", "mig"}]}``."""
+        """``{"driver": ..., "cuda": 12040, "gpus": [{"name", "memoryMiB", "uuid", "mig", "migDevices"}]}``,
+        each of ``migDevices`` ``{"profile", "gpuInstanceId", "computeInstanceId", "memoryMiB", "uuid"}``."""
         gpus = [
             FakeGPU(
                 name=str(g.get("name", "NVIDIA H200")),
                 memory_mib=int(g.get("memoryMiB", 143771)),
                 uuid=str(g.get("uuid", "")),
                 mig=g.get("mig"),
+                mig_devices=tuple(
+                    FakeMigDevice(
+                        profile=str(m.get("profile", "1g.5gb")),
+                        gpu_instance_id=int(m.get("gpuInstanceId", 1)),
+                        compute_instance_id=int(m.get("computeInstanceId", 0)),
+                        memory_mib=int(m.get("memoryMiB", 4864)),
+                        uuid=str(m.get("uuid", "")),
+                    )
+                    for m in g.get("migDevices", [])
+                ),
             )
             for g in data.get("gpus", [])
         ]
@@ -102,3 +127,19 @@ class FakeNVML:
         if gpu.mig is None:
             return False  # what PynvmlBackend returns for NVMLError_NotSupported
         return gpu.mig
+
+    def device_mig_devices(self, index: int) -> list[MigDeviceInfo]:
+        gpu = self._device(index, "device_mig_devices")
+        if not gpu.mig:
+            return []  # NVML finds no MIG device handle while MIG mode is off
+        return [
+            MigDeviceInfo(
+                name=f"{gpu.name} MIG {m.profile}",
+                uuid=m.uuid
+                or f"MIG-{index:08d}-0000-0000-{m.gpu_instance_id:04d}-{m.compute_instance_id:012d}",
+                gpu_instance_id=m.gpu_instance_id,
+                compute_instance_id=m.compute_instance_id,
+                memory_total=m.memory_mib * MiB,
+            )
+            for m in gpu.mig_devices
+        ]

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from gpushare import constants as c
-from gpushare.gpu.nvml import NVML, MiB, NVMLError
+from gpushare.gpu.nvml import NVML, MiB, MigDeviceInfo, NVMLError
 
 State = Literal["ok", "unknown"]
 Isolation = Literal["active", "absent", "unknown"]
@@ -44,12 +44,25 @@ class _Model(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True, extra="ignore")
 
 
+class MigDevice(_Model):
+    """One MIG device of a GPU: its profile as NVIDIA names it ("1g.5gb"), its ``MIG-...`` UUID."""
+
+    profile: str
+    uuid: str
+    gpu_instance_id: int = Field(ge=0)
+    compute_instance_id: int = Field(ge=0)
+    memory_mib: int = Field(ge=0, alias="memoryMiB")
+
+
 class GPU(_Model):
     index: int
     uuid: str
     name: str
     memory_mib: int = Field(ge=0, alias="memoryMiB")
     mig_enabled: bool = False
+    #: By GPU-instance then compute-instance id. Left out of the JSON when empty, so the
+    #: annotation of a GPU without MIG devices is what it was before the field existed.
+    mig_devices: tuple[MigDevice, ...] = ()
 
 
 class Inventory(_Model):
@@ -64,7 +77,11 @@ class Inventory(_Model):
 
     def to_json(self) -> str:
         """Compact, key-sorted JSON: the value of the ``gpushare.io/gpu-inventory`` annotation."""
-        return json.dumps(self.model_dump(by_alias=True, mode="json"), separators=(",", ":"), sort_keys=True)
+        data = self.model_dump(by_alias=True, mode="json")
+        for gpu in data["gpus"]:
+            if not gpu["migDevices"]:
+                del gpu["migDevices"]
+        return json.dumps(data, separators=(",", ":"), sort_keys=True)
 
     @property
     def smallest_memory_mib(self) -> int | None:
@@ -80,9 +97,9 @@ def collect_inventory(nvml: NVML, *, isolation: Isolation = ISOLATION_UNKNOWN) -
     """Read the node's GPUs through ``nvml``. Never raises for NVML failures.
 
     Init failure (no library, no driver) or zero GPUs → ``state=unknown`` with ``error``.
-    A failure on one device → ``state=unknown``, the error names the device and call, and the
-    GPUs read before it are kept for diagnosis. ``shutdown`` is always attempted after a
-    successful ``init``.
+    A failure on one device (reading its MIG devices included) → ``state=unknown``, the error
+    names the device and call, and the GPUs read before it are kept for diagnosis. ``shutdown``
+    is always attempted after a successful ``init``.
     """
     try:
         nvml.init()
@@ -110,20 +127,44 @@ def _read(nvml: NVML, isolation: Isolation) -> Inventory:
     }
     for index in range(count):
         try:
-            gpus.append(
-                GPU(
-                    index=index,
-                    uuid=nvml.device_uuid(index),
-                    name=nvml.device_name(index),
-                    memory_mib=nvml.device_memory_total(index) // MiB,
-                    mig_enabled=nvml.device_mig_enabled(index),
-                )
-            )
+            gpus.append(_read_gpu(nvml, index))
         except NVMLError as exc:
             return Inventory(state=STATE_UNKNOWN, error=f"GPU {index}: {exc}", gpus=tuple(gpus), **base)
     if not gpus:
         return Inventory(state=STATE_UNKNOWN, error="NVML reports no GPU on this node", **base)
     return Inventory(state=STATE_OK, gpus=tuple(gpus), **base)
+
+
+def _read_gpu(nvml: NVML, index: int) -> GPU:
+    gpu = GPU(
+        index=index,
+        uuid=nvml.device_uuid(index),
+        name=nvml.device_name(index),
+        memory_mib=nvml.device_memory_total(index) // MiB,
+        mig_enabled=nvml.device_mig_enabled(index),
+    )
+    if not gpu.mig_enabled:
+        return gpu
+    return gpu.model_copy(update={"mig_devices": _mig_devices(nvml.device_mig_devices(index))})
+
+
+def mig_profile(name: str) -> str:
+    """NVML's name of a MIG device → its profile: "NVIDIA A100-SXM4-40GB MIG 1g.5gb" → "1g.5gb"."""
+    return name.rsplit(" ", 1)[-1]
+
+
+def _mig_devices(infos: list[MigDeviceInfo]) -> tuple[MigDevice, ...]:
+    devices = (
+        MigDevice(
+            profile=mig_profile(info.name),
+            uuid=info.uuid,
+            gpu_instance_id=info.gpu_instance_id,
+            compute_instance_id=info.compute_instance_id,
+            memory_mib=info.memory_total // MiB,
+        )
+        for info in infos
+    )
+    return tuple(sorted(devices, key=lambda d: (d.gpu_instance_id, d.compute_instance_id)))
 
 
 _LABEL_BAD = re.compile(r"[^A-Za-z0-9._-]+")

@@ -10,6 +10,7 @@ The calls are blocking C calls: async callers wrap them in ``asyncio.to_thread``
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 MiB = 1024 * 1024
@@ -38,6 +39,22 @@ KIND_NOT_SUPPORTED = "not-supported"
 KIND_FUNCTION_NOT_FOUND = "function-not-found"
 #: the pynvml package itself is not importable.
 KIND_NO_BINDINGS = "no-bindings"
+#: nothing at that index (e.g. an empty MIG device slot).
+KIND_NOT_FOUND = "not-found"
+
+
+@dataclass(frozen=True)
+class MigDeviceInfo:
+    """One MIG device of a GPU, as NVML reports it on the MIG device's handle."""
+
+    #: ``nvmlDeviceGetName``: "NVIDIA A100-SXM4-40GB MIG 1g.5gb" (the profile is the last word).
+    name: str
+    #: ``nvmlDeviceGetUUID``: "MIG-...".
+    uuid: str
+    gpu_instance_id: int
+    compute_instance_id: int
+    #: ``nvmlDeviceGetMemoryInfo(...).total`` in bytes.
+    memory_total: int
 
 
 @runtime_checkable
@@ -68,6 +85,10 @@ class NVML(Protocol):
         """Current MIG mode; False on GPUs that do not support MIG."""
         ...
 
+    def device_mig_devices(self, index: int) -> list[MigDeviceInfo]:
+        """The MIG devices of a GPU in MIG mode (empty when it has none)."""
+        ...
+
 
 def _text(value: Any) -> str:
     """pynvml returns ``str`` in current releases and ``bytes`` in old ones."""
@@ -81,6 +102,7 @@ _KINDS = {
     "NVMLError_DriverNotLoaded": KIND_DRIVER_NOT_LOADED,
     "NVMLError_NotSupported": KIND_NOT_SUPPORTED,
     "NVMLError_FunctionNotFound": KIND_FUNCTION_NOT_FOUND,
+    "NVMLError_NotFound": KIND_NOT_FOUND,
 }
 
 _HINTS = {
@@ -152,3 +174,24 @@ class PynvmlBackend:
                 return False
             raise
         return int(current) == int(self._module().NVML_DEVICE_MIG_ENABLE)
+
+    def device_mig_devices(self, index: int) -> list[MigDeviceInfo]:
+        handle = self._handle(index)
+        devices: list[MigDeviceInfo] = []
+        for slot in range(int(self._call("nvmlDeviceGetMaxMigDeviceCount", handle))):
+            try:
+                mig = self._call("nvmlDeviceGetMigDeviceHandleByIndex", handle, slot)
+            except NVMLError as exc:
+                if exc.kind == KIND_NOT_FOUND:  # an empty slot
+                    continue
+                raise
+            devices.append(
+                MigDeviceInfo(
+                    name=_text(self._call("nvmlDeviceGetName", mig)),
+                    uuid=_text(self._call("nvmlDeviceGetUUID", mig)),
+                    gpu_instance_id=int(self._call("nvmlDeviceGetGpuInstanceId", mig)),
+                    compute_instance_id=int(self._call("nvmlDeviceGetComputeInstanceId", mig)),
+                    memory_total=int(self._call("nvmlDeviceGetMemoryInfo", mig).total),
+                )
+            )
+        return devices
