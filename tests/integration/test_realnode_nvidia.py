@@ -759,7 +759,7 @@ async def _mig_state(core: client.CoreV1Api) -> str:
 
 
 async def test_nvidias_mig_manager_pauses_the_plugin_applies_the_label_and_the_plugin_serves_it(
-    nvidia_cluster: ClusterInfo, napi: client.ApiClient, ns: str
+    nvidia_cluster: ClusterInfo, napi: client.ApiClient, ns: str, product_image: Path
 ) -> None:
     """NVIDIA's MIG manager as the GPU Operator deploys it (``gpushare.devcluster.migmanager``) over
     the project's library, beside NVIDIA's plugin with a ``migStrategy: mixed`` config:
@@ -767,7 +767,8 @@ async def test_nvidias_mig_manager_pauses_the_plugin_applies_the_label_and_the_p
     - ``nvidia.com/mig.config=mixed``: reconfigure-mig.sh sets ``pending``, pauses the plugin (its pod
       leaves, a new one comes), nvidia-mig-parted applies, ``success``; the kubelet advertises each
       profile; a pod asking for one ``nvidia.com/mig-1g.5gb`` gets a ``MIG-`` UUID that pynvml
-      enumerates over the same state;
+      enumerates over the same state, and the node agent (the product's image, pynvml) publishes
+      the same MIG devices in its inventory;
     - another geometry (``all-1g.5gb``), the pod gone: paused again, the new counts advertised;
     - a geometry the A100 cannot hold: ``failed``, mig-parted's error in the manager's log."""
     core = client.CoreV1Api(napi)
@@ -790,6 +791,22 @@ async def test_nvidias_mig_manager_pauses_the_plugin_applies_the_label_and_the_p
         visible = env.get("NVIDIA_VISIBLE_DEVICES", "")
         assert visible.startswith("MIG-") and visible in {u for _, p, u in devices if p == "1g.5gb"}, env
         print(f"the pod's NVIDIA_VISIBLE_DEVICES={visible}")
+        await agent_published(nvidia_cluster, napi, product_image)
+        agent_image = f"localhost/gpushare-operator:{__version__}"
+        await nv.install_agent(napi, dev, product_image, agent_image, mig_state_dir=state_dir)
+        mine = sorted((g, p, u) for g, p, u in devices)
+
+        async def agent_sees() -> list[Any] | None:
+            node = await core.read_node(NODE)
+            inventory = json.loads((node.metadata.annotations or {}).get(c.ANNOTATION_INVENTORY, "{}"))
+            seen = sorted(
+                (gpu["index"], m["profile"], m["uuid"])
+                for gpu in inventory.get("gpus", [])
+                for m in gpu.get("migDevices", [])
+            )
+            return seen if seen == mine else None
+
+        await wait_for(agent_sees, what=f"the agent to publish the MIG devices {mine}", timeout_s=WAIT)
 
         alloc, _ = await _switch(
             napi, "all-1g.5gb", {f"{c.RES_NVIDIA_MIG_PREFIX}1g.5gb": str(7 * GPUS)}, after=log
@@ -819,6 +836,7 @@ async def test_nvidias_mig_manager_pauses_the_plugin_applies_the_label_and_the_p
         gone = [*migmanager.NODE_SELECTOR, c.LABEL_MIG_CONFIG, nv.GPU_OPERATOR_DEPLOY_LABEL]
         await core.patch_node(NODE, {"metadata": {"labels": dict.fromkeys(gone)}})
         await nv.install(napi, dev, CONFIGS)
+        await nv.install_agent(napi, dev, product_image, f"localhost/gpushare-operator:{__version__}")
         await label_and_wait(core, "ts4", 4 * GPUS, setup=True)
 
 

@@ -680,12 +680,37 @@ AGENT_LABELS = {"app.kubernetes.io/name": "gpushare-agent"}
 
 
 def agent_daemonset_body(
-    image: str, *, interval_s: int = 5, environ: Mapping[str, str] | None = None
+    image: str,
+    *,
+    interval_s: int = 5,
+    mig_state_dir: Path | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """``gpushare agent`` (the product's image, as the chart runs it: uid 65532, read-only root)
     on the nodes NVIDIA's plugin runs on, reading NVML through pynvml over the fake library: the
     driver root mounted at /driver-root and named by ``LD_LIBRARY_PATH`` (what the NVIDIA
-    container runtime's library mount does on a GPU node), the same fake GPUs' ConfigMap."""
+    container runtime's library mount does on a GPU node), the same fake GPUs' ConfigMap.
+    ``mig_state_dir``: the library's MIG state folder of the plugin's pods, mounted read-only, so
+    that the agent reads the MIG devices NVIDIA's tools made."""
+    env = _env(
+        LD_LIBRARY_PATH="/driver-root/usr/lib64", **{FAKE_NVML_CONFIG_ENV: f"{_FAKE_NVML_DIR}/gpus.conf"}
+    )
+    mounts: list[dict[str, Any]] = [
+        {"name": "driver-root", "mountPath": "/driver-root", "readOnly": True},
+        {"name": "fake-nvml", "mountPath": _FAKE_NVML_DIR, "readOnly": True},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
+    volumes: list[dict[str, Any]] = [
+        {"name": "driver-root", "hostPath": {"path": str(driver_root(environ))}},
+        {"name": "fake-nvml", "configMap": {"name": FAKE_NVML_CONFIGMAP}},
+        {"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": "8Mi"}},
+    ]
+    if mig_state_dir is not None:
+        env += _env(**{FAKE_NVML_MIG_STATE_ENV: f"{MIG_STATE_MOUNT}/{MIG_STATE_FILE}"})
+        mounts.append({"name": "mig-state", "mountPath": MIG_STATE_MOUNT, "readOnly": True})
+        volumes.append(
+            {"name": "mig-state", "hostPath": {"path": str(mig_state_dir), "type": "DirectoryOrCreate"}}
+        )
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
@@ -710,37 +735,29 @@ def agent_daemonset_body(
                                     "name": "NODE_NAME",
                                     "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}},
                                 },
-                                *_env(
-                                    LD_LIBRARY_PATH="/driver-root/usr/lib64",
-                                    **{FAKE_NVML_CONFIG_ENV: f"{_FAKE_NVML_DIR}/gpus.conf"},
-                                ),
+                                *env,
                             ],
                             "securityContext": {
                                 "allowPrivilegeEscalation": False,
                                 "readOnlyRootFilesystem": True,
                                 "capabilities": {"drop": ["ALL"]},
                             },
-                            "volumeMounts": [
-                                {"name": "driver-root", "mountPath": "/driver-root", "readOnly": True},
-                                {"name": "fake-nvml", "mountPath": _FAKE_NVML_DIR, "readOnly": True},
-                                {"name": "tmp", "mountPath": "/tmp"},
-                            ],
+                            "volumeMounts": mounts,
                         }
                     ],
-                    "volumes": [
-                        {"name": "driver-root", "hostPath": {"path": str(driver_root(environ))}},
-                        {"name": "fake-nvml", "configMap": {"name": FAKE_NVML_CONFIGMAP}},
-                        {"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": "8Mi"}},
-                    ],
+                    "volumes": volumes,
                 },
             },
         },
     }
 
 
-async def install_agent(api: client.ApiClient, dev: DevCluster, archive: Path, image: str) -> None:
+async def install_agent(
+    api: client.ApiClient, dev: DevCluster, archive: Path, image: str, *, mig_state_dir: Path | None = None
+) -> None:
     """The node agent beside NVIDIA's plugin (after :func:`install`): ``archive`` (the product's
-    image, ``make image-local``) imported as ``image``, the agent's RBAC and its DaemonSet."""
+    image, ``make image-local``) imported as ``image``, the agent's RBAC and its DaemonSet
+    (``mig_state_dir``: :func:`agent_daemonset_body`)."""
     dev.import_image(archive)
     core, rbac, apps = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api), client.AppsV1Api(api)
     name = AGENT_SERVICE_ACCOUNT
@@ -757,7 +774,7 @@ async def install_agent(api: client.ApiClient, dev: DevCluster, archive: Path, i
     await apply(lambda: core.create_namespaced_service_account(NAMESPACE, cast(Any, sa)), None)
     await apply(lambda: rbac.create_cluster_role(cast(Any, role)), None)
     await apply(lambda: rbac.create_cluster_role_binding(cast(Any, binding)), None)
-    ds = cast(Any, agent_daemonset_body(image))
+    ds = cast(Any, agent_daemonset_body(image, mig_state_dir=mig_state_dir))
     await apply(
         lambda: apps.create_namespaced_daemon_set(NAMESPACE, ds),
         lambda: apps.replace_namespaced_daemon_set(AGENT_DS_NAME, NAMESPACE, ds),
