@@ -66,8 +66,8 @@ is set back to ``all-disabled`` and the run waits until the manager reports ``su
 The pool is Ready once every node reports ``success`` for the pool's config and advertises 2 x
 (2, 1, 1) ``nvidia.com/mig-*``; ``--ready-limit`` bounds that wait (past it, Ready is reported nan
 and the nodes Ready then are logged). ``--config-propagation`` as for ``--nvidia``: the operator
-writes its two keys (the plugin's config, the MIG manager's) in one pass and waits for their
-propagation side by side.
+writes its two configs (the plugin's key, the MIG manager's entry of ``config.yaml``) in one
+pass and waits for their propagation side by side.
 
 Usage: ``python bench/bench_operator.py --nodes 1000,3000 [--steady 60] [--json out.json]``
 or ``python bench/bench_operator.py --nodes 1000 --labels-only --rounds 3``

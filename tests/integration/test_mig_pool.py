@@ -54,6 +54,13 @@ async def mig_configmaps(api: client.ApiClient) -> None:
         await core.create_namespaced_config_map(c.MIG_CONFIGS_NAMESPACE, cast(Any, body))
 
 
+async def _mig_file(core: client.CoreV1Api) -> tuple[dict[str, str], dict[str, Any]]:
+    """The MIG manager's ConfigMap's data, and the configs of its config.yaml (what the manager reads)."""
+    cm = await core.read_namespaced_config_map(c.MIG_CONFIGS_CONFIGMAP, c.MIG_CONFIGS_NAMESPACE)
+    data = dict(cm.data or {})
+    return data, migsim.configs_in(data)
+
+
 @pytest.fixture
 async def pools(api: client.ApiClient, operator: OperatorProc) -> AsyncIterator[PoolApi]:
     helper = PoolApi(api)
@@ -188,13 +195,16 @@ async def test_a_mixed_geometry_pool_is_ready_only_once_every_node_applied_it_an
 
     await wait_for(ready, what=f"{name} Ready", timeout_s=120)
     config = (await _node(core, nodes[0]))[0][c.LABEL_MIG_CONFIG]
-    mig_cm = await core.read_namespaced_config_map(c.MIG_CONFIGS_CONFIGMAP, c.MIG_CONFIGS_NAMESPACE)
-    assert config in (mig_cm.data or {}) and migsim.CHART_KEY in (mig_cm.data or {})
+    # The pool's config is an entry of config.yaml, the one file the MIG manager reads, beside the
+    # chart's entries; no key of its own.
+    data, entries = await _mig_file(core)
+    assert config in entries and {"all-disabled", "all-1g.5gb"} <= set(entries), sorted(entries)
+    assert set(data) == {migsim.CHART_KEY}, sorted(data)
     statuses = await _statuses(pools, name)
     assert {n: statuses[n]["phase"] for n in nodes} == dict.fromkeys(nodes, "Ready")
 
     # Delete: each node's MIG config back (all-1g.5gb), applied by the manager; no label of the
-    # pool's left; the pool's key leaves the MIG manager's ConfigMap (the chart's stays).
+    # pool's left; the pool's entry leaves config.yaml (the chart's stay).
     await pools.delete(name)
     pools.created.remove(name)
     for n in nodes:
@@ -202,16 +212,17 @@ async def test_a_mixed_geometry_pool_is_ready_only_once_every_node_applied_it_an
         assert labels.get(c.LABEL_MIG_CONFIG) == "all-1g.5gb", (n, labels)
         assert c.LABEL_NVIDIA_CONFIG not in labels and c.LABEL_POOL not in labels, (n, labels)
     await wait_for(at_1g, what="the nodes back at all-1g.5gb", timeout_s=60)
-    mig_cm = await core.read_namespaced_config_map(c.MIG_CONFIGS_CONFIGMAP, c.MIG_CONFIGS_NAMESPACE)
-    assert config not in (mig_cm.data or {}) and migsim.CHART_KEY in (mig_cm.data or {})
+    data, entries = await _mig_file(core)
+    assert config not in entries and {"all-disabled", "all-1g.5gb"} <= set(entries), sorted(entries)
+    assert set(data) == {migsim.CHART_KEY}, sorted(data)
 
 
 async def test_a_mig_pools_two_configs_propagate_side_by_side(
     api: client.ApiClient, fake_nodes: FakeNodeSet, pools: PoolApi, mig_configmaps: None
 ) -> None:
-    """A MIG pool needs two keys, the plugin's config and the MIG manager's, each given
+    """A MIG pool needs two configs, the plugin's key and the MIG manager's entry, each given
     configPropagationSeconds to reach its readers' mounted ConfigMap before a node label names it.
-    Both are written in the pool's first pass: the MIG manager's key is there while the plugin's is
+    Both are written in the pool's first pass: the MIG manager's entry is there while the plugin's is
     still propagating and no node is labelled yet (written one after the other, the second would
     come only once the first had propagated, a minute here)."""
     np = f"np-mig-{secrets.token_hex(3)}"
@@ -226,11 +237,11 @@ async def test_a_mig_pools_two_configs_propagate_side_by_side(
         mig = await core.read_namespaced_config_map(c.MIG_CONFIGS_CONFIGMAP, c.MIG_CONFIGS_NAMESPACE)
         ours = (
             {k for k in plugin.data or {} if k.startswith("gpushare-")},
-            {k for k in mig.data or {} if k.startswith("gpushare-mig-")},
+            {k for k in migsim.configs_in(mig.data or {}) if k.startswith("gpushare-mig-")},
         )
         return ours if all(ours) else None
 
-    await wait_for(both_written, what="the plugin's and the MIG manager's keys written", timeout_s=30)
+    await wait_for(both_written, what="the plugin's key and the MIG manager's entry written", timeout_s=30)
     labels, _ = await _node(core, node)
     assert c.LABEL_NVIDIA_CONFIG not in labels and not labels.get(c.LABEL_MIG_CONFIG, "").startswith(
         "gpushare-"

@@ -18,7 +18,7 @@ from kubernetes_asyncio import client, watch
 
 from gpushare import constants as c
 from gpushare.api.v1alpha1 import Nvidia, parse_pool
-from gpushare.backends.nvidia import config, migconfig
+from gpushare.backends.nvidia import config, migconfig, migfile
 from gpushare.devcluster import migsim, wait_for
 from gpushare.devcluster.demo import NVIDIA_CONFIGS
 from gpushare.devcluster.fakes import FakeNodeSet, ensure_nvidia_plugin
@@ -56,7 +56,8 @@ TOO_BIG = mig_spec(geometry=[{"profiles": {"3g.20gb": 2, "1g.5gb": 1}}])
 @pytest.fixture
 async def configs(api: client.ApiClient) -> AsyncIterator[None]:
     """The plugin's and the MIG manager's ConfigMaps (created when absent), holding the two
-    pools' configs under their own keys; the keys go afterwards."""
+    pools' configs (the plugin's under their own keys, the MIG manager's as entries of its
+    config.yaml); they go afterwards."""
     core = client.CoreV1Api(api)
     await ensure_nvidia_plugin(api, NVIDIA_CONFIGS)
     with refused(409):
@@ -72,12 +73,23 @@ async def configs(api: client.ApiClient) -> AsyncIterator[None]:
     await core.patch_namespaced_config_map(
         c.NVIDIA_CONFIGS_CONFIGMAP, c.NVIDIA_PLUGIN_NAMESPACE, {"data": plugin}
     )
-    await core.patch_namespaced_config_map(c.MIG_CONFIGS_CONFIGMAP, c.MIG_CONFIGS_NAMESPACE, {"data": mig})
+    await _mig_entries(api, mig)
     yield
     gone = {"data": dict.fromkeys(plugin)}
     await core.patch_namespaced_config_map(c.NVIDIA_CONFIGS_CONFIGMAP, c.NVIDIA_PLUGIN_NAMESPACE, gone)
-    gone = {"data": dict.fromkeys(mig)}
-    await core.patch_namespaced_config_map(c.MIG_CONFIGS_CONFIGMAP, c.MIG_CONFIGS_NAMESPACE, gone)
+    await _mig_entries(api, dict.fromkeys(mig))
+
+
+async def _mig_entries(api: client.ApiClient, entries: dict[str, str | None]) -> None:
+    """Add (a document) or delete (None) entries of the MIG manager's config.yaml, the one file it
+    reads."""
+    core = client.CoreV1Api(api)
+    cm = await core.read_namespaced_config_map(c.MIG_CONFIGS_CONFIGMAP, c.MIG_CONFIGS_NAMESPACE)
+    patch = migfile.unview(api.sanitize_for_serialization(cm), {"data": entries})
+    if patch is not None and "data" in patch:
+        await core.patch_namespaced_config_map(
+            c.MIG_CONFIGS_CONFIGMAP, c.MIG_CONFIGS_NAMESPACE, {"data": patch["data"]}
+        )
 
 
 async def _node(api: client.ApiClient, name: str) -> dict[str, Any]:

@@ -20,37 +20,44 @@ A100 = "NVIDIA A100-SXM4-40GB"
 TWO = ((A100, True), (A100, True))
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 SECOND = timedelta(seconds=1)
+OURS = {
+    "version": "v1",
+    "mig-configs": {
+        **yaml.safe_load(migsim.CHART_DOCUMENT)["mig-configs"],
+        "mixed": [
+            {
+                "devices": "all",
+                "mig-enabled": True,
+                "mig-devices": {"3g.20gb": 1, "2g.10gb": 1, "1g.5gb": 2},
+            }
+        ],
+        "too-big": [{"devices": "all", "mig-enabled": True, "mig-devices": {"3g.20gb": 2, "1g.5gb": 1}}],
+        "h100-only": [
+            {
+                "devices": "all",
+                "device-filter": ["0x233010DE"],
+                "mig-enabled": True,
+                "mig-devices": {"1g.10gb": 7},
+            }
+        ],
+    },
+}
+#: The manager reads config.yaml only: a config under another key is not there.
 CONFIGS = migsim.configs_in(
     {
-        migsim.CHART_KEY: migsim.CHART_DOCUMENT,
-        "gpushare-mig-0000aaaa": yaml.safe_dump(
-            {
-                "version": "v1",
-                "mig-configs": {
-                    "mixed": [
-                        {
-                            "devices": "all",
-                            "mig-enabled": True,
-                            "mig-devices": {"3g.20gb": 1, "2g.10gb": 1, "1g.5gb": 2},
-                        }
-                    ],
-                    "too-big": [
-                        {"devices": "all", "mig-enabled": True, "mig-devices": {"3g.20gb": 2, "1g.5gb": 1}}
-                    ],
-                    "h100-only": [
-                        {
-                            "devices": "all",
-                            "device-filter": ["0x233010DE"],
-                            "mig-enabled": True,
-                            "mig-devices": {"1g.10gb": 7},
-                        }
-                    ],
-                },
-            }
-        ),
+        migsim.CHART_KEY: yaml.safe_dump(OURS),
+        "gpushare-mig-0000aaaa": yaml.safe_dump({"version": "v1", "mig-configs": {"elsewhere": []}}),
         "not-mig-parted": "just: text",
     }
 )
+
+
+def test_the_manager_reads_only_config_yaml() -> None:
+    assert "elsewhere" not in CONFIGS and {"all-disabled", "mixed", "too-big"} <= set(CONFIGS)
+    assert migsim.configs_in({"other.yaml": migsim.CHART_DOCUMENT}) == {}
+    assert migsim.configs_in({migsim.CHART_KEY: "version: ["}) == {}
+
+
 OPERANDS = {"nvidia.com/gpu.deploy.device-plugin": "true", "nvidia.com/gpu.deploy.dcgm": "true"}
 
 
@@ -207,7 +214,7 @@ def test_the_plugin_config_gpushare_writes_for_a_mig_pool_advertises_its_slices(
     nv = pool.spec.nvidia
     assert nv is not None and nv.mig is not None
     name = migconfig.name_of(nv.mig)
-    configs = migsim.configs_in({name: migconfig.document(nv.mig)})
+    configs = migsim.configs_in({migsim.CHART_KEY: migconfig.document(nv.mig)})
     first = decide(labelled(name), None, configs, TWO, T0)
     assert first is not None
     done = decide({**labelled(name), **first.labels}, first.state, configs, TWO, T0 + SECOND)

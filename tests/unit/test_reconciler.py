@@ -21,6 +21,7 @@ from kopf._cogs.aiokits.aioenums import AsyncFlagWaiter, FlagSetter
 
 from gpushare import constants as c
 from gpushare import metrics
+from gpushare.devcluster import migsim
 from gpushare.handlers import pools as pools_handlers
 from gpushare.handlers.state import OperatorState, Started
 from gpushare.k8s import Conflict
@@ -722,3 +723,38 @@ async def test_a_replica_paused_by_peering_exports_none_of_the_pools_gauges(
     finally:
         daemon.cancel()
         metrics.forget_pool("gpu")
+
+
+async def test_a_mig_pools_config_is_an_entry_of_the_managers_config_yaml_or_a_clear_error() -> None:
+    """NVIDIA's MIG manager reads only config.yaml: a ConfigMap without one holds the pool back with
+    a message saying what to do (no traceback, no node label); once there, the pool's config is
+    added as an entry beside the others, the rest of the ConfigMap as it was."""
+    fake = FakeCluster(["n0"])
+    fake.configmaps[(c.NVIDIA_PLUGIN_NAMESPACE, c.NVIDIA_CONFIGS_CONFIGMAP)] = {
+        "metadata": {"name": c.NVIDIA_CONFIGS_CONFIGMAP, "resourceVersion": "1"},
+        "data": {},
+    }
+    where = (c.MIG_CONFIGS_NAMESPACE, c.MIG_CONFIGS_CONFIGMAP)
+    meta = {"name": c.MIG_CONFIGS_CONFIGMAP, "namespace": c.MIG_CONFIGS_NAMESPACE, "resourceVersion": "1"}
+    fake.configmaps[where] = {"metadata": meta, "data": {"other": "x"}}
+    rec = Reconciler(fake, clock=lambda: T0)
+    mig = {"strategy": "mixed", "geometry": [{"profiles": {"1g.5gb": 7}}]}
+    pool = {
+        **POOL,
+        "spec": {"nodeSelector": {"matchLabels": {NP: "a"}}, "nvidia": {"strategy": "MIG", "mig": mig}},
+    }
+
+    await _pass(rec, "gpu", pools=[pool], nodes=fake.views(), pods=[])
+    assert _node_writes(fake) == [] and fake.configmaps[where]["data"] == {"other": "x"}
+    status = json.dumps([w[2] for w in fake.writes if w[0] == "status"][-1])
+    assert "has no key config.yaml" in status and "migManager.config.name" in status, status
+
+    fake.configmaps[where]["data"]["config.yaml"] = migsim.CHART_DOCUMENT
+    await _pass(rec, "gpu", pools=[pool], nodes=fake.views(), pods=[])
+    data = fake.configmaps[where]["data"]
+    assert set(data) == {"other", "config.yaml"} and data["other"] == "x"
+    entries = migsim.configs_in(data)
+    ours = {k for k in entries if k.startswith("gpushare-mig-")}
+    assert len(ours) == 1 and set(entries) - ours == set(
+        migsim.configs_in({"config.yaml": migsim.CHART_DOCUMENT})
+    )

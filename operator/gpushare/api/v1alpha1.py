@@ -330,8 +330,11 @@ class MigConfigMap(_Model):
         default=c.MIG_CONFIGS_CONFIGMAP,
         min_length=1,
         max_length=253,
-        description=f"Its name. Default {c.MIG_CONFIGS_CONFIGMAP}. gpushare adds one key per geometry its "
-        "pools declare (a mig-parted config named after its content) and never touches the others.",
+        description=f"Its name. Default {c.MIG_CONFIGS_CONFIGMAP}. It must hold a mig-parted file under "
+        "config.yaml, the one file the MIG manager reads: gpushare adds one entry of its mig-configs per "
+        "geometry its pools declare (a config named after its content) and never touches the others. "
+        "The GPU Operator resets its own default-mig-parted-config: point this at a ConfigMap of your "
+        "own named in ClusterPolicy migManager.config.name.",
     )
 
 
@@ -411,7 +414,7 @@ class Mig(_Model):
         min_length=1,
         max_length=MAX_MIG_GEOMETRIES,
         description="The slices of the pool's GPUs: gpushare writes them as a mig-parted config (version "
-        "v1) into its own key of the MIG manager's ConfigMap and names that config in each node's "
+        "v1) as an entry of the config.yaml of the MIG manager's ConfigMap and names that config in each node's "
         f"{c.LABEL_MIG_CONFIG}. One entry, or one per GPU model (deviceFilter). Exactly one of "
         "geometry and config.",
     )

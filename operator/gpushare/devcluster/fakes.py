@@ -527,8 +527,9 @@ async def ensure_nvidia_plugin(
 async def ensure_mig_manager(api: client.ApiClient) -> None:
     """The MIG manager's ConfigMap of mig-parted configs (its namespace, and the chart's own
     configs under ``config.yaml``: ``migsim.CHART_DOCUMENT``), created when absent and left as it is
-    otherwise (the operator adds its keys there). ``pluginsim`` plays the manager on every node of
-    NVIDIA's simulated plugin that carries ``nvidia.com/mig.config``."""
+    otherwise (the operator adds its configs there, as entries of ``config.yaml``, the one file the
+    manager reads). ``pluginsim`` plays the manager on every node of NVIDIA's simulated plugin that
+    carries ``nvidia.com/mig.config``."""
     core = client.CoreV1Api(api)
     with refused(409):
         await core.create_namespace(cast(Any, {"metadata": {"name": c.MIG_CONFIGS_NAMESPACE}}))

@@ -13,9 +13,10 @@ label and state contract of ``shared/reference/mig.md``:
   back to ``true`` and the state to ``success``, or to ``failed`` when the config is not in the
   ConfigMap or a GPU cannot hold it. The device plugin then advertises the new MIG devices (the
   simulator restarts the plugin, as the paused operand's DaemonSet pod coming back does).
-* The ConfigMap's keys are mig-parted files (``version: v1``, ``mig-configs:``); the manager looks
-  the config up in every key (gpushare writes its own key per config beside the chart's
-  ``config.yaml``).
+* The manager reads one file, the ConfigMap's ``config.yaml`` (the GPU Operator's
+  ``CONFIG_FILE``), a mig-parted file (``version: v1``, ``mig-configs:``), and looks the config up
+  there only; other keys are ignored (gpushare adds its configs as entries of that file beside the
+  chart's).
 * An entry applies to the GPUs whose PCI device id its ``device-filter`` names (every GPU without
   one); a GPU takes the first entry that applies to it, and no entry leaves MIG disabled there.
 
@@ -40,6 +41,7 @@ from typing import Any
 import yaml
 
 from gpushare import constants as c
+from gpushare.backends.nvidia import migfile
 
 #: The operands the MIG manager pauses, as ``nvidia.com/gpu.deploy.<operand>`` labels.
 OPERANDS = ("device-plugin", "gpu-feature-discovery", "dcgm-exporter", "dcgm", "nvsm")
@@ -78,8 +80,9 @@ MODELS: dict[str, tuple[str, Mapping[str, Slices]]] = {
 }
 COMPUTE_SLICES, MEMORY_SLICES = 7, 8
 
-#: The chart's own configs (a few of NVIDIA's default ``config.yaml``), under its key.
-CHART_KEY = "config.yaml"
+#: The chart's own configs (a few of NVIDIA's default ``config.yaml``), under its key: the one
+#: file the MIG manager reads, where gpushare adds its configs as entries.
+CHART_KEY = migfile.CONFIG_KEY
 CHART_DOCUMENT = yaml.safe_dump(
     {
         "version": "v1",
@@ -157,18 +160,18 @@ class MigState:
 
 
 def configs_in(data: Mapping[str, str]) -> dict[str, list[Any]]:
-    """Every named config of the ConfigMap's keys (a key that is not a mig-parted file is skipped;
-    a name in several keys: the first key's, by key order)."""
+    """Every named config of the ConfigMap's ``config.yaml``, the one file NVIDIA's MIG manager
+    reads (``CONFIG_FILE``; every other key is ignored, as the manager ignores it). Empty when
+    that file is absent or not a mig-parted file."""
+    try:
+        body = yaml.safe_load(data.get(CHART_KEY) or "")
+    except yaml.YAMLError:
+        return {}
+    configs = body.get("mig-configs") if isinstance(body, dict) else None
     out: dict[str, list[Any]] = {}
-    for key in sorted(data):
-        try:
-            body = yaml.safe_load(data[key])
-        except yaml.YAMLError:
-            continue
-        configs = body.get("mig-configs") if isinstance(body, dict) else None
-        for name, entries in configs.items() if isinstance(configs, dict) else ():
-            if isinstance(entries, list):
-                out.setdefault(str(name), entries)
+    for name, entries in configs.items() if isinstance(configs, dict) else ():
+        if isinstance(entries, list):
+            out[str(name)] = entries
     return out
 
 

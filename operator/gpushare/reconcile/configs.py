@@ -2,8 +2,10 @@
 (``gpushare.backends.nvidia.keys``: the plugin's, and for some pools another), and hold back node
 labels that name a config the pods reading it cannot see yet.
 
-What to write is decided by ``gpushare.backends.nvidia.configmap.plan_configmap`` (pure); this
-phase reads the ConfigMap, writes the plan's patch (only onto the version it read), and tells the
+What to write is decided by ``gpushare.backends.nvidia.configmap.plan_configmap`` (pure) on the
+key's view of the ConfigMap (one key per config; a reader of one file sees its entries so); this
+phase reads the ConfigMap, writes the plan's patch turned back by the key (only onto the version it
+read), and tells the
 pass which of its node patches may go out now. On a pass of a pool being deleted,
 :func:`release_configs` deletes gpushare's keys that no node names once no live pool is left on
 the ConfigMap (``release_plan``): when a key goes is stated in ``gpushare.backends.nvidia.configmap``.
@@ -18,7 +20,7 @@ from functools import partial
 
 from gpushare import constants as c
 from gpushare.api.v1alpha1 import GPUSharePool
-from gpushare.backends.nvidia.configmap import KEEP_UNUSED, Wanted, plan_configmap, release_plan
+from gpushare.backends.nvidia.configmap import KEEP_UNUSED, LayoutError, Wanted, plan_configmap, release_plan
 from gpushare.backends.nvidia.keys import ConfigKey, config_keys
 from gpushare.k8s import ApiError, ApiUnavailable, Conflict
 from gpushare.policy.planner import NodePlan
@@ -103,13 +105,14 @@ async def keep_configs(
     in their ConfigMap; delete the keys gpushare wrote that no pool wants and no node names, once
     they are ``retention`` old. Every key is kept in the same pass, so that they propagate to their
     readers side by side (a MIG pool's two keys wait one propagation, not two). The first config
-    not ready (the others with it), else all ready."""
+    not ready, an error first (the others with it), else all ready."""
     model = s.model
     if model is None or model.spec.nvidia is None or s.deleting:
         return Configs()
     found = [await _keep_one(s, state, writes, key, retention) for key in config_keys(model.spec.nvidia)]
     collect = min((f.collect for f in found if f.collect is not None), default=None)
-    waiting = [f for f in found if not f.ready]
+    # One that needs someone to act (an error) is named before one that only propagates.
+    waiting = sorted((f for f in found if not f.ready), key=lambda f: f.error is None)
     if waiting:
         return replace(waiting[0], collect=collect, others=tuple(waiting[1:]))
     return Configs(collect=collect)
@@ -126,16 +129,21 @@ async def _keep_one(
         return held(error=f"reading {where} failed: {exc}")
     if obj is None:
         return held(error=f"{where} does not exist: {key.missing}")
+    try:
+        view = key.view(obj)
+    except LayoutError as exc:
+        return held(error=str(exc))
     plan = plan_configmap(
-        obj,
+        view,
         _sharing(_live(s, state), key.namespace, key.configmap),
         _named(state, key.label),
         s.now,
         retention,
     )
-    if plan.patch is not None:
+    patch = key.unview(obj, plan.patch)
+    if patch is not None:
         try:
-            await writes.cluster.patch_configmap(key.namespace, key.configmap, plan.patch)
+            await writes.cluster.patch_configmap(key.namespace, key.configmap, patch)
         except Conflict:
             return held(error=f"{where} changed while gpushare wrote it; writing again")
         except ApiError as exc:
@@ -175,12 +183,14 @@ async def _release_one(s: PassScope, state: ClusterState, writes: PassCalls, key
     where = key.where
     try:
         obj = await writes.cluster.read_configmap(key.namespace, key.configmap)
-        plan = release_plan(obj, _named(state, key.label), s.now) if obj is not None else None
-        if plan is not None and plan.patch is not None:
-            await writes.cluster.patch_configmap(key.namespace, key.configmap, plan.patch)
-            s.log.info("Deleted unused NVIDIA configs", configmap=where, removed=plan.removed)
+        if obj is not None:
+            plan = release_plan(key.view(obj), _named(state, key.label), s.now)
+            patch = key.unview(obj, plan.patch)
+            if patch is not None:
+                await writes.cluster.patch_configmap(key.namespace, key.configmap, patch)
+                s.log.info("Deleted unused NVIDIA configs", configmap=where, removed=plan.removed)
     except (Conflict, ApiUnavailable) as exc:
         return f"deleting gpushare's unused configs from {where} failed, trying again: {exc}"
-    except ApiError as exc:
+    except (ApiError, LayoutError) as exc:
         s.log.warning("Unused NVIDIA configs left in place", configmap=where, error=str(exc))
     return None

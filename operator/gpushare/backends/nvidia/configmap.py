@@ -25,6 +25,10 @@ no node's ``nvidia.com/device-plugin.config`` names it, and never while a node n
   (:func:`release_plan`). A key a node still names then (``cleanup: Retain``) stays with that node.
 
 A key gpushare did not write (not in the annotation) is never changed or deleted.
+
+A reader that takes all its configs from one file (NVIDIA's MIG manager) is served the same way
+through a view of that file as one key per config (:mod:`gpushare.backends.nvidia.migfile`): the
+plan is made on the view and its patch turned back into one of the file.
 """
 
 from __future__ import annotations
@@ -39,6 +43,21 @@ from gpushare import constants as c
 
 #: How long a key gpushare wrote stays once unused (from when it was written), by default.
 KEEP_UNUSED = timedelta(hours=1)
+
+
+class LayoutError(ValueError):
+    """The ConfigMap does not hold its configs the way its reader needs (the message says what to
+    do)."""
+
+
+def as_keys(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The ConfigMap as its configs: one key per config (the plugin's layout), as it is."""
+    return obj
+
+
+def keys_patch(obj: Mapping[str, Any], patch: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """A patch of :func:`as_keys`'s view as a patch of the ConfigMap: the same."""
+    return patch
 
 
 def _iso(t: datetime) -> str:

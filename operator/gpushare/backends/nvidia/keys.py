@@ -2,21 +2,24 @@
 
 Every NVIDIA pool needs its device plugin config under its own key of the plugin's ConfigMap
 (:mod:`gpushare.backends.nvidia.config`), named by ``nvidia.com/device-plugin.config``. A MIG pool
-declaring a geometry also needs its mig-parted config under its own key of the MIG manager's
-ConfigMap (:mod:`gpushare.backends.nvidia.migconfig`), named by ``nvidia.com/mig.config``; a MIG pool
-naming an existing config (``mig.config``) needs no key of gpushare's there. Each key is kept, held
-back from node labels until ready, and collected the same way
-(:mod:`gpushare.backends.nvidia.configmap`).
+declaring a geometry also needs its mig-parted config (:mod:`gpushare.backends.nvidia.migconfig`),
+named by ``nvidia.com/mig.config``, as an entry of the ``config.yaml`` file of the MIG manager's
+ConfigMap, the one file the manager reads (:mod:`gpushare.backends.nvidia.migfile`); a MIG pool
+naming an existing config (``mig.config``) needs no entry of gpushare's there. Each config is kept,
+held back from node labels until ready, and collected the same way
+(:mod:`gpushare.backends.nvidia.configmap`), through the key's ``view``/``unview``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from gpushare import constants as c
 from gpushare.api.v1alpha1 import Nvidia
-from gpushare.backends.nvidia import config, migconfig
+from gpushare.backends.nvidia import config, configmap, migconfig, migfile
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,13 @@ class ConfigKey:
     readers: str
     #: What to do when the ConfigMap does not exist.
     missing: str
+    #: The ConfigMap as one key per config, as the plan reads it (raises
+    #: ``configmap.LayoutError`` when it cannot be read so), and the plan's patch of that view as
+    #: a patch of the ConfigMap (the MIG manager's: entries of its one file ``config.yaml``).
+    view: Callable[[Mapping[str, Any]], Mapping[str, Any]] = configmap.as_keys
+    unview: Callable[[Mapping[str, Any], Mapping[str, Any] | None], Mapping[str, Any] | None] = (
+        configmap.keys_patch
+    )
 
     @property
     def where(self) -> str:
@@ -68,8 +78,11 @@ def config_keys(n: Nvidia) -> tuple[ConfigKey, ...]:
                 propagation,
                 c.LABEL_MIG_CONFIG,
                 "the MIG manager's",
-                "create it (NVIDIA's GPU Operator: migManager.config.name) or point "
-                "spec.nvidia.mig.configMap at the one the MIG manager reads",
+                "create it with a mig-parted config.yaml (NVIDIA's GPU Operator: a custom MIG config "
+                "named in ClusterPolicy migManager.config.name) or point spec.nvidia.mig.configMap at "
+                "the one the MIG manager reads",
+                migfile.view,
+                migfile.unview,
             )
         )
     return tuple(keys)

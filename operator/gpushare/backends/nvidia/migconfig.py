@@ -4,8 +4,9 @@ The manager (github.com/NVIDIA/mig-parted) applies the config that a node's
 ``nvidia.com/mig.config`` label names, from a file of named configs (``version: v1``,
 ``mig-configs: {<name>: [<entry>, ...]}``; an entry: ``devices: all``, an optional
 ``device-filter`` of PCI device ids, ``mig-enabled: true`` and ``mig-devices: {<profile>: n}``).
-gpushare writes the geometry a pool declares as one such document under its own key of the
-manager's ConfigMap, the key and the config both named after the content
+gpushare writes the geometry a pool declares as one config, an entry of the ``mig-configs`` of
+the manager's one file, the ``config.yaml`` key of its ConfigMap
+(:mod:`gpushare.backends.nvidia.migfile`), named after the content
 (``gpushare-mig-<8 hex digits of its SHA-256>``): an edited geometry is a new name, so it reaches
 a node as a new label value, the only change the manager acts on.
 """
@@ -44,7 +45,7 @@ def entries(mig: Mig) -> list[dict[str, Any]]:
 
 @functools.lru_cache(maxsize=256)
 def name_of(mig: Mig) -> str:
-    """The config's name (and key): the pool's own ``config``, or gpushare's name for its geometry."""
+    """The config's name (its entry in the file): the pool's own ``config``, or gpushare's name for its geometry."""
     if mig.config is not None:
         return mig.config
     body = yaml.safe_dump(entries(mig), sort_keys=True)
@@ -52,13 +53,14 @@ def name_of(mig: Mig) -> str:
 
 
 def document(mig: Mig) -> str:
-    """The mig-parted config file of the pool's geometry, holding the one config :func:`name_of`."""
+    """The pool's geometry as a mig-parted file holding the one config :func:`name_of` (its entry
+    of the manager's file, as :func:`gpushare.backends.nvidia.migfile.view` shows each entry)."""
     body = {"version": "v1", "mig-configs": {name_of(mig): entries(mig)}}
     return yaml.safe_dump(body, sort_keys=False)
 
 
 def owned(name: str) -> bool:
-    """Whether gpushare named this MIG config (its key in the ConfigMap is gpushare's)."""
+    """Whether gpushare named this MIG config (its entry in the manager's file is gpushare's)."""
     return _NAME_RE.match(name) is not None
 
 
