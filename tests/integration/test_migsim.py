@@ -10,7 +10,7 @@ own key of the MIG manager's ConfigMap, the pool's plugin config into the plugin
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, cast
 
 import pytest
@@ -80,7 +80,7 @@ async def configs(api: client.ApiClient) -> AsyncIterator[None]:
     await _mig_entries(api, dict.fromkeys(mig))
 
 
-async def _mig_entries(api: client.ApiClient, entries: dict[str, str | None]) -> None:
+async def _mig_entries(api: client.ApiClient, entries: Mapping[str, str | None]) -> None:
     """Add (a document) or delete (None) entries of the MIG manager's config.yaml, the one file it
     reads."""
     core = client.CoreV1Api(api)

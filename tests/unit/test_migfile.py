@@ -25,7 +25,7 @@ WANTED = Wanted(OURS, migfile.entry_document(OURS, ENTRIES), MINUTE)
 
 def cm(
     configs: dict[str, Any], written: dict[str, str] | None = None, extra: dict[str, Any] | None = None
-) -> dict:
+) -> dict[str, Any]:
     body = {"version": "v1", "mig-configs": configs, **(extra or {})}
     meta: dict[str, Any] = {"name": "custom-mig-config", "namespace": "gpu-operator", "resourceVersion": "7"}
     if written is not None:
@@ -39,14 +39,17 @@ def cm(
 CHART = yaml.safe_load(migsim.CHART_DOCUMENT)["mig-configs"]
 
 
-def write(obj: dict, wanted: list[Wanted], in_use: set[str] = frozenset(), now: datetime = T0) -> Any:  # type: ignore[assignment]
+def write(
+    obj: dict[str, Any], wanted: list[Wanted], in_use: frozenset[str] = frozenset(), now: datetime = T0
+) -> Any:
     plan = plan_configmap(migfile.view(obj), wanted, in_use, now)
     return plan, migfile.unview(obj, plan.patch)
 
 
 def file_of(patch: Any) -> dict[str, Any]:
     assert set(patch["data"]) == {migfile.CONFIG_KEY}, patch
-    return yaml.safe_load(patch["data"][migfile.CONFIG_KEY])
+    body: dict[str, Any] = yaml.safe_load(patch["data"][migfile.CONFIG_KEY])
+    return body
 
 
 def test_the_view_is_one_document_per_entry_as_migconfig_renders_it() -> None:

@@ -414,8 +414,8 @@ class Mig(_Model):
         min_length=1,
         max_length=MAX_MIG_GEOMETRIES,
         description="The slices of the pool's GPUs: gpushare writes them as a mig-parted config (version "
-        "v1) as an entry of the config.yaml of the MIG manager's ConfigMap and names that config in each node's "
-        f"{c.LABEL_MIG_CONFIG}. One entry, or one per GPU model (deviceFilter). Exactly one of "
+        "v1) as an entry of the config.yaml of the MIG manager's ConfigMap and names that config in "
+        f"each node's {c.LABEL_MIG_CONFIG}. One entry, or one per GPU model (deviceFilter). Exactly one of "
         "geometry and config.",
     )
     config: str | None = Field(

@@ -19,7 +19,8 @@ from typing import Any
 
 from gpushare import constants as c
 from gpushare.api.v1alpha1 import Nvidia
-from gpushare.backends.nvidia import config, configmap, migconfig, migfile
+from gpushare.backends.nvidia import config, migconfig, migfile
+from gpushare.backends.nvidia.configmap import as_keys, keys_patch
 
 
 @dataclass(frozen=True)
@@ -40,10 +41,8 @@ class ConfigKey:
     #: The ConfigMap as one key per config, as the plan reads it (raises
     #: ``configmap.LayoutError`` when it cannot be read so), and the plan's patch of that view as
     #: a patch of the ConfigMap (the MIG manager's: entries of its one file ``config.yaml``).
-    view: Callable[[Mapping[str, Any]], Mapping[str, Any]] = configmap.as_keys
-    unview: Callable[[Mapping[str, Any], Mapping[str, Any] | None], Mapping[str, Any] | None] = (
-        configmap.keys_patch
-    )
+    view: Callable[[Mapping[str, Any]], Mapping[str, Any]] = as_keys
+    unview: Callable[[Mapping[str, Any], Mapping[str, Any] | None], Mapping[str, Any] | None] = keys_patch
 
     @property
     def where(self) -> str:

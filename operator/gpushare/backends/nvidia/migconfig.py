@@ -45,7 +45,8 @@ def entries(mig: Mig) -> list[dict[str, Any]]:
 
 @functools.lru_cache(maxsize=256)
 def name_of(mig: Mig) -> str:
-    """The config's name (its entry in the file): the pool's own ``config``, or gpushare's name for its geometry."""
+    """The config's name (its entry in the file): the pool's own ``config``, or gpushare's name
+    for its geometry."""
     if mig.config is not None:
         return mig.config
     body = yaml.safe_dump(entries(mig), sort_keys=True)

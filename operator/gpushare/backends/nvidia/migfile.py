@@ -56,7 +56,7 @@ def _document(obj: Mapping[str, Any]) -> dict[str, Any]:
             "Operator's custom MIG config), name it in ClusterPolicy migManager.config.name and in "
             "the pool's spec.nvidia.mig.configMap"
         )
-    return body
+    return dict(body)
 
 
 def entry_document(name: str, entries: Any) -> str:
