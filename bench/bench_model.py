@@ -56,12 +56,9 @@ def node_body(i: int) -> dict[str, Any]:
             "resourceVersion": str(1000 + i),
             "creationTimestamp": STAMP,
             "labels": {
-                "kubernetes.io/hostname": name,
-                "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64",
-                "beta.kubernetes.io/os": "linux",
-                "beta.kubernetes.io/arch": "amd64",
-                "type": "kwok",
+                "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
+                "beta.kubernetes.io/arch": "amd64", "type": "kwok",
                 "alibabacloud.com/nodepool-id": f"np-{i % 4}",
             },  # fmt: skip
             "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
@@ -71,14 +68,8 @@ def node_body(i: int) -> dict[str, Any]:
             "capacity": dict(resources),
             "allocatable": dict(resources),
             "conditions": [
-                {
-                    "type": t,
-                    "status": "True" if t == "Ready" else "False",
-                    "lastHeartbeatTime": STAMP,
-                    "lastTransitionTime": STAMP,
-                    "reason": "KubeletReady",
-                    "message": "kubelet is posting ready status",
-                }
+                {"type": t, "status": "True" if t == "Ready" else "False", "lastHeartbeatTime": STAMP,
+                 "lastTransitionTime": STAMP, "reason": "KubeletReady", "message": "kubelet is posting ready status"}
                 for t in ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable")
             ],  # fmt: skip
             "nodeInfo": {"architecture": "amd64", "kubeletVersion": "fake", "operatingSystem": "linux"},
@@ -114,12 +105,8 @@ def pod_body(i: int, node: str | None) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": name,
-            "namespace": "bench",
-            "uid": f"11111111-0000-0000-0000-{i:012d}",
-            "resourceVersion": str(100000 + i),
-            "creationTimestamp": STAMP,
-            "labels": {"app": "bench"},
+            "name": name, "namespace": "bench", "uid": f"11111111-0000-0000-0000-{i:012d}",
+            "resourceVersion": str(100000 + i), "creationTimestamp": STAMP, "labels": {"app": "bench"},
         },  # fmt: skip
         "spec": spec,
         "status": status,
@@ -234,9 +221,7 @@ def main() -> None:
 
     print(f"{args.nodes} nodes, {args.pods} Running GPU pods, {args.pending} Pending GPU pods; "
           f"{args.rounds} rounds, sides alternated; median (min .. max)\n")  # fmt: skip
-    print(
-        "| side | CPU µs / event | floor (decode only) | the model's own (less the floor) | model retains MiB | bytes / object |"
-    )
+    print("| side | CPU µs / event | floor (decode only) | the model's own (less the floor) | model retains MiB | bytes / object |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, rows in results.items():
         for row in rows:
