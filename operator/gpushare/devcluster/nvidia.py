@@ -24,8 +24,10 @@ Seen on this test bed (kubelet v1.34, 2 shared CPUs; December 2026):
   later (config-manager relinks and sends SIGHUP at once; the wait is the kubelet's 10 s node
   status sync).
 * A key added to the named-config ConfigMap reached the running pod's mounted directory after
-  59 s, 73 s and 90 s (three keys in a row): the kubelet rewrites a pod's ConfigMap volumes at
-  its periodic pod sync (``syncFrequency``, 1 min, plus jitter), not when the ConfigMap changes.
+  59 s, 73 s and 90 s (three keys in a row) with the kubelet's default ``syncFrequency`` (1 min):
+  the kubelet rewrites a pod's ConfigMap volumes at its periodic pod sync (plus up to half of it in
+  jitter), not when the ConfigMap changes. The test bed's kubelet now syncs every 15 s
+  (``realnode.py``), and the tests' pools set ``configPropagationSeconds`` to match.
   A label naming a key not yet there is an unknown name (next point) until then.
 * An unknown config name makes the sidecar exit ("specified config ... does not exist"); each
   restart first applies ``DEFAULT_CONFIG`` (its first read of the label is empty), sends SIGHUP,
