@@ -21,14 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpushare.devcluster.nvidia import (
-    FAKE_NVML_CONFIG_ENV,
-    FAKE_NVML_MIG_STATE_ENV,
-    MIG_STATE_FILE,
-    fake_nvml_lib,
-    mig_parted,
-    mig_parted_bin_dir,
-)
+from gpushare.devcluster.nvidia import MIG_STATE_FILE, fake_nvml_lib, mig_parted, mig_parted_bin_dir
+from support.fake_nvml import fake_nvml_env, pynvml_mig_devices
 
 REPO = Path(__file__).resolve().parents[2]
 LIB = fake_nvml_lib()
@@ -53,33 +47,11 @@ CONFIG = {
     },
 }
 
-PYNVML = """
-import json, pynvml as n
-n.nvmlInit()
-out = []
-for g in range(n.nvmlDeviceGetCount()):
-    d = n.nvmlDeviceGetHandleByIndex(g)
-    for i in range(n.nvmlDeviceGetMaxMigDeviceCount(d)):
-        try:
-            m = n.nvmlDeviceGetMigDeviceHandleByIndex(d, i)
-        except n.NVMLError_NotFound:
-            continue
-        name = n.nvmlDeviceGetName(m).rsplit(" ", 1)[1]
-        out.append([g, name, n.nvmlDeviceGetUUID(m)])
-print(json.dumps(out))
-"""
-
 INVENTORY = """
 from gpushare.gpu.inventory import collect_inventory
 from gpushare.gpu.nvml import PynvmlBackend
 print(collect_inventory(PynvmlBackend()).to_json())
 """
-
-
-def _env(state: Path) -> dict[str, str]:
-    env = {**os.environ, "LD_LIBRARY_PATH": str(LIB.parent), FAKE_NVML_MIG_STATE_ENV: str(state)}
-    env.pop(FAKE_NVML_CONFIG_ENV, None)
-    return env
 
 
 def _mig_parted(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -88,7 +60,7 @@ def _mig_parted(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         timeout=60,
-        env=_env(state),
+        env=fake_nvml_env(state),
         check=False,
     )
 
@@ -117,16 +89,7 @@ def test_mig_parted_applies_a_mixed_geometry_that_pynvml_then_sees(tmp_path: Pat
     assert asserted.returncode == 0, asserted.stderr
 
     # The agent's view: another process, through pynvml, over the same state file.
-    r = subprocess.run(
-        [sys.executable, "-c", PYNVML],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=_env(state),
-        check=False,
-    )
-    assert r.returncode == 0, r.stderr
-    seen = json.loads(r.stdout)
+    seen = pynvml_mig_devices(state)
     for gpu in (0, 1):
         names = sorted(name for g, name, _ in seen if g == gpu)
         assert names == ["1g.5gb", "1g.5gb", "2g.10gb", "3g.20gb"]
@@ -153,7 +116,7 @@ def test_the_agents_inventory_lists_the_mig_devices_that_mig_parted_made(tmp_pat
             capture_output=True,
             text=True,
             timeout=60,
-            env=_env(tmp_path / MIG_STATE_FILE),
+            env=fake_nvml_env(tmp_path / MIG_STATE_FILE),
             check=False,
         )
         assert r.returncode == 0, r.stderr

@@ -20,6 +20,7 @@ from kubernetes_asyncio import client
 from gpushare import constants as c
 from gpushare.devcluster import migsim, nvidia, nvidiasim
 from gpushare.devcluster.pluginsim import LABEL_SIMULATED, SIMULATED_VALUE, seen_pod
+from gpushare.devcluster.rbac import create_service_account, service_account_bodies
 from gpushare.gpu.fake import FakeGPU, FakeNVML
 from gpushare.gpu.inventory import collect_inventory, desired_node_metadata
 from gpushare.k8s.generated import refused
@@ -411,27 +412,12 @@ class RealNodePlugin:
 
 def plugin_rbac_bodies(namespace: str = c.DEFAULT_PLUGIN_NAMESPACE) -> list[dict[str, Any]]:
     """ServiceAccount, ClusterRole and binding of the device plugin on real nodes (what ACK's has)."""
-    name = PLUGIN_SERVICE_ACCOUNT
-    return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": namespace}},
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": name},
-            "rules": [
-                {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
-                {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch", "update"]},
-                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
-            ],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
-        },
+    rules = [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch", "update"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
     ]
+    return service_account_bodies(PLUGIN_SERVICE_ACCOUNT, namespace, rules)
 
 
 async def ensure_device_plugin_daemonset(
@@ -448,15 +434,7 @@ async def ensure_device_plugin_daemonset(
     apps = client.AppsV1Api(api)
     body = device_plugin_daemonset_body(namespace, real_nodes=real_nodes)
     if real_nodes is not None:
-        core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
-        sa, role, binding = plugin_rbac_bodies(namespace)
-        for create in (
-            lambda: core.create_namespaced_service_account(namespace, cast(Any, sa)),
-            lambda: rbac.create_cluster_role(cast(Any, role)),
-            lambda: rbac.create_cluster_role_binding(cast(Any, binding)),
-        ):
-            with refused(409):
-                await create()
+        await create_service_account(api, plugin_rbac_bodies(namespace))
     with refused(409) as exists:
         await apps.create_namespaced_daemon_set(namespace, cast(Any, body))
     if exists:

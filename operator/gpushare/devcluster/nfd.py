@@ -28,6 +28,7 @@ from kubernetes_asyncio import client
 
 from gpushare.devcluster.crds import install_crd_files
 from gpushare.devcluster.images import build_files_image
+from gpushare.devcluster.rbac import create_service_account, service_account_bodies
 from gpushare.devcluster.realnode import REAL_NODE_LABEL, REPO
 from gpushare.k8s.generated import refused
 
@@ -108,22 +109,7 @@ def master_rbac_bodies() -> list[dict[str, Any]]:
             "verbs": ["get", "update"],
         },
     ]
-    return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": MASTER, "namespace": NAMESPACE}},
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": MASTER},
-            "rules": rules,
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": MASTER},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": MASTER},
-            "subjects": [{"kind": "ServiceAccount", "name": MASTER, "namespace": NAMESPACE}],
-        },
-    ]
+    return service_account_bodies(MASTER, NAMESPACE, rules)
 
 
 def master_deployment_body() -> dict[str, Any]:
@@ -181,16 +167,10 @@ async def install(api: client.ApiClient, dev: DevCluster) -> None:
         raise RuntimeError("the control plane is not started")
     await install_crd_files(api, [bin_dir() / CRDS_FILE])
     dev.import_image(build_nfd_image(dev.info.dir / "realnode" / "images"))
-    core, rbac, apps = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api), client.AppsV1Api(api)
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     with refused(409):
         await core.create_namespace(cast(Any, {"metadata": {"name": NAMESPACE}}))
-    sa, role, binding = master_rbac_bodies()
-    with refused(409):
-        await core.create_namespaced_service_account(NAMESPACE, cast(Any, sa))
-    with refused(409):
-        await rbac.create_cluster_role(cast(Any, role))
-    with refused(409):
-        await rbac.create_cluster_role_binding(cast(Any, binding))
+    await create_service_account(api, master_rbac_bodies())
     body = cast(Any, master_deployment_body())
     with refused(409) as exists:
         await apps.create_namespaced_deployment(NAMESPACE, body)

@@ -52,6 +52,7 @@ from kubernetes_asyncio import client
 
 from gpushare import constants as c
 from gpushare.devcluster.images import build_files_image
+from gpushare.devcluster.rbac import create_service_account, service_account_bodies
 from gpushare.devcluster.realnode import REPO, programs_dir
 from gpushare.k8s.generated import refused
 
@@ -409,23 +410,8 @@ def daemonset_body(
 
 def rbac_bodies() -> list[dict[str, Any]]:
     """The chart's ServiceAccount and ClusterRole (config-manager watches its own Node)."""
-    name = SERVICE_ACCOUNT
-    return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": NAMESPACE}},
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": name},
-            "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}],
-        },
-    ]
+    rules = [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]
+    return service_account_bodies(SERVICE_ACCOUNT, NAMESPACE, rules)
 
 
 def configmap_body(name: str, data: Mapping[str, str]) -> dict[str, Any]:
@@ -471,12 +457,9 @@ async def install(
     if dev.info is None:
         raise RuntimeError("the control plane is not started")
     dev.import_image(build_plugin_image(dev.info.dir / "realnode" / "images"))
-    core, rbac, apps = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api), client.AppsV1Api(api)
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     await apply(lambda: core.create_namespace(cast(Any, {"metadata": {"name": NAMESPACE}})), None)
-    sa, role, binding = rbac_bodies()
-    await apply(lambda: core.create_namespaced_service_account(NAMESPACE, cast(Any, sa)), None)
-    await apply(lambda: rbac.create_cluster_role(cast(Any, role)), None)
-    await apply(lambda: rbac.create_cluster_role_binding(cast(Any, binding)), None)
+    await create_service_account(api, rbac_bodies())
     named = {DEFAULT_CONFIG: time_slicing_config(1), **configs}
     for name, data in (
         (CONFIGS_CONFIGMAP, named),
@@ -616,32 +599,14 @@ def gfd_rbac_bodies() -> list[dict[str, Any]]:
         },
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
     ]
-    return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": NAMESPACE}},
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": name},
-            "rules": rules,
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}],
-        },
-    ]
+    return service_account_bodies(name, NAMESPACE, rules)
 
 
 async def install_gfd(api: client.ApiClient, *, sleep_interval: str = GFD_SLEEP_INTERVAL) -> None:
     """GFD on the nodes NVIDIA's plugin runs on (after :func:`install`, whose image, ConfigMaps
     and namespace it uses; NFD's CRDs and nfd-master first: ``gpushare.devcluster.nfd.install``)."""
-    core, rbac, apps = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api), client.AppsV1Api(api)
-    sa, role, binding = gfd_rbac_bodies()
-    await apply(lambda: core.create_namespaced_service_account(NAMESPACE, cast(Any, sa)), None)
-    await apply(lambda: rbac.create_cluster_role(cast(Any, role)), None)
-    await apply(lambda: rbac.create_cluster_role_binding(cast(Any, binding)), None)
+    apps = client.AppsV1Api(api)
+    await create_service_account(api, gfd_rbac_bodies())
     ds = cast(Any, gfd_daemonset_body(sleep_interval=sleep_interval))
     await apply(
         lambda: apps.create_namespaced_daemon_set(NAMESPACE, ds),
@@ -761,21 +726,9 @@ async def install_agent(
     image, ``make image-local``) imported as ``image``, the agent's RBAC and its DaemonSet
     (``mig_state_dir``: :func:`agent_daemonset_body`)."""
     dev.import_image(archive)
-    core, rbac, apps = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api), client.AppsV1Api(api)
-    name = AGENT_SERVICE_ACCOUNT
-    sa = {"metadata": {"name": name, "namespace": NAMESPACE}}
-    role = {
-        "metadata": {"name": name},
-        "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}],
-    }
-    binding = {
-        "metadata": {"name": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}],
-    }
-    await apply(lambda: core.create_namespaced_service_account(NAMESPACE, cast(Any, sa)), None)
-    await apply(lambda: rbac.create_cluster_role(cast(Any, role)), None)
-    await apply(lambda: rbac.create_cluster_role_binding(cast(Any, binding)), None)
+    apps = client.AppsV1Api(api)
+    rules = [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
+    await create_service_account(api, service_account_bodies(AGENT_SERVICE_ACCOUNT, NAMESPACE, rules))
     ds = cast(Any, agent_daemonset_body(image, mig_state_dir=mig_state_dir))
     await apply(
         lambda: apps.create_namespaced_daemon_set(NAMESPACE, ds),
