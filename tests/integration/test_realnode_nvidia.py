@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
-import sys
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
@@ -30,12 +28,13 @@ from kubernetes_asyncio import client
 
 from gpushare import __version__
 from gpushare import constants as c
-from gpushare.devcluster import ClusterInfo, DevCluster, migmanager, nfd, wait_for
+from gpushare.devcluster import ClusterInfo, DevCluster, migmanager, migsim, nfd, wait_for
 from gpushare.devcluster import nvidia as nv
 from gpushare.devcluster.crds import install_crd_files
 from gpushare.devcluster.realnode import IMAGE_WORKLOAD
 from gpushare.k8s.client import make_api_client
 from support.cluster import serve
+from support.fake_nvml import pynvml_mig_devices
 from support.holds import TOUCH, hold_kept
 from support.host import container_pids, frozen
 from support.namespaces import fresh_namespace
@@ -723,14 +722,12 @@ async def test_gfd_rewrites_the_shared_nodes_product_and_a_pool_on_a_users_label
 
 #: Per GPU: 2 + 2 + 3 compute slices of the A100 40GB's 7 (test_mig_parted.py applies the same).
 MIG_GEOMETRY = {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}
+#: The MIG manager's own configs before the pool (the pool's entry is added beside them, and kept apart).
 MIG_PARTED_CONFIG = {
     "version": "v1",
     "mig-configs": {
         "all-disabled": [{"devices": "all", "mig-enabled": False}],
-        "mixed": [{"devices": "all", "mig-enabled": True, "mig-devices": MIG_GEOMETRY}],
         "all-1g.5gb": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.5gb": 7}}],
-        # 3 + 3 + 2 compute slices: one more than the A100 has
-        "too-big": [{"devices": "all", "mig-enabled": True, "mig-devices": {"3g.20gb": 2, "2g.10gb": 1}}],
     },
 }
 #: What NVIDIA's reconfigure-mig.sh says at each step of a change, in order (its own words).
@@ -740,52 +737,58 @@ MANAGER_STEPS = (
     "MIG configuration applied successfully",
     "node label to 'success'",
 )
-#: The MIG devices pynvml enumerates over the same state file: [gpu, profile, MIG UUID], as JSON.
-PYNVML_MIG = """
-import json, pynvml as n
-n.nvmlInit()
-out = []
-for g in range(n.nvmlDeviceGetCount()):
-    d = n.nvmlDeviceGetHandleByIndex(g)
-    for i in range(n.nvmlDeviceGetMaxMigDeviceCount(d)):
-        try:
-            m = n.nvmlDeviceGetMigDeviceHandleByIndex(d, i)
-        except n.NVMLError_NotFound:
-            continue
-        out.append([g, n.nvmlDeviceGetName(m).rsplit(" ", 1)[1], n.nvmlDeviceGetUUID(m)])
-print(json.dumps(out))
-"""
 
 
-async def _mig_state(core: client.CoreV1Api) -> str:
-    node = await core.read_node(NODE)
-    return str((node.metadata.labels or {}).get(c.LABEL_MIG_CONFIG_STATE, ""))
-
-
-async def test_nvidias_mig_manager_pauses_the_plugin_applies_the_label_and_the_plugin_serves_it(
-    nvidia_cluster: ClusterInfo, napi: client.ApiClient, ns: str, product_image: Path
+async def test_a_mig_pool_drives_nvidias_mig_manager_and_plugin_on_the_real_node(
+    nvidia_cluster: ClusterInfo,
+    napi: client.ApiClient,
+    ns: str,
+    product_image: Path,
+    operator: OperatorProc,
+    pools: PoolApi,
 ) -> None:
-    """NVIDIA's MIG manager as the GPU Operator deploys it (``gpushare.devcluster.migmanager``) over
-    the project's library, beside NVIDIA's plugin with a ``migStrategy: mixed`` config:
+    """A MIG pool of the operator's over NVIDIA's MIG manager as the GPU Operator deploys it
+    (``gpushare.devcluster.migmanager``) and NVIDIA's plugin, both over the project's library:
 
-    - ``nvidia.com/mig.config=mixed``: reconfigure-mig.sh sets ``pending``, pauses the plugin (its pod
-      leaves, a new one comes), nvidia-mig-parted applies, ``success``; the kubelet advertises each
+    - the pool's mixed geometry: the operator writes it into the manager's ``config.yaml`` and the
+      plugin's ``migStrategy: mixed`` config into the plugin's ConfigMap, then labels the node;
+      reconfigure-mig.sh sets ``pending``, pauses the plugin (its pod leaves, a new one comes),
+      nvidia-mig-parted applies, ``success``; the pool is Ready with the kubelet advertising each
       profile; a pod asking for one ``nvidia.com/mig-1g.5gb`` gets a ``MIG-`` UUID that pynvml
       enumerates over the same state, and the node agent (the product's image, pynvml) publishes
       the same MIG devices in its inventory;
-    - another geometry (``all-1g.5gb``), the pod gone: paused again, the new counts advertised;
-    - a geometry the A100 cannot hold: ``failed``, mig-parted's error in the manager's log."""
+    - another geometry (7 x 1g.5gb), the pod gone: paused again, the new counts advertised;
+    - a geometry the A100 cannot hold: ``failed``, mig-parted's error in the manager's log, and the
+      pool names the node, the config and ``failed``;
+    - the pool deleted: the node's own MIG config (``all-disabled``) back, applied."""
     core = client.CoreV1Api(napi)
     dev = DevCluster.of(nvidia_cluster)
     state_dir = nvidia_cluster.dir / "mig"
     base = {**nv.NODE_SELECTOR, nv.GPU_OPERATOR_DEPLOY_LABEL: "true", **migmanager.NODE_SELECTOR}
-    await core.patch_node(NODE, {"metadata": {"labels": {**base, nv.CONFIG_LABEL: "mig-mixed"}}})
+    await core.patch_node(NODE, {"metadata": {"labels": {**base, c.LABEL_MIG_CONFIG: "all-disabled"}}})
     await nv.install(napi, dev, CONFIGS, mig_state_dir=state_dir, gpu_operator_labels=True)
     await migmanager.install(napi, dev, state_dir, yaml.safe_dump(MIG_PARTED_CONFIG))
+    agent_image = f"localhost/gpushare-operator:{__version__}"
+    await nv.install_agent(napi, dev, product_image, agent_image, mig_state_dir=state_dir)
     try:
+        await wait_for(
+            lambda: _mig_state_is(core, "success"), what="the node's own all-disabled applied", timeout_s=WAIT
+        )
+        log = await _manager_log(napi)
+        before = await _plugin_uids(napi)
+        await pools.create_pool(
+            "mig",
+            {c.LABEL_HOSTNAME: NODE},
+            nvidia=_mig(MIG_GEOMETRY),
+            rollout={"modeSwitch": "Wait"},
+            devicePlugin={"readyTimeoutSeconds": int(WAIT)},
+        )
         wanted = {f"{c.RES_NVIDIA_MIG_PREFIX}{p}": str(n * GPUS) for p, n in MIG_GEOMETRY.items()}
-        alloc, log = await _switch(napi, "mixed", wanted)
+        alloc, log, mixed = await _mig_pool_ready(napi, pools, "mig", wanted, before, log)
         print(f"allocatable: { {k: v for k, v in sorted(alloc.items()) if k.startswith('nvidia.com/')} }")
+        cm = await core.read_namespaced_config_map(c.MIG_CONFIGS_CONFIGMAP, migmanager.NAMESPACE)
+        entries = yaml.safe_load((cm.data or {}).get(migsim.CHART_KEY, "")).get("mig-configs", {})
+        assert set(entries) == {*MIG_PARTED_CONFIG["mig-configs"], mixed}, sorted(entries)
         env = await run_to_completion(core, ns, "one-slice", resource=f"{c.RES_NVIDIA_MIG_PREFIX}1g.5gb")
         devices = await _pynvml_mig(state_dir)
         for gpu in range(GPUS):
@@ -795,9 +798,6 @@ async def test_nvidias_mig_manager_pauses_the_plugin_applies_the_label_and_the_p
         visible = env.get("NVIDIA_VISIBLE_DEVICES", "")
         assert visible.startswith("MIG-") and visible in {u for _, p, u in devices if p == "1g.5gb"}, env
         print(f"the pod's NVIDIA_VISIBLE_DEVICES={visible}")
-        await agent_published(nvidia_cluster, napi, product_image)
-        agent_image = f"localhost/gpushare-operator:{__version__}"
-        await nv.install_agent(napi, dev, product_image, agent_image, mig_state_dir=state_dir)
         mine = sorted((g, p, u) for g, p, u in devices)
 
         async def agent_sees() -> list[Any] | None:
@@ -812,62 +812,121 @@ async def test_nvidias_mig_manager_pauses_the_plugin_applies_the_label_and_the_p
 
         await wait_for(agent_sees, what=f"the agent to publish the MIG devices {mine}", timeout_s=WAIT)
 
-        alloc, _ = await _switch(
-            napi, "all-1g.5gb", {f"{c.RES_NVIDIA_MIG_PREFIX}1g.5gb": str(7 * GPUS)}, after=log
+        # Another geometry, the pod gone: a mode switch, paused and applied again.
+        before = await _plugin_uids(napi)
+        await pools.patch_spec("mig", {"nvidia": _mig({"1g.5gb": 7})})
+        alloc, log, sevens = await _mig_pool_ready(
+            napi, pools, "mig", {f"{c.RES_NVIDIA_MIG_PREFIX}1g.5gb": str(7 * GPUS)}, before, log
         )
+        assert sevens != mixed, "a new geometry is a config of another name"
         # The profiles no longer served: none allocatable (the kubelet drops them after a grace).
         assert all(
             alloc.get(f"{c.RES_NVIDIA_MIG_PREFIX}{p}") in (None, "0") for p in ("2g.10gb", "3g.20gb")
         ), alloc
 
-        await core.patch_node(NODE, {"metadata": {"labels": {c.LABEL_MIG_CONFIG: "too-big"}}})
+        # 3 + 3 + 2 compute slices: one more than the A100 has. The manager fails it, the pool says so.
+        await pools.patch_spec("mig", {"nvidia": _mig({"3g.20gb": 2, "2g.10gb": 1})})
 
-        async def failed() -> str | None:
-            log = await _manager_log(napi)
-            done = await _mig_state(core) == "failed" and "node label to 'failed'" in log
-            return log if done else None
+        async def named() -> tuple[dict[str, Any], str] | None:
+            shown = _node_status(await pools.get("mig"))
+            if shown.get("reason") not in ("MigConfigFailed", "MigOperandsPaused"):
+                return None
+            return shown, await _manager_log(napi)
 
-        log = await wait_for(failed, what="too-big to fail", timeout_s=WAIT)
-        assert "ERROR_INSUFFICIENT_RESOURCES" in log, log[-3000:]
+        try:
+            shown, log = await wait_for(
+                named, what="the pool naming the failed geometry", timeout_s=POOL_WAIT
+            )
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}\n{await _manager_state(napi, core)}") from None
+        node = await core.read_node(NODE)
+        labels = node.metadata.labels or {}
+        config = labels.get(c.LABEL_MIG_CONFIG, "")
+        assert config not in ("", sevens) and labels.get(c.LABEL_MIG_CONFIG_STATE) == "failed", labels
+        assert shown["name"] == NODE and shown["phase"] == "Failed", shown
+        assert config in shown["message"] and f"{c.LABEL_MIG_CONFIG_STATE}=failed" in shown["message"], shown
+        # NVIDIA's reconfigure-mig.sh (v0.10.0) pauses nvsm with the other operands but sets back only
+        # the other four when it fails, so the pool says so too (the simulated manager does the same).
+        paused = labels.get(f"{migsim.DEPLOY_PREFIX}nvsm")
+        assert paused == "paused-for-mig-change" and shown["reason"] == "MigOperandsPaused", (labels, shown)
+        assert shown["message"].endswith("operands left paused-for-mig-change: nvsm"), shown
+        assert "node label to 'failed'" in log and "ERROR_INSUFFICIENT_RESOURCES" in log, log[-3000:]
+        print(f"the pool says: {shown['message']}")
+        assert _condition(await pools.get("mig"), "Ready").get("status") == "False"
     finally:
-        await core.patch_node(NODE, {"metadata": {"labels": {c.LABEL_MIG_CONFIG: "all-disabled"}}})
+        # The pool deleted: the node's own MIG config back, applied (the failed geometry left the
+        # 7 x 1g.5gb slices; all-disabled removes them).
+        await pools.delete("mig")
+        pools.created.remove("mig")
+        labels = (await core.read_node(NODE)).metadata.labels or {}
+        assert labels.get(c.LABEL_MIG_CONFIG) == "all-disabled", labels
 
         async def disabled() -> bool:
-            return await _mig_state(core) == "success" and not await _pynvml_mig(state_dir)
+            return await _mig_state_is(core, "success") and not await _pynvml_mig(state_dir)
 
         await wait_for(disabled, what="all-disabled applied", timeout_s=WAIT)
         await client.AppsV1Api(napi).delete_namespaced_daemon_set(migmanager.DS_NAME, migmanager.NAMESPACE)
-        gone = [*migmanager.NODE_SELECTOR, c.LABEL_MIG_CONFIG, nv.GPU_OPERATOR_DEPLOY_LABEL]
-        await core.patch_node(NODE, {"metadata": {"labels": dict.fromkeys(gone)}})
+        # The labels the manager and this test set: every operand's, the config and its state.
+        labels = (await core.read_node(NODE)).metadata.labels or {}
+        gone = [k for k in labels if k.startswith(migsim.DEPLOY_PREFIX)]
+        await core.patch_node(
+            NODE,
+            {"metadata": {"labels": dict.fromkeys([*gone, c.LABEL_MIG_CONFIG, c.LABEL_MIG_CONFIG_STATE])}},
+        )
         await nv.install(napi, dev, CONFIGS)
-        await nv.install_agent(napi, dev, product_image, f"localhost/gpushare-operator:{__version__}")
+        await nv.install_agent(napi, dev, product_image, agent_image)
         await label_and_wait(core, "ts4", 4 * GPUS, setup=True)
 
 
-async def _switch(
-    api: client.ApiClient, config: str, wanted: Mapping[str, str], *, after: str = ""
-) -> tuple[dict[str, str], str]:
-    """Label the node ``nvidia.com/mig.config=config``; wait until the manager says ``success``,
-    the plugin's pods are new ones and the kubelet advertises ``wanted``. Returns the allocatable
-    and the manager's log, whose new part (past ``after``) holds :data:`MANAGER_STEPS` in order."""
-    core = client.CoreV1Api(api)
-    before = {p.metadata.uid for p in await nv.plugin_pods_on(api, NODE)}
-    await core.patch_node(NODE, {"metadata": {"labels": {c.LABEL_MIG_CONFIG: config}}})
+def _mig(profiles: Mapping[str, int]) -> dict[str, Any]:
+    """A pool's spec.nvidia: MIG, one geometry for every GPU, the mixed strategy."""
+    mig = {"strategy": "mixed", "geometry": [{"profiles": dict(profiles)}]}
+    return {"strategy": "MIG", "mig": mig, "configPropagationSeconds": PROPAGATION_S}
 
-    async def applied() -> dict[str, str] | None:
-        node = await core.read_node(NODE)
-        labels, alloc = node.metadata.labels or {}, node.status.allocatable or {}
-        if labels.get(c.LABEL_MIG_CONFIG_STATE) != "success" or {k: alloc.get(k) for k in wanted} != wanted:
-            return None
-        pods = await nv.plugin_pods_on(api, NODE)
-        return dict(alloc) if pods and not {p.metadata.uid for p in pods} & before else None
+
+async def _mig_state_is(core: client.CoreV1Api, state: str) -> bool:
+    node = await core.read_node(NODE)
+    return (node.metadata.labels or {}).get(c.LABEL_MIG_CONFIG_STATE) == state
+
+
+async def _plugin_uids(api: client.ApiClient) -> set[str]:
+    return {p.metadata.uid for p in await nv.plugin_pods_on(api, NODE)}
+
+
+async def _mig_pool_ready(
+    api: client.ApiClient,
+    pools: PoolApi,
+    name: str,
+    wanted: Mapping[str, str],
+    before: set[str],
+    after: str,
+) -> tuple[dict[str, str], str, str]:
+    """Wait until pool ``name`` is Ready for its current spec; then the node carries a config of
+    the pool's in ``nvidia.com/mig.config`` with ``success``, advertises ``wanted``, its plugin
+    pods are new ones (none of ``before``: the manager paused the plugin), and the manager's log,
+    past ``after`` (its log before), holds :data:`MANAGER_STEPS` in order. Returns the allocatable,
+    the manager's log and the config."""
+    core = client.CoreV1Api(api)
+
+    async def ready() -> dict[str, Any] | None:
+        pool = await pools.get(name)
+        cond = _condition(pool, "Ready")
+        current = (pool or {}).get("metadata", {}).get("generation")
+        return pool if cond.get("status") == "True" and cond.get("observedGeneration") == current else None
 
     try:
-        alloc = await wait_for(
-            applied, what=f"{config} applied and {dict(wanted)} advertised", timeout_s=WAIT
-        )
+        pool = await wait_for(ready, what=f"pool {name} Ready", timeout_s=POOL_WAIT)
     except TimeoutError as exc:
-        raise AssertionError(f"{exc}\n{await _manager_state(api, core)}") from None
+        state = await _manager_state(api, core)
+        raise AssertionError(f"{exc}\npool: {(await pools.get(name) or {}).get('status')}\n{state}") from None
+    node = await core.read_node(NODE)
+    labels, alloc = node.metadata.labels or {}, dict(node.status.allocatable or {})
+    config = labels.get(c.LABEL_MIG_CONFIG, "")
+    said = f"pool {name} said Ready: {pool.get('status')}\nthe node then: {labels} {alloc}"
+    assert config.startswith("gpushare-mig-") and labels.get(c.LABEL_MIG_CONFIG_STATE) == "success", said
+    assert {k: alloc.get(k) for k in wanted} == dict(wanted), said
+    pods = await _plugin_uids(api)
+    assert pods and not pods & before, f"the plugin's pods were not replaced: {before} -> {pods}"
     log = await _manager_log(api)
     assert log.startswith(after), "the manager's pod restarted"
     at = len(after)
@@ -877,26 +936,11 @@ async def _switch(
             f"{step!r} not in the manager's log after the previous step:\n{log[len(after) :][-3000:]}"
         )
         at = found
-    return alloc, log
+    return alloc, log, config
 
 
 async def _pynvml_mig(state_dir: Path) -> list[list[Any]]:
-    seen = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-c", PYNVML_MIG],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={
-            **os.environ,
-            "LD_LIBRARY_PATH": str(nv.fake_nvml_lib().parent),
-            nv.FAKE_NVML_MIG_STATE_ENV: str(state_dir / nv.MIG_STATE_FILE),
-        },
-    )
-    assert seen.returncode == 0, seen.stderr
-    devices: list[list[Any]] = json.loads(seen.stdout)
-    return devices
+    return await asyncio.to_thread(pynvml_mig_devices, state_dir / nv.MIG_STATE_FILE)
 
 
 async def _manager_log(api: client.ApiClient) -> str:

@@ -115,6 +115,27 @@ def test_a_geometry_the_gpu_cannot_hold_fails_and_leaves_the_devices(value: str,
     assert done.labels == {c.LABEL_MIG_CONFIG_STATE: FAILED, **OPERANDS}
 
 
+def test_a_failure_leaves_nvsm_paused_as_nvidias_script_does() -> None:
+    """reconfigure-mig.sh v0.10.0 pauses nvsm with the others; on failure it sets back only the
+    other four, on success all five."""
+    nvsm = {"nvidia.com/gpu.deploy.nvsm": "true"}
+
+    def two_steps(value: str) -> migsim.Step:
+        pending = decide(labelled(value, **nvsm), None, CONFIGS, TWO, T0)
+        assert pending is not None and pending.labels["nvidia.com/gpu.deploy.nvsm"] == PAUSED
+        after = {**labelled(value, **nvsm), **pending.labels}
+        done = decide(after, pending.state, CONFIGS, TWO, T0 + SECOND)
+        assert done is not None
+        return done
+
+    failed = two_steps("too-big")
+    assert failed.state.state == FAILED
+    assert failed.labels == {c.LABEL_MIG_CONFIG_STATE: FAILED, **OPERANDS}, "nvsm is not set back"
+    applied = two_steps("mixed")
+    assert applied.state.state == SUCCESS
+    assert applied.labels == {c.LABEL_MIG_CONFIG_STATE: SUCCESS, **OPERANDS, **nvsm}
+
+
 def test_the_same_value_again_does_nothing_and_no_label_nothing_at_all() -> None:
     _, done = run("mixed")
     assert done is not None

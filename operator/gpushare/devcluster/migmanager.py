@@ -31,6 +31,7 @@ from gpushare import constants as c
 from gpushare.devcluster import migsim
 from gpushare.devcluster import nvidia as nv
 from gpushare.devcluster.images import build_files_image
+from gpushare.devcluster.rbac import create_service_account, service_account_bodies
 from gpushare.devcluster.realnode import REPO
 
 if TYPE_CHECKING:
@@ -59,6 +60,8 @@ HOST_TOOLS = (
     "sleep",
 )
 _CONFIG_DIR = "/mig-parted-config"
+#: NVIDIA's programs in the image (``make mig-parted``).
+NVIDIA_PROGRAMS = ("nvidia-mig-manager", "nvidia-mig-parted", "reconfigure-mig.sh")
 
 
 def image_ref() -> str:
@@ -77,9 +80,7 @@ def build_image(out_dir: Path, environ: Mapping[str, str] | None = None) -> Path
     reconfigure-mig.sh (``make mig-parted``), kubectl, the host tools, their libraries, and
     hack/mig-ns.sh as ``gpushare-mig-ns`` (the entrypoint)."""
     bins = nv.mig_parted_bin_dir(environ)
-    nvidia = {
-        f"usr/bin/{p}": bins / p for p in ("nvidia-mig-manager", "nvidia-mig-parted", "reconfigure-mig.sh")
-    }
+    nvidia = {f"usr/bin/{p}": bins / p for p in NVIDIA_PROGRAMS}
     absent = [str(p) for p in nvidia.values() if not p.exists()]
     if absent:
         raise FileNotFoundError(f"{', '.join(absent)} not built: run `make mig-parted`")
@@ -166,30 +167,11 @@ def daemonset_body(mig_state_dir: Path, *, plugin_namespace: str = nv.NAMESPACE)
 def rbac_bodies() -> list[dict[str, Any]]:
     """What reconfigure-mig.sh's kubectl needs: its node read and labelled, the GPU clients' pods
     watched and deleted."""
-    name = SERVICE_ACCOUNT
-    return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": NAMESPACE}},
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": name},
-            "rules": [
-                {
-                    "apiGroups": [""],
-                    "resources": ["nodes"],
-                    "verbs": ["get", "list", "watch", "patch", "update"],
-                },
-                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]},
-            ],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}],
-        },
+    rules = [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch", "update"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]},
     ]
+    return service_account_bodies(SERVICE_ACCOUNT, NAMESPACE, rules)
 
 
 async def install(
@@ -201,12 +183,9 @@ async def install(
     if dev.info is None:
         raise RuntimeError("the control plane is not started")
     dev.import_image(build_image(dev.info.dir / "realnode" / "images"))
-    core, rbac, apps = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api), client.AppsV1Api(api)
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     await nv.apply(lambda: core.create_namespace(cast(Any, {"metadata": {"name": NAMESPACE}})), None)
-    sa, role, binding = rbac_bodies()
-    await nv.apply(lambda: core.create_namespaced_service_account(NAMESPACE, cast(Any, sa)), None)
-    await nv.apply(lambda: rbac.create_cluster_role(cast(Any, role)), None)
-    await nv.apply(lambda: rbac.create_cluster_role_binding(cast(Any, binding)), None)
+    await create_service_account(api, rbac_bodies())
     cm = {
         "apiVersion": "v1",
         "kind": "ConfigMap",

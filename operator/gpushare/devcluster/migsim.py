@@ -11,7 +11,8 @@ label and state contract of ``shared/reference/mig.md``:
   ``nvidia.com/gpu.deploy.<operand>`` label the node carries as ``true`` becomes
   ``paused-for-mig-change``), applies the named config from its ConfigMap, then sets the operands
   back to ``true`` and the state to ``success``, or to ``failed`` when the config is not in the
-  ConfigMap or a GPU cannot hold it. The device plugin then advertises the new MIG devices (the
+  ConfigMap or a GPU cannot hold it (then, as NVIDIA's script does, ``nvsm`` stays paused:
+  :data:`KEPT_PAUSED_ON_FAILURE`). The device plugin then advertises the new MIG devices (the
   simulator restarts the plugin, as the paused operand's DaemonSet pod coming back does).
 * The manager reads one file, the ConfigMap's ``config.yaml`` (the GPU Operator's
   ``CONFIG_FILE``), a mig-parted file (``version: v1``, ``mig-configs:``), and looks the config up
@@ -45,6 +46,9 @@ from gpushare.backends.nvidia import migfile
 
 #: The operands the MIG manager pauses, as ``nvidia.com/gpu.deploy.<operand>`` labels.
 OPERANDS = ("device-plugin", "gpu-feature-discovery", "dcgm-exporter", "dcgm", "nvsm")
+#: The operands NVIDIA's reconfigure-mig.sh (v0.10.0) pauses but does not set back when it fails:
+#: its exit path relabels the other four, its success path all five.
+KEPT_PAUSED_ON_FAILURE = ("nvsm",)
 DEPLOY_PREFIX = "nvidia.com/gpu.deploy."
 PAUSED = "paused-for-mig-change"
 PENDING, SUCCESS, FAILED = "pending", "success", "failed"
@@ -240,8 +244,8 @@ class Step:
     again: timedelta | None = None
 
 
-def _operands(labels: Mapping[str, str], to: str) -> dict[str, str]:
-    keys = [DEPLOY_PREFIX + o for o in OPERANDS]
+def _operands(labels: Mapping[str, str], to: str, *, failed: bool = False) -> dict[str, str]:
+    keys = [DEPLOY_PREFIX + o for o in OPERANDS if not (failed and o in KEPT_PAUSED_ON_FAILURE)]
     frm = "true" if to == PAUSED else PAUSED
     return {k: to for k in keys if labels.get(k) == frm}
 
@@ -282,7 +286,8 @@ def decide(
         if isinstance(result, str)
         else MigState(label, SUCCESS, now, result)
     )
-    return Step(done, {c.LABEL_MIG_CONFIG_STATE: done.state, **_operands(labels, "true")})
+    back = _operands(labels, "true", failed=done.state == FAILED)
+    return Step(done, {c.LABEL_MIG_CONFIG_STATE: done.state, **back})
 
 
 def advertised(
