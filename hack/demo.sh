@@ -290,6 +290,66 @@ EOF
     bash -c "\"$KUBECTL\" logs \$(\"$KUBECTL\" get pods -l job-name=gpu-on-real-node --field-selector status.phase=Succeeded -o name) | grep -E 'NVIDIA_VISIBLE|ALIYUN_COM_GPU_MEM'"
 }
 
+MIG_STEP=0
+MIG_COLUMNS='NAME:.metadata.name,POOL:.metadata.labels.gpushare\.io/pool,MIG-CONFIG:.metadata.labels.nvidia\.com/mig\.config,STATE:.metadata.labels.nvidia\.com/mig\.config\.state,MIG-1G.5GB:.status.allocatable.nvidia\.com/mig-1g\.5gb,MIG-2G.10GB:.status.allocatable.nvidia\.com/mig-2g\.10gb,MIG-3G.20GB:.status.allocatable.nvidia\.com/mig-3g\.20gb,NVIDIA-GPU:.status.allocatable.nvidia\.com/gpu'
+
+mig_part() {
+  echo
+  bold "# Part 5: the real node moves to a MIG pool: NVIDIA's MIG manager, deployed as the GPU Operator deploys it,"
+  bold "# cuts the library's 2 pretend A100-40GB into slices; NVIDIA's plugin advertises each profile"
+  echo "\$ kubectl apply -f - (GPUSharePool real-mig: np-real-mig, nvidia: MIG, 3g.20gb + 2g.10gb + 2 x 1g.5gb per GPU)"
+  "$KUBECTL" apply -f - <<'EOF' || die "applying pool real-mig failed"
+apiVersion: gpushare.io/v1alpha1
+kind: GPUSharePool
+metadata:
+  name: real-mig
+spec:
+  nodeSelector:
+    matchLabels:
+      alibabacloud.com/nodepool-id: np-real-mig
+  nvidia:
+    strategy: MIG
+    mig:
+      geometry:
+        - profiles: {3g.20gb: 1, 2g.10gb: 1, 1g.5gb: 2}
+    # The MIG manager's and the plugin's pods run already: their ConfigMap volumes take the pool's
+    # configs at the kubelet's next pod sync (every 15 s on this real node, 1 min by default).
+    configPropagationSeconds: 40
+EOF
+  step "Move the real node to node pool np-real-mig: the operator gives it back its own plugin config and writes the pool's MIG config" \
+    "$KUBECTL" label node realnode-0 alibabacloud.com/nodepool-id=np-real-mig --overwrite
+  step "Wait until pool real-mig is Ready: the configs propagated, the MIG manager's state success, each profile advertised" \
+    "$KUBECTL" wait gsp real-mig --for=condition=Ready --timeout="$((TIMEOUT * 3))s"
+  step "The real node in the MIG pool: its MIG config, the manager's state, the profiles the kubelet advertises (2 GPUs)" \
+    "$KUBECTL" get nodes realnode-0 -o custom-columns="$MIG_COLUMNS"
+  echo "\$ kubectl apply -f - (Job mig-on-real-node: one nvidia.com/mig-1g.5gb on np-real-mig)"
+  "$KUBECTL" apply -f - <<'EOF' || die "applying the MIG job failed"
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: mig-on-real-node
+  namespace: default
+spec:
+  backoffLimit: 3  # as gpu-on-real-node: the plugin registers several times as its pod starts
+  template:
+    spec:
+      nodeSelector:
+        alibabacloud.com/nodepool-id: np-real-mig
+      containers:
+      - name: main
+        image: localhost/gpushare/workload:1.0
+        imagePullPolicy: Never
+        resources:
+          limits:
+            nvidia.com/mig-1g.5gb: 1
+      restartPolicy: Never
+EOF
+  step "Wait for the MIG Job to run to completion in a real container" \
+    "$KUBECTL" wait job mig-on-real-node --for=condition=Complete --timeout="${TIMEOUT}s"
+  step "Its environment, from NVIDIA's plugin's Allocate answer: one MIG device's UUID" \
+    bash -c "\"$KUBECTL\" logs \$(\"$KUBECTL\" get pods -l job-name=mig-on-real-node --field-selector status.phase=Succeeded -o name) | grep -E 'NVIDIA_VISIBLE'"
+}
+
 switch_cgpu_to_core_mem() {
   echo
   bold "# Part 2: switch pool cgpu to core_mem. ACK's device plugin reads the labels only when it starts"
@@ -405,6 +465,15 @@ raise SystemExit(", ".join(missing) if missing else 0)' 2>&1)"; then
     else
       NVIDIA_STEP=1
       nvidia_args=(--nvidia-plugin --real-node-plugin ack --agent-image "$archive")
+      if ! why="$("$PY" -c 'from gpushare.devcluster import migmanager, nvidia as nv
+from gpushare.devcluster.realnode import programs_dir
+missing = [f"{p} (make {t})" for p, t in (*((nv.mig_parted_bin_dir() / p, "mig-parted") for p in migmanager.NVIDIA_PROGRAMS), (programs_dir() / nv.NVIDIA_CAPS, "realnode-bins")) if not p.exists()]
+raise SystemExit(", ".join(missing) if missing else 0)' 2>&1)"; then
+        echo "demo: no MIG pool on the real node (missing $why)"
+      else
+        MIG_STEP=1
+        nvidia_args+=(--mig-manager)
+      fi
     fi
   fi
   echo "\$ python -m gpushare.devcluster up --dir $DEMO_DIR --nodes 0 --pools 0 --real-nodes $REAL_NODES ${nvidia_args[*]}"
@@ -530,6 +599,7 @@ raise SystemExit(", ".join(missing) if missing else 0)' 2>&1)"; then
 
   if [[ "$REAL_NODES" != 0 ]]; then real_node_part; fi
   if [[ "$NVIDIA_STEP" != 0 ]]; then nvidia_part; fi
+  if [[ "$MIG_STEP" != 0 ]]; then mig_part; fi
 
   local prom
   if prom="$(prometheus_url)"; then

@@ -35,7 +35,7 @@ EXPECTED_LABELS = {
 }
 
 
-#: The demo's real-node parts (an ACK pool, then the move to an NVIDIA pool) run unless the
+#: The demo's real-node parts (an ACK pool, then the moves to an NVIDIA pool and a MIG pool) run unless the
 #: real-node tier is off (``make test REAL_NODES=0``); run it under the real node's lock.
 REAL_NODES = os.environ.get("GPUSHARE_REAL_NODES") != "0"
 
@@ -93,8 +93,9 @@ def _section(out: str, heading: str) -> str:
 
 
 def _assert_real_node_parts(out: str) -> None:
-    """Part 3 (the real node in ACK pool real) and part 4 (the real node moved to NVIDIA pool
-    real-nvidia: the agent's GPUs through pynvml, 4 x 2 slots, NVIDIA's plugin only, a pod's UUID)."""
+    """Part 3 (the real node in ACK pool real), part 4 (the real node moved to NVIDIA pool
+    real-nvidia: the agent's GPUs through pynvml, 4 x 2 slots, NVIDIA's plugin only, a pod's UUID)
+    and part 5 (moved on to MIG pool real-mig: the profiles advertised, a pod's MIG UUID)."""
     assert "demo: no real node" not in out and "demo: no NVIDIA pool" not in out, out[:3000]
     ack_env = _section(out, "Its environment, from the device plugin's Allocate answer")
     assert "ALIYUN_COM_GPU_MEM_CONTAINER=4" in ack_env, ack_env
@@ -116,6 +117,16 @@ def _assert_real_node_parts(out: str) -> None:
     assert re.search(r"NVIDIA_VISIBLE_DEVICES=GPU-fa4e0000-0000-4000-8000-00000000000[01]\s", env), env
     assert not re.search(r"^env ALIYUN_COM_GPU_MEM", env, re.M), env  # ACK's variables: not ACK's plugin
 
+    # Part 5: pool real-mig on NVIDIA's MIG manager; per GPU 3g.20gb + 2g.10gb + 2 x 1g.5gb, 2 GPUs
+    assert "demo: no MIG pool" not in out, out[:3000]
+    mig = _section(out, "The real node in the MIG pool")
+    row = next(line.split() for line in mig.splitlines() if line.startswith("realnode-0"))
+    # NAME POOL MIG-CONFIG STATE MIG-1G.5GB MIG-2G.10GB MIG-3G.20GB NVIDIA-GPU
+    assert row[1] == "real-mig" and row[2].startswith("gpushare-mig-") and row[3] == "success", row
+    assert row[4:7] == ["4", "2", "2"] and row[7] in ("0", "<none>"), row
+    mig_env = _section(out, "Its environment, from NVIDIA's plugin's Allocate answer: one MIG device's UUID")
+    assert re.search(r"NVIDIA_VISIBLE_DEVICES=MIG-[0-9a-f-]{36}\s", mig_env), mig_env
+
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subprocess.CompletedProcess[str], Path]]:
@@ -123,7 +134,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subprocess.
     env = _env(demo_dir)
     try:
         up = subprocess.run(
-            ["bash", str(SCRIPT), "up"], cwd=REPO, env=env, capture_output=True, text=True, timeout=1000
+            ["bash", str(SCRIPT), "up"], cwd=REPO, env=env, capture_output=True, text=True, timeout=1300
         )
         (demo_dir / "up.out").write_text(up.stdout)  # kept with the demo's logs (--basetemp)
         yield up, demo_dir
@@ -132,7 +143,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subprocess.
 
 
 @pytest.mark.integration
-@pytest.mark.timeout(1300)
+@pytest.mark.timeout(1600)
 def test_demo_up_shows_the_product_and_down_leaves_nothing(
     demo: tuple[subprocess.CompletedProcess[str], Path],
 ) -> None:

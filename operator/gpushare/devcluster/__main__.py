@@ -21,6 +21,8 @@ from pathlib import Path
 from kubernetes_asyncio import client
 
 from gpushare import __version__
+from gpushare import constants as c
+from gpushare.devcluster import migmanager
 from gpushare.devcluster import nvidia as nv
 from gpushare.devcluster.binaries import BinariesMissing
 from gpushare.devcluster.cluster import ClusterInfo, DevCluster, read_info
@@ -41,7 +43,7 @@ from gpushare.devcluster.fakes import (
     ensure_device_plugin_daemonset,
 )
 from gpushare.devcluster.process import DevClusterError, tail
-from gpushare.devcluster.realnode import RealNodeUnavailable, preflight, undo_leftovers
+from gpushare.devcluster.realnode import RealNodeUnavailable, preflight, programs_dir, undo_leftovers
 from gpushare.k8s.client import make_api_client
 
 DEFAULT_DIR = ".cluster"
@@ -84,6 +86,7 @@ async def _populate(
     *,
     real_node_plugin: str = "",
     agent_image: Path | None = None,
+    mig_manager: bool = False,
 ) -> None:
     """CRDs, the stand-in device plugin, and the fake GPU nodes: ``pools`` None (``make cluster``)
     makes the node pools examples/ selects (``DEMO_POOLS``: np-cgpu, np-cgpu-no-isolation,
@@ -98,7 +101,10 @@ async def _populate(
     ``real_node_plugin`` "ack" keeps the real nodes on the stand-in with NVIDIA's plugin installed
     beside it (it runs on a node once the node is labelled nvidia.com/gpu.present=true and is in no
     ACK pool: ``make demo``'s move to an NVIDIA pool). ``agent_image`` (the product's image,
-    ``make image-local``) runs the node agent where NVIDIA's plugin may run, over the same library."""
+    ``make image-local``) runs the node agent where NVIDIA's plugin may run, over the same library.
+    ``mig_manager`` (with ``nvidia``): NVIDIA's MIG manager on the real nodes as the GPU Operator
+    deploys it (:mod:`gpushare.devcluster.migmanager`, the chart's mig-parted configs), the plugin
+    and the agent seeing its MIG devices; the real nodes start at ``all-disabled``."""
     api = await make_api_client(str(info.kubeconfig))
     async with api:
         await install_crd_files(api, crds)
@@ -108,12 +114,23 @@ async def _populate(
             if nvidia is not None:  # the GPUs of NVIDIA's fake library (2 x A100-SXM4-40GB)
                 real = RealNodePlugin(real.api_port, gpus=nv.DEFAULT_GPUS, gpu_memory_mib=40 * 1024)
         await ensure_device_plugin_daemonset(api, real_nodes=real)
+        mig_dir = info.dir / "mig" if mig_manager and nvidia is not None and info.real_nodes else None
         if nvidia is not None and info.real_nodes:
-            await nv.install(api, nvidia, NVIDIA_CONFIGS)
+            await nv.install(
+                api, nvidia, NVIDIA_CONFIGS, mig_state_dir=mig_dir, gpu_operator_labels=mig_dir is not None
+            )
             if agent_image is not None:
-                await nv.install_agent(api, nvidia, agent_image, AGENT_IMAGE)
+                await nv.install_agent(api, nvidia, agent_image, AGENT_IMAGE, mig_state_dir=mig_dir)
         on_nvidia = nvidia is not None and real_node_plugin != "ack"
         labels = dict(nv.NODE_SELECTOR) if on_nvidia else {"gpushare": "true"}
+        if mig_dir is not None and nvidia is not None:
+            await migmanager.install(api, nvidia, mig_dir)
+            # What the GPU Operator sets on a GPU node: its operands deployed, no MIG yet.
+            labels |= {
+                nv.GPU_OPERATOR_DEPLOY_LABEL: "true",
+                **migmanager.NODE_SELECTOR,
+                c.LABEL_MIG_CONFIG: "all-disabled",
+            }
         core = client.CoreV1Api(api)
         for node in info.real_nodes:
             await core.patch_node(node, {"metadata": {"labels": {**labels, POOL_LABEL: REAL_NODEPOOL}}})
@@ -161,6 +178,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             nvidia,
             real_node_plugin=args.real_node_plugin,
             agent_image=agent,
+            mig_manager=args.mig_manager,
         )
         asyncio.run(populate)
         (d / "ready").write_text(str(time.time()))
@@ -231,6 +249,23 @@ def cmd_up(args: argparse.Namespace) -> int:
             why = f"missing {', '.join(missing)}" if missing else "it runs on real nodes: add --real-nodes 1"
             print(f"error: --nvidia-plugin: {why}", file=sys.stderr)
             return 1
+    if args.mig_manager:
+        missing = [
+            f"{path} (make {target})"
+            for path, target in (
+                *((nv.mig_parted_bin_dir() / p, "mig-parted") for p in migmanager.NVIDIA_PROGRAMS),
+                (programs_dir() / nv.NVIDIA_CAPS, "realnode-bins"),
+            )
+            if not path.exists()
+        ]
+        if not args.nvidia_plugin or missing:
+            why = (
+                f"missing {', '.join(missing)}"
+                if missing
+                else "it runs beside NVIDIA's plugin: add --nvidia-plugin"
+            )
+            print(f"error: --mig-manager: {why}", file=sys.stderr)
+            return 1
     d.mkdir(parents=True, exist_ok=True)
     (d / "ready").unlink(missing_ok=True)
     started = time.monotonic()
@@ -244,6 +279,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                 *(("--nvidia-plugin",) if args.nvidia_plugin else ()),
                 *(("--real-node-plugin", args.real_node_plugin) if args.real_node_plugin else ()),
                 *(("--agent-image", str(Path(args.agent_image).resolve())) if args.agent_image else ()),
+                *(("--mig-manager",) if args.mig_manager else ()),
                 *(f"--crd={p}" for p in args.crd),
             ],
             stdin=subprocess.DEVNULL,
@@ -360,6 +396,12 @@ def main(argv: list[str] | None = None) -> int:
             default="",
             help="with --nvidia-plugin: the product's image archive (make image-local) to run the node "
             "agent on the real nodes, reading the fake NVML through pynvml",
+        )
+        p.add_argument(
+            "--mig-manager",
+            action="store_true",
+            help="with --nvidia-plugin: NVIDIA's MIG manager on the real nodes as the GPU Operator deploys "
+            "it (make mig-parted realnode-bins), the real nodes at nvidia.com/mig.config=all-disabled",
         )
         p.add_argument(
             "--crd", action="append", default=[], help="CRD file to install (default: crds/*.yaml if present)"
