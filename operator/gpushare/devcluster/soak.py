@@ -58,7 +58,7 @@ from gpushare.devcluster.crds import install_crd_files
 from gpushare.devcluster.cutproxy import CutProxy
 from gpushare.devcluster.demo import NVIDIA_NODE_POOL, create_demo_nodes, create_nvidia_nodes
 from gpushare.devcluster.fakes import POOL_LABEL, ensure_device_plugin_daemonset, wait_for
-from gpushare.devcluster.soakaudit import mode_changes, occupancies, wait_breaches, when
+from gpushare.devcluster.soakaudit import mode_changes, occupancies, plugin_restarts, wait_breaches, when
 from gpushare.k8s.client import make_api_client
 from gpushare.policy.planner import desired_labels
 
@@ -137,6 +137,12 @@ apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
+- level: RequestResponse
+  verbs: [create]
+  namespaces: [kube-system]
+  resources:
+  - group: ""
+    resources: [pods]
 - level: Request
   verbs: [create, update, patch, delete, deletecollection]
   resources:
@@ -146,6 +152,8 @@ rules:
     resources: [gpusharepools]
 - level: None
 """
+#: the first rule records the device plugin pods' creations with the apiserver's response: their
+#: names, UIDs and creationTimestamps, for plugin-restarts
 
 INVARIANTS = (
     "owned-labels: every node's owned labels are what its pool wants, or what it had before any pool"
@@ -156,6 +164,12 @@ INVARIANTS = (
     f"wait-guard: no node's mode changed while a pod using its GPUs was bound there (every pool uses"
     f" modeSwitch Wait; a pod bound under {RACE_S:.0f}s before the write is the documented race,"
     " counted apart)",
+    "plugin-restarts: each change of a node's ACK plugin labels by the operator owes one deletion, by the"
+    " operator, of that node's ACK plugin pods created before the restart's since, before the node's next"
+    " change (what is left then is owed to that one): none doubled (no pod created at or after since"
+    " deleted, no second pod, none where nothing was owed), none missed (every such change records a"
+    " Pending restart, and no old pod outlives the node's last change); old pods the soak's own"
+    " plugin-pod-delete deleted first, and nodes with no plugin pod, owe the operator nothing",
     "no-cordon: no node left cordoned or tainted by the operator",
     f"pools-ready: every pool Ready within {READY_WITHIN_S:.0f}s of the last fault",
     "nvidia-keys: after the keys' grace, NVIDIA's ConfigMap holds only keys a pool or node needs, "
@@ -369,6 +383,8 @@ BREAKS = {
     "operator-writes": "write the label team=soak on a node as the operator's user",
     "no-evictions": "evict a pod as the operator's user",
     "wait-guard": "switch a node's ACK mode as the operator's user while a GPU pod is bound there",
+    "plugin-restarts": "delete a node's current ACK plugin pod once more as the operator's user (a duplicate"
+    " restart)",
     "no-cordon": f"annotate a node {c.ANNOTATION_CORDONED_BY} (a cordon left behind)",
     "nvidia-keys": "add a key no pool or node needs to NVIDIA's ConfigMap",
     "pools-ready": "create a pool that selects no node",
@@ -984,6 +1000,8 @@ class Soak:
                     await op_core.create_namespaced_pod_eviction("evicted", NAMESPACE, cast(Any, body))
                 elif name == "wait-guard":
                     await self._break_wait(core, op_core)
+                elif name == "plugin-restarts":
+                    await self._break_restart(core, op_core)
                 elif name == "no-cordon":
                     await core.patch_node(
                         loose, {"metadata": {"annotations": {c.ANNOTATION_CORDONED_BY: "soak"}}}
@@ -1023,6 +1041,24 @@ class Soak:
         labels = (await core.read_node(node, _request_timeout=T)).metadata.labels or {}
         other = "cgpu" if labels.get(c.LABEL_SCHEDULE) == "share" else "share"
         await op_core.patch_node(node, cast(Any, {"metadata": {"labels": {c.LABEL_SCHEDULE: other}}}))
+
+    async def _break_restart(self, core: client.CoreV1Api, op_core: client.CoreV1Api) -> None:
+        """A node of POD_POOL's current ACK plugin pod deleted as the operator's user, as the
+        operator deletes one (UID precondition): a restart no label change owes."""
+        assert self.api is not None
+        nodes = {
+            n.metadata.name
+            for n in await self._nodes()
+            if (n.metadata.labels or {}).get(c.LABEL_POOL) == POD_POOL
+        }
+        selector = ",".join(f"{k}={v}" for k, v in c.DEFAULT_PLUGIN_LABELS.items())
+        pods = await core.list_namespaced_pod(
+            c.DEFAULT_PLUGIN_NAMESPACE, label_selector=selector, _request_timeout=T
+        )
+        pod = sorted((p for p in pods.items if p.spec.node_name in nodes), key=lambda p: p.metadata.name)[0]
+        body = {"preconditions": {"uid": pod.metadata.uid}}
+        await op_core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, body=cast(Any, body))
+        self.out(f"soak: break plugin-restarts: deleted {pod.metadata.name} on {pod.spec.node_name}")
 
     @contextlib.asynccontextmanager
     async def _held_bodies(self) -> AsyncIterator[None]:
@@ -1073,6 +1109,7 @@ class Soak:
                 )
         await self._check_labels()
         await self._check_keys()
+        await self._restarts_settled()
         self._check_audit()
         await self._processes_up()
         if "rss" in self.breaks:
@@ -1243,6 +1280,7 @@ class Soak:
                         [_audit_line(e)],
                     )
         self._check_wait()
+        self._check_restarts()
         self.report.checked["operator-writes"] = node_patches
         self.report.checked["no-evictions"] = node_patches + evictions
         self.report.checked["operator-configmaps"] = cms
@@ -1267,6 +1305,38 @@ class Soak:
                 self.report.detail["wait-guard race"] += 1
             else:
                 self.report.violate("wait-guard", breach.text(), evidence)
+
+    def _check_restarts(self) -> None:
+        """plugin-restarts, from the audit log (:func:`gpushare.devcluster.soakaudit.plugin_restarts`)."""
+        found = plugin_restarts(list(self._audit()), by=OPERATOR_USER)
+        self.report.checked["plugin-restarts"] = len(found.changes)
+        for what, n in (
+            ("by the operator", found.by_operator),
+            ("old pod deleted by the soak first", found.by_others),
+            ("no plugin pod", found.no_pod),
+            ("carried to the next change", found.carried),
+            ("owing none", found.excused),
+        ):
+            if n:
+                self.report.detail[f"plugin-restarts {what}"] += n
+        for what, evidence in found.violations:
+            self.report.violate("plugin-restarts", what, evidence)
+
+    async def _restarts_settled(self, timeout_s: float = 60) -> None:
+        """Wait until no node carries a Pending plugin restart (a node that left every pool is the
+        orphan owner's, after the pools are Ready)."""
+
+        async def done() -> bool:
+            with contextlib.suppress(*REFUSED):
+                for n in await self._nodes():
+                    raw = (n.metadata.annotations or {}).get(c.ANNOTATION_PLUGIN_RESTART)
+                    if raw and '"state":"Pending"' in raw:
+                        return False
+                return True
+            return False
+
+        with contextlib.suppress(TimeoutError):
+            await wait_for(done, what="no plugin restart Pending", timeout_s=timeout_s, interval=1)
 
     async def _events(self, name: str) -> list[str]:
         assert self.api is not None

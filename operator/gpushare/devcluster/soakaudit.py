@@ -1,4 +1,5 @@
-"""What the soak's audit log says about ``modeSwitch: Wait`` (pure; :mod:`gpushare.devcluster.soak`).
+"""What the soak's audit log says about ``modeSwitch: Wait`` and ACK's plugin restarts (pure;
+:mod:`gpushare.devcluster.soak`).
 
 Under Wait, no node's mode may change while a pod using its GPUs runs there. The apiserver's audit
 log records both sides: each pod's binding to a node (``create pods/binding`` by kube-scheduler,
@@ -11,12 +12,19 @@ A change the operator made while such a pod was bound there breaks the guard, ex
 the guard documents: a pod bound in the instant between the operator's last look at the node's
 pods and its write (Wait does not cordon). A pod bound less than ``race_s`` before the write is
 counted as that race and reported apart, with the records around it; any other is a violation.
+
+ACK's device plugin reads its labels only when it starts, so each change of them the operator
+writes owes one restart of the node's plugin (docs/concepts/device-plugin.md): the same patch
+records it (``gpushare.io/plugin-restart``, Pending, ``since`` the next full second), and the
+operator deletes the node's plugin pods created before ``since``, once, with a UID precondition.
+:func:`plugin_restarts` replays the log (the plugin pods' creations with their responses, their
+bindings and deletions, every node write) and checks each such change against what was deleted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,6 +32,7 @@ from gpushare import constants as c
 from gpushare.backends.ack import ACK
 from gpushare.backends.base import SharingBackend
 from gpushare.backends.nvidia import NVIDIA
+from gpushare.policy.planner import RestartRecord, plugin_labels_hash
 
 #: The mode label of each backend a soak pool uses, with its backend.
 MODE_LABELS: dict[str, SharingBackend] = {c.LABEL_SCHEDULE: ACK, c.LABEL_NVIDIA_CONFIG: NVIDIA}
@@ -171,3 +180,287 @@ def wait_breaches(
             race = change.at - occ.bound < timedelta(seconds=race_s)
             out.append(Breach(change, occ, race))
     return out
+
+
+# -- ACK's plugin restarts ---------------------------------------------------------------------------
+
+
+@dataclass
+class PluginPodLife:
+    """One of ACK's plugin pods: its node, creation (second resolution, as the operator compares
+    it with ``since``) and first deletion (the one that ends it), with who deleted it."""
+
+    name: str
+    uid: str
+    created: datetime
+    node: str | None = None
+    deleted: datetime | None = None
+    deleted_by: str | None = None
+
+
+@dataclass(frozen=True)
+class PluginChange:
+    """A write of ``user`` that changed ACK's plugin labels of ``node`` (``before`` and ``after``:
+    their values); ``since``: the Pending restart it recorded (None: none)."""
+
+    node: str
+    at: datetime
+    before: tuple[str | None, ...]
+    after: tuple[str | None, ...]
+    user: str
+    since: datetime | None
+    #: why no restart is owed although none was recorded ("" when one was, or when it is a miss)
+    excused: str = ""
+
+    def text(self) -> str:
+        return (
+            f"node {self.node}: ACK plugin labels {list(self.before)} -> {list(self.after)} by {self.user}"
+            f" at {self.at.isoformat()}" + (f" (since {self.since.isoformat()})" if self.since else "")
+        )
+
+
+@dataclass
+class RestartAudit:
+    """What :func:`plugin_restarts` found: the owed restarts, how each ended, the violations."""
+
+    changes: list[PluginChange]
+    #: owed restarts whose old pod the operator deleted (exactly once)
+    by_operator: int = 0
+    #: owed restarts whose old pods someone else deleted first (the soak's plugin-pod-delete fault)
+    by_others: int = 0
+    #: owed restarts with no plugin pod created before ``since`` on the node (nothing to delete)
+    no_pod: int = 0
+    #: owed restarts whose old pod was still there at the node's next change: owed to that one
+    carried: int = 0
+    #: changes that owe no restart (the plugin saw those values already; restart Never)
+    excused: int = 0
+    #: (what, evidence: the change and the pod records)
+    violations: list[tuple[str, list[str]]] = field(default_factory=list)
+
+
+def _ack_plugin_pod(obj: Any, namespace: str, labels: Mapping[str, str]) -> bool:
+    meta = (obj or {}).get("metadata") or {}
+    have = meta.get("labels") or {}
+    return meta.get("namespace", namespace) == namespace and all(have.get(k) == v for k, v in labels.items())
+
+
+def _node_of(pod: Any) -> str | None:
+    """A pod's node from its body: ``spec.nodeName``, or the DaemonSet's ``metadata.name`` term."""
+    spec = (pod or {}).get("spec") or {}
+    if spec.get("nodeName"):
+        return str(spec["nodeName"])
+    terms = (
+        (
+            ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+                "requiredDuringSchedulingIgnoredDuringExecution"
+            )
+        )
+        or {}
+    ).get("nodeSelectorTerms") or []
+    for term in terms:
+        for f in term.get("matchFields") or []:
+            if f.get("key") == "metadata.name" and f.get("values"):
+                return str(f["values"][0])
+    return None
+
+
+def plugin_pods(
+    events: Iterable[Mapping[str, Any]], namespace: str, labels: Mapping[str, str]
+) -> dict[str, PluginPodLife]:
+    """ACK's plugin pods (by name) from the log: each creation (its response: name, UID,
+    creationTimestamp), its binding to a node and its first successful deletion."""
+    pods: dict[str, PluginPodLife] = {}
+    for e in events:
+        ref = e.get("objectRef") or {}
+        if ref.get("resource") != "pods" or ref.get("namespace") != namespace or not _ok(e):
+            continue
+        sub, verb = ref.get("subresource"), e.get("verb")
+        if not sub and verb == "create":
+            obj = e.get("responseObject") or {}
+            meta = obj.get("metadata") or {}
+            if not _ack_plugin_pod(obj, namespace, labels) or not meta.get("name"):
+                continue
+            created = datetime.fromisoformat(
+                str(meta.get("creationTimestamp") or when(e).isoformat()).replace("Z", "+00:00")
+            )
+            pods[meta["name"]] = PluginPodLife(meta["name"], str(meta.get("uid", "")), created, _node_of(obj))
+        elif sub == "binding" and verb == "create" and ref.get("name") in pods:
+            target = ((e.get("requestObject") or {}).get("target") or {}).get("name")
+            if target:
+                pods[ref["name"]].node = str(target)
+        elif not sub and verb == "delete" and ref.get("name") in pods:
+            pod = pods[ref["name"]]
+            if pod.deleted is None:
+                pod.deleted, pod.deleted_by = when(e), str((e.get("user") or {}).get("username"))
+    return pods
+
+
+def _annotations_written(obj: Any) -> dict[str, str | None]:
+    if isinstance(obj, dict):
+        return dict(((obj.get("metadata") or {}).get("annotations")) or {})
+    return {}
+
+
+def plugin_changes(events: Iterable[Mapping[str, Any]], *, by: str) -> list[PluginChange]:
+    """Every write of ``by`` that changed a node's ACK plugin labels, with the restart it recorded.
+    A change that records none is excused where the node's record already names the new values
+    (Done or Pending: the plugin saw, or is about to see, them) or says Skipped (restart Never)."""
+    labels: dict[str, dict[str, str | None]] = {}
+    records: dict[str, str | None] = {}
+    out: list[PluginChange] = []
+    keys = ACK.plugin_labels
+    for e in events:
+        ref = e.get("objectRef") or {}
+        verb = e.get("verb")
+        if ref.get("resource") != "nodes" or ref.get("subresource") or not _ok(e):
+            continue
+        if verb not in ("create", "patch", "update"):
+            continue
+        obj = e.get("requestObject")
+        node = str(ref.get("name") or ((obj or {}).get("metadata") or {}).get("name"))
+        written = _labels_written(obj) or {}
+        annotations = _annotations_written(obj)
+        now = labels.setdefault(node, {})
+        before = tuple(now.get(k) for k in keys)
+        if verb in ("create", "update"):
+            now.clear()
+        now.update({k: v for k, v in written.items() if k in keys})
+        after = tuple(now.get(k) for k in keys)
+        old_record = records.get(node)
+        if c.ANNOTATION_PLUGIN_RESTART in annotations or verb in ("create", "update"):
+            records[node] = annotations.get(c.ANNOTATION_PLUGIN_RESTART)
+        user = str((e.get("user") or {}).get("username"))
+        if verb == "create" or before == after or user != by:
+            continue
+        new = RestartRecord.parse(records[node]) if c.ANNOTATION_PLUGIN_RESTART in annotations else None
+        since = None
+        excused = ""
+        if new is not None and new.pending:
+            since = datetime.fromisoformat(new.since.replace("Z", "+00:00"))
+        elif new is not None and new.state == "Skipped":
+            excused = "restart Never (Skipped)"
+        else:
+            old = RestartRecord.parse(old_record)
+            values = dict(zip(keys, after, strict=True))
+            if (
+                old is not None
+                and old.state in ("Done", "Pending")
+                and old.hash == plugin_labels_hash(values)
+            ):
+                excused = f"the node's record already names these values ({old.state})"
+        out.append(PluginChange(node, when(e), before, after, user, since, excused))
+    return out
+
+
+def plugin_restarts(
+    events: Sequence[Mapping[str, Any]],
+    *,
+    by: str,
+    namespace: str = ACK.default_plugin_namespace,
+    labels: Mapping[str, str] = ACK.default_plugin_labels,
+) -> RestartAudit:
+    """Each ACK plugin restart owed by a label change of ``by`` (the operator), against the plugin
+    pods deleted: none doubled, none missed.
+
+    A change owes the deletion of the node's plugin pods created before its ``since`` ("old"),
+    between the write and the node's next change (then the next change owes what is left: a pod
+    old for one is old for the next, so one deletion serves both, "carried"). Per change:
+
+    * doubled: ``by`` deleted a pod created at or after ``since`` (the plugin had restarted with
+      the new labels already), or more than one pod; a deletion by ``by`` where no change was
+      owed at all (before the node's first change);
+    * missed: a change that records no Pending restart (and is not excused, see
+      :func:`plugin_changes`), or, at the node's last change, an old pod nobody ever deleted;
+    * not the operator's to do: old pods someone else deleted first (the DaemonSet replaces them
+      with new ones, which end the restart), or no old pod at all (the node runs no plugin pod:
+      the operator records NoDevicePluginPod).
+    """
+    ordered = sorted(events, key=when)
+    pods = plugin_pods(ordered, namespace, labels)
+    audit = RestartAudit(plugin_changes(ordered, by=by))
+    by_node: dict[str, list[PluginChange]] = {}
+    for ch in audit.changes:
+        by_node.setdefault(ch.node, []).append(ch)
+    for pod in (p for p in pods.values() if p.deleted_by == by):  # deletions before a node's first change
+        first = by_node.get(pod.node or "")
+        if not first or (pod.deleted is not None and pod.deleted < first[0].at):
+            audit.violations.append(
+                (
+                    f"doubled: {by} deleted plugin pod {namespace}/{pod.name} of node {pod.node} at"
+                    f" {pod.deleted.isoformat() if pod.deleted else '?'}, no restart owed there",
+                    [_pod_line(pod)],
+                )
+            )
+    for node, changes in by_node.items():
+        on_node = [p for p in pods.values() if p.node == node]
+        for i, ch in enumerate(changes):
+            nxt = changes[i + 1].at if i + 1 < len(changes) else None
+            _one_change(audit, ch, nxt, on_node, by, namespace)
+    return audit
+
+
+def _one_change(
+    audit: RestartAudit,
+    ch: PluginChange,
+    nxt: datetime | None,
+    on_node: list[PluginPodLife],
+    by: str,
+    namespace: str,
+) -> None:
+    def within(t: datetime | None) -> bool:
+        return t is not None and t >= ch.at and (nxt is None or t < nxt)
+
+    mine = [p for p in on_node if p.deleted_by == by and within(p.deleted)]
+    evidence = [ch.text(), *(_pod_line(p) for p in on_node)][:12]
+    if ch.since is None:
+        if ch.excused:
+            audit.excused += 1
+        else:
+            audit.violations.append((f"missed: no restart recorded with the change: {ch.text()}", evidence))
+        for p in mine:
+            audit.violations.append(
+                (
+                    f"doubled: {by} deleted plugin pod {namespace}/{p.name} for a change that owes none",
+                    evidence,
+                )
+            )
+        return
+    since = ch.since
+    fresh = [p for p in mine if p.created >= since]
+    for p in fresh:
+        audit.violations.append(
+            (
+                f"doubled: {by} deleted plugin pod {namespace}/{p.name} of node {ch.node}, created"
+                f" {p.created.isoformat()}, not before since {since.isoformat()}: the plugin had"
+                " restarted with these labels already",
+                evidence,
+            )
+        )
+    if len(mine) > 1:
+        names = ", ".join(p.name for p in mine)
+        audit.violations.append(
+            (f"doubled: {by} deleted {len(mine)} plugin pods for one change ({names})", evidence)
+        )
+    old = [p for p in on_node if p.created < since and (p.deleted is None or p.deleted >= ch.at)]
+    left = [p for p in old if p.deleted is None or (nxt is not None and p.deleted >= nxt)]
+    if any(p in old for p in mine):
+        audit.by_operator += 1
+    elif not old:
+        audit.no_pod += 1
+    elif not left:
+        audit.by_others += 1
+    elif nxt is not None:
+        audit.carried += 1
+    else:
+        names = ", ".join(p.name for p in left)
+        audit.violations.append(
+            (
+                f"missed: plugin pod(s) {names} created before since, never deleted: {ch.text()}",
+                evidence,
+            )
+        )
+
+
+def _pod_line(p: PluginPodLife) -> str:
+    gone = f", deleted {p.deleted.isoformat()} by {p.deleted_by}" if p.deleted else ", never deleted"
+    return f"plugin pod {p.name} (uid {p.uid[:8]}) on {p.node}: created {p.created.isoformat()}{gone}"
