@@ -873,6 +873,16 @@ async def test_a_mig_pool_drives_nvidias_mig_manager_and_plugin_on_the_real_node
             NODE,
             {"metadata": {"labels": dict.fromkeys([*gone, c.LABEL_MIG_CONFIG, c.LABEL_MIG_CONFIG_STATE])}},
         )
+        # The plain plugin only once the MIG one is gone: the DaemonSet replaced in place once left
+        # the kubelet advertising capacity 8, allocatable 0 until the new pod was restarted (a CI
+        # rehearsal; the old plugin leaving while the new one registers is the suspect).
+        apps = client.AppsV1Api(napi)
+        await apps.delete_namespaced_daemon_set(nv.DS_NAME, nv.NAMESPACE)
+
+        async def plugin_gone() -> bool:
+            return not await nv.plugin_pods_on(napi, NODE)
+
+        await wait_for(plugin_gone, what="the MIG variant of the plugin gone", timeout_s=WAIT)
         await nv.install(napi, dev, CONFIGS)
         await nv.install_agent(napi, dev, product_image, agent_image)
         await label_and_wait(core, "ts4", 4 * GPUS, setup=True)
