@@ -221,6 +221,39 @@ agent_published() {  # the node agent on the real node has published its GPU cou
   [[ -n "$("$KUBECTL" get node realnode-0 -o jsonpath='{.metadata.labels.gpushare\.io/gpu\.count}')" ]]
 }
 
+# nvidia_job NAME NODEPOOL RESOURCE WAIT-STEP ENV-STEP PATTERN: a Job of one pod asking for one RESOURCE
+# on the real node (node pool NODEPOOL), waited for; its pod's log lines matching PATTERN printed.
+nvidia_job() {
+  local name="$1" nodepool="$2" resource="$3" waiting="$4" env_step="$5" pattern="$6"
+  echo "\$ kubectl apply -f - (Job $name: one $resource on $nodepool)"
+  "$KUBECTL" apply -f - <<EOF || die "applying job $name failed"
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: $name
+  namespace: default
+spec:
+  # NVIDIA's plugin registers several times as its pod starts: a pod bound meanwhile can be refused
+  # by the kubelet ("no healthy devices"; docs/concepts/backends.md). The Job makes another.
+  backoffLimit: 3
+  template:
+    spec:
+      nodeSelector:
+        alibabacloud.com/nodepool-id: $nodepool
+      containers:
+      - name: main
+        image: localhost/gpushare/workload:1.0
+        imagePullPolicy: Never
+        resources:
+          limits:
+            $resource: 1
+      restartPolicy: Never
+EOF
+  step "$waiting" "$KUBECTL" wait job "$name" --for=condition=Complete --timeout="${TIMEOUT}s"
+  step "$env_step" \
+    bash -c "\"$KUBECTL\" logs \$(\"$KUBECTL\" get pods -l job-name=$name --field-selector status.phase=Succeeded -o name) | grep -E '$pattern'"
+}
+
 nvidia_part() {
   echo
   bold "# Part 4: the real node moves to an NVIDIA time-slicing pool: NVIDIA's real device plugin and"
@@ -260,34 +293,8 @@ EOF
   wait_until "NVIDIA's plugin pod on the real node to be Ready" \
     "$KUBECTL" -n nvidia-device-plugin wait pods -l app.kubernetes.io/name=nvidia-device-plugin \
     --field-selector spec.nodeName=realnode-0 --for=condition=Ready --timeout=5s
-  echo "\$ kubectl apply -f - (Job gpu-on-real-node: one nvidia.com/gpu on np-real-nvidia)"
-  "$KUBECTL" apply -f - <<'EOF' || die "applying the NVIDIA job failed"
-apiVersion: batch/v1
-kind: Job
-metadata:
-  name: gpu-on-real-node
-  namespace: default
-spec:
-  # NVIDIA's plugin registers several times as its pod starts: a pod bound meanwhile can be refused
-  # by the kubelet ("no healthy devices"; docs/concepts/backends.md). The Job makes another.
-  backoffLimit: 3
-  template:
-    spec:
-      nodeSelector:
-        alibabacloud.com/nodepool-id: np-real-nvidia
-      containers:
-      - name: main
-        image: localhost/gpushare/workload:1.0
-        imagePullPolicy: Never
-        resources:
-          limits:
-            nvidia.com/gpu: 1
-      restartPolicy: Never
-EOF
-  step "Wait for the Job to run to completion in a real container" \
-    "$KUBECTL" wait job gpu-on-real-node --for=condition=Complete --timeout="${TIMEOUT}s"
-  step "Its environment, from NVIDIA's plugin's Allocate answer: one pretend GPU's UUID" \
-    bash -c "\"$KUBECTL\" logs \$(\"$KUBECTL\" get pods -l job-name=gpu-on-real-node --field-selector status.phase=Succeeded -o name) | grep -E 'NVIDIA_VISIBLE|ALIYUN_COM_GPU_MEM'"
+  nvidia_job gpu-on-real-node np-real-nvidia nvidia.com/gpu "Wait for the Job to run to completion in a real container" \
+    "Its environment, from NVIDIA's plugin's Allocate answer: one pretend GPU's UUID" 'NVIDIA_VISIBLE|ALIYUN_COM_GPU_MEM'
 }
 
 MIG_STEP=0
@@ -322,32 +329,8 @@ EOF
     "$KUBECTL" wait gsp real-mig --for=condition=Ready --timeout="$((TIMEOUT * 3))s"
   step "The real node in the MIG pool: its MIG config, the manager's state, the profiles the kubelet advertises (2 GPUs)" \
     "$KUBECTL" get nodes realnode-0 -o custom-columns="$MIG_COLUMNS"
-  echo "\$ kubectl apply -f - (Job mig-on-real-node: one nvidia.com/mig-1g.5gb on np-real-mig)"
-  "$KUBECTL" apply -f - <<'EOF' || die "applying the MIG job failed"
-apiVersion: batch/v1
-kind: Job
-metadata:
-  name: mig-on-real-node
-  namespace: default
-spec:
-  backoffLimit: 3  # as gpu-on-real-node: the plugin registers several times as its pod starts
-  template:
-    spec:
-      nodeSelector:
-        alibabacloud.com/nodepool-id: np-real-mig
-      containers:
-      - name: main
-        image: localhost/gpushare/workload:1.0
-        imagePullPolicy: Never
-        resources:
-          limits:
-            nvidia.com/mig-1g.5gb: 1
-      restartPolicy: Never
-EOF
-  step "Wait for the MIG Job to run to completion in a real container" \
-    "$KUBECTL" wait job mig-on-real-node --for=condition=Complete --timeout="${TIMEOUT}s"
-  step "Its environment, from NVIDIA's plugin's Allocate answer: one MIG device's UUID" \
-    bash -c "\"$KUBECTL\" logs \$(\"$KUBECTL\" get pods -l job-name=mig-on-real-node --field-selector status.phase=Succeeded -o name) | grep -E 'NVIDIA_VISIBLE'"
+  nvidia_job mig-on-real-node np-real-mig nvidia.com/mig-1g.5gb "Wait for the MIG Job to run to completion in a real container" \
+    "Its environment, from NVIDIA's plugin's Allocate answer: one MIG device's UUID" 'NVIDIA_VISIBLE'
 }
 
 switch_cgpu_to_core_mem() {
