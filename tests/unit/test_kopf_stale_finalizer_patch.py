@@ -30,6 +30,7 @@ from kopf._core.engines import indexing
 from kopf._core.reactor import inventory, processing
 
 from gpushare import constants as c
+from gpushare.handlers import pools
 
 POOLS = references.Resource(
     group=c.GROUP, version=c.VERSION, plural=c.PLURAL, namespaced=False, subresources=frozenset({"status"})
@@ -53,6 +54,33 @@ def _pool(rv: str, *, deleting: bool) -> dict[str, Any]:
     }
 
 
+def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+def _json_patch(target: dict[str, Any], ops: list[dict[str, Any]]) -> None:
+    """The few JSON-patch ops Kopf sends for finalizers (test, add, remove, replace)."""
+    for op in ops:
+        *parents, leaf = op["path"].strip("/").split("/")
+        node: Any = target
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node.setdefault(part, {})
+        if op["op"] == "test":
+            assert node[leaf] == op["value"]
+        elif op["op"] == "remove":
+            del node[int(leaf) if isinstance(node, list) else leaf]
+        elif isinstance(node, list):
+            node.insert(len(node) if leaf == "-" else int(leaf), op["value"])
+        else:
+            node[leaf] = copy.deepcopy(op["value"])
+
+
 class Replica:
     """One replica's Kopf reactor state for GPUSharePools: registry, settings, per-object memory."""
 
@@ -69,6 +97,7 @@ class Replica:
         self.cleanups: list[str] = []
         self.writes: list[tuple[str, Any]] = []
         self.conflict_next_json_patch = False
+        self.stored: dict[str, Any] = {}  # the apiserver's copy, as of the last event processed
 
         @kopf.on.delete(c.GROUP, c.VERSION, c.PLURAL, id="cleanup", registry=self.registry)
         async def cleanup(name: str, **_: Any) -> None:
@@ -80,11 +109,17 @@ class Replica:
             if "json-patch" in kind and self.conflict_next_json_patch:
                 self.conflict_next_json_patch = False
                 raise errors.APIUnprocessableEntityError("the test op failed", status=422, headers={})
-            return {"metadata": {"resourceVersion": str(100 + len(self.writes))}}
+            if "json-patch" in kind:
+                _json_patch(self.stored, payload)
+            else:
+                _merge(self.stored, payload)
+            self.stored["metadata"]["resourceVersion"] = str(100 + len(self.writes))
+            return copy.deepcopy(self.stored)
 
         monkeypatch.setattr(api, "patch", fake_patch)
 
     async def process(self, raw_type: str | None, body: dict[str, Any]) -> str | None:
+        self.stored = copy.deepcopy(body)
         return await processing.process_resource_event(
             lifecycle=kopf.lifecycles.all_at_once,
             indexers=self.indexers,
@@ -131,3 +166,51 @@ async def test_without_the_stale_patch_the_relisted_deletion_is_cleaned_up(
     await replica.process(None, _pool("366", deleting=False))  # the finalizer's patch succeeds
     await replica.process(None, _pool("379", deleting=True))  # relisted after the pause
     assert replica.cleanups == ["soak-b"]
+
+
+async def test_the_deletion_touch_brings_the_cycle_that_runs_the_cleanup(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    replica = Replica(monkeypatch)
+    kopf.on.event(c.GROUP, c.VERSION, c.PLURAL, id="deletion-touch", registry=replica.registry)(
+        pools.deletion_touch
+    )
+    replica.conflict_next_json_patch = True
+    await replica.process(None, _pool("366", deleting=False))  # 422, left pending; then paused
+
+    replica.writes.clear()
+    deleting = _pool("379", deleting=True)
+    version = await replica.process(None, deleting)  # relisted after the resume
+    assert replica.cleanups == []  # still skipped in this cycle (Kopf's gate) ...
+    touch = f"{c.GROUP}/touch-dummy"
+    [(kind, payload)] = replica.writes  # ... but it writes Kopf's touch-dummy:
+    assert kind == "application/merge-patch+json"
+    assert payload["metadata"]["annotations"][touch]
+    assert version is not None  # the worker now expects that write's event
+
+    # The touch's event (as the watch delivers it) runs the cleanup; Kopf's next write removes
+    # the dummy and, the cleanup done, the finalizer.
+    replica.writes.clear()
+    touched = copy.deepcopy(deleting)
+    touched["metadata"]["resourceVersion"] = version
+    touched["metadata"]["annotations"][touch] = payload["metadata"]["annotations"][touch]
+    await replica.process("MODIFIED", touched)
+    assert replica.cleanups == ["soak-b"]
+    merge = next(p for k, p in replica.writes if k == "application/merge-patch+json")
+    assert merge["metadata"]["annotations"][touch] is None
+    assert c.FINALIZER not in replica.stored["metadata"].get("finalizers", [])
+    assert touch not in replica.stored["metadata"]["annotations"]
+
+
+@pytest.mark.parametrize(
+    ("meta", "pending", "expected"),
+    [
+        ({"deletionTimestamp": "t", "finalizers": [c.FINALIZER]}, True, True),
+        ({"deletionTimestamp": "t", "finalizers": [c.FINALIZER]}, False, False),  # nothing pends
+        ({"finalizers": [c.FINALIZER]}, True, False),  # not terminating: no handler is lost for good
+        ({"deletionTimestamp": "t", "finalizers": ["other.io/x"]}, True, False),  # ours is gone
+        ({"deletionTimestamp": "t"}, True, False),
+    ],
+)
+def test_stale_patch_blocks_cleanup(meta: dict[str, Any], pending: bool, expected: bool) -> None:
+    assert pools.stale_patch_blocks_cleanup({"metadata": meta}, pending=pending) is expected

@@ -13,6 +13,7 @@ from gpushare import constants as c
 from gpushare import lazy_client, metrics
 from gpushare.demand_loop import DemandTracker
 from gpushare.handlers import watch
+from gpushare.handlers.pools import PROGRESS
 from gpushare.handlers.state import OperatorState, Started
 from gpushare.k8s import ApiError
 from gpushare.k8s.client import WATCH_READ_BUFSIZE, kopf_connection, load_configuration, new_api_client
@@ -29,7 +30,7 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **_: A
     options = memo.options
     # Kopf's own bookkeeping lives under our domain, on GPUSharePools only.
     settings.persistence.finalizer = c.FINALIZER
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.GROUP)
+    settings.persistence.progress_storage = PROGRESS
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=c.GROUP, key="last-handled-configuration"
     )

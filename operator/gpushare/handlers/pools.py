@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import kopf
@@ -17,6 +18,8 @@ from gpushare.k8s.cluster import plugin_namespace_problem, pool_ref
 from gpushare.reconcile.loop import pool_loop
 
 log = structlog.stdlib.get_logger("gpushare.handlers")
+#: Kopf's progress storage as configured (handlers.lifecycle); its touch-dummy annotation wakes a pool.
+PROGRESS = kopf.AnnotationsProgressStorage(prefix=c.GROUP)
 T = TypeVar("T")
 #: What ``gpushare_pools`` indexes: each pool's body by name (Kopf passes it as that kwarg).
 PoolIndex = kopf.Index[str, dict[str, Any]]
@@ -89,6 +92,29 @@ async def cleanup(
     listed = memo.watches.wait_listed if memo.watches is not None else None
     await pool_loop(name, memo.reconciler, lambda: _values(gpushare_pools), listed=listed, until_done=True)
     await memo.reconciler.cleanup_done(name, meta.get("uid"))
+
+
+@kopf.on.event(c.GROUP, c.VERSION, c.PLURAL, id="deletion-touch")
+async def deletion_touch(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+    """Make sure a terminating pool gets the cycle that runs its cleanup (issue 58).
+
+    Kopf 1.45.2 keeps a finalizer JSON-patch that lost a race (422) as the pool's pending patch
+    until the next event. A replica paused by peering before that event keeps it; after the
+    resume the re-listed, terminating pool is processed with it: Kopf skips the on.delete
+    handler for a cycle with a pending patch, and the patch writes nothing (the other replica
+    added the finalizer), so no event ever brings the next cycle. On.event handlers run before
+    that gate with the same patch: a touch of Kopf's own dummy annotation (removed by Kopf on
+    the next write) makes the write, whose event runs the cleanup.
+    """
+    if stale_patch_blocks_cleanup(body, pending=bool(patch)):
+        PROGRESS.touch(body=body, patch=patch, value=datetime.now(UTC).isoformat())
+
+
+def stale_patch_blocks_cleanup(body: Mapping[str, Any], *, pending: bool) -> bool:
+    """Whether Kopf would skip the cleanup of this pool in this cycle for a patch left pending
+    from an earlier one: the pool is terminating, our finalizer still holds it, a patch pends."""
+    meta = body.get("metadata") or {}
+    return pending and bool(meta.get("deletionTimestamp")) and c.FINALIZER in (meta.get("finalizers") or [])
 
 
 @kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)
