@@ -448,9 +448,8 @@ raise SystemExit(", ".join(missing) if missing else 0)' 2>&1)"; then
     else
       NVIDIA_STEP=1
       nvidia_args=(--nvidia-plugin --real-node-plugin ack --agent-image "$archive")
-      if ! why="$("$PY" -c 'from gpushare.devcluster import migmanager, nvidia as nv
-from gpushare.devcluster.realnode import programs_dir
-missing = [f"{p} (make {t})" for p, t in (*((nv.mig_parted_bin_dir() / p, "mig-parted") for p in migmanager.NVIDIA_PROGRAMS), (programs_dir() / nv.NVIDIA_CAPS, "realnode-bins")) if not p.exists()]
+      if ! why="$("$PY" -c 'from gpushare.devcluster import migmanager
+missing = migmanager.missing()
 raise SystemExit(", ".join(missing) if missing else 0)' 2>&1)"; then
         echo "demo: no MIG pool on the real node (missing $why)"
       else

@@ -300,6 +300,13 @@ def _condition(pool: dict[str, Any] | None, kind: str) -> dict[str, Any]:
     return next((cond for cond in conds if cond.get("type") == kind), {})
 
 
+def _ready_for_its_spec(pool: dict[str, Any] | None) -> bool:
+    """Pool Ready, and for its current spec (not a Ready of the generation before the last change)."""
+    ready = _condition(pool, "Ready")
+    current = (pool or {}).get("metadata", {}).get("generation")
+    return ready.get("status") == "True" and ready.get("observedGeneration") == current
+
+
 def _node_status(pool: dict[str, Any] | None) -> dict[str, Any]:
     return next(iter(((pool or {}).get("status") or {}).get("nodeStatuses") or []), {})
 
@@ -345,9 +352,7 @@ async def ready_with(core: client.CoreV1Api, pools: PoolApi, name: str, count: i
 
     async def ready() -> dict[str, Any] | None:
         pool = await pools.get(name)
-        ready = _condition(pool, "Ready")
-        current = (pool or {}).get("metadata", {}).get("generation")
-        if ready.get("status") != "True" or ready.get("observedGeneration") != current:
+        if not _ready_for_its_spec(pool):
             return None  # not Ready, or Ready for the spec before the last change
         advertised = await _allocatable(core)
         assert advertised == (str(count), str(count)), (advertised, pool)
@@ -921,9 +926,7 @@ async def _mig_pool_ready(
 
     async def ready() -> dict[str, Any] | None:
         pool = await pools.get(name)
-        cond = _condition(pool, "Ready")
-        current = (pool or {}).get("metadata", {}).get("generation")
-        return pool if cond.get("status") == "True" and cond.get("observedGeneration") == current else None
+        return pool if _ready_for_its_spec(pool) else None
 
     try:
         pool = await wait_for(ready, what=f"pool {name} Ready", timeout_s=POOL_WAIT)

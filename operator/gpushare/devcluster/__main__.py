@@ -43,7 +43,7 @@ from gpushare.devcluster.fakes import (
     ensure_device_plugin_daemonset,
 )
 from gpushare.devcluster.process import DevClusterError, tail
-from gpushare.devcluster.realnode import RealNodeUnavailable, preflight, programs_dir, undo_leftovers
+from gpushare.devcluster.realnode import RealNodeUnavailable, preflight, undo_leftovers
 from gpushare.k8s.client import make_api_client
 
 DEFAULT_DIR = ".cluster"
@@ -250,14 +250,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             print(f"error: --nvidia-plugin: {why}", file=sys.stderr)
             return 1
     if args.mig_manager:
-        missing = [
-            f"{path} (make {target})"
-            for path, target in (
-                *((nv.mig_parted_bin_dir() / p, "mig-parted") for p in migmanager.NVIDIA_PROGRAMS),
-                (programs_dir() / nv.NVIDIA_CAPS, "realnode-bins"),
-            )
-            if not path.exists()
-        ]
+        missing = migmanager.missing()
         if not args.nvidia_plugin or missing:
             why = (
                 f"missing {', '.join(missing)}"

@@ -32,7 +32,7 @@ from gpushare.devcluster import migsim
 from gpushare.devcluster import nvidia as nv
 from gpushare.devcluster.images import build_files_image
 from gpushare.devcluster.rbac import create_service_account, service_account_bodies
-from gpushare.devcluster.realnode import REPO
+from gpushare.devcluster.realnode import REPO, programs_dir
 
 if TYPE_CHECKING:
     from gpushare.devcluster.cluster import DevCluster
@@ -62,6 +62,16 @@ HOST_TOOLS = (
 _CONFIG_DIR = "/mig-parted-config"
 #: NVIDIA's programs in the image (``make mig-parted``).
 NVIDIA_PROGRAMS = ("nvidia-mig-manager", "nvidia-mig-parted", "reconfigure-mig.sh")
+
+
+def missing(environ: Mapping[str, str] | None = None) -> list[str]:
+    """What the MIG manager on the real node needs and is not built, each as ``path (make target)``:
+    NVIDIA's programs and the plugin's nvidia-caps wrapper (empty: all there)."""
+    needed = [
+        *((nv.mig_parted_bin_dir(environ) / p, "mig-parted") for p in NVIDIA_PROGRAMS),
+        (programs_dir(environ) / nv.NVIDIA_CAPS, "realnode-bins"),
+    ]
+    return [f"{path} (make {target})" for path, target in needed if not path.exists()]
 
 
 def image_ref() -> str:

@@ -60,7 +60,7 @@ from gpushare.devcluster.demo import NVIDIA_NODE_POOL, create_demo_nodes, create
 from gpushare.devcluster.fakes import POOL_LABEL, ensure_device_plugin_daemonset, wait_for
 from gpushare.devcluster.soakaudit import mode_changes, occupancies, plugin_restarts, wait_breaches, when
 from gpushare.k8s.client import make_api_client
-from gpushare.policy.planner import desired_labels
+from gpushare.policy.planner import RestartRecord, desired_labels
 
 REPO = Path(__file__).resolve().parents[3]
 CRDS = (
@@ -1330,7 +1330,8 @@ class Soak:
             with contextlib.suppress(*REFUSED):
                 for n in await self._nodes():
                     raw = (n.metadata.annotations or {}).get(c.ANNOTATION_PLUGIN_RESTART)
-                    if raw and '"state":"Pending"' in raw:
+                    record = RestartRecord.parse(raw)
+                    if record is not None and record.state == "Pending":
                         return False
                 return True
             return False
