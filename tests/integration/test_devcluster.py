@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from kubernetes_asyncio import client
 
 from gpushare import constants as c
 from gpushare.devcluster import ClusterInfo, wait_for, wait_plugin_ready
 from gpushare.devcluster.fakes import POOL_LABEL, FakeNodeSet, plugin_pods_on
+from gpushare.devcluster.pluginsim import ANNOTATION_NUDGE, LABEL_SIMULATED, SIMULATED_VALUE
+from gpushare.k8s.generated import refused
 
 
 async def test_version_is_the_pinned_release(api: client.ApiClient) -> None:
@@ -61,6 +64,50 @@ async def test_device_plugin_pod_is_recreated_running_on_the_same_node(
     # The other node's plugin pod was not touched.
     [still] = await plugin_pods_on(api, node_b)
     assert still.metadata.uid == other.metadata.uid
+
+
+async def test_a_plugin_pod_kwok_leaves_pending_is_shown_to_it_again(api: client.ApiClient) -> None:
+    """kwok can miss a pod bound as it takes its node on (kubernetes-sigs/kwok#1572); pluginsim
+    shows such a pod to kwok again. Here kwok never runs the pod (its node is not kwok's), so the
+    pod stays Pending and pluginsim's count goes up, once per span, on a simulated node only."""
+    core = client.CoreV1Api(api)
+    tag = secrets.token_hex(3)
+    owner = await core.create_namespaced_config_map(
+        c.DEFAULT_PLUGIN_NAMESPACE, cast(Any, {"metadata": {"name": f"nudge-{tag}"}})
+    )
+    pods = []
+    try:
+        for name, simulated in ((f"nudge-{tag}", True), (f"nudge-{tag}-real", False)):
+            labels = {LABEL_SIMULATED: SIMULATED_VALUE} if simulated else {}
+            await core.create_node(cast(Any, {"metadata": {"name": name, "labels": labels}}))
+            # a plugin pod (the DaemonSet's labels, so pluginsim follows it) that no DaemonSet
+            # adopts: its controller is the ConfigMap, whose deletion takes it away
+            ref: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap", "name": owner.metadata.name}
+            ref |= {"uid": owner.metadata.uid, "controller": True}
+            body = {
+                "metadata": {"name": name, "labels": dict(c.DEFAULT_PLUGIN_LABELS), "ownerReferences": [ref]},
+                "spec": {"nodeName": name, "containers": [{"name": "p", "image": "none"}]},
+            }
+            pods.append(await core.create_namespaced_pod(c.DEFAULT_PLUGIN_NAMESPACE, cast(Any, body)))
+
+        async def nudged_twice() -> dict[str, str] | None:
+            pod = await core.read_namespaced_pod(pods[0].metadata.name, c.DEFAULT_PLUGIN_NAMESPACE)
+            annotations = pod.metadata.annotations or {}
+            return annotations if annotations.get(ANNOTATION_NUDGE) == "2" else None
+
+        await wait_for(nudged_twice, what="pluginsim to show the Pending pod to kwok twice", timeout_s=60)
+        real = await core.read_namespaced_pod(pods[1].metadata.name, c.DEFAULT_PLUGIN_NAMESPACE)
+        assert ANNOTATION_NUDGE not in (real.metadata.annotations or {})  # not a simulated node
+        assert real.status.phase == "Pending"
+    finally:
+        await core.delete_namespaced_config_map(owner.metadata.name, c.DEFAULT_PLUGIN_NAMESPACE)
+        for pod in pods:
+            with refused(404):
+                await core.delete_namespaced_pod(
+                    pod.metadata.name, c.DEFAULT_PLUGIN_NAMESPACE, grace_period_seconds=0
+                )
+            with refused(404):
+                await core.delete_node(pod.spec.node_name)
 
 
 async def test_label_and_field_selectors_on_pods(

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from gpushare import constants as c
 from gpushare.devcluster.pluginsim import (
     LABEL_SIMULATED,
+    NUDGE_AFTER,
     RES_ALIYUN_GPU,
     RES_NVIDIA_GPU,
     RESOURCES,
+    PendingPod,
     advertised_resources,
+    nudges_due,
+    pending_key,
     plugin_isolation,
     plugin_mode,
     seen_pod,
@@ -133,3 +137,31 @@ async def test_only_running_pods_on_opted_in_nodes_reach_the_api() -> None:
         await sim._pod("ADDED", _pod("nv", "u4"))
         await sim._node("ADDED", {"metadata": {"name": "nv", "labels": {LABEL_SIMULATED: "nvidia"}}})
         assert calls == [("sim", "u1"), ("late", "u3")]
+
+
+# --- kwok's missed pods (kubernetes-sigs/kwok#1572) -------------------------------------------
+
+
+def _bound_pod(phase: str | None, node: str = "n1", deleting: bool = False) -> dict[str, object]:
+    meta: dict[str, object] = {"namespace": "kube-system", "name": "p"}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-12-06T00:00:00Z"
+    return {"metadata": meta, "spec": {"nodeName": node}, "status": {"phase": phase} if phase else {}}
+
+
+def test_only_a_bound_pending_pod_is_followed() -> None:
+    assert pending_key(_bound_pod("Pending")) == ("kube-system", "p")
+    assert pending_key(_bound_pod(None)) == ("kube-system", "p")  # no status yet: Pending
+    assert pending_key(_bound_pod("Running")) is None
+    assert pending_key(_bound_pod("Pending", node="")) is None  # not bound: the scheduler's, not kwok's
+    assert pending_key(_bound_pod("Pending", deleting=True)) is None
+
+
+def test_a_pod_is_shown_to_kwok_again_once_per_span_it_stays_pending() -> None:
+    t0 = datetime(2026, 12, 6, tzinfo=UTC)
+    fresh = PendingPod("ns", "fresh", "n1", t0)
+    once = PendingPod("ns", "once", "n1", t0, nudges=1)
+    pending = {("ns", "fresh"): fresh, ("ns", "once"): once}
+    assert nudges_due(pending, t0 + NUDGE_AFTER - timedelta(seconds=1)) == []
+    assert nudges_due(pending, t0 + NUDGE_AFTER) == [fresh]
+    assert nudges_due(pending, t0 + 2 * NUDGE_AFTER) == [fresh, once]

@@ -19,7 +19,7 @@ from kubernetes_asyncio import client
 
 from gpushare import constants as c
 from gpushare.devcluster import migsim, nvidia, nvidiasim
-from gpushare.devcluster.pluginsim import LABEL_SIMULATED, SIMULATED_VALUE, seen_pod
+from gpushare.devcluster.pluginsim import ANNOTATION_NUDGE, LABEL_SIMULATED, SIMULATED_VALUE, seen_pod
 from gpushare.devcluster.rbac import create_service_account, service_account_bodies
 from gpushare.gpu.fake import FakeGPU, FakeNVML
 from gpushare.gpu.inventory import collect_inventory, desired_node_metadata
@@ -281,6 +281,7 @@ async def _plugin_diagnosis(core: client.CoreV1Api, names: Sequence[str], before
                 listed = await core.list_namespaced_pod(namespace, field_selector=f"spec.nodeName={name}")
                 pods += [
                     f"{namespace}/{p.metadata.name} {p.status.phase} uid={p.metadata.uid}"
+                    + (f" shown to kwok again {n} times" if (n := _nudges(p.metadata.annotations)) else "")
                     for p in listed.items
                 ]
         lines.append(
@@ -288,6 +289,10 @@ async def _plugin_diagnosis(core: client.CoreV1Api, names: Sequence[str], before
             f"plugin pods bound here: {', '.join(pods) or 'none'}"
         )
     return "\n".join(lines)
+
+
+def _nudges(annotations: Mapping[str, str] | None) -> str:
+    return (annotations or {}).get(ANNOTATION_NUDGE, "")
 
 
 async def wait_nodes_ready(api: client.ApiClient, names: Iterable[str], *, timeout_s: float = 60.0) -> None:

@@ -42,6 +42,13 @@ configs (``default-mig-parted-config`` in ``gpu-operator``) and follows each nod
 config's MIG strategy. What it decides is in :mod:`gpushare.devcluster.migsim`; the annotation
 ``gpushare.io/simulated-mig`` records the label it acted on, the state, each GPU's devices and why
 it failed.
+
+kwok can miss a pod that is bound in the instant it takes a new node on (the node's lease held,
+its cache not yet saying so: kubernetes-sigs/kwok#1572) and does not look at that pod again until
+the pod changes: a DaemonSet's plugin pod, bound as its node is created, can then stay Pending for
+good. The simulator shows such a pod to kwok again (:func:`nudges_due`): a plugin pod on a
+simulated node still Pending ``NUDGE_AFTER`` after it was first seen so gets the annotation
+``gpushare.io/simulated-kwok-nudge`` (a count), which kwok sees as a change, and the log says so.
 """
 
 from __future__ import annotations
@@ -80,6 +87,40 @@ RES_ALIYUN_GPU = "aliyun.com/gpu"
 #: Every resource the simulated plugin sets (to 0 when the mode does not advertise it).
 RESOURCES: tuple[str, ...] = (RES_NVIDIA_GPU, c.RES_GPU_MEM, c.RES_GPU_COUNT, c.RES_GPU_CORE, RES_ALIYUN_GPU)
 MEMORY_MODES = ("cgpu", "share", "mps")
+#: How long a plugin pod bound to a simulated node may stay Pending before kwok is shown it again
+#: (and again after each such span): kwok runs a pod it has seen within a second or two.
+NUDGE_AFTER = timedelta(seconds=10)
+#: How many times kwok was shown the pod again (module docstring).
+ANNOTATION_NUDGE: str = f"{c.GROUP}/simulated-kwok-nudge"
+
+
+@dataclass(frozen=True)
+class PendingPod:
+    """A plugin pod bound to a simulated node and not yet Running: since when it was seen so, and
+    how many times kwok was shown it again."""
+
+    namespace: str
+    name: str
+    node: str
+    since: datetime
+    nudges: int = 0
+
+
+def pending_key(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """``(namespace, name)`` of a pod bound to a node, not being deleted and still Pending; else
+    None."""
+    meta = pod.get("metadata") or {}
+    if not (pod.get("spec") or {}).get("nodeName") or meta.get("deletionTimestamp"):
+        return None
+    if (pod.get("status") or {}).get("phase", "Pending") != "Pending":
+        return None
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def nudges_due(pending: Mapping[tuple[str, str], PendingPod], now: datetime) -> list[PendingPod]:
+    """The pods to show kwok again now: each Pending ``NUDGE_AFTER`` times one more than it was
+    nudged (pure)."""
+    return [p for p in pending.values() if now - p.since >= NUDGE_AFTER * (p.nudges + 1)]
 
 
 def plugin_mode(labels: Mapping[str, str]) -> str:
@@ -261,6 +302,8 @@ class PluginSimulator:
         self.mig_written: dict[str, migsim.MigState] = {}
         #: When the MIG manager first saw each node's current ``nvidia.com/mig.config`` value.
         self.mig_noticed: dict[str, tuple[str, datetime]] = {}
+        #: plugin pods (both stacks') bound and still Pending, for :func:`nudges_due`
+        self.pending: dict[tuple[str, str], PendingPod] = {}
         self._lock = asyncio.Lock()
 
     async def handle(self, node_name: str, uid: str) -> None:
@@ -316,7 +359,45 @@ class PluginSimulator:
                 log.warning("node %s: API error %s %s; retrying", node_name, error.status, error.reason)
                 self.waiting[node_name] = uid
 
+    def _track(self, event_type: str, pod: Mapping[str, Any]) -> None:
+        """Follow a plugin pod's phase for :meth:`nudge`."""
+        key = pending_key(pod)
+        meta = pod.get("metadata") or {}
+        this = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        if event_type == "DELETED" or key is None:
+            self.pending.pop(this, None)
+        elif key not in self.pending:
+            node = str((pod.get("spec") or {}).get("nodeName") or "")
+            self.pending[key] = PendingPod(key[0], key[1], node, datetime.now(UTC))
+
+    async def nudge(self, now: datetime) -> None:
+        """Show kwok again each plugin pod on a simulated node that has stayed Pending too long."""
+        for pod in nudges_due(self.pending, now):
+            if pod.node not in self.opted and pod.node not in self.nv_nodes:
+                continue  # not a simulated node (the real node's pods are the kubelet's)
+            count = pod.nudges + 1
+            with refused() as error:
+                patch = {"metadata": {"annotations": {ANNOTATION_NUDGE: str(count)}}}
+                await self.core.patch_namespaced_pod(pod.name, pod.namespace, patch)
+            if error and error.status == 404:
+                self.pending.pop((pod.namespace, pod.name), None)
+                continue
+            if (pod.namespace, pod.name) in self.pending:
+                self.pending[(pod.namespace, pod.name)] = PendingPod(
+                    pod.namespace, pod.name, pod.node, pod.since, count
+                )
+            log.warning(
+                "plugin pod %s/%s on %s still Pending after %.0fs: shown to kwok again (%d)%s",
+                pod.namespace,
+                pod.name,
+                pod.node,
+                (now - pod.since).total_seconds(),
+                count,
+                f"; API error {error.status}" if error else "",
+            )
+
     async def _pod(self, event_type: str, pod: Mapping[str, Any]) -> None:
+        self._track(event_type, pod)
         node = str((pod.get("spec") or {}).get("nodeName") or "")
         uid = str((pod.get("metadata") or {}).get("uid") or "")
         if event_type == "DELETED" or not _running(pod):
@@ -355,6 +436,7 @@ class PluginSimulator:
     # -- NVIDIA's device plugin and config-manager ---------------------------------------------
 
     async def _nvidia_pod(self, event_type: str, pod: Mapping[str, Any]) -> None:
+        self._track(event_type, pod)
         if event_type == "DELETED" or not _running(pod):
             return
         node = str((pod.get("spec") or {}).get("nodeName") or "")
@@ -485,6 +567,7 @@ class PluginSimulator:
                 await self._safe(node_name, uid)
             for node_name in list(self.nv_retry):
                 await self._nvidia(node_name)
+            await self.nudge(datetime.now(UTC))
 
     async def _list_watch(
         self,
