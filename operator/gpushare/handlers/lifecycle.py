@@ -18,10 +18,22 @@ from gpushare.handlers.state import OperatorState, Started
 from gpushare.k8s import ApiError
 from gpushare.k8s.client import WATCH_READ_BUFSIZE, kopf_connection, load_configuration, new_api_client
 from gpushare.k8s.cluster import Cluster
+from gpushare.k8s.discovery import Served, wait_served
 from gpushare.reconcile import Reconciler
 from gpushare.webhook.gate import NvidiaGate
 
 log = structlog.stdlib.get_logger("gpushare.operator")
+#: Kopf's cluster-wide peering resource (``--peering``)
+PEERING_GROUP_VERSION, PEERING_PLURAL = "kopf.dev/v1", "clusterkopfpeerings"
+
+
+def _say_waiting(left: list[Served], seconds: float) -> None:
+    log.warning(
+        "Waiting for the API server to serve what the operator watches (a CRD not installed, or an"
+        " API server still starting): kubectl apply -f crds/ if it is not installed",
+        missing=[f"{plural}.{gv}" for gv, plural in left],
+        seconds=round(seconds, 1),
+    )
 
 
 @kopf.on.startup()
@@ -56,6 +68,13 @@ async def configure(settings: kopf.OperatorSettings, memo: OperatorState, **_: A
     log.info("Kubernetes client models", **lazy_client.state())
     cfg = await load_configuration(options.kubeconfig, context=options.context)
     api = new_api_client(cfg)
+    # Kopf resolves GPUSharePools (and its peering resource) once, after this handler: wait until
+    # the apiserver serves them (one that is starting may not yet), or they are never served.
+    wanted = [(f"{c.GROUP}/{c.VERSION}", c.PLURAL)]
+    wanted += [(PEERING_GROUP_VERSION, PEERING_PLURAL)] if options.peering else []
+    waited = await wait_served(api, wanted, say=_say_waiting)
+    if waited >= 1:
+        log.info("APIs served", seconds=round(waited, 1))
     cluster = Cluster(
         api, events_namespace=options.events_namespace, plugin_namespaces=options.plugin_namespaces
     )

@@ -39,6 +39,7 @@ from gpushare.admission import DEFAULT_TABLE, KindTable
 from gpushare.admission.webhook_config import WebhookTarget
 from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
 from gpushare.k8s.client import WATCH_READ_BUFSIZE, ApiClient, load_configuration, new_api_client
+from gpushare.k8s.discovery import Served, wait_served
 from gpushare.k8s.watch import ListWatch
 from gpushare.webhook.answer import CleanAllows, admit, live_context, log_decision, record, respond
 from gpushare.webhook.context import ContextCache
@@ -110,6 +111,15 @@ def make_handler(
     return validate
 
 
+def _say_waiting(left: list[Served], seconds: float) -> None:
+    logging.getLogger("gpushare.webhook").warning(
+        "waiting %.0fs for the API server to serve %s (a CRD not installed, or an API server still"
+        " starting): kubectl apply -f crds/ if it is not installed",
+        seconds,
+        ", ".join(f"{plural}.{gv}" for gv, plural in left),
+    )
+
+
 def register(
     registry: kopf.OperatorRegistry,
     options: WebhookOptions,
@@ -152,6 +162,8 @@ def register(
         cache.nodes_index = cache.fed  # updated in place by the Node watch
         cfg = await load_configuration(options.kubeconfig, context=options.context)
         lifecycle.api = new_api_client(cfg)
+        if pools_index is None:  # its own index of the pools: Kopf resolves them once, after this
+            await wait_served(lifecycle.api, [(f"{c.GROUP}/{c.VERSION}", c.PLURAL)], say=_say_waiting)
         if watch_nodes:
             watch_api = new_api_client(cfg, read_bufsize=WATCH_READ_BUFSIZE)
             node_watch = ListWatch(watch_api, "nodes", cache.node_event, cache.nodes_listed, page=NODE_PAGE)
