@@ -1383,7 +1383,9 @@ class Soak:
                 node_patches += 1
                 loan = _annotation_written(e.get("requestObject"), c.ANNOTATION_LOAN)
                 if loan is not None and code < 300:
-                    self.report.detail["lending: loans made" if loan else "lending: loans returned"] += 1
+                    self.report.detail[
+                        "lending: loan writes (set)" if loan else "lending: loan writes (removed)"
+                    ] += 1
                 bad = _foreign_keys(e.get("requestObject"), verb)
                 if bad:
                     self.report.violate(
