@@ -16,8 +16,8 @@ from gpushare.devcluster.pluginsim import (
     RESOURCES,
     PendingPod,
     advertised_resources,
+    is_pending,
     nudges_due,
-    pending_key,
     plugin_isolation,
     plugin_mode,
     seen_pod,
@@ -150,11 +150,11 @@ def _bound_pod(phase: str | None, node: str = "n1", deleting: bool = False) -> d
 
 
 def test_only_a_bound_pending_pod_is_followed() -> None:
-    assert pending_key(_bound_pod("Pending")) == ("kube-system", "p")
-    assert pending_key(_bound_pod(None)) == ("kube-system", "p")  # no status yet: Pending
-    assert pending_key(_bound_pod("Running")) is None
-    assert pending_key(_bound_pod("Pending", node="")) is None  # not bound: the scheduler's, not kwok's
-    assert pending_key(_bound_pod("Pending", deleting=True)) is None
+    assert is_pending(_bound_pod("Pending"))
+    assert is_pending(_bound_pod(None))  # no status yet: Pending
+    assert not is_pending(_bound_pod("Running"))
+    assert not is_pending(_bound_pod("Pending", node=""))  # not bound: the scheduler's, not kwok's
+    assert not is_pending(_bound_pod("Pending", deleting=True))
 
 
 def test_a_pod_is_shown_to_kwok_again_once_per_span_it_stays_pending() -> None:

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import signal
@@ -106,15 +107,12 @@ class PendingPod:
     nudges: int = 0
 
 
-def pending_key(pod: Mapping[str, Any]) -> tuple[str, str] | None:
-    """``(namespace, name)`` of a pod bound to a node, not being deleted and still Pending; else
-    None."""
+def is_pending(pod: Mapping[str, Any]) -> bool:
+    """Whether a pod is bound to a node, not being deleted and still Pending."""
     meta = pod.get("metadata") or {}
     if not (pod.get("spec") or {}).get("nodeName") or meta.get("deletionTimestamp"):
-        return None
-    if (pod.get("status") or {}).get("phase", "Pending") != "Pending":
-        return None
-    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        return False
+    return bool((pod.get("status") or {}).get("phase", "Pending") == "Pending")
 
 
 def nudges_due(pending: Mapping[tuple[str, str], PendingPod], now: datetime) -> list[PendingPod]:
@@ -361,14 +359,13 @@ class PluginSimulator:
 
     def _track(self, event_type: str, pod: Mapping[str, Any]) -> None:
         """Follow a plugin pod's phase for :meth:`nudge`."""
-        key = pending_key(pod)
         meta = pod.get("metadata") or {}
-        this = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-        if event_type == "DELETED" or key is None:
-            self.pending.pop(this, None)
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        if event_type == "DELETED" or not is_pending(pod):
+            self.pending.pop(key, None)
         elif key not in self.pending:
             node = str((pod.get("spec") or {}).get("nodeName") or "")
-            self.pending[key] = PendingPod(key[0], key[1], node, datetime.now(UTC))
+            self.pending[key] = PendingPod(*key, node, datetime.now(UTC))
 
     async def nudge(self, now: datetime) -> None:
         """Show kwok again each plugin pod on a simulated node that has stayed Pending too long."""
@@ -382,10 +379,8 @@ class PluginSimulator:
             if error and error.status == 404:
                 self.pending.pop((pod.namespace, pod.name), None)
                 continue
-            if (pod.namespace, pod.name) in self.pending:
-                self.pending[(pod.namespace, pod.name)] = PendingPod(
-                    pod.namespace, pod.name, pod.node, pod.since, count
-                )
+            if (pod.namespace, pod.name) in self.pending:  # not gone while the patch was sent
+                self.pending[(pod.namespace, pod.name)] = dataclasses.replace(pod, nudges=count)
             log.warning(
                 "plugin pod %s/%s on %s still Pending after %.0fs: shown to kwok again (%d)%s",
                 pod.namespace,

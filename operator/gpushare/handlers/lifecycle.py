@@ -18,7 +18,7 @@ from gpushare.handlers.state import OperatorState, Started
 from gpushare.k8s import ApiError
 from gpushare.k8s.client import WATCH_READ_BUFSIZE, kopf_connection, load_configuration, new_api_client
 from gpushare.k8s.cluster import Cluster
-from gpushare.k8s.discovery import Served, wait_served
+from gpushare.k8s.discovery import WHY_AND_FIX, Served, wait_served
 from gpushare.reconcile import Reconciler
 from gpushare.webhook.gate import NvidiaGate
 
@@ -29,8 +29,8 @@ PEERING_GROUP_VERSION, PEERING_PLURAL = "kopf.dev/v1", "clusterkopfpeerings"
 
 def _say_waiting(left: list[Served], seconds: float) -> None:
     log.warning(
-        "Waiting for the API server to serve what the operator watches (a CRD not installed, or an"
-        " API server still starting): kubectl apply -f crds/ if it is not installed",
+        "Waiting for the API server to serve what the operator watches",
+        why=WHY_AND_FIX,
         missing=[f"{plural}.{gv}" for gv, plural in left],
         seconds=round(seconds, 1),
     )

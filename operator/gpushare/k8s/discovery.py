@@ -22,6 +22,10 @@ Served = tuple[str, str]
 #: how often discovery is asked again, and how often the wait says so
 POLL_S = 1.0
 SAY_EVERY_S = 15.0
+#: what a wait's log line says to do (both processes')
+WHY_AND_FIX = (
+    "a CRD not installed, or an API server still starting: kubectl apply -f crds/ if it is not installed"
+)
 
 
 def missing(discovered: dict[str, list[str]], wanted: Sequence[Served]) -> list[Served]:

@@ -39,7 +39,7 @@ from gpushare.admission import DEFAULT_TABLE, KindTable
 from gpushare.admission.webhook_config import WebhookTarget
 from gpushare.api.v1alpha1 import GPUSharePool, PoolValidationError, parse_pool
 from gpushare.k8s.client import WATCH_READ_BUFSIZE, ApiClient, load_configuration, new_api_client
-from gpushare.k8s.discovery import Served, wait_served
+from gpushare.k8s.discovery import WHY_AND_FIX, Served, wait_served
 from gpushare.k8s.watch import ListWatch
 from gpushare.webhook.answer import CleanAllows, admit, live_context, log_decision, record, respond
 from gpushare.webhook.context import ContextCache
@@ -113,10 +113,10 @@ def make_handler(
 
 def _say_waiting(left: list[Served], seconds: float) -> None:
     logging.getLogger("gpushare.webhook").warning(
-        "waiting %.0fs for the API server to serve %s (a CRD not installed, or an API server still"
-        " starting): kubectl apply -f crds/ if it is not installed",
+        "waiting %.0fs for the API server to serve %s (%s)",
         seconds,
         ", ".join(f"{plural}.{gv}" for gv, plural in left),
+        WHY_AND_FIX,
     )
 
 
