@@ -39,7 +39,7 @@ import urllib.request
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
@@ -81,6 +81,12 @@ READY_WITHIN_S = 120.0
 RSS_FACTOR = 1.5
 #: one step every MEAN_GAP_S seconds on average, beside one of each kind
 MEAN_GAP_S = 4.0
+#: the replicas' peering priorities: replica-0 leads whenever it runs (its gauges are the live ones)
+PRIORITIES = (200, 100)
+#: how long the end waits for the leading replica's gauges to say what the pools' status says: a
+#: replica started again pauses until its killed self's peering record expires (Kopf: the same
+#: priority, 60 s), then reconciles every pool
+AGREE_WITHIN_S = 90.0
 #: how long a refused edit or GPU pod is tried again
 RETRY_S = 30.0
 #: a pod bound this soon before the operator's mode write is Wait's documented race, not a breach
@@ -102,6 +108,14 @@ ACK_SWITCH = {
     "soak-b": ("computeAllocation", "core_mem", "cgpu"),
 }
 
+#: lending: the lender lends its idle nodes to the borrower for a lending step's hold, then stops
+LENDER, BORROWER = "soak-b", "soak-a"
+LENDING = {"to": [BORROWER], "keepIdle": 0, "returnAfterSeconds": 30}
+#: GPU memory a demand pod asks for: one of the borrower's V100s whole (15 GiB, its pods' unit);
+#: one such pod more than the borrower has nodes waits for want of GPU memory: demand, which one
+#: of the lender's A10 nodes (22 GiB a GPU) serves once lent
+DEMAND_GIB = 15
+
 #: the node pools a node-move moves nodes between: into an ACK pool, out of it, from one to the other
 MOVE_NODEPOOLS = ("np-cgpu", "np-gpu-core", "np-cgpu-no-isolation")
 #: the nodes a node-move moves are those first in these node pools: their GPUs can serve both ACK
@@ -118,6 +132,7 @@ WORK = (
     "probe",
     "node-move",
     "pool-recreate",
+    "lending",
 )
 FAULTS = (
     "operator-kill",
@@ -130,7 +145,7 @@ FAULTS = (
 )
 KINDS = WORK + FAULTS
 #: the steps tried again when refused
-RETRIED = ("ack-mode", "nvidia-replicas", "nvidia-mode", "admission-mode", "gpu-pod", "node-move")
+RETRIED = ("ack-mode", "nvidia-replicas", "nvidia-mode", "admission-mode", "gpu-pod", "node-move", "lending")
 
 AUDIT_POLICY = """\
 apiVersion: audit.k8s.io/v1
@@ -157,7 +172,8 @@ rules:
 
 INVARIANTS = (
     "owned-labels: every node's owned labels are what its pool wants, or what it had before any pool"
-    " (after an ACK pool, ack.node.gpu.schedule=default where it had none)",
+    " (after an ACK pool, ack.node.gpu.schedule=default where it had none); no node still lent once"
+    " the lending is off",
     "operator-writes: the operator's node patches touch only the labels it owns and gpushare.io/ annotations",
     "operator-configmaps: the operator writes no ConfigMap but NVIDIA's plugin configs",
     "no-evictions: no pod evicted (no pool uses modeSwitch Evict)",
@@ -175,6 +191,8 @@ INVARIANTS = (
     "nvidia-keys: after the keys' grace, NVIDIA's ConfigMap holds only keys a pool or node needs, "
     "and every key a node names exists",
     f"rss: the operator's and the webhook's RSS at the end within {RSS_FACTOR}x of their first settled value",
+    f"metrics-agree: within {AGREE_WITHIN_S:.0f}s of the end's settling, the leading replica's gauges say"
+    " what each pool's status says (each condition, the matched nodes, the mode)",
     "webhook-errors: the webhook never answers an error itself",
     "probe: a pod asking for 33 % of a GPU's cores is never admitted",
 )
@@ -216,6 +234,8 @@ def _step(rng: random.Random, kind: str, at: float) -> Step:
         return Step(at, kind, f"{src}->{dst}")
     if kind == "pool-recreate":
         return Step(at, kind, rng.choice(sorted(ACK_POOLS)), round(rng.uniform(2, 10), 1))
+    if kind == "lending":
+        return Step(at, kind, f"{LENDER}->{BORROWER}", round(rng.uniform(20, 60), 1))
     return Step(at, kind)  # nvidia-mode, admission-mode: a toggle; probe; watch-cut
 
 
@@ -344,21 +364,19 @@ class Child:
             return None
         return None
 
-    def metric(self, name: str, **labels: str) -> float | None:
-        """The sum of this process's samples ``name`` with ``labels``; None when it does not answer."""
-        from prometheus_client.parser import text_string_to_metric_families
-
+    def metrics_text(self) -> str | None:
+        """This process's /metrics; None when it does not answer."""
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=2) as resp:
-                text = resp.read().decode()
+                return str(resp.read().decode())
         except OSError:
             return None
-        return sum(
-            s.value
-            for fam in text_string_to_metric_families(text)
-            for s in fam.samples
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
-        )
+
+    def metric(self, name: str, **labels: str) -> float | None:
+        """The sum of this process's samples ``name`` with ``labels`` (0 where it has none); None when
+        it does not answer."""
+        text = self.metrics_text()
+        return None if text is None else metric_sum(text, name, **labels) or 0.0
 
 
 def _gpushare(*args: str) -> list[str]:
@@ -390,12 +408,17 @@ BREAKS = {
     "pools-ready": "create a pool that selects no node",
     "probe": "delete the webhook's configuration, then probe once more",
     "operator-configmaps": f"create a ConfigMap in namespace {NAMESPACE} as the operator's user",
+    "metrics-agree": "pause both replicas (a Kopf peer of a higher priority in the peering object): the"
+    " leader stops exporting the pools' gauges, as a standby does, while their status stays (the peer"
+    " removed after the check)",
     "rss": f"while the end's RSS is read, hold {HELD_BODIES} requests to the webhook, each with all but one"
     " byte of the largest AdmissionReview body it accepts sent (its documented limits allow it): the"
     " webhook really holds them in memory, so its RSS really grows past the factor (the first settled"
     " value, the factor and the reading are left as they are)",
 }
 OUT_OF_POOLS = "np-cgpu-no-isolation"
+#: the peer ``--break metrics-agree`` adds to the peering object
+BREAK_PEER = "soak-break"
 
 
 class Soak:
@@ -439,6 +462,10 @@ class Soak:
         self.nvidia_on = True
         self.ack_on = dict.fromkeys(ACK_POOLS, True)
         self.admission = "Enforce"
+        #: whether the lender lends (a lending step's hold)
+        self.lending = False
+        #: each lending step's demand pods
+        self.lent: dict[Step, list[str]] = {}
 
     # -- start ------------------------------------------------------------------------------------
     async def _setup(self) -> None:
@@ -478,6 +505,8 @@ class Soak:
         spec[ACK_SWITCH[name][0]] = self.ack_on[name]
         if name == ADMISSION_POOL:
             spec["admission"] = {"mode": self.admission}
+        if name == LENDER and self.lending:
+            spec["lending"] = LENDING
         return {"apiVersion": c.API_VERSION, "kind": c.KIND, "metadata": {"name": name}, "spec": spec}
 
     def _nvidia_pool(self) -> dict[str, Any]:
@@ -502,6 +531,7 @@ class Soak:
             argv = _gpushare(
                 "run", "--kubeconfig", op_kc, "--metrics-port", str(port), "--log-format", "json",
                 "--peering", PEERING, "--nvidia-config-retention", str(RETENTION_S),
+                "--priority", str(PRIORITIES[i]),
             )  # fmt: skip
             self.replicas.append(Child(f"replica-{i}", argv, self.dir / f"operator-{i}.log", port))
         port = free_port()
@@ -713,12 +743,16 @@ class Soak:
         self.report.detail[f"pool-recreate {name}"] += 1
 
     async def _gpu_pod(self, step: Step) -> None:
-        assert self.api is not None
         nvidia = step.target == NVIDIA_POOL
         limits = {c.RES_NVIDIA_GPU: "1"} if nvidia else {c.RES_GPU_MEM: "1"}
         name = f"work-{step.at:07.2f}".replace(".", "-")
+        await self._create_pod(name, step.target, limits)
+        self._spawn(self._finish_pod(name, step.hold))
+
+    async def _create_pod(self, name: str, pool: str, limits: dict[str, str]) -> None:
+        assert self.api is not None
         self.holds[f"{NAMESPACE}/{name}"] = {k: int(v) for k, v in limits.items()}
-        body = _pod(name, step.target, limits)
+        body = _pod(name, pool, limits)
         try:
             await client.CoreV1Api(self.api).create_namespaced_pod(
                 NAMESPACE, cast(Any, body), _request_timeout=T
@@ -727,7 +761,50 @@ class Soak:
             if exc.status != 409:  # 409: an earlier try was stored after all
                 raise
         self.pods.add(name)
-        self._spawn(self._finish_pod(name, step.hold))
+
+    async def _lending(self, step: Step) -> None:
+        """The lender lends to the borrower, and the borrower gets one whole-GPU pod more than it
+        has nodes (the last waits: demand); after ``hold`` the pods finish and lending stops (the
+        lent nodes go back at once)."""
+        await self._patch_pool(LENDER, {"lending": LENDING})
+        self.lending = True
+        if step not in self.lent:  # once per step, however often it is tried again
+            self.lent[step] = [
+                f"demand-{step.at:07.2f}-{i}".replace(".", "-")
+                for i in range(1 + sum(1 for n in await self._nodes() if self._in_borrower(n)))
+            ]
+            self._spawn(self._lending_off(self.lent[step], step.hold))  # whatever happens next
+        for name in self.lent[step]:
+            await self._create_pod(name, BORROWER, {c.RES_GPU_MEM: str(DEMAND_GIB)})
+        self.report.detail[f"lending on, {len(self.lent[step])} whole-GPU pods"] += 1
+
+    @staticmethod
+    def _in_borrower(node: Any) -> bool:
+        return bool((node.metadata.labels or {}).get(POOL_LABEL) == ACK_POOLS[BORROWER])
+
+    async def _lending_off(self, pods: list[str], after: float) -> None:
+        await asyncio.sleep(after)
+        for name in pods:
+            await self._delete_pod(name)
+        self.lending = False  # first: a pool-recreate from now on creates the lender without it
+        deadline = time.monotonic() + 4 * RETRY_S
+        while True:
+            try:
+                await self._patch_pool(LENDER, {"lending": None})
+                break
+            except ApiException as exc:
+                if exc.status == 404:
+                    break  # deleted by a pool-recreate: created again without lending
+                self.report.refused["lending"] += 1
+            except PoolAway:
+                break
+            except REFUSED:
+                self.report.refused["lending"] += 1
+            if time.monotonic() >= deadline:
+                self.report.notes.append("lending: could not be turned off; the end's checks will say")
+                return
+            await asyncio.sleep(1)
+        self.report.detail["lending off"] += 1
 
     async def _finish_pod(self, name: str, after: float) -> None:
         await asyncio.sleep(after)
@@ -1024,7 +1101,21 @@ class Soak:
                 elif name == "operator-configmaps":
                     body = {"metadata": {"name": "soak-stray", "namespace": NAMESPACE}, "data": {"a": "b"}}
                     await op_core.create_namespaced_config_map(NAMESPACE, cast(Any, body))
+                elif name == "metrics-agree":
+                    await self._break_agree()
                 # rss: at the reading (_check_rss), while the webhook's configuration is still there
+
+    async def _break_agree(self) -> None:
+        """A peer of a higher priority in the peering object pauses both replicas: the leader then
+        exports no pool gauges (as a standby does), while the pools' status stays; the peer goes
+        after the check."""
+        assert self.api is not None
+        await self._settled(READY_WITHIN_S, "break")  # the leader's gauges say the settled status
+        peer = {"priority": 1000, "lifetime": 600, "lastseen": datetime.now(UTC).isoformat()}
+        await client.CustomObjectsApi(self.api).patch_cluster_custom_object(
+            "kopf.dev", "v1", "clusterkopfpeerings", PEERING, {"status": {BREAK_PEER: peer}}, **MERGE_PATCH
+        )
+        await asyncio.sleep(5)  # Kopf pauses on the peering object's event
 
     async def _break_wait(self, core: client.CoreV1Api, op_core: client.CoreV1Api) -> None:
         """A GPU pod scheduled onto a node of POD_POOL, then that node's mode switched under it as
@@ -1108,6 +1199,7 @@ class Soak:
                     await self._events(pool),
                 )
         await self._check_labels()
+        await self._check_agree()
         await self._check_keys()
         await self._restarts_settled()
         self._check_audit()
@@ -1149,6 +1241,12 @@ class Soak:
                     self._audit_about("nodes", name),
                 )
             annotations = node.metadata.annotations or {}
+            if c.ANNOTATION_LOAN in annotations:
+                self.report.violate(
+                    "owned-labels",
+                    f"node {name} still lent with lending off: {annotations[c.ANNOTATION_LOAN]}",
+                    self._audit_about("nodes", name),
+                )
             taints = [t.key for t in node.spec.taints or [] if t.key.startswith(c.GROUP)]
             if c.ANNOTATION_CORDONED_BY in annotations or taints:
                 self.report.violate(
@@ -1159,6 +1257,32 @@ class Soak:
                 )
         self.report.checked["owned-labels"] = len(nodes)
         self.report.checked["no-cordon"] = len(nodes)
+
+    async def _check_agree(self) -> None:
+        """metrics-agree: the leading replica (replica-0, PRIORITIES) exports what each pool's
+        status says; it may lag a pass, so the end waits up to AGREE_WITHIN_S for it."""
+        leader = self.replicas[0]
+        deadline = time.monotonic() + AGREE_WITHIN_S
+        while True:
+            pools = await self._pools()
+            text = await asyncio.to_thread(leader.metrics_text)
+            apart = [d for pool in pools for d in status_metrics_disagree(pool, text or "")]
+            if text is not None and not apart:
+                self.report.checked["metrics-agree"] = len(pools)
+                return
+            if time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(2)
+        self.report.checked["metrics-agree"] = len(pools)
+        if "metrics-agree" in self.breaks:  # the replicas resume
+            gone = {"status": {BREAK_PEER: None}}
+            await client.CustomObjectsApi(self.api).patch_cluster_custom_object(
+                "kopf.dev", "v1", "clusterkopfpeerings", PEERING, gone, **MERGE_PATCH
+            )
+        if text is None:
+            self.report.violate("metrics-agree", f"{leader.name} did not answer on its metrics port")
+        for d in apart:
+            self.report.violate("metrics-agree", d)
 
     async def _check_keys(self) -> None:
         """After the keys' grace: NVIDIA's ConfigMap holds the initial keys, the pools' and the
@@ -1257,6 +1381,11 @@ class Soak:
             code = (e.get("responseStatus") or {}).get("code", 0)
             if resource == "nodes" and not sub and verb in ("patch", "update"):
                 node_patches += 1
+                loan = _annotation_written(e.get("requestObject"), c.ANNOTATION_LOAN)
+                if loan is not None and code < 300:
+                    self.report.detail[
+                        "lending: loan writes (set)" if loan else "lending: loan writes (removed)"
+                    ] += 1
                 bad = _foreign_keys(e.get("requestObject"), verb)
                 if bad:
                     self.report.violate(
@@ -1408,6 +1537,60 @@ def _audit_line(e: dict[str, Any]) -> str:
 
 def _unescape(token: str) -> str:
     return token.replace("~1", "/").replace("~0", "~")
+
+
+def metric_sum(text: str, name: str, **labels: str) -> float | None:
+    """The sum of the samples ``name`` with ``labels`` in a /metrics text; None when there is none."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    values = [
+        s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    ]
+    return sum(values) if values else None
+
+
+def status_metrics_disagree(pool: dict[str, Any], text: str) -> list[str]:
+    """Where the gauges in a /metrics text say other than the pool's status: each condition
+    (``gpushare_pool_condition``: 1 when True), the matched nodes, the mode (pure)."""
+    name = pool["metadata"]["name"]
+    status = pool.get("status") or {}
+    out = []
+    by_type = {cond.get("type"): cond.get("status") for cond in status.get("conditions") or []}
+    for ctype in ("Ready", "Progressing", "Degraded", "Conflict"):
+        said = 1.0 if by_type.get(ctype) == "True" else 0.0
+        gauge = metric_sum(text, "gpushare_pool_condition", pool=name, condition=ctype)
+        if gauge != said:
+            out.append(
+                f"GPUSharePool/{name}: {ctype} is {by_type.get(ctype)}, gpushare_pool_condition says {gauge}"
+            )
+    matched = float((status.get("nodes") or {}).get("matched", 0))
+    gauge = metric_sum(text, "gpushare_pool_matched_nodes", pool=name)
+    if gauge != matched:
+        out.append(
+            f"GPUSharePool/{name}: status.nodes.matched is {matched:.0f},"
+            f" gpushare_pool_matched_nodes says {gauge}"
+        )
+    if (
+        status.get("schedule")
+        and metric_sum(text, "gpushare_pool_info", pool=name, mode=status["schedule"]) != 1
+    ):
+        out.append(
+            f"GPUSharePool/{name}: status.schedule is {status['schedule']},"
+            " gpushare_pool_info has no such mode"
+        )
+    return out
+
+
+def _annotation_written(obj: Any, key: str) -> str | None:
+    """What a node write sets annotation ``key`` to: its value, "" where it removes it, None where
+    it does not touch it."""
+    annotations = ((obj or {}).get("metadata") or {}).get("annotations") if isinstance(obj, dict) else None
+    if not isinstance(annotations, dict) or key not in annotations:
+        return None
+    return str(annotations[key] or "")
 
 
 def _foreign_keys(obj: Any, verb: str) -> set[str]:
