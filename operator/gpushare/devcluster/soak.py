@@ -36,7 +36,7 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -383,6 +383,19 @@ def _gpushare(*args: str) -> list[str]:
     return [sys.executable, "-m", "gpushare", *args]
 
 
+#: ``python -c`` code that runs ``gpushare`` (its arguments after it) with the webhook's rules made to
+#: raise: the ``--break webhook-errors`` webhook, a bug in the process only
+BROKEN_RULES = """\
+import runpy, sys
+import gpushare.webhook.answer as answer
+def broken(*args, **kwargs):
+    raise RuntimeError("the soak's break webhook-errors: the rules raise")
+answer.evaluate = broken
+sys.argv[0] = "gpushare"
+runpy.run_module("gpushare", run_name="__main__")
+"""
+
+
 # -- the soak --------------------------------------------------------------------------------------
 
 #: what a refused call raises: the apiserver down or paused, the webhook down under Fail
@@ -411,6 +424,9 @@ BREAKS = {
     "metrics-agree": "pause both replicas (a Kopf peer of a higher priority in the peering object): the"
     " leader stops exporting the pools' gauges, as a standby does, while their status stays (the peer"
     " removed after the check)",
+    "webhook-errors": "start the webhook again with its rules made to raise (a bug: its evaluation"
+    " replaced by one that raises, in the process only), then probe once more: it answers that request"
+    " with an error of its own",
     "rss": f"while the end's RSS is read, hold {HELD_BODIES} requests to the webhook, each with all but one"
     " byte of the largest AdmissionReview body it accepts sent (its documented limits allow it): the"
     " webhook really holds them in memory, so its RSS really grows past the factor (the first settled"
@@ -436,7 +452,8 @@ class Soak:
         self.steps = make_schedule(seed, seconds)
         self.report = Report(seed, seconds)
         #: pools a pool-recreate deleted and has not created again yet
-        self.recreating: set[str] = set()
+        #: pools a pool-recreate deleted, each with the Event set once it is created again
+        self.recreating: dict[str, asyncio.Event] = {}
         self.dev: DevCluster | None = None
         self.info: ClusterInfo | None = None
         self.api: client.ApiClient | None = None
@@ -462,6 +479,8 @@ class Soak:
         self.nvidia_on = True
         self.ack_on = dict.fromkeys(ACK_POOLS, True)
         self.admission = "Enforce"
+        #: one edit of a pool's spec at a time: each reads what the last one left (ack_on, ...)
+        self.editing: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         #: whether the lender lends (a lending step's hold)
         self.lending = False
         #: each lending step's demand pods
@@ -598,7 +617,10 @@ class Soak:
     async def _do(self, step: Step) -> None:
         """Run one step. A refused edit or GPU pod (the apiserver down, etcd paused, the webhook
         down under Fail) is counted and tried again each second for up to RETRY_S, so the work
-        happens; a fault step and the probe are tried once."""
+        happens; a fault step and the probe are tried once. An edit of a pool a pool-recreate
+        deleted waits until the pool is back (as its admin would), then has RETRY_S again: deleting
+        a pool whose nodes are held can take minutes, and an edit given up would leave the soak's
+        switches untried."""
         fn = getattr(self, "_" + step.kind.replace("-", "_"))
         deadline = time.monotonic() + (RETRY_S if step.kind in RETRIED else 0)
         self.report.done[step.kind] += 1
@@ -614,7 +636,15 @@ class Soak:
                     return
                 self.report.refused[step.kind] += 1
                 self.out(f"soak: {step.kind} at {step.at:.2f}s refused: {_short(exc)}")
-            except (*REFUSED, PoolAway) as exc:
+            except PoolAway as exc:
+                self.report.refused[step.kind] += 1
+                self.out(f"soak: {step.kind} at {step.at:.2f}s waits: {exc}")
+                back = self.recreating.get(exc.pool)
+                if back is not None:
+                    await back.wait()
+                deadline = time.monotonic() + RETRY_S
+                continue
+            except REFUSED as exc:
                 self.report.refused[step.kind] += 1
                 self.out(f"soak: {step.kind} at {step.at:.2f}s refused: {_short(exc)}")
             if time.monotonic() >= deadline:
@@ -626,7 +656,7 @@ class Soak:
     async def _patch_pool(self, name: str, spec: dict[str, Any]) -> None:
         assert self.api is not None
         if name in self.recreating:
-            raise PoolAway(f"GPUSharePool {name} is deleted, to be created again")
+            raise PoolAway(name)
         await client.CustomObjectsApi(self.api).patch_cluster_custom_object(
             c.GROUP,
             c.VERSION,
@@ -639,35 +669,38 @@ class Soak:
 
     async def _ack_mode(self, step: Step) -> None:
         field_, on, off = ACK_SWITCH[step.target]
-        want = not self.ack_on[step.target]
-        await self._patch_pool(step.target, {field_: want})
-        self.ack_on[step.target] = want
+        async with self.editing[step.target]:  # two edits that waited for the same pool: one way each
+            want = not self.ack_on[step.target]
+            await self._patch_pool(step.target, {field_: want})
+            self.ack_on[step.target] = want
         self.report.detail[f"ack-mode {f'{off}->{on}' if want else f'{on}->{off}'}"] += 1
 
     async def _nvidia_replicas(self, step: Step) -> None:
-        await self._patch_pool(
-            NVIDIA_POOL, {"nvidia": {"strategy": "TimeSlicing", "replicas": int(step.target)}}
-        )
-        was = "TimeSlicing" if self.nvidia_on else "None"
+        async with self.editing[NVIDIA_POOL]:
+            await self._patch_pool(
+                NVIDIA_POOL, {"nvidia": {"strategy": "TimeSlicing", "replicas": int(step.target)}}
+            )
+            was = "TimeSlicing" if self.nvidia_on else "None"
+            self.nvidia_on = True
         self.report.detail[f"nvidia-replicas {was}->TimeSlicing x{step.target}"] += 1
-        self.nvidia_on = True
 
     async def _nvidia_mode(self, step: Step) -> None:
-        nvidia = (
-            {"strategy": "None", "replicas": 1}
-            if self.nvidia_on
-            else {"strategy": "TimeSlicing", "replicas": 2}
-        )
-        await self._patch_pool(NVIDIA_POOL, {"nvidia": nvidia})
-        way = "TimeSlicing->None" if self.nvidia_on else "None->TimeSlicing"
-        self.report.detail[f"nvidia-mode {way}"] += 1
-        self.nvidia_on = not self.nvidia_on
+        async with self.editing[NVIDIA_POOL]:
+            was = self.nvidia_on
+            nvidia = (
+                {"strategy": "None", "replicas": 1} if was else {"strategy": "TimeSlicing", "replicas": 2}
+            )
+            await self._patch_pool(NVIDIA_POOL, {"nvidia": nvidia})
+            self.nvidia_on = not was
+        self.report.detail[f"nvidia-mode {'TimeSlicing->None' if was else 'None->TimeSlicing'}"] += 1
 
     async def _admission_mode(self, step: Step) -> None:
-        want = "Warn" if self.admission == "Enforce" else "Enforce"
-        await self._patch_pool(ADMISSION_POOL, {"admission": {"mode": want}})
-        self.report.detail[f"admission-mode {self.admission}->{want}"] += 1
-        self.admission = want
+        async with self.editing[ADMISSION_POOL]:
+            was = self.admission
+            want = "Warn" if was == "Enforce" else "Enforce"
+            await self._patch_pool(ADMISSION_POOL, {"admission": {"mode": want}})
+            self.admission = want
+        self.report.detail[f"admission-mode {was}->{want}"] += 1
 
     async def _node_move(self, step: Step) -> None:
         """Relabel one node of the source node pool into the destination's: into a pool, out of
@@ -697,11 +730,13 @@ class Soak:
 
     async def _recreate(self, name: str, hold: float) -> None:
         assert self.api is not None
-        self.recreating.add(name)
+        back = self.recreating[name] = asyncio.Event()
         try:
             await self._delete_create(name, hold)
         finally:
-            self.recreating.discard(name)
+            if self.recreating.get(name) is back:
+                del self.recreating[name]
+            back.set()
 
     async def _delete_create(self, name: str, hold: float) -> None:
         assert self.api is not None
@@ -1103,6 +1138,8 @@ class Soak:
                     await op_core.create_namespaced_config_map(NAMESPACE, cast(Any, body))
                 elif name == "metrics-agree":
                     await self._break_agree()
+                elif name == "webhook-errors":
+                    await self._break_webhook()
                 # rss: at the reading (_check_rss), while the webhook's configuration is still there
 
     async def _break_agree(self) -> None:
@@ -1116,6 +1153,26 @@ class Soak:
             "kopf.dev", "v1", "clusterkopfpeerings", PEERING, {"status": {BREAK_PEER: peer}}, **MERGE_PATCH
         )
         await asyncio.sleep(5)  # Kopf pauses on the peering object's event
+
+    async def _break_webhook(self) -> None:
+        """The webhook started again through BROKEN_RULES (its rules raise), then probed: its answer
+        is an error of its own, which the monitor reads from its metrics."""
+        assert self.webhook is not None
+        async with self.webhook.lock:
+            self.webhook.signal(signal.SIGKILL)
+            self.webhook.argv = [sys.executable, "-c", BROKEN_RULES, *self.webhook.argv[3:]]
+            self.webhook.start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # probed until the new process answers
+            with contextlib.suppress(*REFUSED):
+                await self._probe(Step(self.seconds, "probe"))
+            errors = await asyncio.to_thread(
+                self.webhook.metric, "gpushare_admission_requests_total", decision="error"
+            )
+            if errors:
+                break
+            await asyncio.sleep(1)
+        await asyncio.sleep(5)  # the monitor reads the webhook's counter every 2 s
 
     async def _break_wait(self, core: client.CoreV1Api, op_core: client.CoreV1Api) -> None:
         """A GPU pod scheduled onto a node of POD_POOL, then that node's mode switched under it as
@@ -1505,7 +1562,11 @@ def owned_label_diff(
 
 
 class PoolAway(Exception):
-    """An edit of a pool that a pool-recreate deleted: tried again, as a refused one is."""
+    """An edit of a pool that a pool-recreate deleted: tried again once the pool is back."""
+
+    def __init__(self, pool: str) -> None:
+        super().__init__(f"GPUSharePool {pool} is deleted, to be created again")
+        self.pool = pool
 
 
 def restored_by_ack(before: dict[str, str]) -> dict[str, str]:
