@@ -58,7 +58,19 @@ from gpushare.devcluster.crds import install_crd_files
 from gpushare.devcluster.cutproxy import CutProxy
 from gpushare.devcluster.demo import NVIDIA_NODE_POOL, create_demo_nodes, create_nvidia_nodes
 from gpushare.devcluster.fakes import POOL_LABEL, ensure_device_plugin_daemonset, wait_for
-from gpushare.devcluster.soakaudit import mode_changes, occupancies, plugin_restarts, wait_breaches, when
+from gpushare.devcluster.soakaudit import (
+    WRITE_REASONS,
+    Told,
+    label_writes,
+    mode_changes,
+    occupancies,
+    plugin_restarts,
+    told,
+    unfounded,
+    untold_writes,
+    wait_breaches,
+    when,
+)
 from gpushare.k8s.client import make_api_client
 from gpushare.policy.planner import RestartRecord, desired_labels
 
@@ -70,6 +82,8 @@ CRDS = (
 OPERATOR_USER = "gpushare-operator"
 WEBHOOK_USER = "gpushare-webhook"
 NAMESPACE = "soak"
+#: where the operator posts its Events (its --events-namespace default)
+EVENTS_NAMESPACE = "default"
 WEBHOOK_NAMESPACE = "gpushare-soak"
 WEBHOOK_CONFIGURATION = "gpushare-soak"
 PEERING = "gpushare-soak"
@@ -87,6 +101,8 @@ PRIORITIES = (200, 100)
 #: replica started again pauses until its killed self's peering record expires (Kopf: the same
 #: priority, 60 s), then reconciles every pool
 AGREE_WITHIN_S = 90.0
+#: seconds from a node write of the operator's to the Event of its pass that names it
+TELL_WITHIN_S = 30.0
 #: how long a refused edit or GPU pod is tried again
 RETRY_S = 30.0
 #: a pod bound this soon before the operator's mode write is Wait's documented race, not a breach
@@ -193,6 +209,10 @@ INVARIANTS = (
     f"rss: the operator's and the webhook's RSS at the end within {RSS_FACTOR}x of their first settled value",
     f"metrics-agree: within {AGREE_WITHIN_S:.0f}s of the end's settling, the leading replica's gauges say"
     " what each pool's status says (each condition, the matched nodes, the mode)",
+    f"events-agree: each change of a node's labels by the operator is named by a write Event of a pool"
+    f" (LabelsApplied, LabelsRestored, DriftCorrected) within {TELL_WITHIN_S:.0f}s, unless its posting"
+    " failed (logged) or its replica was killed first (counted apart); no such Event names a node the"
+    " operator did not write",
     "webhook-errors: the webhook never answers an error itself",
     "probe: a pod asking for 33 % of a GPU's cores is never admitted",
 )
@@ -424,6 +444,7 @@ BREAKS = {
     "metrics-agree": "pause both replicas (a Kopf peer of a higher priority in the peering object): the"
     " leader stops exporting the pools' gauges, as a standby does, while their status stays (the peer"
     " removed after the check)",
+    "events-agree": "delete every Event about the pools (Events lost: the operator's writes untold)",
     "webhook-errors": "start the webhook again with its rules made to raise (a bug: its evaluation"
     " replaced by one that raises, in the process only), then probe once more: it answers that request"
     " with an error of its own",
@@ -472,6 +493,8 @@ class Soak:
         self.home: dict[str, str] = {}
         self.initial_keys: set[str] = set()
         self.rss_first: dict[str, int] = {}
+        #: when the soak SIGKILLed an operator replica (events-agree: an Event it could not post)
+        self.kills: list[datetime] = []
         self.webhook_errors = 0.0
         #: (node, key) pairs already reported missing
         self.missing_seen: set[tuple[str, str]] = set()
@@ -887,6 +910,8 @@ class Soak:
 
     async def _kill_restart(self, child: Child, hold: float) -> None:
         async with child.lock:
+            if child in self.replicas:
+                self.kills.append(datetime.now(UTC))
             child.signal(signal.SIGKILL)
             await asyncio.sleep(hold)
             child.start()
@@ -1140,6 +1165,10 @@ class Soak:
                     await self._break_agree()
                 elif name == "webhook-errors":
                     await self._break_webhook()
+                elif name == "events-agree":
+                    await core.delete_collection_namespaced_event(
+                        EVENTS_NAMESPACE, field_selector=f"involvedObject.kind={c.KIND}"
+                    )
                 # rss: at the reading (_check_rss), while the webhook's configuration is still there
 
     async def _break_agree(self) -> None:
@@ -1260,6 +1289,7 @@ class Soak:
         await self._check_keys()
         await self._restarts_settled()
         self._check_audit()
+        await self._check_events()
         await self._processes_up()
         if "rss" in self.breaks:
             async with self._held_bodies():
@@ -1471,6 +1501,70 @@ class Soak:
         self.report.checked["no-evictions"] = node_patches + evictions
         self.report.checked["operator-configmaps"] = cms
 
+    async def _check_events(self) -> None:
+        """events-agree, from the audit log, the pools' Events and the replicas' logs
+        (:func:`gpushare.devcluster.soakaudit.untold_writes`, :func:`~.unfounded`)."""
+        assert self.api is not None
+        listed = await client.CoreV1Api(self.api).list_namespaced_event(
+            EVENTS_NAMESPACE, field_selector=f"involvedObject.kind={c.KIND}", _request_timeout=T
+        )
+        events: list[Told] = []
+        for e in listed.items:
+            at = e.first_timestamp or e.event_time or e.metadata.creation_timestamp
+            t = told(e.involved_object.name, e.reason or "", at, e.message or "")
+            if t is not None:
+                events.append(t)
+        audit = list(self._audit())
+        writes = label_writes(audit)
+        within = timedelta(seconds=TELL_WITHIN_S)
+        mine = [w for w in writes if w.user == OPERATOR_USER]
+        self.report.checked["events-agree"] = len(mine) + len(events)
+        for u in untold_writes(
+            writes,
+            events,
+            by=OPERATOR_USER,
+            within=within,
+            failed_posts=self._failed_posts(),
+            kills=self.kills,
+        ):
+            what = (
+                f"the operator changed {', '.join(u.write.changed)} of node {u.write.node} at"
+                f" {u.write.at.isoformat()}; no write Event of a pool names it within {TELL_WITHIN_S:.0f}s"
+            )
+            if u.lost is not None:
+                self.report.detail["events-agree: Event lost"] += 1
+                self.report.notes.append(f"events-agree, counted apart: {what}: {u.lost}")
+            else:
+                self.report.violate("events-agree", what, _near(audit, "nodes", u.write.node, u.write.at))
+        node_writes = [
+            (str((e.get("objectRef") or {}).get("name")), when(e))
+            for e in audit
+            if (e.get("user") or {}).get("username") == OPERATOR_USER
+            and (e.get("objectRef") or {}).get("resource") == "nodes"
+            and e.get("verb") in ("patch", "update")
+        ]
+        for t, node in unfounded(events, node_writes, within=within):
+            self.report.violate(
+                "events-agree",
+                f"Event {t.reason} of GPUSharePool {t.pool} at {t.at.isoformat()} names node {node},"
+                f" which the operator did not write in the {TELL_WITHIN_S:.0f}s before: {t.message}",
+                _near(audit, "nodes", node, t.at),
+            )
+
+    def _failed_posts(self) -> list[datetime]:
+        """When a replica logged that posting a write Event failed."""
+        out: list[datetime] = []
+        for child in self.replicas:
+            with contextlib.suppress(OSError):
+                for line in child.log.read_text(errors="replace").splitlines():
+                    if "Posting Event failed" not in line:
+                        continue
+                    with contextlib.suppress(ValueError, KeyError, TypeError):
+                        rec = json.loads(line)
+                        if rec.get("reason") in WRITE_REASONS:
+                            out.append(datetime.fromisoformat(str(rec["timestamp"]).replace("Z", "+00:00")))
+        return out
+
     def _check_wait(self) -> None:
         """wait-guard, from the audit log (:mod:`gpushare.devcluster.soakaudit`)."""
         events = list(self._audit())
@@ -1529,7 +1623,7 @@ class Soak:
         assert self.api is not None
         with contextlib.suppress(*REFUSED):
             got = await client.CoreV1Api(self.api).list_namespaced_event(
-                "default", field_selector=f"involvedObject.name={name}", _request_timeout=T
+                EVENTS_NAMESPACE, field_selector=f"involvedObject.name={name}", _request_timeout=T
             )
             return [f"event {e.last_timestamp or e.event_time} {e.reason}: {e.message}" for e in got.items][
                 -12:
@@ -1594,6 +1688,18 @@ def _audit_line(e: dict[str, Any]) -> str:
     user = (e.get("user") or {}).get("username")
     when = e.get("requestReceivedTimestamp", "")
     return f"audit {when} {user} {e.get('verb')} {what} {ref.get('name')} -> {code} {body}"
+
+
+def _near(audit: list[dict[str, Any]], resource: str, name: str, at: datetime, limit: int = 6) -> list[str]:
+    """The audit records of one object from 5 s before ``at`` to TELL_WITHIN_S after it."""
+    start, end = at - timedelta(seconds=5), at + timedelta(seconds=TELL_WITHIN_S)
+    return [
+        _audit_line(e)
+        for e in audit
+        if (e.get("objectRef") or {}).get("resource") == resource
+        and (e.get("objectRef") or {}).get("name") == name
+        and start <= when(e) <= end
+    ][:limit]
 
 
 def _unescape(token: str) -> str:

@@ -1,5 +1,5 @@
-"""What the soak's audit log says about ``modeSwitch: Wait`` and ACK's plugin restarts (pure;
-:mod:`gpushare.devcluster.soak`).
+"""What the soak's audit log says about ``modeSwitch: Wait``, ACK's plugin restarts and the write
+Events (pure; :mod:`gpushare.devcluster.soak`).
 
 Under Wait, no node's mode may change while a pod using its GPUs runs there. The apiserver's audit
 log records both sides: each pod's binding to a node (``create pods/binding`` by kube-scheduler,
@@ -19,10 +19,16 @@ records it (``gpushare.io/plugin-restart``, Pending, ``since`` the next full sec
 operator deletes the node's plugin pods created before ``since``, once, with a UID precondition.
 :func:`plugin_restarts` replays the log (the plugin pods' creations with their responses, their
 bindings and deletions, every node write) and checks each such change against what was deleted.
+
+A pass posts a write Event (``LabelsApplied``, ``LabelsRestored``, ``DriftCorrected``) naming the
+nodes whose labels it wrote (:func:`gpushare.policy.events.write_events`): :func:`untold_writes`
+finds each label change of the operator's no such Event names soon after it, :func:`unfounded`
+each node such an Event names that the operator did not write.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -464,3 +470,132 @@ def _one_change(
 def _pod_line(p: PluginPodLife) -> str:
     gone = f", deleted {p.deleted.isoformat()} by {p.deleted_by}" if p.deleted else ", never deleted"
     return f"plugin pod {p.name} (uid {p.uid[:8]}) on {p.node}: created {p.created.isoformat()}{gone}"
+
+
+# -- the Events of the operator's node writes -------------------------------------------------------
+
+#: The Events a pass posts about the node labels it wrote (:func:`gpushare.policy.events.write_events`).
+WRITE_REASONS = ("LabelsApplied", "LabelsRestored", "DriftCorrected")
+_MORE = re.compile(r" and (\d+) more$")
+
+
+@dataclass(frozen=True)
+class LabelWrite:
+    """A write that changed labels of ``node`` (``changed``: their keys), by ``user``."""
+
+    node: str
+    at: datetime
+    changed: tuple[str, ...]
+    user: str
+
+
+@dataclass(frozen=True)
+class Told:
+    """A pool's Event about node writes: ``nodes`` named, ``more`` not named ("and N more")."""
+
+    pool: str
+    reason: str
+    at: datetime
+    nodes: frozenset[str]
+    more: int
+    message: str
+
+    def names(self, node: str) -> bool:
+        return node in self.nodes or self.more > 0
+
+
+def told(pool: str, reason: str, at: datetime, message: str) -> Told | None:
+    """The nodes a write Event names (None: not such an Event). Its formats: ``... N node(s): a, b
+    and 2 more``; DriftCorrected's ``... N node(s): a: k=v, removed j; b: ...``."""
+    if reason not in WRITE_REASONS or " node(s): " not in message:
+        return None
+    rest = message.split(" node(s): ", 1)[1]
+    more = _MORE.search(rest)
+    if more is not None:
+        rest = rest[: more.start()]
+    if reason == "DriftCorrected":
+        nodes = [part.split(": ", 1)[0] for part in rest.split("; ")]
+    else:
+        nodes = rest.split(", ")
+    hidden = int(more.group(1)) if more else 0
+    return Told(pool, reason, at, frozenset(n for n in nodes if n), hidden, message)
+
+
+def label_writes(events: Iterable[Mapping[str, Any]]) -> list[LabelWrite]:
+    """Every write that changed a node's labels, in the log's order (each node's labels replayed
+    from its creation: a create or update names them all, a patch those it changes)."""
+    now: dict[str, dict[str, str]] = {}
+    out: list[LabelWrite] = []
+    for e in events:
+        ref = e.get("objectRef") or {}
+        if ref.get("resource") != "nodes" or ref.get("subresource") or not _ok(e):
+            continue
+        verb = e.get("verb")
+        written = _labels_written(e.get("requestObject"))
+        if verb not in ("create", "patch", "update") or written is None:
+            continue
+        node = str(ref.get("name") or ((e.get("requestObject") or {}).get("metadata") or {}).get("name"))
+        before = now.get(node, {})
+        if verb == "patch":
+            after = {**before, **{k: v for k, v in written.items() if v is not None}}
+            for k, v in written.items():
+                if v is None:
+                    after.pop(k, None)
+        else:
+            after = {k: v for k, v in written.items() if v is not None}
+        now[node] = after
+        changed = tuple(sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k)))
+        if verb != "create" and changed:
+            out.append(LabelWrite(node, when(e), changed, str((e.get("user") or {}).get("username"))))
+    return out
+
+
+@dataclass(frozen=True)
+class Untold:
+    """A label write of the operator's no write Event names; ``lost`` says why that is allowed (its
+    posting failed and was logged, or the writer was killed before it posted), None: a violation."""
+
+    write: LabelWrite
+    lost: str | None
+
+
+def untold_writes(
+    writes: Iterable[LabelWrite],
+    events: Sequence[Told],
+    *,
+    by: str,
+    within: timedelta,
+    failed_posts: Sequence[datetime],
+    kills: Sequence[datetime],
+) -> list[Untold]:
+    """Each label write ``by`` made that no write Event names within ``within`` after it (an
+    Event's time has second resolution: one stamped the write's second counts)."""
+    out: list[Untold] = []
+    for w in writes:
+        if w.user != by:
+            continue
+        start, end = w.at.replace(microsecond=0), w.at + within
+        if any(start <= t.at <= end and t.names(w.node) for t in events):
+            continue
+        lost = None
+        if any(w.at <= f <= end for f in failed_posts):
+            lost = "its Event's posting failed (the operator's log says so)"
+        elif any(w.at - timedelta(seconds=1) <= k <= end for k in kills):
+            lost = "an operator replica was killed before it could post its Event"
+        out.append(Untold(w, lost))
+    return out
+
+
+def unfounded(
+    events: Iterable[Told], node_writes: Iterable[tuple[str, datetime]], *, within: timedelta
+) -> list[tuple[Told, str]]:
+    """Each node a write Event names that the operator wrote nothing to in ``within`` before it
+    (``node_writes``: each node write of the operator's, labels or annotations: restoring a node
+    whose labels are already right removes only the operator's annotations)."""
+    writes = list(node_writes)
+    return [
+        (t, node)
+        for t in events
+        for node in sorted(t.nodes)
+        if not any(n == node and t.at - within <= at <= t.at + timedelta(seconds=1) for n, at in writes)
+    ]
