@@ -5,7 +5,10 @@ looks again only when a CRD changes. A process that starts while the kube-apiser
 (a restart, an upgrade) can find the CRD's group not installed yet: it then serves GPUSharePools
 never, for the rest of its life, saying only "Unresolved resources cannot be served" (the soak
 found a replica so, seed 7). ``wait_served`` holds the process's startup until discovery lists
-each resource it needs, so that Kopf's one scan finds them.
+each resource it needs, so that Kopf's one scan finds them. An apiserver that does not answer
+at all (killed, restarting: connection refused, reset or timed out) is waited for the same way: a
+startup that raised instead would be tried again by Kopf only a minute later, and the webhook would
+serve nothing, the operator reconcile nothing, until then (the soak found the webhook so).
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
+
+import aiohttp
 
 from gpushare.k8s.client import ApiClient
 from gpushare.k8s.rest import ApiError, Rest
@@ -22,6 +27,8 @@ Served = tuple[str, str]
 #: how often discovery is asked again, and how often the wait says so
 POLL_S = 1.0
 SAY_EVERY_S = 15.0
+#: what an apiserver that does not answer raises (asked again later, as a 404 is)
+UNANSWERED = (ApiError, aiohttp.ClientError, OSError, asyncio.TimeoutError)
 #: what a wait's log line says to do (both processes')
 WHY_AND_FIX = (
     "a CRD not installed, or an API server still starting: kubectl apply -f crds/ if it is not installed"
@@ -36,12 +43,12 @@ def missing(discovered: dict[str, list[str]], wanted: Sequence[Served]) -> list[
 
 async def discover(rest: Rest, group_versions: Sequence[str]) -> dict[str, list[str]]:
     """Each group/version's resource names as discovery lists them now; [] where it does not answer
-    (404: not installed yet; any other error: asked again later)."""
+    (404: not installed yet; any other error, or no answer at all: asked again later)."""
     out: dict[str, list[str]] = {}
     for gv in group_versions:
         try:
             doc = await rest.get(f"/apis/{gv}", request_timeout=10)
-        except ApiError:
+        except UNANSWERED:
             out[gv] = []
             continue
         out[gv] = [str(r.get("name")) for r in doc.get("resources") or []]
