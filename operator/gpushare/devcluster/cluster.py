@@ -157,6 +157,7 @@ class DevCluster:
         real_node_timeout: float = 120.0,
         audit_policy: str | None = None,
         users: tuple[str, ...] = (),
+        kwok_stages: str | None = None,
     ) -> None:
         self.binaries: Binaries = find_binaries(bin_dir)
         self._own_dir = workdir is None
@@ -176,6 +177,9 @@ class DevCluster:
         #: more admin users (system:masters), each with a token and ``<dir>/kubeconfig-<user>``: a
         #: harness tells writers apart in the audit log by user
         self.users = users
+        #: kwok Stage objects (YAML text) for kwok's config: kwok uses them instead of its built-in
+        #: stages of the kinds they name (e.g. Job pods that run a while instead of completing at once)
+        self.kwok_stages = kwok_stages
         self.procs: list[Process] = []
         self.info: ClusterInfo | None = None
         self._ssl: ssl.SSLContext | None = None
@@ -359,7 +363,9 @@ class DevCluster:
             kwok_port = free_port()
             ports["kwok"] = kwok_port
             # An explicit, empty config: kwok's built-in fast stages, never ~/.kwok/kwok.yaml.
-            (d / "kwok.yaml").write_text("# gpushare devcluster: kwok defaults (fast node and pod stages)\n")
+            (d / "kwok.yaml").write_text(
+                self.kwok_stages or "# gpushare devcluster: kwok defaults (fast node and pod stages)\n"
+            )
             kwok = self._spawn(
                 "kwok",
                 [

@@ -37,8 +37,8 @@ import time
 import urllib.parse
 import urllib.request
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
@@ -56,11 +56,18 @@ from gpushare.devcluster import nvidia as nv
 from gpushare.devcluster.cluster import ClusterInfo, DevCluster, free_port
 from gpushare.devcluster.crds import install_crd_files
 from gpushare.devcluster.cutproxy import CutProxy
-from gpushare.devcluster.demo import NVIDIA_NODE_POOL, create_demo_nodes, create_nvidia_nodes
+from gpushare.devcluster.demo import (
+    DEMO_POOLS,
+    NVIDIA_NODE_POOL,
+    DemoNodePool,
+    create_demo_nodes,
+    create_nvidia_nodes,
+)
 from gpushare.devcluster.fakes import POOL_LABEL, ensure_device_plugin_daemonset, wait_for
 from gpushare.devcluster.soakaudit import (
     WRITE_REASONS,
     Told,
+    evictions,
     label_writes,
     mode_changes,
     occupancies,
@@ -108,25 +115,51 @@ RETRY_S = 30.0
 #: a pod bound this soon before the operator's mode write is Wait's documented race, not a breach
 RACE_S = 2.0
 
-#: The soak's pools: two ACK pools (np-cgpu's and np-gpu-core's nodes), one NVIDIA pool (np-nvidia's).
-#: np-cgpu-no-isolation's nodes stay out of every pool: their labels stay what they were.
-ACK_POOLS = {"soak-a": "np-cgpu", "soak-b": "np-gpu-core"}
+#: The soak's pools: three ACK pools (np-cgpu's, np-gpu-core's and np-evict's nodes), one NVIDIA pool
+#: (np-nvidia's). np-cgpu-no-isolation's nodes stay out of every pool: their labels stay what they were.
+ACK_POOLS = {"soak-a": "np-cgpu", "soak-b": "np-gpu-core", "soak-e": "np-evict"}
+#: the pools pool-recreate deletes and creates again: not EVICT_POOL, whose deletion waits (its nodes
+#: restored under Evict) until a long GPU Job's PodDisruptionBudget lets its last pod go, which is at
+#: the soak's end, as it must
+RECREATED = ("soak-a", "soak-b")
+#: the pool whose rollout evicts (``modeSwitch: Evict``): GPU Jobs with PodDisruptionBudgets run
+#: there; every other pool waits (``Wait``)
+EVICT_POOL = "soak-e"
+#: np-evict's nodes, the soak's own: two kwok nodes like np-cgpu's (a V100 each, cGPU module)
+EVICT_NODE_POOL = DemoNodePool("np-evict", "gpu-evict", 2, 1, "Tesla V100-SXM2-16GB", 15, 16160, False, True)
+#: the webhook's rule for a pod aimed at a pool that is half switched (its nodes in two modes): a
+#: GPU Job it refuses so is submitted again each second for up to RETRY_S (not past the schedule's
+#: end), as a user would
+MID_SWITCH = "GS008"
+#: how long a "long" GPU Job's pods run (longer than any soak: the soak deletes the Job at the end)
+LONG_JOB = "3600s"
+#: kwok's annotation for how long a Job's pod runs before it completes (KWOK_STAGES)
+COMPLETE_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"
 NVIDIA_POOL = "soak-n"
 #: the pool whose admission mode the soak switches; the probe targets soak-a, always Enforce
 ADMISSION_POOL = "soak-b"
 PROBE_POOL = "soak-a"
 #: the ACK pool GPU pods go to (its pods ask for GPU memory, right in both of its modes)
 POD_POOL = "soak-a"
-#: what ack-mode switches on each ACK pool: soak-a cgpu <-> share (memoryIsolation), soak-b
+#: what ack-mode switches on each ACK pool: soak-a and soak-e cgpu <-> share (memoryIsolation), soak-b
 #: core_mem <-> cgpu (computeAllocation; memoryIsolation stays, computeAllocation requires it)
 ACK_SWITCH = {
     "soak-a": ("memoryIsolation", "cgpu", "share"),
     "soak-b": ("computeAllocation", "core_mem", "cgpu"),
+    "soak-e": ("memoryIsolation", "cgpu", "share"),
 }
 
 #: lending: the lender lends its idle nodes to the borrower for a lending step's hold, then stops
 LENDER, BORROWER = "soak-b", "soak-a"
 LENDING = {"to": [BORROWER], "keepIdle": 0, "returnAfterSeconds": 30}
+#: the rollout settings the soak's pools use: a Wait pool's (the start), an Evict pool's, and the
+#: one work ``rollout`` toggles a Wait pool to and from (Cordon: a node whose mode must change
+#: under GPU pods is cordoned, then uncordoned once they are gone; half the pool's nodes at once)
+ROLLOUTS: tuple[Mapping[str, Any], ...] = (
+    {"maxUnavailable": 1, "modeSwitch": "Wait"},
+    {"maxUnavailable": 1, "modeSwitch": "Evict"},
+    {"maxUnavailable": "50%", "modeSwitch": "Cordon"},
+)
 #: GPU memory a demand pod asks for: one of the borrower's V100s whole (15 GiB, its pods' unit);
 #: one such pod more than the borrower has nodes waits for want of GPU memory: demand, which one
 #: of the lender's A10 nodes (22 GiB a GPU) serves once lent
@@ -145,10 +178,12 @@ WORK = (
     "nvidia-mode",
     "admission-mode",
     "gpu-pod",
+    "gpu-job",
     "probe",
     "node-move",
     "pool-recreate",
     "lending",
+    "rollout",
 )
 FAULTS = (
     "operator-kill",
@@ -161,7 +196,17 @@ FAULTS = (
 )
 KINDS = WORK + FAULTS
 #: the steps tried again when refused
-RETRIED = ("ack-mode", "nvidia-replicas", "nvidia-mode", "admission-mode", "gpu-pod", "node-move", "lending")
+RETRIED = (
+    "ack-mode",
+    "nvidia-replicas",
+    "nvidia-mode",
+    "admission-mode",
+    "gpu-pod",
+    "gpu-job",
+    "node-move",
+    "lending",
+    "rollout",
+)
 
 AUDIT_POLICY = """\
 apiVersion: audit.k8s.io/v1
@@ -170,7 +215,7 @@ omitStages: [RequestReceived]
 rules:
 - level: RequestResponse
   verbs: [create]
-  namespaces: [kube-system]
+  namespaces: [kube-system, soak]
   resources:
   - group: ""
     resources: [pods]
@@ -181,10 +226,18 @@ rules:
     resources: [nodes, pods, pods/eviction, pods/binding, configmaps]
   - group: gpushare.io
     resources: [gpusharepools]
+  - group: policy
+    resources: [poddisruptionbudgets, poddisruptionbudgets/status]
 - level: None
 """
-#: the first rule records the device plugin pods' creations with the apiserver's response: their
-#: names, UIDs and creationTimestamps, for plugin-restarts
+#: kwok's built-in pod stages (v0.7.0: a pod Ready once bound, deleted once marked for deletion, a
+#: Job's pod complete at once), but a Job's pod completes after its COMPLETE_DELAY annotation: so a
+#: GPU Job runs a while, holding its GPUs, as a real one does
+KWOK_STAGES = (Path(__file__).parent / "soak-kwok-stages.yaml").read_text()
+#: the first rule records the creations of the device plugin pods and the soak's pods with the
+#: apiserver's response: their names (a Job's pods have generated ones), UIDs and creationTimestamps;
+#: the budgets' status writes (the disruption controller's, and the apiserver's own decrement with
+#: each eviction it grants) are the evidence around an eviction
 
 INVARIANTS = (
     "owned-labels: every node's owned labels are what its pool wants, or what it had before any pool"
@@ -192,10 +245,13 @@ INVARIANTS = (
     " the lending is off",
     "operator-writes: the operator's node patches touch only the labels it owns and gpushare.io/ annotations",
     "operator-configmaps: the operator writes no ConfigMap but NVIDIA's plugin configs",
-    "no-evictions: no pod evicted (no pool uses modeSwitch Evict)",
-    f"wait-guard: no node's mode changed while a pod using its GPUs was bound there (every pool uses"
-    f" modeSwitch Wait; a pod bound under {RACE_S:.0f}s before the write is the documented race,"
-    " counted apart)",
+    f"evictions: no pod evicted except under Evict, within its PDB: the operator evicts only pods on the"
+    f" nodes of {EVICT_POOL} (modeSwitch Evict) that ask for its GPUs, and only through pods/eviction, so"
+    " the apiserver holds each to its PodDisruptionBudget (429 counted); it deletes no workload pod itself,"
+    " and evicts nothing from a Wait pool",
+    f"wait-guard: no node's mode changed while a pod using its GPUs was bound there (the soak's GPU pods"
+    f" run in pools with modeSwitch Wait or Cordon; a pod bound under {RACE_S:.0f}s before the write is"
+    " the documented race, counted apart)",
     "plugin-restarts: each change of a node's ACK plugin labels by the operator owes one deletion, by the"
     " operator, of that node's ACK plugin pods created before the restart's since, before the node's next"
     " change (what is left then is owed to that one): none doubled (no pod created at or after since"
@@ -247,23 +303,40 @@ def _step(rng: random.Random, kind: str, at: float) -> Step:
         return Step(at, kind, rng.choice(sorted(ACK_POOLS)))
     if kind == "nvidia-replicas":
         return Step(at, kind, str(rng.randint(2, 4)))
+    if kind == "gpu-job":
+        return Step(at, kind, rng.choice(("short", "long")), round(rng.uniform(3, 20), 1))
     if kind == "gpu-pod":
         return Step(at, kind, rng.choice((POD_POOL, NVIDIA_POOL)), round(rng.uniform(3, 20), 1))
     if kind == "node-move":
         src, dst = rng.sample(MOVE_NODEPOOLS, 2)
         return Step(at, kind, f"{src}->{dst}")
     if kind == "pool-recreate":
-        return Step(at, kind, rng.choice(sorted(ACK_POOLS)), round(rng.uniform(2, 10), 1))
+        return Step(at, kind, rng.choice(RECREATED), round(rng.uniform(2, 10), 1))
     if kind == "lending":
         return Step(at, kind, f"{LENDER}->{BORROWER}", round(rng.uniform(20, 60), 1))
+    if kind == "rollout":
+        return Step(at, kind, POD_POOL)
     return Step(at, kind)  # nvidia-mode, admission-mode: a toggle; probe; watch-cut
 
 
+#: the targets each run covers in its first 80 % (beside one step of every other kind): each ACK
+#: pool's mode switched there and back, a short and a long GPU Job
+COVER: dict[str, tuple[str, ...]] = {
+    "ack-mode": tuple(p for p in sorted(ACK_POOLS) for _ in range(2)),
+    "gpu-job": ("short", "long"),
+}
+
+
 def make_schedule(seed: int, seconds: float) -> list[Step]:
-    """The soak's steps over ``seconds``: every kind once in the first 80 %, then one every
-    MEAN_GAP_S seconds on average. Deterministic: the same seed and length, the same steps."""
+    """The soak's steps over ``seconds``: every kind once in the first 80 % (COVER's kinds once per
+    target), then one every MEAN_GAP_S seconds on average. Deterministic: the same seed and
+    length, the same steps."""
     rng = random.Random(seed)
-    steps = [_step(rng, kind, rng.uniform(0, seconds * 0.8)) for kind in KINDS]
+    steps = []
+    for kind in KINDS:
+        for target in COVER.get(kind, ("",)):
+            step = _step(rng, kind, rng.uniform(0, seconds * 0.8))
+            steps.append(replace(step, target=target) if target else step)
     at = 0.0
     while True:
         at += rng.expovariate(1 / MEAN_GAP_S)
@@ -432,7 +505,7 @@ HELD_BODIES = 80
 BREAKS = {
     "owned-labels": "label a node of no pool cgpu=true (a label left behind)",
     "operator-writes": "write the label team=soak on a node as the operator's user",
-    "no-evictions": "evict a pod as the operator's user",
+    "evictions": f"evict a GPU pod of {POD_POOL} (modeSwitch Wait) as the operator's user",
     "wait-guard": "switch a node's ACK mode as the operator's user while a GPU pod is bound there",
     "plugin-restarts": "delete a node's current ACK plugin pod once more as the operator's user (a duplicate"
     " restart)",
@@ -484,6 +557,10 @@ class Soak:
         self.proxy: CutProxy | None = None
         self.comp_locks = {"kube-apiserver": asyncio.Lock(), "etcd": asyncio.Lock()}
         self.pods: set[str] = set()
+        #: when the schedule ends (monotonic): a refused GPU Job is not submitted again past it
+        self.schedule_end = float("inf")
+        #: the GPU Jobs (each with its PodDisruptionBudget of the same name) not deleted yet
+        self.jobs: set[str] = set()
         #: each GPU pod the soak created (namespace/name) and what it asks for
         self.holds: dict[str, dict[str, int]] = {}
         self.tasks: set[asyncio.Task[None]] = set()
@@ -502,6 +579,8 @@ class Soak:
         self.nvidia_on = True
         self.ack_on = dict.fromkeys(ACK_POOLS, True)
         self.admission = "Enforce"
+        #: each ACK pool's rollout settings as the soak's rollout edits left them
+        self.rollouts = {name: ROLLOUTS[1] if name == EVICT_POOL else ROLLOUTS[0] for name in ACK_POOLS}
         #: one edit of a pool's spec at a time: each reads what the last one left (ack_on, ...)
         self.editing: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         #: whether the lender lends (a lending step's hold)
@@ -515,7 +594,7 @@ class Soak:
         api = self.api
         await install_crd_files(api, list(CRDS))
         await ensure_device_plugin_daemonset(api)
-        await create_demo_nodes(str(self.info.kubeconfig))
+        await create_demo_nodes(str(self.info.kubeconfig), (*DEMO_POOLS, EVICT_NODE_POOL))
         await create_nvidia_nodes(api)
         core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
         for ns in (NAMESPACE, WEBHOOK_NAMESPACE):
@@ -542,7 +621,7 @@ class Soak:
             "nodeSelector": {"matchLabels": {POOL_LABEL: ACK_POOLS[name]}},
             "memoryIsolation": True,
             "computeAllocation": False,
-            "rollout": {"maxUnavailable": 1, "modeSwitch": "Wait"},
+            "rollout": dict(self.rollouts[name]),
         }
         spec[ACK_SWITCH[name][0]] = self.ack_on[name]
         if name == ADMISSION_POOL:
@@ -655,8 +734,17 @@ class Soak:
                 if exc.status is not None and 400 <= exc.status < 500 and exc.status not in (409, 429):
                     # a real answer (the CRD's rules, the webhook): not a fault's refusal
                     self.report.denied[step.kind] += 1
-                    self.report.notes.append(f"{step.kind} at {step.at:.2f}s denied: {_short(exc)}")
-                    return
+                    if not (step.kind == "gpu-job" and MID_SWITCH in (exc.body or "")):
+                        self.report.notes.append(f"{step.kind} at {step.at:.2f}s denied: {_short(exc)}")
+                        return
+                    # refused while its pool is half switched, as documented: submitted again
+                    if time.monotonic() >= min(deadline, self.schedule_end):
+                        self.report.notes.append(
+                            f"{step.kind} at {step.at:.2f}s denied until given up: {_short(exc)}"
+                        )
+                        return
+                    await asyncio.sleep(1)
+                    continue
                 self.report.refused[step.kind] += 1
                 self.out(f"soak: {step.kind} at {step.at:.2f}s refused: {_short(exc)}")
             except PoolAway as exc:
@@ -725,6 +813,17 @@ class Soak:
             self.admission = want
         self.report.detail[f"admission-mode {was}->{want}"] += 1
 
+    async def _rollout(self, step: Step) -> None:
+        """The rollout settings of ``step.target`` (a Wait pool whose nodes run GPU pods) toggled
+        between ROLLOUTS[0] and ROLLOUTS[2]: Cordon cordons a node whose mode must change under
+        pods, waits, then uncordons it."""
+        async with self.editing[step.target]:
+            was = self.rollouts[step.target]
+            want = ROLLOUTS[2] if was == ROLLOUTS[0] else ROLLOUTS[0]
+            await self._patch_pool(step.target, {"rollout": dict(want)})
+            self.rollouts[step.target] = want
+        self.report.detail[f"rollout {_rollout_text(was)}->{_rollout_text(want)}"] += 1
+
     async def _node_move(self, step: Step) -> None:
         """Relabel one node of the source node pool into the destination's: into a pool, out of
         every pool, or from one pool to the other. Only nodes first in MOVABLE_FROM move; a node
@@ -789,8 +888,12 @@ class Soak:
                 )
                 break
             except ApiException as exc:
-                if exc.status == 409 and "already exists" in (exc.body or ""):
-                    break  # an earlier try was stored after all
+                if (
+                    exc.status == 409
+                    and "already exists" in (exc.body or "")
+                    and not await self._deleting(name)
+                ):
+                    break  # an earlier try was stored after all (not the old pool, still deleting)
                 self.report.refused["pool-recreate"] += 1
             except REFUSED:
                 self.report.refused["pool-recreate"] += 1
@@ -799,6 +902,16 @@ class Soak:
                 return
             await asyncio.sleep(1)
         self.report.detail[f"pool-recreate {name}"] += 1
+
+    async def _deleting(self, name: str) -> bool:
+        """Whether pool ``name`` is still being deleted (its deletionTimestamp set)."""
+        assert self.api is not None
+        with contextlib.suppress(*REFUSED):
+            pool = await client.CustomObjectsApi(self.api).get_cluster_custom_object(
+                c.GROUP, c.VERSION, c.PLURAL, name, _request_timeout=T
+            )
+            return bool(cast(dict[str, Any], pool).get("metadata", {}).get("deletionTimestamp"))
+        return True
 
     async def _gpu_pod(self, step: Step) -> None:
         nvidia = step.target == NVIDIA_POOL
@@ -863,6 +976,72 @@ class Soak:
                 return
             await asyncio.sleep(1)
         self.report.detail["lending off"] += 1
+
+    async def _gpu_job(self, step: Step) -> None:
+        """A GPU Job of two pods on EVICT_POOL with a PodDisruptionBudget (minAvailable 1: one of
+        its pods may be evicted at a time): "short" ones run ``hold`` seconds (kwok completes them,
+        KWOK_STAGES), "long" ones longer than the soak (deleted at its end)."""
+        assert self.api is not None
+        name = f"job-{step.at:07.2f}".replace(".", "-")
+        labels = {"gpushare.io/soak": "true", "soak-job": name}
+        pdb = {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"soak-job": name}}},
+        }
+        pod = {
+            "metadata": {
+                "labels": labels,
+                "annotations": {COMPLETE_DELAY: LONG_JOB if step.target == "long" else f"{step.hold}s"},
+            },
+            "spec": _pod(name, EVICT_POOL, {c.RES_GPU_MEM: "1"})["spec"],
+        }
+        job = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"gpushare.io/soak": "true"}},
+            "spec": {"parallelism": 2, "completions": 2, "backoffLimit": 100, "template": pod},
+        }
+        for create in (
+            lambda: client.PolicyV1Api(self.api).create_namespaced_pod_disruption_budget(
+                NAMESPACE, cast(Any, pdb), _request_timeout=T
+            ),
+            lambda: client.BatchV1Api(self.api).create_namespaced_job(
+                NAMESPACE, cast(Any, job), _request_timeout=T
+            ),
+        ):
+            try:
+                await create()
+            except ApiException as exc:
+                if exc.status != 409:  # 409: an earlier try was stored after all
+                    raise
+            self.jobs.add(name)
+        self.report.detail[f"gpu-job {step.target}"] += 1
+
+    async def _delete_job(self, name: str) -> None:
+        """A Job (its pods by the garbage collector) and its PodDisruptionBudget deleted."""
+        assert self.api is not None
+        batch, policy = client.BatchV1Api(self.api), client.PolicyV1Api(self.api)
+        deletes: tuple[Callable[[], Awaitable[Any]], ...] = (
+            lambda: batch.delete_namespaced_job(
+                name, NAMESPACE, propagation_policy="Background", _request_timeout=T
+            ),
+            lambda: policy.delete_namespaced_pod_disruption_budget(name, NAMESPACE, _request_timeout=T),
+        )
+        for delete in deletes:
+            while True:
+                try:
+                    await delete()
+                except ApiException as exc:
+                    if exc.status != 404:
+                        await asyncio.sleep(1)
+                        continue
+                except REFUSED:
+                    await asyncio.sleep(1)
+                    continue
+                break
+        self.jobs.discard(name)
 
     async def _finish_pod(self, name: str, after: float) -> None:
         await asyncio.sleep(after)
@@ -1042,7 +1221,11 @@ class Soak:
     async def run(self) -> Report:
         self.out(format_schedule(self.seed, self.steps))
         self.dev = DevCluster(
-            self.dir / "cluster", keep=True, audit_policy=AUDIT_POLICY, users=(OPERATOR_USER, WEBHOOK_USER)
+            self.dir / "cluster",
+            keep=True,
+            audit_policy=AUDIT_POLICY,
+            users=(OPERATOR_USER, WEBHOOK_USER),
+            kwok_stages=KWOK_STAGES,
         )
         self.info = self.dev.start()
         try:
@@ -1092,6 +1275,7 @@ class Soak:
 
     async def _run_steps(self) -> None:
         t0 = time.monotonic()
+        self.schedule_end = t0 + self.seconds
         for step in self.steps:
             delay = t0 + step.at - time.monotonic()
             if delay > 0:
@@ -1108,8 +1292,10 @@ class Soak:
                 child.start()
         for name in sorted(self.pods):
             await self._delete_pod(name)
+        for name in sorted(self.jobs):
+            await self._delete_job(name)
         self.last_fault_end = max(self.last_fault_end, time.monotonic())
-        self.out("soak: every fault healed, every GPU pod finished; settling")
+        self.out("soak: every fault healed, every GPU pod and Job finished; settling")
 
     async def _break(self) -> None:
         """The deliberate breaks asked for (BREAKS)."""
@@ -1131,8 +1317,8 @@ class Soak:
                     await core.patch_node(loose, {"metadata": {"labels": {c.LABEL_CGPU: "true"}}})
                 elif name == "operator-writes":
                     await op_core.patch_node(loose, {"metadata": {"labels": {"team": "soak"}}})
-                elif name == "no-evictions":
-                    await core.create_namespaced_pod(NAMESPACE, cast(Any, _pod("evicted", "none", {})))
+                elif name == "evictions":
+                    await self._scheduled(core, "evicted")
                     body = {"metadata": {"name": "evicted", "namespace": NAMESPACE}}
                     await op_core.create_namespaced_pod_eviction("evicted", NAMESPACE, cast(Any, body))
                 elif name == "wait-guard":
@@ -1206,18 +1392,22 @@ class Soak:
     async def _break_wait(self, core: client.CoreV1Api, op_core: client.CoreV1Api) -> None:
         """A GPU pod scheduled onto a node of POD_POOL, then that node's mode switched under it as
         the operator's user, past the race window."""
-        await core.create_namespaced_pod(NAMESPACE, cast(Any, _pod("held", POD_POOL, {c.RES_GPU_MEM: "1"})))
-        self.holds[f"{NAMESPACE}/held"] = {c.RES_GPU_MEM: 1}
-
-        async def bound() -> str | None:
-            pod = await core.read_namespaced_pod("held", NAMESPACE, _request_timeout=T)
-            return cast(str | None, pod.spec.node_name)
-
-        node = await wait_for(bound, what="the break's GPU pod scheduled", timeout_s=60, interval=0.5)
+        node = await self._scheduled(core, "held")
         await asyncio.sleep(RACE_S + 1)
         labels = (await core.read_node(node, _request_timeout=T)).metadata.labels or {}
         other = "cgpu" if labels.get(c.LABEL_SCHEDULE) == "share" else "share"
         await op_core.patch_node(node, cast(Any, {"metadata": {"labels": {c.LABEL_SCHEDULE: other}}}))
+
+    async def _scheduled(self, core: client.CoreV1Api, name: str) -> str:
+        """A GPU pod of POD_POOL created and scheduled (a break's); its node."""
+        await core.create_namespaced_pod(NAMESPACE, cast(Any, _pod(name, POD_POOL, {c.RES_GPU_MEM: "1"})))
+        self.holds[f"{NAMESPACE}/{name}"] = {c.RES_GPU_MEM: 1}
+
+        async def bound() -> str | None:
+            pod = await core.read_namespaced_pod(name, NAMESPACE, _request_timeout=T)
+            return cast(str | None, pod.spec.node_name)
+
+        return await wait_for(bound, what="the break's GPU pod scheduled", timeout_s=60, interval=0.5)
 
     async def _break_restart(self, core: client.CoreV1Api, op_core: client.CoreV1Api) -> None:
         """A node of POD_POOL's current ACK plugin pod deleted as the operator's user, as the
@@ -1459,7 +1649,7 @@ class Soak:
         return rows[-limit:]
 
     def _check_audit(self) -> None:
-        node_patches = evictions = cms = 0
+        node_patches = cms = 0
         for e in self._audit():
             if (e.get("user") or {}).get("username") != OPERATOR_USER:
                 continue
@@ -1480,13 +1670,6 @@ class Soak:
                         f"the operator wrote {sorted(bad)} on node {ref.get('name')} (HTTP {code})",
                         [_audit_line(e)],
                     )
-            elif resource == "pods" and sub == "eviction":
-                evictions += 1
-                self.report.violate(
-                    "no-evictions",
-                    f"the operator evicted pod {ref.get('namespace')}/{ref.get('name')}",
-                    [_audit_line(e)],
-                )
             elif resource == "configmaps" and verb != "get":
                 cms += 1
                 if (ref.get("namespace"), ref.get("name")) != (nv.NAMESPACE, nv.CONFIGS_CONFIGMAP):
@@ -1497,8 +1680,8 @@ class Soak:
                     )
         self._check_wait()
         self._check_restarts()
+        self._check_evictions(node_patches)
         self.report.checked["operator-writes"] = node_patches
-        self.report.checked["no-evictions"] = node_patches + evictions
         self.report.checked["operator-configmaps"] = cms
 
     async def _check_events(self) -> None:
@@ -1585,6 +1768,19 @@ class Soak:
                 self.report.detail["wait-guard race"] += 1
             else:
                 self.report.violate("wait-guard", breach.text(), evidence)
+
+    def _check_evictions(self, node_patches: int) -> None:
+        """evictions, from the audit log (:func:`gpushare.devcluster.soakaudit.evictions`); checked
+        against the operator's node patches (each could have come with an eviction) and evictions."""
+        found = evictions(
+            list(self._audit()), by=OPERATOR_USER, evict_pools={EVICT_POOL}, namespaces={NAMESPACE}
+        )
+        self.report.checked["evictions"] = node_patches + found.evicted + found.refused + found.deleted
+        for what, n in (("done", found.evicted), ("refused by a PDB (429)", found.refused)):
+            if n:
+                self.report.detail[f"evictions {what}"] += n
+        for what, evidence in found.violations:
+            self.report.violate("evictions", what, evidence)
 
     def _check_restarts(self) -> None:
         """plugin-restarts, from the audit log (:func:`gpushare.devcluster.soakaudit.plugin_restarts`)."""
@@ -1688,6 +1884,10 @@ def _audit_line(e: dict[str, Any]) -> str:
     user = (e.get("user") or {}).get("username")
     when = e.get("requestReceivedTimestamp", "")
     return f"audit {when} {user} {e.get('verb')} {what} {ref.get('name')} -> {code} {body}"
+
+
+def _rollout_text(rollout: Mapping[str, Any]) -> str:
+    return f"{rollout['modeSwitch']}/{rollout['maxUnavailable']}"
 
 
 def _near(audit: list[dict[str, Any]], resource: str, name: str, at: datetime, limit: int = 6) -> list[str]:

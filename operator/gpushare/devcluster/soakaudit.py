@@ -28,8 +28,9 @@ each node such an Event names that the operator did not write.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -599,3 +600,165 @@ def unfounded(
         for node in sorted(t.nodes)
         if not any(n == node and t.at - within <= at <= t.at + timedelta(seconds=1) for n, at in writes)
     ]
+
+
+# -- evictions ------------------------------------------------------------------------------------
+
+
+@dataclass
+class EvictionAudit:
+    """What :func:`evictions` found."""
+
+    #: evictions the apiserver granted (within the pod's PodDisruptionBudget)
+    evicted: int = 0
+    #: evictions the apiserver refused with 429 (the PodDisruptionBudget allows none now)
+    refused: int = 0
+    #: workload pods ``by`` deleted itself (each a violation)
+    deleted: int = 0
+    violations: list[tuple[str, list[str]]] = field(default_factory=list)
+
+
+def _asks_gpu(pod: Any) -> bool:
+    """Whether a pod body asks for a GPU resource (ACK's ``aliyun.com/gpu*`` or NVIDIA's)."""
+    for container in ((pod or {}).get("spec") or {}).get("containers") or []:
+        res = container.get("resources") or {}
+        for key in (*(res.get("limits") or {}), *(res.get("requests") or {})):
+            if key.startswith((c.GPU_RESOURCE_PREFIX, "nvidia.com/")):
+                return True
+    return False
+
+
+def _line(e: Mapping[str, Any]) -> str:
+    ref = e.get("objectRef") or {}
+    what = "/".join(x for x in (ref.get("resource"), ref.get("subresource")) if x)
+    code = (e.get("responseStatus") or {}).get("code", "")
+    user = (e.get("user") or {}).get("username")
+    name = f"{ref.get('namespace')}/{ref.get('name')}"
+    return f"audit {when(e).isoformat()} {user} {e.get('verb')} {what} {name} -> {code}"
+
+
+def evictions(
+    events: Sequence[Mapping[str, Any]],
+    *,
+    by: str,
+    evict_pools: Collection[str],
+    namespaces: Collection[str],
+) -> EvictionAudit:
+    """No pod evicted except under Evict, within its PDB (from the log, replayed in time order).
+
+    Every eviction (``create pods/eviction``) must be ``by``'s, of a pod that asks for a GPU and is
+    bound to a node that, at that moment, is in one of ``evict_pools`` (its ``gpushare.io/pool``
+    label, or the pool its ownership annotation names while it is being restored). Going through
+    the eviction API is what holds it to the pod's PodDisruptionBudget: the apiserver grants it only
+    within the budget (429 otherwise, counted as refused). ``by`` deleting a pod of ``namespaces``
+    itself (not through the eviction API) would bypass the budget: a violation.
+    """
+    ordered = sorted(events, key=when)
+    pool_label: dict[str, str | None] = {}
+    owner: dict[str, str | None] = {}
+    bound: dict[str, str] = {}
+    gpu: dict[str, bool] = {}
+    audit = EvictionAudit()
+    budgets: list[str] = []  # the PodDisruptionBudgets' writes so far: evidence around an eviction
+    for e in ordered:
+        ref = e.get("objectRef") or {}
+        resource, sub, verb = ref.get("resource"), ref.get("subresource"), e.get("verb")
+        if resource == "poddisruptionbudgets" and _ok(e):
+            status = (e.get("requestObject") or {}).get("status") or {}
+            budgets.append(f"{_line(e)} disruptionsAllowed={status.get('disruptionsAllowed')}")
+            continue
+        user = str((e.get("user") or {}).get("username"))
+        code = int((e.get("responseStatus") or {}).get("code", 0))
+        if resource == "nodes" and not sub and _ok(e) and verb in ("create", "patch", "update"):
+            obj = e.get("requestObject")
+            node = str(ref.get("name") or ((obj or {}).get("metadata") or {}).get("name"))
+            written = _labels_written(obj) or {}
+            if verb != "patch" or c.LABEL_POOL in written:
+                pool_label[node] = written.get(c.LABEL_POOL)
+            annotations = _annotations_written(obj)
+            if verb != "patch" or c.ANNOTATION_OWNED in annotations:
+                raw = annotations.get(c.ANNOTATION_OWNED)
+                owner[node] = _owned_pool(raw) if raw else None
+            continue
+        if resource != "pods" or (not _ok(e) and code != 429):
+            continue
+        key = f"{ref.get('namespace')}/{ref.get('name')}"
+        if not sub and verb == "create":
+            obj = e.get("responseObject") or e.get("requestObject") or {}
+            meta = obj.get("metadata") or {}
+            key = f"{meta.get('namespace') or ref.get('namespace')}/{meta.get('name') or ref.get('name')}"
+            gpu[key] = _asks_gpu(obj)
+            if (obj.get("spec") or {}).get("nodeName"):
+                bound[key] = str(obj["spec"]["nodeName"])
+        elif sub == "binding" and verb == "create":
+            target = ((e.get("requestObject") or {}).get("target") or {}).get("name")
+            if target:
+                bound[key] = str(target)
+        elif sub == "eviction" and verb == "create":
+            before = len(audit.violations)
+            _one_eviction(
+                audit,
+                e,
+                key,
+                user,
+                by=by,
+                node=bound.get(key),
+                gpu=gpu.get(key),
+                pools=(pool_label, owner),
+                evict_pools=evict_pools,
+            )
+            for _what, evidence in audit.violations[before:]:
+                evidence.extend(b for b in budgets[-4:] if f" {ref.get('namespace')}/" in b)
+        elif not sub and verb == "delete" and user == by and ref.get("namespace") in namespaces and _ok(e):
+            audit.deleted += 1
+            audit.violations.append(
+                (
+                    f"{by} deleted pod {key} itself, not through pods/eviction: its PDB was not asked",
+                    [_line(e)],
+                )
+            )
+    return audit
+
+
+def _owned_pool(raw: str) -> str | None:
+    """The pool named by a node's ``gpushare.io/owned-labels`` annotation ({"pool": ..., "prior": ...})."""
+    try:
+        pool = json.loads(raw).get("pool")
+    except (ValueError, AttributeError):
+        return None
+    return str(pool) if pool else None
+
+
+def _one_eviction(
+    audit: EvictionAudit,
+    e: Mapping[str, Any],
+    key: str,
+    user: str,
+    *,
+    by: str,
+    node: str | None,
+    gpu: bool | None,
+    pools: tuple[Mapping[str, str | None], Mapping[str, str | None]],
+    evict_pools: Collection[str],
+) -> None:
+    code = int((e.get("responseStatus") or {}).get("code", 0))
+    if code == 429:
+        audit.refused += 1
+        return
+    audit.evicted += 1
+    label, owner = pools
+    pool = (label.get(node) or owner.get(node)) if node else None
+    where = f"on node {node} of pool {pool}" if node else "bound to no node"
+    if user != by:
+        audit.violations.append((f"{user} evicted pod {key} {where}: only {by} evicts", [_line(e)]))
+    elif pool not in evict_pools:
+        audit.violations.append(
+            (
+                f"{by} evicted pod {key} {where}: not a pool with modeSwitch Evict",
+                [_line(e)],
+            )
+        )
+    elif gpu is False:
+        audit.violations.append(
+            (f"{by} evicted pod {key} {where}, which asks for no GPU: it held no switch", [_line(e)])
+        )
