@@ -1030,17 +1030,7 @@ class Soak:
             lambda: policy.delete_namespaced_pod_disruption_budget(name, NAMESPACE, _request_timeout=T),
         )
         for delete in deletes:
-            while True:
-                try:
-                    await delete()
-                except ApiException as exc:
-                    if exc.status != 404:
-                        await asyncio.sleep(1)
-                        continue
-                except REFUSED:
-                    await asyncio.sleep(1)
-                    continue
-                break
+            await _until_deleted(delete)
         self.jobs.discard(name)
 
     async def _finish_pod(self, name: str, after: float) -> None:
@@ -1049,20 +1039,11 @@ class Soak:
 
     async def _delete_pod(self, name: str) -> None:
         assert self.api is not None
-        while True:
-            try:
-                await client.CoreV1Api(self.api).delete_namespaced_pod(
-                    name, NAMESPACE, grace_period_seconds=0, _request_timeout=T
-                )
-            except ApiException as exc:
-                if exc.status != 404:
-                    await asyncio.sleep(1)
-                    continue
-            except REFUSED:
-                await asyncio.sleep(1)
-                continue
-            self.pods.discard(name)
-            return
+        core = client.CoreV1Api(self.api)
+        await _until_deleted(
+            lambda: core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0, _request_timeout=T)
+        )
+        self.pods.discard(name)
 
     async def _probe(self, step: Step) -> None:
         assert self.api is not None
@@ -1884,6 +1865,20 @@ def _audit_line(e: dict[str, Any]) -> str:
     user = (e.get("user") or {}).get("username")
     when = e.get("requestReceivedTimestamp", "")
     return f"audit {when} {user} {e.get('verb')} {what} {ref.get('name')} -> {code} {body}"
+
+
+async def _until_deleted(delete: Callable[[], Awaitable[Any]]) -> None:
+    """``delete`` tried each second until it succeeds or answers 404 (gone already)."""
+    while True:
+        try:
+            await delete()
+            return
+        except ApiException as exc:
+            if exc.status == 404:
+                return
+        except REFUSED:
+            pass
+        await asyncio.sleep(1)
 
 
 def _rollout_text(rollout: Mapping[str, Any]) -> str:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -111,19 +111,28 @@ def _labels_written(obj: Any) -> dict[str, str | None] | None:
     return None
 
 
-def mode_changes(events: Iterable[Mapping[str, Any]]) -> list[ModeChange]:
-    """Every change of a node's mode label, in the log's order (creations set the first value)."""
-    now: dict[tuple[str, str], str | None] = {}
-    out: list[ModeChange] = []
+def _node_label_writes(
+    events: Iterable[Mapping[str, Any]],
+) -> Iterator[tuple[Mapping[str, Any], str, str, dict[str, str | None]]]:
+    """Each successful create, patch or update of a node that names labels: the record, its verb,
+    the node and the labels it writes (None: removed)."""
     for e in events:
         ref = e.get("objectRef") or {}
         if ref.get("resource") != "nodes" or ref.get("subresource") or not _ok(e):
             continue
-        verb = e.get("verb")
+        verb = str(e.get("verb"))
         written = _labels_written(e.get("requestObject"))
         if verb not in ("create", "patch", "update") or written is None:
             continue
         node = str(ref.get("name") or ((e.get("requestObject") or {}).get("metadata") or {}).get("name"))
+        yield e, verb, node, written
+
+
+def mode_changes(events: Iterable[Mapping[str, Any]]) -> list[ModeChange]:
+    """Every change of a node's mode label, in the log's order (creations set the first value)."""
+    now: dict[tuple[str, str], str | None] = {}
+    out: list[ModeChange] = []
+    for e, verb, node, written in _node_label_writes(events):
         for label in MODE_LABELS:
             if verb == "create" or verb == "update":
                 new = written.get(label)
@@ -527,15 +536,7 @@ def label_writes(events: Iterable[Mapping[str, Any]]) -> list[LabelWrite]:
     from its creation: a create or update names them all, a patch those it changes)."""
     now: dict[str, dict[str, str]] = {}
     out: list[LabelWrite] = []
-    for e in events:
-        ref = e.get("objectRef") or {}
-        if ref.get("resource") != "nodes" or ref.get("subresource") or not _ok(e):
-            continue
-        verb = e.get("verb")
-        written = _labels_written(e.get("requestObject"))
-        if verb not in ("create", "patch", "update") or written is None:
-            continue
-        node = str(ref.get("name") or ((e.get("requestObject") or {}).get("metadata") or {}).get("name"))
+    for e, verb, node, written in _node_label_writes(events):
         before = now.get(node, {})
         if verb == "patch":
             after = {**before, **{k: v for k, v in written.items() if v is not None}}
