@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpushare.admission import RULES, Context, Finding, evaluate, node_info, pod_specs, requests_gpu_sharing
+from gpushare.api.loan import LoanRecord
 from gpushare.api.v1alpha1 import GPUSharePool, parse_pool
 from gpushare.rulekit.quantity import parse_amount
 
@@ -1158,6 +1159,27 @@ def test_pool_overlap_names_nodes_and_other_pool() -> None:
     assert evaluate(pool_obj("a", "np-a"), ctx) == []
     # Without nodes there is nothing to compare.
     assert evaluate(wide, Context.build([pool("a", "np-a")])) == []
+
+
+def test_a_node_a_pool_lent_is_still_its_own_to_the_overlap_rule() -> None:
+    """A lent node carries its borrower's gpushare.io/pool label; the lender still selects it. An
+    edit of the lender (turning its lending off, say) is no overlap (the soak, seed 1: soak-b's
+    edits were refused while one of its nodes was lent, so its lending could not be turned off)."""
+    lent = node_obj("b1", {"alibabacloud.com/nodepool-id": "np-b", "gpushare.io/pool": "a"})
+    lent["metadata"]["annotations"] = {
+        "gpushare.io/loan": LoanRecord("b", "a", "2026-12-07T02:23:15Z").dump()
+    }
+    ctx = Context.build([pool("a", "np-a"), pool("b", "np-b")], [node_info(lent)])
+    assert evaluate(pool_obj("b", "np-b"), ctx) == []
+    # a node lent by another pool, or labelled for another pool without a loan, still overlaps
+    other = copy.deepcopy(lent)
+    other["metadata"]["annotations"] = {"gpushare.io/loan": LoanRecord("c", "a").dump()}
+    unlent = copy.deepcopy(lent)
+    del unlent["metadata"]["annotations"]
+    for node in (other, unlent):
+        findings = evaluate(pool_obj("b", "np-b"), Context.build([pool("a", "np-a")], [node_info(node)]))
+        assert [f.rule_id for f in findings] == ["GP004-pool-overlap"]
+        assert "b1 that belong to GPUSharePool a" in findings[0].message
 
 
 # --- properties -----------------------------------------------------------------------------------

@@ -10,11 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpushare import constants as c
+from gpushare.api.loan import LoanRecord
 from gpushare.api.v1alpha1 import GPUSharePool, parse_pool
 from gpushare.policy import Action, NodeView, PodView, plan
 from gpushare.policy.advise import advise, check
 from gpushare.policy.demand import PoolDemand, WaitingPod, compute, gpu_shortage, waiting_pod
-from gpushare.policy.planner import LoanRecord, desired_labels
+from gpushare.policy.planner import desired_labels
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 NP = "alibabacloud.com/nodepool-id"

@@ -136,7 +136,7 @@ def _check_overlap(em: Emitter, pool: GPUSharePool, ctx: Context) -> None:
             continue
         owners = {p.name for p in others if p.spec.node_selector.matches(node.labels)}
         labelled = node.labels.get(c.LABEL_POOL)
-        if labelled and labelled != pool.name:
+        if labelled and labelled != pool.name and node.lender != pool.name:  # a node it lent is its own
             owners.add(labelled)
         for owner in owners:
             clashes.setdefault(owner, []).append(node.name)

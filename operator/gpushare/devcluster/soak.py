@@ -52,6 +52,7 @@ from gpushare import constants as c
 from gpushare.admission.review import MAX_REVIEW_BYTES
 from gpushare.api.v1alpha1 import GPUSharePoolSpec
 from gpushare.backends.ack import ACK
+from gpushare.backends.ack.admission.catalog import TARGET_AMBIGUOUS
 from gpushare.devcluster import nvidia as nv
 from gpushare.devcluster.cluster import ClusterInfo, DevCluster, free_port
 from gpushare.devcluster.crds import install_crd_files
@@ -130,7 +131,7 @@ EVICT_NODE_POOL = DemoNodePool("np-evict", "gpu-evict", 2, 1, "Tesla V100-SXM2-1
 #: the webhook's rule for a pod aimed at a pool that is half switched (its nodes in two modes): a
 #: GPU Job it refuses so is submitted again each second for up to RETRY_S (not past the schedule's
 #: end), as a user would
-MID_SWITCH = "GS008"
+MID_SWITCH = TARGET_AMBIGUOUS.id
 #: how long a "long" GPU Job's pods run (longer than any soak: the soak deletes the Job at the end)
 LONG_JOB = "3600s"
 #: kwok's annotation for how long a Job's pod runs before it completes (KWOK_STAGES)

@@ -29,11 +29,12 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from gpushare import constants as c
+from gpushare.api.loan import LoanRecord
 from gpushare.api.selector import term_possible
 from gpushare.api.v1alpha1 import GPUSharePool
 from gpushare.backends import BACKENDS, GpuSize, backend_for, gpus_of
 from gpushare.policy.demand import PoolDemand, WaitingPod
-from gpushare.policy.planner import LoanRecord, NodePlan, desired_labels, plan
+from gpushare.policy.planner import NodePlan, desired_labels, plan
 from gpushare.policy.views import NodeView
 
 

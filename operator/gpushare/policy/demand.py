@@ -313,8 +313,9 @@ def snapshot(
 ) -> Snapshot:
     """Every pool's demand as the operator computes it, from objects (invalid pools are skipped
     with a warning; pools being deleted are left out)."""
+    from gpushare.api.loan import LoanRecord
     from gpushare.api.v1alpha1 import PoolValidationError, parse_pool
-    from gpushare.policy.planner import LoanRecord, plan
+    from gpushare.policy.planner import plan
 
     parsed: list[GPUSharePool] = []
     warnings: list[str] = []

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from gpushare import constants as c
+from gpushare.api.loan import LoanRecord
 from gpushare.api.v1alpha1 import GPUSharePool
 from gpushare.backends import backend_for
 from gpushare.policy.advise import Move, advise, gpu_count
 from gpushare.policy.demand import PoolDemand, iso
-from gpushare.policy.planner import LoanRecord
 from gpushare.policy.views import NodeView
 
 

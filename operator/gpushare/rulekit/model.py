@@ -13,6 +13,7 @@ from functools import cached_property
 from typing import Any
 
 from gpushare import constants as c
+from gpushare.api.loan import LoanRecord
 from gpushare.api.quantity import integer_or_none
 from gpushare.api.v1alpha1 import GPUSharePool
 from gpushare.gpu.inventory import Inventory, inventory_from_annotations
@@ -58,6 +59,9 @@ class NodeInfo:
     plugin_gpus: int | None = None
     #: GPU memory the device plugin advertises (all GPUs, in its unit), as its backend reads it.
     plugin_memory: int | None = None
+    #: The pool that lent the node to the one its ``gpushare.io/pool`` label names (its
+    #: ``gpushare.io/loan`` annotation); None when it is not lent.
+    lender: str | None = None
 
     @classmethod
     def of(
@@ -83,6 +87,7 @@ class NodeInfo:
             inventory_gpus=len(gpus),
             plugin_gpus=plugin_gpus,
             plugin_memory=plugin_memory,
+            lender=loan.lender if (loan := LoanRecord.parse(annotations.get(c.ANNOTATION_LOAN))) else None,
         )
 
     @property
