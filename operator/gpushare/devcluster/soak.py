@@ -196,18 +196,9 @@ FAULTS = (
     "watch-cut",
 )
 KINDS = WORK + FAULTS
-#: the steps tried again when refused
-RETRIED = (
-    "ack-mode",
-    "nvidia-replicas",
-    "nvidia-mode",
-    "admission-mode",
-    "gpu-pod",
-    "gpu-job",
-    "node-move",
-    "lending",
-    "rollout",
-)
+#: the steps tried again when refused: every kind of work but the probe (tried once: a refusal is
+#: its answer) and pool-recreate (which retries its own deletion and creation)
+RETRIED = tuple(kind for kind in WORK if kind not in ("probe", "pool-recreate"))
 
 AUDIT_POLICY = """\
 apiVersion: audit.k8s.io/v1
