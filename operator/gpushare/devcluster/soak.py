@@ -1451,8 +1451,9 @@ class Soak:
         await self._check_agree()
         await self._check_keys()
         await self._restarts_settled()
-        self._check_audit()
-        await self._check_events()
+        audit = list(self._audit())  # read once: every check below replays the same log
+        self._check_audit(audit)
+        await self._check_events(audit)
         await self._processes_up()
         if "rss" in self.breaks:
             async with self._held_bodies():
@@ -1621,9 +1622,9 @@ class Soak:
         ]
         return rows[-limit:]
 
-    def _check_audit(self) -> None:
+    def _check_audit(self, audit: list[dict[str, Any]]) -> None:
         node_patches = cms = 0
-        for e in self._audit():
+        for e in audit:
             if (e.get("user") or {}).get("username") != OPERATOR_USER:
                 continue
             ref = e.get("objectRef") or {}
@@ -1651,13 +1652,13 @@ class Soak:
                         f"the operator wrote ConfigMap {ref.get('namespace')}/{ref.get('name')}",
                         [_audit_line(e)],
                     )
-        self._check_wait()
-        self._check_restarts()
-        self._check_evictions(node_patches)
+        self._check_wait(audit)
+        self._check_restarts(audit)
+        self._check_evictions(audit, node_patches)
         self.report.checked["operator-writes"] = node_patches
         self.report.checked["operator-configmaps"] = cms
 
-    async def _check_events(self) -> None:
+    async def _check_events(self, audit: list[dict[str, Any]]) -> None:
         """events-agree, from the audit log, the pools' Events and the replicas' logs
         (:func:`gpushare.devcluster.soakaudit.untold_writes`, :func:`~.unfounded`)."""
         assert self.api is not None
@@ -1670,7 +1671,6 @@ class Soak:
             t = told(e.involved_object.name, e.reason or "", at, e.message or "")
             if t is not None:
                 events.append(t)
-        audit = list(self._audit())
         writes = label_writes(audit)
         within = timedelta(seconds=TELL_WITHIN_S)
         mine = [w for w in writes if w.user == OPERATOR_USER]
@@ -1721,9 +1721,8 @@ class Soak:
                             out.append(datetime.fromisoformat(str(rec["timestamp"]).replace("Z", "+00:00")))
         return out
 
-    def _check_wait(self) -> None:
+    def _check_wait(self, events: list[dict[str, Any]]) -> None:
         """wait-guard, from the audit log (:mod:`gpushare.devcluster.soakaudit`)."""
-        events = list(self._audit())
         changes = [m for m in mode_changes(events) if m.user == OPERATOR_USER]
         occupied = occupancies(events, self.holds)
         self.report.checked["wait-guard"] = len(changes)
@@ -1742,12 +1741,10 @@ class Soak:
             else:
                 self.report.violate("wait-guard", breach.text(), evidence)
 
-    def _check_evictions(self, node_patches: int) -> None:
+    def _check_evictions(self, audit: list[dict[str, Any]], node_patches: int) -> None:
         """evictions, from the audit log (:func:`gpushare.devcluster.soakaudit.evictions`); checked
         against the operator's node patches (each could have come with an eviction) and evictions."""
-        found = evictions(
-            list(self._audit()), by=OPERATOR_USER, evict_pools={EVICT_POOL}, namespaces={NAMESPACE}
-        )
+        found = evictions(audit, by=OPERATOR_USER, evict_pools={EVICT_POOL}, namespaces={NAMESPACE})
         self.report.checked["evictions"] = node_patches + found.evicted + found.refused + found.deleted
         for what, n in (("done", found.evicted), ("refused by a PDB (429)", found.refused)):
             if n:
@@ -1755,9 +1752,9 @@ class Soak:
         for what, evidence in found.violations:
             self.report.violate("evictions", what, evidence)
 
-    def _check_restarts(self) -> None:
+    def _check_restarts(self, audit: list[dict[str, Any]]) -> None:
         """plugin-restarts, from the audit log (:func:`gpushare.devcluster.soakaudit.plugin_restarts`)."""
-        found = plugin_restarts(list(self._audit()), by=OPERATOR_USER)
+        found = plugin_restarts(audit, by=OPERATOR_USER)
         self.report.checked["plugin-restarts"] = len(found.changes)
         for what, n in (
             ("by the operator", found.by_operator),
