@@ -332,9 +332,10 @@ def make_schedule(seed: int, seconds: float) -> list[Step]:
     at = 0.0
     while True:
         at += rng.expovariate(1 / MEAN_GAP_S)
-        if at >= seconds:
+        step = _step(rng, rng.choice(KINDS), at)
+        if step.at >= seconds:  # after rounding to 1/100 s: 1383.0996 of 1383.0996... is 1383.1
             break
-        steps.append(_step(rng, rng.choice(KINDS), at))
+        steps.append(step)
     return sorted(steps)
 
 
