@@ -263,7 +263,10 @@ class DemandTracker:
         now = self.clock()
         computed = self._compute(bodies, now)
         delay = RESYNC
-        if any(p.spec.lending for p in computed.pools):
+        # Loans are decided while a pool lends or a node is still lent: lending removed from the
+        # last pool that lent must still end its loans.
+        lent = any(c.ANNOTATION_LOAN in v.annotations for v in computed.nodes.values())
+        if lent or any(p.spec.lending for p in computed.pools):
             async with self._lock:
                 due = await self._lending(computed, by_name, now)
             if due is not None:

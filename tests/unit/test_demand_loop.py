@@ -330,3 +330,18 @@ def test_after_a_wake_up_a_quiet_moment_or_settle_max_ends_the_wait() -> None:
     waits = asyncio.run(busy.settle(t.sleep, t.monotonic))
     assert t.now == SETTLE_MAX
     assert waits == math.ceil(SETTLE_MAX / busy.debounce())
+
+
+def test_a_loan_ends_when_the_only_lender_stops_lending() -> None:
+    """Lending removed from the one pool that lent: no pool lends any more, and the loan it made
+    still ends (the loop decided loans only while some pool lent, and the node stayed lent)."""
+    api, tracker, bodies, clock = setup({"to": ["core"], "keepIdle": 1, "returnAfterSeconds": 600})
+    asyncio.run(tracker.run("core", bodies))
+    assert [n for n, _ in api.node_patches] == ["a2"]
+    tracker.pod_event("DELETED", pending_obj("job", mem=4, core=50))
+    tracker.node_event("MODIFIED", json.loads(json.dumps(api.nodes["a2"])))
+    off = [{**b, "spec": {k: v for k, v in b["spec"].items() if k != "lending"}} for b in bodies]
+    clock[0] = NOW + timedelta(seconds=5)
+    asyncio.run(tracker.run("cgpu", off))
+    assert c.ANNOTATION_LOAN not in api.nodes["a2"]["metadata"]["annotations"]
+    assert ("a2", "LoanEnded") in api.events
