@@ -120,6 +120,8 @@ class DemandTracker:
         self._cache: tuple[int, int, str, _Computed] | None = None
         self._written: dict[str, dict[str, Any]] = {}
         self._needed: dict[str, datetime] = {}
+        #: A loan write of the last lending step met a 409 (the node changed since the decision).
+        self._redecide = False
         self._lock = asyncio.Lock()
         #: Nodes and pool statuses written by this loop.
         self.writes = 0
@@ -299,6 +301,7 @@ class DemandTracker:
             computed.pools, computed.demand, computed.nodes, set(computed.busy), now=now, needed=self._needed
         )
         self._needed = dict(decision.needed or {})
+        self._redecide = False
 
         def uid(pool: str) -> str:
             return str(((bodies.get(pool) or {}).get("metadata") or {}).get("uid") or "")
@@ -309,7 +312,7 @@ class DemandTracker:
                 f"Lent node {item.node} of pool {item.record.lender} to pool {item.record.borrower} "
                 f"for its waiting pod(s) {pods}"
             )
-            if await self._write(item.node, item.record.dump(), now):
+            if await self._write(computed.nodes.get(item.node), item.record.dump(), now):
                 log.info("Lent node", node=item.node, lender=item.record.lender,
                          borrower=item.record.borrower, pods=pods)  # fmt: skip
                 metrics.LOANS.labels(pool=item.record.lender, event="lent").inc()
@@ -317,7 +320,7 @@ class DemandTracker:
                     await self._event(pool_ref(pool, uid(pool)), "NodeLent", message)
                 await self._event(node_ref(item.node), "NodeLent", message)
         for ret in decision.returns:
-            if await self._write(ret.node, None, now):
+            if await self._write(computed.nodes.get(ret.node), None, now):
                 log.info("Loan ended", node=ret.node, lender=ret.record.lender,
                          borrower=ret.record.borrower, reason=ret.reason)  # fmt: skip
                 metrics.LOANS.labels(pool=ret.record.lender, event="returned").inc()
@@ -326,20 +329,24 @@ class DemandTracker:
                     if pool in bodies:
                         await self._event(pool_ref(pool, uid(pool)), ret.reason, message)
                 await self._event(node_ref(ret.node), ret.reason, message)
+        if self._redecide:  # a 409: the newer version may come as a heartbeat that wakes no step
+            return 1.0 if decision.next_due is None else min(1.0, decision.next_due)
         return decision.next_due
 
-    async def _write(self, node: str, loan: str | None, now: datetime) -> bool:
-        """Write (or, with None, remove) the node's loan annotation onto the version decided on."""
-        view = self.model.view(node)
+    async def _write(self, view: NodeView | None, loan: str | None, now: datetime) -> bool:
+        """Write (or, with None, remove) the node's loan annotation onto the version decided on:
+        a step that decided before another step's write gets a 409, not a second loan."""
         if view is None:
             return False
+        node = view.name
         patch: dict[str, Any] = {"metadata": {"annotations": {c.ANNOTATION_LOAN: loan}}}
         if view.resource_version:
             patch["metadata"]["resourceVersion"] = view.resource_version
         try:
             obj = await self.cluster.patch_node(node, patch)
         except Conflict:
-            return False  # the node changed; decided again with the new version
+            self._redecide = True  # the node changed since: decided again with its new version
+            return False
         except ApiError as exc:
             log.warning("Writing the loan failed", node=node, error=str(exc))
             return False

@@ -180,8 +180,9 @@ def test_lending_writes_one_loan_onto_the_version_decided_on_and_returns_it() ->
 def test_a_node_that_changed_since_the_decision_is_not_lent() -> None:
     api, tracker, bodies, _ = setup({"to": ["core"], "keepIdle": 0})
     api.nodes["a1"]["metadata"]["resourceVersion"] = "11"  # changed; the tracker has not seen it yet
-    asyncio.run(tracker.run("core", bodies))
-    assert [n for n, _ in api.node_patches] == [], "409: decided again once the watch shows the node"
+    again = asyncio.run(tracker.run("core", bodies))
+    assert [n for n, _ in api.node_patches] == [], "409: decided again with the node's new version"
+    assert again == 1.0, "and soon: a heartbeat that brings the new version wakes no step"
 
 
 def _reachable(root: object, skip: tuple[object, ...]) -> list[object]:
@@ -345,3 +346,24 @@ def test_a_loan_ends_when_the_only_lender_stops_lending() -> None:
     asyncio.run(tracker.run("cgpu", off))
     assert c.ANNOTATION_LOAN not in api.nodes["a2"]["metadata"]["annotations"]
     assert ("a2", "LoanEnded") in api.events
+
+
+def test_two_pools_stepping_at_once_lend_a_node_once() -> None:
+    """Each pool's step decides loans; two steps that decided before either wrote lend the node
+    once (the second writes onto the version it decided on, which the first changed: 409). The
+    loop lent it once per step, each with its Events, and counted each in the metrics."""
+    api, tracker, bodies, _ = setup({"to": ["core"], "keepIdle": 1})
+    write = api.patch_node
+
+    async def slow_write(name: str, patch: Mapping[str, Any]) -> dict[str, Any] | None:
+        await asyncio.sleep(0.01)  # the API's round trip: the other step decides meanwhile
+        return await write(name, patch)
+
+    api.patch_node = slow_write  # type: ignore[method-assign]
+
+    async def both() -> None:
+        await asyncio.gather(tracker.run("core", bodies), tracker.run("cgpu", bodies))
+
+    asyncio.run(both())
+    assert [n for n, _ in api.node_patches] == ["a2"]
+    assert api.events.count(("a2", "NodeLent")) == 1
