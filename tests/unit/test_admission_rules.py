@@ -1171,15 +1171,33 @@ def test_a_node_a_pool_lent_is_still_its_own_to_the_overlap_rule() -> None:
     }
     ctx = Context.build([pool("a", "np-a"), pool("b", "np-b")], [node_info(lent)])
     assert evaluate(pool_obj("b", "np-b"), ctx) == []
-    # a node lent by another pool, or labelled for another pool without a loan, still overlaps
+    # a node lent by another pool to a pool that is gone, or labelled for a gone pool without a
+    # loan, still overlaps
     other = copy.deepcopy(lent)
     other["metadata"]["annotations"] = {"gpushare.io/loan": LoanRecord("c", "a").dump()}
     unlent = copy.deepcopy(lent)
     del unlent["metadata"]["annotations"]
     for node in (other, unlent):
-        findings = evaluate(pool_obj("b", "np-b"), Context.build([pool("a", "np-a")], [node_info(node)]))
+        findings = evaluate(pool_obj("b", "np-b"), Context.build([pool("x", "np-x")], [node_info(node)]))
         assert [f.rule_id for f in findings] == ["GP004-pool-overlap"]
         assert "b1 that belong to GPUSharePool a" in findings[0].message
+
+
+def test_a_node_moving_between_pools_is_no_overlap_for_the_pool_it_moves_to() -> None:
+    """A node whose node pool changed still carries the old pool's label while the operator holds
+    the move (Wait, a GPU pod running); the new pool selects it, the old one no longer does. Every
+    edit of the new pool was refused as an overlap until the move was done (the soak with the real
+    node: soak-n's edits refused while realnode-0 moved to it from soak-a)."""
+    moving = node_obj("n1", {"alibabacloud.com/nodepool-id": "np-nvidia", "gpushare.io/pool": "soak-a"})
+    ctx = Context.build([pool("soak-a", "np-cgpu"), pool("soak-n", "np-nvidia")], [node_info(moving)])
+    assert evaluate(pool_obj("soak-n", "np-nvidia"), ctx) == []
+    # a third pool selecting the node overlaps the new one, as before
+    wide = pool_obj(
+        "wide", selector={"matchExpressions": [{"key": "alibabacloud.com/nodepool-id", "operator": "Exists"}]}
+    )
+    findings = evaluate(wide, ctx)
+    assert [f.rule_id for f in findings] == ["GP004-pool-overlap"]
+    assert "n1 that belong to GPUSharePool soak-n" in findings[0].message
 
 
 # --- properties -----------------------------------------------------------------------------------

@@ -54,8 +54,8 @@ POOL_OVERLAP = AdmissionRule(
     verdict="deny",
     pool_mode=False,
     what="a pool selects no node that currently belongs to another pool (selected by it, or labelled"
-    f" `{c.LABEL_POOL}=<other>` and not lent by this pool: a node it lent, `{c.ANNOTATION_LOAN}`, is still"
-    " its own)",
+    f" `{c.LABEL_POOL}=<other>` by a pool that is gone; a node labelled for a pool that no longer selects"
+    f" it is moving, and a node this pool lent, `{c.ANNOTATION_LOAN}`, is still its own)",
     fix="narrow one pool's nodeSelector so that each node is in at most one pool",
 )
 ALL_RULES: tuple[AdmissionRule, ...] = (

@@ -130,13 +130,17 @@ def evaluate_pool(obj: Mapping[str, Any], ctx: Context = EMPTY_CONTEXT) -> list[
 
 def _check_overlap(em: Emitter, pool: GPUSharePool, ctx: Context) -> None:
     others = [p for p in ctx.pools if p.name != pool.name]
+    known = {p.name for p in ctx.pools}
     clashes: dict[str, list[str]] = {}
     for node in ctx.nodes:
         if not pool.spec.node_selector.matches(node.labels):
             continue
         owners = {p.name for p in others if p.spec.node_selector.matches(node.labels)}
         labelled = node.labels.get(c.LABEL_POOL)
-        if labelled and labelled != pool.name and node.lender != pool.name:  # a node it lent is its own
+        # A node labelled for a pool that no longer selects it is moving to the pool that does (the
+        # operator holds it under Wait until its GPU pods are gone), and a node this pool lent is
+        # its own: neither is an overlap. A label of a pool that is gone still claims the node.
+        if labelled and labelled not in known and node.lender != pool.name:
             owners.add(labelled)
         for owner in owners:
             clashes.setdefault(owner, []).append(node.name)
