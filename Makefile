@@ -177,8 +177,10 @@ gpu-check: setup ## On an NVIDIA GPU machine: agent inventory via real NVML + qu
 
 SEED ?= 1
 MINUTES ?= 10
-soak: setup control-plane ## Seeded fault-injection soak on a control plane of its own: pool edits, GPU pods, overlapping faults, then the invariants (SEED=1 MINUTES=10; docs/how-to/soak.md)
-	$(BIN)/python -m gpushare.devcluster.soak --seed $(SEED) --minutes $(MINUTES)
+SOAK_REAL_NODE ?= 0
+soak: setup control-plane ## Seeded fault-injection soak on a control plane of its own: pool edits, GPU pods, overlapping faults, then the invariants (SEED=1 MINUTES=10; SOAK_REAL_NODE=1: the real node too; docs/how-to/soak.md)
+	$(if $(filter-out 0,$(SOAK_REAL_NODE)),$(MAKE) realnode)
+	$(BIN)/python -m gpushare.devcluster.soak --seed $(SEED) --minutes $(MINUTES) $(if $(filter-out 0,$(SOAK_REAL_NODE)),--real-node)
 
 DEMO_DIR ?= .demo
 DEMO_REAL_NODES ?= 1

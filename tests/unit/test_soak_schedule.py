@@ -114,3 +114,34 @@ def test_a_watch_cut_is_a_fault_of_no_hold_in_every_schedule() -> None:
     for seed in (1, 126, 1664):
         cuts = [s for s in make_schedule(seed, 60) if s.kind == "watch-cut"]
         assert cuts and min(s.at for s in cuts) < 48 and all(s.hold == 0 for s in cuts)
+
+
+def test_the_real_nodes_kinds_only_in_a_soak_with_it_and_the_rest_unchanged() -> None:
+    """``--real-node`` adds backend-move, kubelet-restart and config-manager-kill, each in the
+    first 80 %, the kubelet down a while; without it they are never scheduled."""
+    from gpushare.devcluster.soak import REAL_FAULTS, REAL_KINDS, REAL_WORK
+
+    real = make_schedule(7, 600, real=True)
+    assert {s.kind for s in real} == set(REAL_KINDS)
+    for kind in REAL_WORK + REAL_FAULTS:
+        assert min(s.at for s in real if s.kind == kind) < 480
+    assert all(s.hold > 0 for s in real if s.kind == "kubelet-restart")
+    kwok = make_schedule(7, 600)
+    assert not {s.kind for s in kwok} & set(REAL_WORK + REAL_FAULTS)
+    assert set(REAL_WORK).isdisjoint(WORK) and set(REAL_FAULTS).isdisjoint(FAULTS)
+
+
+def test_config_manager_kill_finds_a_process_by_its_name() -> None:
+    """config-manager-kill finds the sidecar on the host by its process name (the real node's
+    containers are this host's processes), and only processes of that name."""
+    import subprocess
+
+    from gpushare.devcluster.soak import _processes
+
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        assert child.pid in _processes("sleep")
+        assert child.pid not in _processes("config-manager")
+    finally:
+        child.kill()
+        child.wait()

@@ -59,12 +59,22 @@ from gpushare.devcluster.crds import install_crd_files
 from gpushare.devcluster.cutproxy import CutProxy
 from gpushare.devcluster.demo import (
     DEMO_POOLS,
+    NVIDIA_CONFIGS,
     NVIDIA_NODE_POOL,
     DemoNodePool,
     create_demo_nodes,
     create_nvidia_nodes,
 )
-from gpushare.devcluster.fakes import POOL_LABEL, ensure_device_plugin_daemonset, wait_for
+from gpushare.devcluster.fakes import (
+    PLUGIN_NODE_SELECTOR,
+    POOL_LABEL,
+    RealNodePlugin,
+    ensure_device_plugin_daemonset,
+    plugin_pods_on,
+    pod_running_and_ready,
+    wait_for,
+)
+from gpushare.devcluster.realnode import IMAGE_WORKLOAD
 from gpushare.devcluster.soakaudit import (
     WRITE_REASONS,
     Told,
@@ -173,6 +183,22 @@ MOVE_NODEPOOLS = ("np-cgpu", "np-gpu-core", "np-cgpu-no-isolation")
 #: rightly never be Ready on them)
 MOVABLE_FROM = ("np-cgpu", "np-gpu-core")
 
+#: the real node (``--real-node``): a real kubelet beside the kwok nodes, with ACK's stand-in plugin
+#: and NVIDIA's real plugin and config-manager over the project's fake NVML (2 x A100-SXM4-40GB),
+#: each DaemonSet stepping aside for the other backend's pools (docs/concepts/backends.md)
+REAL_NODE = "realnode-0"
+#: the node pools backend-move moves the real node between: soak-a's (ACK) and the NVIDIA pool's
+REAL_MOVES = (ACK_POOLS[POD_POOL], NVIDIA_NODE_POOL.nodepool_id)
+#: the NVIDIA pool's configPropagationSeconds with the real node: its kubelet rewrites the plugin's
+#: ConfigMap volume at its pod sync (15 s on the test bed, plus jitter), as the real-node tier's
+#: pools say (kwok's simulated plugin reads the ConfigMap at once: 2 s)
+REAL_PROPAGATION_S = 40
+#: the GPUs of the fake NVML on the real node (ACK's stand-in is given the same ones)
+REAL_GPU_MEMORY_MIB = 40 * 1024
+#: the work and faults only the real node makes possible (scheduled with ``--real-node``)
+REAL_WORK = ("backend-move",)
+REAL_FAULTS = ("kubelet-restart", "config-manager-kill")
+
 WORK = (
     "ack-mode",
     "nvidia-replicas",
@@ -196,9 +222,11 @@ FAULTS = (
     "watch-cut",
 )
 KINDS = WORK + FAULTS
+#: the kinds of a soak with the real node
+REAL_KINDS = KINDS + REAL_WORK + REAL_FAULTS
 #: the steps tried again when refused: every kind of work but the probe (tried once: a refusal is
 #: its answer) and pool-recreate (which retries its own deletion and creation)
-RETRIED = tuple(kind for kind in WORK if kind not in ("probe", "pool-recreate"))
+RETRIED = tuple(kind for kind in WORK + REAL_WORK if kind not in ("probe", "pool-recreate"))
 
 AUDIT_POLICY = """\
 apiVersion: audit.k8s.io/v1
@@ -308,6 +336,10 @@ def _step(rng: random.Random, kind: str, at: float) -> Step:
         return Step(at, kind, f"{LENDER}->{BORROWER}", round(rng.uniform(20, 60), 1))
     if kind == "rollout":
         return Step(at, kind, POD_POOL)
+    if kind == "kubelet-restart":
+        return Step(at, kind, REAL_NODE, round(rng.uniform(1, 8), 1))
+    if kind in ("backend-move", "config-manager-kill"):
+        return Step(at, kind, REAL_NODE)
     return Step(at, kind)  # nvidia-mode, admission-mode: a toggle; probe; watch-cut
 
 
@@ -319,20 +351,21 @@ COVER: dict[str, tuple[str, ...]] = {
 }
 
 
-def make_schedule(seed: int, seconds: float) -> list[Step]:
+def make_schedule(seed: int, seconds: float, *, real: bool = False) -> list[Step]:
     """The soak's steps over ``seconds``: every kind once in the first 80 % (COVER's kinds once per
-    target), then one every MEAN_GAP_S seconds on average. Deterministic: the same seed and
-    length, the same steps."""
+    target), then one every MEAN_GAP_S seconds on average; ``real``: the real node's kinds too.
+    Deterministic: the same seed, length and nodes, the same steps."""
+    kinds = REAL_KINDS if real else KINDS
     rng = random.Random(seed)
     steps = []
-    for kind in KINDS:
+    for kind in kinds:
         for target in COVER.get(kind, ("",)):
             step = _step(rng, kind, rng.uniform(0, seconds * 0.8))
             steps.append(replace(step, target=target) if target else step)
     at = 0.0
     while True:
         at += rng.expovariate(1 / MEAN_GAP_S)
-        step = _step(rng, rng.choice(KINDS), at)
+        step = _step(rng, rng.choice(kinds), at)
         if step.at >= seconds:  # after rounding to 1/100 s: 1383.0996 of 1383.0996... is 1383.1
             break
         steps.append(step)
@@ -354,6 +387,8 @@ class Violation:
 class Report:
     seed: int
     seconds: float
+    #: with the real node (its work and faults in the report)
+    real: bool = False
     done: Counter[str] = field(default_factory=Counter)
     #: work steps the cluster refused (apiserver down, etcd paused, webhook down under Fail)
     refused: Counter[str] = field(default_factory=Counter)
@@ -371,7 +406,8 @@ class Report:
 
     def text(self) -> str:
         lines = [f"soak report: seed {self.seed}, {self.seconds / 60:.2f} minutes of schedule"]
-        for title, kinds in (("work", WORK), ("faults", FAULTS)):
+        work, faults = (WORK + REAL_WORK, FAULTS + REAL_FAULTS) if self.real else (WORK, FAULTS)
+        for title, kinds in (("work", work), ("faults", faults)):
             parts = []
             for k in kinds:
                 why = [f"{n} {w}" for n, w in ((self.refused[k], "refused"), (self.denied[k], "denied")) if n]
@@ -533,12 +569,14 @@ class Soak:
         *,
         out: Callable[[str], None] = print,
         breaks: tuple[str, ...] = (),
+        real_node: bool = False,
     ) -> None:
         self.seed, self.seconds, self.dir, self.out = seed, seconds, workdir, out
         self.breaks = breaks
-        self.steps = make_schedule(seed, seconds)
-        self.report = Report(seed, seconds)
-        #: pools a pool-recreate deleted and has not created again yet
+        #: with the real node (REAL_NODE): its backend moves, kubelet restarts, config-manager kills
+        self.real_node = real_node
+        self.steps = make_schedule(seed, seconds, real=real_node)
+        self.report = Report(seed, seconds, real=real_node)
         #: pools a pool-recreate deleted, each with the Event set once it is created again
         self.recreating: dict[str, asyncio.Event] = {}
         self.dev: DevCluster | None = None
@@ -580,16 +618,29 @@ class Soak:
         self.lending = False
         #: each lending step's demand pods
         self.lent: dict[Step, list[str]] = {}
+        #: one kubelet-restart of the real node at a time
+        self.kubelet_lock = asyncio.Lock()
 
     # -- start ------------------------------------------------------------------------------------
     async def _setup(self) -> None:
         assert self.info is not None and self.api is not None
         api = self.api
         await install_crd_files(api, list(CRDS))
-        await ensure_device_plugin_daemonset(api)
-        await create_demo_nodes(str(self.info.kubeconfig), (*DEMO_POOLS, EVICT_NODE_POOL))
-        await create_nvidia_nodes(api)
         core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        real = None
+        if self.real_node:
+            real = RealNodePlugin(
+                self.info.ports["kube-apiserver"], gpus=nv.DEFAULT_GPUS, gpu_memory_mib=REAL_GPU_MEMORY_MIB
+            )
+        await ensure_device_plugin_daemonset(api, real_nodes=real)
+        if self.real_node:
+            assert self.dev is not None
+            await nv.install(api, self.dev, NVIDIA_CONFIGS)  # NVIDIA's real DaemonSet serves kwok's too
+            # ACK's plugin only, in soak-a's node pool; NVIDIA's selector once soak-a has the node
+            labels = {**PLUGIN_NODE_SELECTOR, POOL_LABEL: REAL_MOVES[0]}
+            await core.patch_node(REAL_NODE, {"metadata": {"labels": labels}})
+        await create_demo_nodes(str(self.info.kubeconfig), (*DEMO_POOLS, EVICT_NODE_POOL))
+        await create_nvidia_nodes(api, stand_in=not self.real_node)
         for ns in (NAMESPACE, WEBHOOK_NAMESPACE):
             await core.create_namespace(cast(Any, {"metadata": {"name": ns}}))
         await custom.create_cluster_custom_object(
@@ -630,7 +681,11 @@ class Soak:
             "metadata": {"name": NVIDIA_POOL},
             "spec": {
                 "nodeSelector": {"matchLabels": {POOL_LABEL: NVIDIA_NODE_POOL.nodepool_id}},
-                "nvidia": {"strategy": "TimeSlicing", "replicas": 2, "configPropagationSeconds": 2},
+                "nvidia": {
+                    "strategy": "TimeSlicing",
+                    "replicas": 2,
+                    "configPropagationSeconds": REAL_PROPAGATION_S if self.real_node else 2,
+                },
                 "rollout": {"maxUnavailable": 1, "modeSwitch": "Wait"},
             },
         }
@@ -827,6 +882,7 @@ class Soak:
         nodes = sorted(
             n.metadata.name for n in await self._nodes() if (n.metadata.labels or {}).get(POOL_LABEL) == src
         )
+        nodes = [n for n in nodes if n != REAL_NODE]  # the real node moves by backend-move only
         movable = [n for n in nodes if self.home.get(n) in MOVABLE_FROM]
         if len(nodes) < 2 or not movable:
             self.report.notes.append(
@@ -1135,6 +1191,69 @@ class Soak:
         pod = sorted(pods, key=lambda p: p.metadata.name)[int(step.at * 100) % len(pods)]
         await core.delete_namespaced_pod(pod.metadata.name, ns, _request_timeout=T)
 
+    async def _backend_move(self, step: Step) -> None:
+        """The real node's node pool switched between soak-a's and the NVIDIA pool's: the operator
+        moves it from one backend to the other (the old backend's labels restored, the new one's
+        written, in one guarded patch), and the two plugins' DaemonSets follow."""
+        assert self.api is not None
+        core = client.CoreV1Api(self.api)
+        node = await core.read_node(REAL_NODE, _request_timeout=T)
+        src = (node.metadata.labels or {}).get(POOL_LABEL)
+        dst = REAL_MOVES[1] if src == REAL_MOVES[0] else REAL_MOVES[0]
+        await core.patch_node(REAL_NODE, {"metadata": {"labels": {POOL_LABEL: dst}}}, _request_timeout=T)
+        backend = {REAL_MOVES[0]: "ack", REAL_MOVES[1]: "nvidia"}
+        self.report.detail[f"backend-move {backend.get(src or '', src)}->{backend[dst]}"] += 1
+
+    async def _kubelet_restart(self, step: Step) -> None:
+        self._spawn(self._kubelet_down(step.hold))
+
+    async def _kubelet_down(self, hold: float) -> None:
+        """The real node's kubelet stopped (SIGTERM: its pods keep running), and started again
+        ``hold`` seconds later."""
+        assert self.dev is not None and self.dev.real is not None
+        real = self.dev.real
+        node = real.node(REAL_NODE)
+        async with self.kubelet_lock:
+            if node.kubelet is not None:
+                await asyncio.to_thread(node.kubelet.stop)
+            await asyncio.sleep(hold)
+            await asyncio.to_thread(real.start_kubelet, node)
+            self.last_fault_end = time.monotonic()
+
+    async def _config_manager_kill(self, step: Step) -> None:
+        """NVIDIA's config-manager sidecar on the real node SIGKILLed (its container restarts); while
+        the node is on ACK's plugin there is none: waited for up to RETRY_S, as a pod of it starts
+        only after a backend move."""
+        deadline = time.monotonic() + RETRY_S
+        while True:
+            pids = _processes("config-manager")
+            if pids or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(1)
+        if not pids:
+            self.report.notes.append(f"config-manager-kill at {step.at:.2f}s: none ran on {REAL_NODE}")
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.report.detail["config-manager-kill processes killed"] += len(pids)
+        self.last_fault_end = time.monotonic()
+
+    async def _real_node_both_plugins(self) -> None:
+        """The real node, in soak-a, labelled for NVIDIA's plugin too (as GPU Feature Discovery does
+        on any GPU node): the plugin's DaemonSet steps aside for an ACK pool's node; waits until
+        only ACK's plugin runs there, Ready."""
+        assert self.api is not None
+        api = self.api
+        core = client.CoreV1Api(api)
+        await core.patch_node(REAL_NODE, {"metadata": {"labels": dict(nv.NODE_SELECTOR)}})
+
+        async def only_ack() -> bool:
+            ack = [p for p in await plugin_pods_on(api, REAL_NODE) if p.metadata.deletion_timestamp is None]
+            return any(pod_running_and_ready(p) for p in ack) and not await nv.plugin_pods_on(api, REAL_NODE)
+
+        await wait_for(only_ack, what=f"only ACK's device plugin on {REAL_NODE}", timeout_s=180)
+
     def _spawn(self, coro: Awaitable[None]) -> None:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)
         self.tasks.add(task)
@@ -1200,6 +1319,7 @@ class Soak:
             audit_policy=AUDIT_POLICY,
             users=(OPERATOR_USER, WEBHOOK_USER),
             kwok_stages=KWOK_STAGES,
+            real_nodes=1 if self.real_node else 0,
         )
         self.info = self.dev.start()
         try:
@@ -1212,6 +1332,8 @@ class Soak:
                 if left:
                     self.report.violate("pools-ready", f"pools not Ready before any fault: {left}")
                     return self.report
+                if self.real_node:
+                    await self._real_node_both_plugins()
                 await self._wait_webhook()
                 self._first_rss()
                 monitor = asyncio.ensure_future(self._monitor())
@@ -1798,7 +1920,27 @@ class Soak:
         return []
 
 
+def _processes(comm: str) -> list[int]:
+    """The PIDs of this host's processes named ``comm`` (the real node's containers run here)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if (entry / "comm").read_text().strip() == comm:
+                    out.append(int(entry.name))
+    return out
+
+
 def _pod(name: str, pool: str, limits: dict[str, str]) -> dict[str, Any]:
+    """A GPU pod of ``pool``: on a kwok node kwok plays it; on the real node it runs the workload
+    image (imported into its containerd), sleeping until deleted."""
+    container = {
+        "name": "c",
+        "image": IMAGE_WORKLOAD,
+        "imagePullPolicy": "Never",
+        "args": ["--sleep", "3600"],
+        "resources": {"limits": limits},
+    }
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -1806,7 +1948,8 @@ def _pod(name: str, pool: str, limits: dict[str, str]) -> dict[str, Any]:
         "spec": {
             "nodeSelector": {c.LABEL_POOL: pool},
             "restartPolicy": "Never",
-            "containers": [{"name": "c", "image": "soak", "resources": {"limits": limits}}],
+            "terminationGracePeriodSeconds": 1,
+            "containers": [container],
         },
     }
 
@@ -1978,11 +2121,12 @@ def run_soak(
     *,
     out: Callable[[str], None] = print,
     breaks: tuple[str, ...] = (),
+    real_node: bool = False,
 ) -> Report:
     """Run a soak (from the main thread: it starts the control plane); its report."""
     d = workdir or Path(tempfile.mkdtemp(prefix="gpushare-soak-"))
     d.mkdir(parents=True, exist_ok=True)
-    report = asyncio.run(Soak(seed, seconds, d, out=out, breaks=breaks).run())
+    report = asyncio.run(Soak(seed, seconds, d, out=out, breaks=breaks, real_node=real_node).run())
     out(report.text())
     if report.violations or workdir is not None:
         out(f"soak: logs and the audit log are in {d}")
@@ -2002,15 +2146,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, help="where logs go (default: a new temporary directory)")
     parser.add_argument("--schedule-only", action="store_true", help="print the schedule and exit")
     parser.add_argument(
+        "--real-node", action="store_true",
+        help="a real kubelet node too (root, containerd: `make realnode image-local`), moved between"
+        " an ACK pool and the NVIDIA pool, its kubelet restarted and NVIDIA's config-manager killed",
+    )  # fmt: skip
+    parser.add_argument(
         "--break", dest="breaks", action="append", choices=sorted(BREAKS), default=[], metavar="INVARIANT",
         help="once the schedule is over, break this invariant on purpose (the run must then fail naming it;"
         f" repeatable): {'; '.join(f'{k}: {v}' for k, v in BREAKS.items())}",
     )  # fmt: skip
     args = parser.parse_args(argv)
     if args.schedule_only:
-        print(format_schedule(args.seed, make_schedule(args.seed, args.minutes * 60)))
+        print(format_schedule(args.seed, make_schedule(args.seed, args.minutes * 60, real=args.real_node)))
         return 0
-    report = run_soak(args.seed, args.minutes * 60, args.dir, breaks=tuple(args.breaks))
+    report = run_soak(
+        args.seed, args.minutes * 60, args.dir, breaks=tuple(args.breaks), real_node=args.real_node
+    )
     return 1 if report.violations else 0
 
 
