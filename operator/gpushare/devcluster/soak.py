@@ -195,6 +195,9 @@ REAL_MOVES = (ACK_POOLS[POD_POOL], NVIDIA_NODE_POOL.nodepool_id)
 REAL_PROPAGATION_S = 40
 #: the GPUs of the fake NVML on the real node (ACK's stand-in is given the same ones)
 REAL_GPU_MEMORY_MIB = 40 * 1024
+#: how long backend-move waits for the real node's last move to be done, and config-manager-kill
+#: for a config-manager to run (the node on NVIDIA's plugin)
+MOVE_WAIT_S = 90.0
 #: the work and faults only the real node makes possible (scheduled with ``--real-node``)
 REAL_WORK = ("backend-move",)
 REAL_FAULTS = ("kubelet-restart", "config-manager-kill")
@@ -1197,6 +1200,17 @@ class Soak:
         written, in one guarded patch), and the two plugins' DaemonSets follow."""
         assert self.api is not None
         core = client.CoreV1Api(self.api)
+        pool_of = {REAL_MOVES[0]: POD_POOL, REAL_MOVES[1]: NVIDIA_POOL}
+
+        async def moved() -> Any:
+            node = await core.read_node(REAL_NODE, _request_timeout=T)
+            labels = node.metadata.labels or {}
+            return node if labels.get(c.LABEL_POOL) == pool_of.get(labels.get(POOL_LABEL, "")) else None
+
+        # the last move done first (held while a GPU pod runs there), for up to MOVE_WAIT_S: a node
+        # moved back before it ever reached the other backend would not exercise it
+        with contextlib.suppress(TimeoutError):
+            await wait_for(moved, what=f"{REAL_NODE}'s last move", timeout_s=MOVE_WAIT_S, interval=1)
         node = await core.read_node(REAL_NODE, _request_timeout=T)
         src = (node.metadata.labels or {}).get(POOL_LABEL)
         dst = REAL_MOVES[1] if src == REAL_MOVES[0] else REAL_MOVES[0]
@@ -1222,9 +1236,9 @@ class Soak:
 
     async def _config_manager_kill(self, step: Step) -> None:
         """NVIDIA's config-manager sidecar on the real node SIGKILLed (its container restarts); while
-        the node is on ACK's plugin there is none: waited for up to RETRY_S, as a pod of it starts
-        only after a backend move."""
-        deadline = time.monotonic() + RETRY_S
+        the node is on ACK's plugin there is none: waited for up to MOVE_WAIT_S, as a pod of it
+        starts only after a backend move."""
+        deadline = time.monotonic() + MOVE_WAIT_S
         while True:
             pids = _processes("config-manager")
             if pids or time.monotonic() >= deadline:
