@@ -2161,7 +2161,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--schedule-only", action="store_true", help="print the schedule and exit")
     parser.add_argument(
         "--real-node", action="store_true",
-        help="a real kubelet node too (root, containerd: `make realnode image-local`), moved between"
+        help="a real kubelet node too (root, containerd: `make realnode`), moved between"
         " an ACK pool and the NVIDIA pool, its kubelet restarted and NVIDIA's config-manager killed",
     )  # fmt: skip
     parser.add_argument(
