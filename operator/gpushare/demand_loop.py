@@ -103,6 +103,8 @@ class _Computed:
     demand: Mapping[str, PoolDemand]
     busy: frozenset[str]
     nodes: Mapping[str, NodeView]
+    #: Some node carries a loan (loans are then decided even when no pool lends any more).
+    lent: bool = False
 
 
 class DemandTracker:
@@ -244,13 +246,14 @@ class DemandTracker:
         nodes = self.model.node_views()
         live = [p for p in pools if p.name not in deleting]
         planned = cp.by_node()
+        records = lend.loans_of(nodes)
         loans = {
             name: (record.lender, record.borrower)
-            for name, record in lend.loans_of(nodes).items()
+            for name, record in records.items()
             if name in planned and planned[name].pool == record.borrower
         }
         demand = compute(live, cp, nodes, bound, self.waiting.values(), loans)
-        result = _Computed(tuple(live), demand, frozenset(busy_nodes(bound)), nodes)
+        result = _Computed(tuple(live), demand, frozenset(busy_nodes(bound)), nodes, bool(records))
         # Cached without the nodes: a snapshot of every view kept between steps held the old view
         # of each node the store replaced since (a second copy of the model's nodes: at 5000
         # nodes restored by a deleted pool, 4 MiB of the operator's peak).
@@ -267,8 +270,7 @@ class DemandTracker:
         delay = RESYNC
         # Loans are decided while a pool lends or a node is still lent: lending removed from the
         # last pool that lent must still end its loans.
-        lent = any(c.ANNOTATION_LOAN in v.annotations for v in computed.nodes.values())
-        if lent or any(p.spec.lending for p in computed.pools):
+        if computed.lent or any(p.spec.lending for p in computed.pools):
             async with self._lock:
                 due = await self._lending(computed, by_name, now)
             if due is not None:
