@@ -54,6 +54,7 @@ from gpushare.api.v1alpha1 import GPUSharePoolSpec
 from gpushare.backends.ack import ACK
 from gpushare.backends.ack.admission.catalog import TARGET_AMBIGUOUS
 from gpushare.devcluster import nvidia as nv
+from gpushare.devcluster.binaries import BinariesMissing
 from gpushare.devcluster.cluster import ClusterInfo, DevCluster, free_port
 from gpushare.devcluster.crds import install_crd_files
 from gpushare.devcluster.cutproxy import CutProxy
@@ -74,7 +75,7 @@ from gpushare.devcluster.fakes import (
     pod_running_and_ready,
     wait_for,
 )
-from gpushare.devcluster.realnode import IMAGE_WORKLOAD
+from gpushare.devcluster.realnode import IMAGE_WORKLOAD, RealNodeUnavailable
 from gpushare.devcluster.soakaudit import (
     WRITE_REASONS,
     Told,
@@ -1209,9 +1210,10 @@ class Soak:
 
         # the last move done first (held while a GPU pod runs there), for up to MOVE_WAIT_S: a node
         # moved back before it ever reached the other backend would not exercise it
-        with contextlib.suppress(TimeoutError):
-            await wait_for(moved, what=f"{REAL_NODE}'s last move", timeout_s=MOVE_WAIT_S, interval=1)
-        node = await core.read_node(REAL_NODE, _request_timeout=T)
+        try:
+            node = await wait_for(moved, what=f"{REAL_NODE}'s last move", timeout_s=MOVE_WAIT_S, interval=1)
+        except TimeoutError:
+            node = await core.read_node(REAL_NODE, _request_timeout=T)
         src = (node.metadata.labels or {}).get(POOL_LABEL)
         dst = REAL_MOVES[1] if src == REAL_MOVES[0] else REAL_MOVES[0]
         await core.patch_node(REAL_NODE, {"metadata": {"labels": {POOL_LABEL: dst}}}, _request_timeout=T)
@@ -2173,9 +2175,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.schedule_only:
         print(format_schedule(args.seed, make_schedule(args.seed, args.minutes * 60, real=args.real_node)))
         return 0
-    report = run_soak(
-        args.seed, args.minutes * 60, args.dir, breaks=tuple(args.breaks), real_node=args.real_node
-    )
+    try:
+        report = run_soak(
+            args.seed, args.minutes * 60, args.dir, breaks=tuple(args.breaks), real_node=args.real_node
+        )
+    except (BinariesMissing, RealNodeUnavailable) as exc:  # each says what to build or run first
+        print(f"soak: cannot start: {exc}", file=sys.stderr)
+        return 2
     return 1 if report.violations else 0
 
 
