@@ -135,11 +135,17 @@ def test_config_manager_kill_finds_a_process_by_its_name() -> None:
     """config-manager-kill finds the sidecar on the host by its process name (the real node's
     containers are this host's processes), and only processes of that name."""
     import subprocess
+    import time
 
     from gpushare.devcluster.soak import _processes
 
     child = subprocess.Popen(["sleep", "30"])
     try:
+        # Popen returns once the child is forked; its name is "sleep" once it has exec'd
+        for _ in range(100):
+            if child.pid in _processes("sleep"):
+                break
+            time.sleep(0.05)
         assert child.pid in _processes("sleep")
         assert child.pid not in _processes("config-manager")
     finally:
